@@ -1,0 +1,1 @@
+"""Pure. Decisions about requests: prepare, finalize, detokenize, stop scanning, render."""

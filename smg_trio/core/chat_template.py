@@ -1,0 +1,96 @@
+"""Pure. Hugging Face chat templates, rendered with minijinja the way transformers renders them.
+
+transformers renders with a sandboxed jinja2 environment (trim_blocks, lstrip_blocks, loop
+controls), overrides `tojson` (no HTML escaping, no key sorting, non-ASCII kept) and adds the
+globals `raise_exception` and `strftime_now`. We do the same on minijinja, which renders 3-4x
+faster and compiles ~200x faster with byte-identical output (tests keep jinja2 as the oracle).
+The `{% generation %}` training-mask tag is stripped: neither engine knows it, and it only marks
+spans for training losses. Rendering is fuel-limited so a hostile template cannot spin forever.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import minijinja
+
+from smg_trio.errors import ClientError, ConfigError
+
+TEMPLATE_FUEL = 5_000_000  # minijinja instructions per render; ~100x a large real render
+_GENERATION_TAG = re.compile(r"{%-?\s*(?:end)?generation\s*-?%}")
+
+
+class TemplateRaised(Exception):
+    """A template called `raise_exception(message)`: the request is at fault."""
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateRaised(message)
+
+
+def _tojson(
+    value: Any,
+    indent: int | None = None,
+    separators: Sequence[str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    seps = tuple(separators) if separators is not None else None
+    return json.dumps(
+        value,
+        ensure_ascii=False,
+        indent=indent,
+        separators=seps,  # type: ignore[arg-type]
+        sort_keys=sort_keys,
+    )
+
+
+class ChatTemplate:
+    """One compiled chat template plus the special-token variables it may reference."""
+
+    def __init__(self, source: str, *, special_tokens: Mapping[str, str | None]) -> None:
+        self._special_tokens = {k: v for k, v in special_tokens.items() if v is not None}
+        self._env = minijinja.Environment(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            fuel=TEMPLATE_FUEL,
+            globals={"raise_exception": _raise_exception},
+            filters={"tojson": _tojson},
+        )
+        try:
+            self._env.add_template("chat", _GENERATION_TAG.sub("", source))
+        except minijinja.TemplateError as exc:
+            raise ConfigError(f"the chat template does not compile: {exc}") from exc
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool,
+        now: _dt.datetime,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Render like transformers' apply_chat_template(tokenize=False).
+
+        `now` feeds `strftime_now` (the caller owns the clock). `extra` carries the client's
+        chat_template_kwargs; it cannot override messages, tools or special tokens.
+        """
+        context: dict[str, Any] = dict(extra or {})
+        context.update(self._special_tokens)
+        context["messages"] = list(messages)
+        context["add_generation_prompt"] = add_generation_prompt
+        context["strftime_now"] = now.strftime  # per render: renders may run on worker threads
+        if tools is not None:
+            context["tools"] = list(tools)
+        try:
+            return self._env.render_template("chat", **context)
+        except TemplateRaised as exc:
+            raise ClientError(str(exc), param="messages") from exc
+        except minijinja.TemplateError as exc:
+            raise ClientError(
+                f"the chat template failed to render: {exc}", param="messages"
+            ) from exc

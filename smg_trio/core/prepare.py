@@ -1,0 +1,256 @@
+"""Pure. Client request → GeneratePlan: template, tokenize, map sampling, build the stop spec.
+
+What runs here is everything the gateway decides before it knows which worker will serve the
+request. Tokenization follows transformers: a chat prompt is rendered by the template (which
+writes any BOS itself) and encoded WITHOUT adding special tokens again; a completion prompt is
+encoded WITH them (the tokenizer's post-processor decides what that means). Prompt token ids
+given by the client are checked against the vocabulary; they are never re-tokenized.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.errors import ClientError
+from smg_trio.wire import openai as oa
+
+
+class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
+    """The parts of a model that preparing a request needs; built once at startup."""
+
+    name: str
+    tokenizer: TokenizerLike
+    chat_template: ChatTemplate | None
+    vocab_size: int
+    context_length: int | None = None
+
+
+def prepare_chat(
+    req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
+) -> GeneratePlan:
+    if model.chat_template is None:
+        raise ClientError(
+            f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
+        )
+    if req.continue_final_message and req.add_generation_prompt:
+        raise ClientError(
+            "continue_final_message and add_generation_prompt cannot both be true",
+            param="continue_final_message",
+        )
+    messages = [_message_for_template(m, i) for i, m in enumerate(req.messages)]
+    tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
+    text = model.chat_template.render(
+        messages,
+        add_generation_prompt=req.add_generation_prompt,
+        now=now,
+        tools=tools,
+        extra=req.chat_template_kwargs,
+    )
+    if req.continue_final_message:
+        text = _cut_after_final_message(text, messages[-1])
+    prompt_ids = tuple(model.tokenizer.encode(text, add_special_tokens=False))
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return _plan(
+        req,
+        model,
+        endpoint=Endpoint.CHAT,
+        request_id=request_id,
+        prompt_ids=prompt_ids,
+        prompt_param="messages",
+        max_tokens=req.max_new_tokens,
+        logprobs=logprobs,
+        echo_text=None,
+    )
+
+
+def prepare_completion(
+    req: oa.CompletionRequest, model: PromptModel, *, request_id: str
+) -> GeneratePlan:
+    prompt = req.single_prompt
+    if isinstance(prompt, str):
+        prompt_ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
+        echo_text = prompt if req.echo else None
+    else:
+        prompt_ids = _checked_ids(prompt, model.vocab_size, "prompt")
+        echo_text = (
+            model.tokenizer.decode(prompt_ids, skip_special_tokens=False) if req.echo else None
+        )
+    return _plan(
+        req,
+        model,
+        endpoint=Endpoint.COMPLETION,
+        request_id=request_id,
+        prompt_ids=prompt_ids,
+        prompt_param="prompt",
+        max_tokens=req.max_tokens,
+        logprobs=req.logprobs,
+        echo_text=echo_text,
+    )
+
+
+def prepare_generate(
+    req: oa.GenerateRequest, model: PromptModel, *, request_id: str
+) -> GeneratePlan:
+    params = req.sampling_params
+    if req.input_ids is not None:
+        prompt_ids = _checked_ids(req.input_ids, model.vocab_size, "input_ids")
+        param = "input_ids"
+    else:
+        prompt_ids = tuple(model.tokenizer.encode(req.text or "", add_special_tokens=True))
+        param = "text"
+    sampling = SamplingParams(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        min_p=params.min_p,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+        repetition_penalty=params.repetition_penalty,
+        seed=params.effective_seed,
+        max_tokens=_max_tokens(len(prompt_ids), params.max_new_tokens, model, param),
+        min_tokens=params.min_new_tokens,
+        logprobs=req.top_logprobs_num if req.return_logprob else None,
+        ignore_eos=params.ignore_eos,
+        skip_special_tokens=params.skip_special_tokens,
+        no_stop_trim=params.no_stop_trim,
+        stop=params.stop_strings,
+        stop_token_ids=tuple(params.stop_token_ids or ()),
+    )
+    return GeneratePlan(
+        request_id=request_id,
+        endpoint=Endpoint.GENERATE,
+        model=req.model or model.name,
+        prompt_ids=prompt_ids,
+        sampling=sampling,
+        n=params.n,
+        stream=req.stream,
+        include_usage=False,
+        stop_spec=stop_spec_for(sampling, model.tokenizer),
+    )
+
+
+def stop_spec_for(sampling: SamplingParams, tokenizer: TokenizerLike) -> StopSpec:
+    """The router's stop rules for a request, from what the client asked (spec §2.5, §3.1).
+
+    Built before finalize rewrites the engine's stops, so it is the same on every runtime.
+    """
+    token_ids: list[int] = [] if sampling.ignore_eos else list(tokenizer.eos_token_ids)
+    for token_id in sampling.stop_token_ids:
+        if token_id not in token_ids:
+            token_ids.append(token_id)
+    return StopSpec(
+        strings=tuple(s for s in sampling.stop if s),
+        token_ids=tuple(token_ids),
+        skip_special_tokens=sampling.skip_special_tokens,
+        no_stop_trim=sampling.no_stop_trim,
+    )
+
+
+def _plan(
+    req: oa.ChatCompletionRequest | oa.CompletionRequest,
+    model: PromptModel,
+    *,
+    endpoint: Endpoint,
+    request_id: str,
+    prompt_ids: tuple[int, ...],
+    prompt_param: str,
+    max_tokens: int | None,
+    logprobs: int | None,
+    echo_text: str | None,
+) -> GeneratePlan:
+    sampling = SamplingParams(
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty,
+        seed=req.seed,
+        max_tokens=_max_tokens(len(prompt_ids), max_tokens, model, prompt_param),
+        min_tokens=req.min_tokens,
+        logprobs=logprobs,
+        ignore_eos=req.ignore_eos,
+        skip_special_tokens=req.skip_special_tokens,
+        no_stop_trim=req.keep_stop_text,
+        stop=req.stop_strings,
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+    )
+    return GeneratePlan(
+        request_id=request_id,
+        endpoint=endpoint,
+        model=req.model or model.name,
+        prompt_ids=prompt_ids,
+        sampling=sampling,
+        n=req.num_choices,
+        stream=req.is_stream,
+        include_usage=req.include_usage,
+        echo_text=echo_text,
+        stop_spec=stop_spec_for(sampling, model.tokenizer),
+    )
+
+
+def _max_tokens(
+    prompt_len: int, requested: int | None, model: PromptModel, param: str
+) -> int | None:
+    """Check the context window; an unset limit becomes "the rest of the context" (as vLLM)."""
+    if prompt_len == 0:
+        raise ClientError(f"the {param} is empty after tokenization", param=param)
+    if model.context_length is None:
+        return requested
+    oa.check_context_length(prompt_len, requested, model.context_length, param)
+    return requested if requested is not None else model.context_length - prompt_len
+
+
+def _checked_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
+    for token_id in ids:
+        if not 0 <= token_id < vocab_size:
+            raise ClientError(
+                f"token id {token_id} in {param} is outside the vocabulary [0, {vocab_size})",
+                param=param,
+            )
+    return tuple(ids)
+
+
+def _message_for_template(message: oa.ChatMessage, index: int) -> dict[str, Any]:
+    """A message as transformers templates expect it: content flattened to one string."""
+    out: dict[str, Any] = {
+        key: value for key, value in msgspec.to_builtins(message).items() if value is not None
+    }
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        texts: list[str] = []
+        for part in content:
+            if not isinstance(part, oa.TextPart):
+                raise ClientError(
+                    f"messages[{index}]: this gateway's models take text only "
+                    f"(got a {type(part).__name__})",
+                    code="multimodal_not_supported",
+                    param=f"messages[{index}].content",
+                )
+            texts.append(part.text)
+        out["content"] = "\n".join(texts)
+    return out
+
+
+def _cut_after_final_message(text: str, final: dict[str, Any]) -> str:
+    """continue_final_message: drop what the template wrote after the last message's content."""
+    content = final.get("content")
+    if not isinstance(content, str) or not content:
+        raise ClientError(
+            "continue_final_message needs a final message with text content", param="messages"
+        )
+    at = text.rfind(content)
+    if at < 0:
+        raise ClientError(
+            "continue_final_message: the template does not reproduce the final message verbatim",
+            param="messages",
+        )
+    return text[: at + len(content)]

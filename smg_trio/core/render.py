@@ -1,0 +1,351 @@
+"""Pure. Renders results as client bytes: OpenAI/SGLang JSON, SSE events, WebSocket frames.
+
+Streaming renderers return the chunk *payload* (one JSON object); `sse` and `websocket_chunk`
+frame it, so both transports carry byte-identical chunks. The per-token paths (`content`,
+`reasoning`, `text`) splice the JSON-encoded text between pre-encoded constant bytes instead of
+building structs: tests pin that the result equals the struct encoding byte for byte.
+
+Chat `message.content` is `null` only when the choice produced no text at all; whitespace-only
+text is kept (smg turns it into null; we do not throw away what the model generated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from smg_trio.errors import GatewayError
+from smg_trio.wire.openai import (
+    JSON_ENCODER,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChoiceDelta,
+    ChoiceLogprobs,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    GenerateFinishReason,
+    GenerateMetaInfo,
+    GenerateResponse,
+    MatchedStop,
+    ResponseMessage,
+    Usage,
+    error_body,
+)
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+_encode = JSON_ENCODER.encode
+
+
+def sse(payload: bytes) -> bytes:
+    """One server-sent event carrying `payload`."""
+    return b"data: " + payload + b"\n\n"
+
+
+def sse_error(err: GatewayError) -> bytes:
+    """The mid-stream error event; the caller sends `SSE_DONE` after it."""
+    return b"data: " + error_body(err) + b"\n\n"
+
+
+def websocket_chunk(stream_id: str | int, payload: bytes) -> bytes:
+    """`{"type":"chunk","id":ID,"data":CHUNK}` where CHUNK is exactly the SSE payload."""
+    return b'{"type":"chunk","id":' + _encode(stream_id) + b',"data":' + payload + b"}"
+
+
+def _head(request_id: str, object_name: str, created: int, model: str) -> bytes:
+    """The constant start of every chunk of one stream, up to the opening of `choices`."""
+    return b"".join(
+        (
+            b'{"id":',
+            _encode(request_id),
+            b',"object":"',
+            object_name.encode(),
+            b'","created":',
+            b"%d" % created,
+            b',"model":',
+            _encode(model),
+            b',"choices":[',
+        )
+    )
+
+
+_CHAT_CONTENT = b',"delta":{"content":'
+_CHAT_REASONING = b',"delta":{"reasoning_content":'
+_CHAT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
+
+
+class ChatStreamRenderer:
+    """Chunks of one streaming chat completion (`chat.completion.chunk`)."""
+
+    __slots__ = ("_content", "_created", "_head", "_id", "_model", "_reasoning", "include_usage")
+
+    def __init__(self, *, request_id: str, created: int, model: str, include_usage: bool) -> None:
+        self._id = request_id
+        self._created = created
+        self._model = model
+        self.include_usage = include_usage
+        self._head = _head(request_id, "chat.completion.chunk", created, model)
+        self._content: dict[int, bytes] = {}
+        self._reasoning: dict[int, bytes] = {}
+
+    def _chunk(self, choices: tuple[ChunkChoice, ...], usage: Usage | None = None) -> bytes:
+        chunk = ChatCompletionChunk(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            choices=choices,
+            usage=msgspec.UNSET if usage is None else usage,
+        )
+        return _encode(chunk)
+
+    def role(self, index: int) -> bytes:
+        """The first chunk of a choice: role "assistant" and empty content."""
+        delta = ChoiceDelta(role="assistant", content="")
+        return self._chunk((ChunkChoice(index=index, delta=delta),))
+
+    def content(self, index: int, text: str, logprobs: ChoiceLogprobs | None = None) -> bytes:
+        if logprobs is not None:
+            delta = ChoiceDelta(content=text)
+            return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=logprobs),))
+        prefix = self._content.get(index)
+        if prefix is None:
+            prefix = self._content[index] = self._head + b'{"index":%d' % index + _CHAT_CONTENT
+        return prefix + _encode(text) + _CHAT_TAIL
+
+    def reasoning(self, index: int, text: str) -> bytes:
+        prefix = self._reasoning.get(index)
+        if prefix is None:
+            prefix = self._reasoning[index] = self._head + b'{"index":%d' % index + _CHAT_REASONING
+        return prefix + _encode(text) + _CHAT_TAIL
+
+    def finish(self, index: int, reason: str, matched_stop: MatchedStop | None = None) -> bytes:
+        """The last chunk of a choice: empty delta, `finish_reason`, and `matched_stop` if any."""
+        choice = ChunkChoice(
+            index=index,
+            delta=ChoiceDelta(),
+            finish_reason=reason,
+            matched_stop=msgspec.UNSET if matched_stop is None else matched_stop,
+        )
+        return self._chunk((choice,))
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
+        """The usage chunk (`choices: []`) when the client asked for it, else None."""
+        if not self.include_usage:
+            return None
+        return self._chunk((), Usage.of(prompt_tokens, completion_tokens))
+
+
+_COMPLETION_TAIL = b',"logprobs":null,"finish_reason":null}]}'
+
+
+class CompletionStreamRenderer:
+    """Chunks of one streaming completion (`text_completion`, as OpenAI streams them).
+
+    `matched_stop` is not sent in completion chunks (spec §3.9).
+    """
+
+    __slots__ = ("_created", "_head", "_id", "_model", "_text_prefix", "include_usage")
+
+    def __init__(self, *, request_id: str, created: int, model: str, include_usage: bool) -> None:
+        self._id = request_id
+        self._created = created
+        self._model = model
+        self.include_usage = include_usage
+        self._head = _head(request_id, "text_completion", created, model)
+        self._text_prefix = self._head + b'{"text":'
+
+    def _chunk(self, choices: tuple[CompletionChoice, ...], usage: Usage | None = None) -> bytes:
+        chunk = Completion(
+            id=self._id,
+            created=self._created,
+            model=self._model,
+            choices=choices,
+            usage=msgspec.UNSET if usage is None else usage,
+        )
+        return _encode(chunk)
+
+    def text(self, index: int, text: str) -> bytes:
+        return b"".join(
+            (self._text_prefix, _encode(text), b',"index":%d' % index, _COMPLETION_TAIL)
+        )
+
+    def finish(self, index: int, reason: str, text: str = "") -> bytes:
+        return self._chunk((CompletionChoice(text=text, index=index, finish_reason=reason),))
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
+        if not self.include_usage:
+            return None
+        return self._chunk((), Usage.of(prompt_tokens, completion_tokens))
+
+
+class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """One finished choice of a non-streaming response, as the request produced it.
+
+    `text` is final (stop-trimmed; for completions already with echo prefix and suffix).
+    `completion_tokens` is the engine's count for this choice.
+    """
+
+    index: int
+    text: str
+    finish_reason: str
+    completion_tokens: int
+    matched_stop: MatchedStop | None = None
+    reasoning: str | None = None
+    output_ids: tuple[int, ...] | None = None
+
+
+def _usage(prompt_tokens: int, choices: Sequence[FinishedChoice]) -> Usage:
+    return Usage.of(prompt_tokens, sum(c.completion_tokens for c in choices))
+
+
+def _matched(choice: FinishedChoice) -> MatchedStop | msgspec.UnsetType:
+    return msgspec.UNSET if choice.matched_stop is None else choice.matched_stop
+
+
+def chat_completion(
+    *,
+    request_id: str,
+    created: int,
+    model: str,
+    prompt_tokens: int,
+    choices: Sequence[FinishedChoice],
+) -> bytes:
+    """A non-streaming `chat.completion`; usage sums the choices' completion tokens."""
+    rendered = tuple(
+        ChatChoice(
+            index=c.index,
+            message=ResponseMessage(
+                content=c.text or None,
+                reasoning_content=msgspec.UNSET if c.reasoning is None else c.reasoning,
+            ),
+            finish_reason=c.finish_reason,
+            matched_stop=_matched(c),
+        )
+        for c in choices
+    )
+    response = ChatCompletion(
+        id=request_id,
+        created=created,
+        model=model,
+        choices=rendered,
+        usage=_usage(prompt_tokens, choices),
+    )
+    return _encode(response)
+
+
+def completion(
+    *,
+    request_id: str,
+    created: int,
+    model: str,
+    prompt_tokens: int,
+    choices: Sequence[FinishedChoice],
+) -> bytes:
+    """A non-streaming `text_completion`."""
+    rendered = tuple(
+        CompletionChoice(
+            text=c.text, index=c.index, finish_reason=c.finish_reason, matched_stop=_matched(c)
+        )
+        for c in choices
+    )
+    response = Completion(
+        id=request_id,
+        created=created,
+        model=model,
+        choices=rendered,
+        usage=_usage(prompt_tokens, choices),
+    )
+    return _encode(response)
+
+
+def generate_finish_reason(
+    reason: str, matched_stop: MatchedStop | None, completion_tokens: int
+) -> GenerateFinishReason:
+    """SGLang's finish object: stop carries `matched`, length carries the token count."""
+    if reason == "length":
+        return GenerateFinishReason(type="length", length=completion_tokens)
+    if reason == "stop" and matched_stop is not None:
+        return GenerateFinishReason(type="stop", matched=matched_stop)
+    return GenerateFinishReason(type=reason)
+
+
+def _generate_response(
+    request_id: str,
+    prompt_tokens: int,
+    index: int | None,
+    text: str,
+    completion_tokens: int,
+    finish: GenerateFinishReason | None,
+    output_ids: tuple[int, ...] | None,
+) -> GenerateResponse:
+    return GenerateResponse(
+        text=text,
+        output_ids=msgspec.UNSET if output_ids is None else output_ids,
+        meta_info=GenerateMetaInfo(
+            id=request_id,
+            finish_reason=finish,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        ),
+        index=msgspec.UNSET if index is None else index,
+    )
+
+
+def generate_response(
+    *, request_id: str, prompt_tokens: int, choices: Sequence[FinishedChoice]
+) -> bytes:
+    """A non-streaming /generate body: one object, or an array of them when n > 1 (as SGLang)."""
+    many = len(choices) > 1
+    rendered = [
+        _generate_response(
+            request_id,
+            prompt_tokens,
+            c.index if many else None,
+            c.text,
+            c.completion_tokens,
+            generate_finish_reason(c.finish_reason, c.matched_stop, c.completion_tokens),
+            c.output_ids,
+        )
+        for c in choices
+    ]
+    return _encode(rendered if many else rendered[0])
+
+
+class GenerateStreamRenderer:
+    """Chunks of a streaming /generate: each carries the CUMULATIVE text, as SGLang streams."""
+
+    __slots__ = ("_id", "_n", "_prompt_tokens")
+
+    def __init__(self, *, request_id: str, prompt_tokens: int, n: int) -> None:
+        self._id = request_id
+        self._prompt_tokens = prompt_tokens
+        self._n = n
+
+    def chunk(
+        self,
+        index: int,
+        text: str,
+        completion_tokens: int,
+        *,
+        finish_reason: str | None = None,
+        matched_stop: MatchedStop | None = None,
+        output_ids: tuple[int, ...] | None = None,
+    ) -> bytes:
+        finish = (
+            None
+            if finish_reason is None
+            else generate_finish_reason(finish_reason, matched_stop, completion_tokens)
+        )
+        response = _generate_response(
+            self._id,
+            self._prompt_tokens,
+            index if self._n > 1 else None,
+            text,
+            completion_tokens,
+            finish,
+            output_ids,
+        )
+        return _encode(response)

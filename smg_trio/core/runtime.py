@@ -1,0 +1,75 @@
+"""Pure. Engine runtimes and wires, and which (runtime, wire) pairs have an adapter.
+
+A worker's runtime is always explicit. `UNSPECIFIED` exists so that a configuration that forgot
+it can be represented and rejected with a clear message, never silently defaulted.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from smg_trio.errors import UnsupportedRuntime
+
+
+class Runtime(enum.Enum):
+    UNSPECIFIED = "unspecified"
+    SGLANG = "sglang"
+    VLLM = "vllm"
+    TOKENSPEED = "tokenspeed"
+    MLX = "mlx"
+    TRTLLM = "trtllm"
+
+
+class Wire(enum.Enum):
+    GRPC = "grpc"
+    ZMQ = "zmq"
+
+
+_RUNTIME_ALIASES = {"tensorrt-llm": Runtime.TRTLLM, "tensorrt_llm": Runtime.TRTLLM}
+
+SUPPORTED_PAIRS: frozenset[tuple[Runtime, Wire]] = frozenset(
+    {
+        (Runtime.SGLANG, Wire.GRPC),
+        (Runtime.VLLM, Wire.GRPC),
+        (Runtime.VLLM, Wire.ZMQ),
+        (Runtime.TOKENSPEED, Wire.ZMQ),
+        (Runtime.TOKENSPEED, Wire.GRPC),
+        (Runtime.MLX, Wire.GRPC),
+        (Runtime.TRTLLM, Wire.GRPC),
+    }
+)
+
+
+def parse_runtime(name: str) -> Runtime:
+    """Case-insensitive runtime name → Runtime; an unknown name is an error naming it."""
+    key = name.strip().lower()
+    if key in _RUNTIME_ALIASES:
+        return _RUNTIME_ALIASES[key]
+    for runtime in Runtime:
+        if runtime.value == key:
+            return runtime
+    known = ", ".join(r.value for r in Runtime if r is not Runtime.UNSPECIFIED)
+    raise UnsupportedRuntime(f"unknown engine runtime {name!r}; expected one of: {known}")
+
+
+def parse_wire(name: str) -> Wire:
+    key = name.strip().lower()
+    for wire in Wire:
+        if wire.value == key:
+            return wire
+    raise UnsupportedRuntime(f"unknown wire {name!r}; expected 'grpc' or 'zmq'")
+
+
+def require_adapter(runtime: Runtime, wire: Wire) -> None:
+    """Raise UnsupportedRuntime unless we have an adapter for this runtime over this wire."""
+    if runtime is Runtime.UNSPECIFIED:
+        raise UnsupportedRuntime(
+            f"the engine runtime of a {wire.value} worker must be declared "
+            "(sglang, vllm, tokenspeed, mlx or trtllm); it is never guessed"
+        )
+    if (runtime, wire) not in SUPPORTED_PAIRS:
+        supported = sorted(r.value for r, w in SUPPORTED_PAIRS if w is wire)
+        raise UnsupportedRuntime(
+            f"runtime {runtime.value!r} has no adapter for the {wire.value} wire; "
+            f"over {wire.value} we support: {', '.join(supported)}"
+        )

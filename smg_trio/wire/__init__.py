@@ -1,0 +1,1 @@
+"""Pure. Bytes on every wire: OpenAI JSON, EngineCore/TokenSpeed msgpack, protobuf builders."""
