@@ -92,7 +92,7 @@ def _ours(source: str, messages: Sequence[Mapping[str, Any]], **kw: Any) -> str:
     )
 
 
-CONVERSATION = [
+CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "  Be terse.  "},
     {"role": "user", "content": "Héllo <b>&'\"</b> 中文 🚀"},
     {
@@ -103,7 +103,7 @@ CONVERSATION = [
     {"role": "tool", "content": "42"},
     {"role": "user", "content": "again"},
 ]
-TOOL_LIST = [
+TOOL_LIST: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "f", "description": "does <f>"}},
     {"type": "function", "function": {"name": "g"}},
 ]
