@@ -1,0 +1,385 @@
+"""I/O. A Hugging Face style model folder: tokenizer, chat template, special tokens, EOS, context.
+
+`load_model_dir` reads `tokenizer.json` (required), `tokenizer_config.json`, `config.json`,
+`generation_config.json` and, when the config has no template, `chat_template.jinja` or
+`chat_template.json`. Weights are never read.
+
+EOS ids follow ../specs/stops-and-finalize.md §2.1 and §2.2, with one deliberate divergence:
+the spec says a corrupt `config.json` or `generation_config.json` contributes nothing, with a
+warning. We raise `ConfigError` naming the file instead, because a corrupt file in a model
+folder is an operator mistake that should stop startup, not silently change which ids end a
+generation. A missing optional file still contributes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Tokenizer, decoders
+
+from smg_trio.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+U32_MAX = 2**32 - 1
+# transformers writes model_max_length = 1e30 when a model declares none; nothing real is this big.
+MAX_PLAUSIBLE_CONTEXT = 1_000_000_000
+CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len")
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+
+
+def _byte_level_char_to_byte() -> dict[str, int]:
+    """The byte-level BPE alphabet: each byte is spelled as one printable character.
+
+    Bytes that are already printable (and not a space) stand for themselves; the others, in
+    ascending order, are spelled with consecutive characters from U+0100 up.
+    """
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    char_to_byte = {chr(b): b for b in printable}
+    unprintable = [b for b in range(256) if b not in char_to_byte.values()]
+    char_to_byte.update({chr(0x100 + n): b for n, b in enumerate(unprintable)})
+    return char_to_byte
+
+
+BYTE_LEVEL_CHARS = _byte_level_char_to_byte()
+# str.translate table that turns an alphabet character into the latin-1 character of its byte.
+_TO_LATIN1 = {ord(char): byte for char, byte in BYTE_LEVEL_CHARS.items()}
+_ALPHABET = frozenset(BYTE_LEVEL_CHARS)
+
+
+def byte_level_token_bytes(token: str) -> bytes:
+    """Raw bytes of a byte-level vocabulary entry, as the ByteLevel decoder produces them.
+
+    A token with any character outside the alphabet is taken as its own UTF-8 text, whole;
+    that is what the decoder does too.
+    """
+    if _ALPHABET.issuperset(token):
+        return token.translate(_TO_LATIN1).encode("latin-1")
+    return token.encode("utf-8")
+
+
+class ModelTokenizer:
+    """A Hugging Face `tokenizers.Tokenizer` behind `smg_trio.core.tokenizer.TokenizerLike`.
+
+    Decoding is lossy UTF-8: an incomplete trailing sequence renders as one U+FFFD.
+
+    `token_bytes(id)` is the detokenizer's fast path for byte-level vocabularies: the raw bytes
+    of an ordinary (model vocabulary) token, or None for added tokens (special or not), ids
+    outside the vocabulary, and every id when the decoder is not ByteLevel. For ids that all have
+    bytes, `b"".join(bytes).decode("utf-8", "replace") == decode(ids)`. Added tokens break
+    that join: `decode` renders the bytes on either side of an added token separately, except
+    that a special token dropped by skip_special_tokens=True is transparent.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, eos_token_ids: Sequence[int] = ()) -> None:
+        self._tokenizer = tokenizer
+        self._eos_token_ids = tuple(sorted(set(eos_token_ids)))
+        added = tokenizer.get_added_tokens_decoder()
+        self._special_token_ids = frozenset(i for i, token in added.items() if token.special)
+        vocab = tokenizer.get_vocab(with_added_tokens=False)
+        self._vocab_size = max([*vocab.values(), *added, -1]) + 1
+        self._is_byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
+        table: list[bytes | None] = [None] * self._vocab_size
+        if self._is_byte_level:
+            for token, token_id in vocab.items():
+                if token_id not in added:
+                    table[token_id] = byte_level_token_bytes(token)
+        self._token_bytes = table
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self._eos_token_ids
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        return self._special_token_ids
+
+    @property
+    def vocab_size(self) -> int:
+        """One past the largest id, added tokens included."""
+        return self._vocab_size
+
+    @property
+    def is_byte_level(self) -> bool:
+        """True when the decoder is ByteLevel, i.e. `token_bytes` has entries."""
+        return self._is_byte_level
+
+    @property
+    def hf_tokenizer(self) -> Tokenizer:
+        """The wrapped tokenizer, for batch APIs. Do not mutate it."""
+        return self._tokenizer
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
+        return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tokenizer.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        if not 0 <= token_id <= U32_MAX:
+            return None
+        return self._tokenizer.id_to_token(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        if 0 <= token_id < self._vocab_size:
+            return self._token_bytes[token_id]
+        return None
+
+
+@dataclass(frozen=True)
+class EosIds:
+    """Connect-time EOS ids of a model folder (spec §2.2): `primary` plus the `extra` ones."""
+
+    primary: int | None = None
+    extra: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    path: Path
+    served_name: str
+    tokenizer: ModelTokenizer
+    chat_template: str | None
+    bos_token: str | None
+    eos_token: str | None
+    pad_token: str | None
+    unk_token: str | None
+    tokenizer_eos_ids: tuple[int, ...]
+    eos_ids: EosIds
+    context_length: int | None
+    add_bos_token: bool | None = None
+    # Named templates when the config lists several ({name, template} dicts); empty otherwise.
+    chat_templates: Mapping[str, str] = field(default_factory=dict)
+
+
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """A JSON object file → dict; missing → None; unreadable, corrupt, not an object → ConfigError."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: corrupt JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def eos_id_values(config: Mapping[str, Any] | None) -> list[int]:
+    """`eos_token_id` as ids in file order: an int or a list; non-integers and non-u32 dropped."""
+    if config is None:
+        return []
+    value = config.get("eos_token_id")
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if type(v) is int and 0 <= v <= U32_MAX]
+
+
+def merge_tokenizer_eos_ids(
+    config: Mapping[str, Any] | None, generation_config: Mapping[str, Any] | None
+) -> tuple[int, ...]:
+    """Spec §2.1: the sorted, deduplicated union of both files' `eos_token_id`."""
+    return tuple(sorted({*eos_id_values(config), *eos_id_values(generation_config)}))
+
+
+def merge_connect_eos_ids(
+    config: Mapping[str, Any] | None, generation_config: Mapping[str, Any] | None
+) -> EosIds:
+    """Spec §2.2: primary = first of config.json, else of generation_config.json; the rest extra."""
+    ordered = [*eos_id_values(config), *eos_id_values(generation_config)]
+    if not ordered:
+        return EosIds()
+    primary = ordered[0]
+    extra = tuple(dict.fromkeys(i for i in ordered if i != primary))
+    return EosIds(primary=primary, extra=extra)
+
+
+def read_eos_ids(model: str | os.PathLike[str]) -> EosIds:
+    """Connect-time EOS ids for a worker's model id; not a local directory → warning, empty."""
+    directory = Path(model)
+    if not directory.is_dir():
+        logger.warning(
+            "model %s is not a local directory: no EOS ids from its config files; "
+            "only the tokenizer's EOS ids will stop generation",
+            model,
+        )
+        return EosIds()
+    return merge_connect_eos_ids(
+        read_json_object(directory / "config.json"),
+        read_json_object(directory / "generation_config.json"),
+    )
+
+
+def special_token_text(value: object) -> str | None:
+    """A special token as configs spell it: a string, or an AddedToken dict with `content`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def parse_chat_templates(value: object, source: Path) -> tuple[str | None, dict[str, str]]:
+    """`chat_template` as a string or a list of {name, template} → (default, named)."""
+    if value is None:
+        return None, {}
+    if isinstance(value, str):
+        return value, {}
+    if isinstance(value, list):
+        named: dict[str, str] = {}
+        for entry in value:
+            if not (
+                isinstance(entry, dict)
+                and isinstance(entry.get("name"), str)
+                and isinstance(entry.get("template"), str)
+            ):
+                raise ConfigError(
+                    f"{source}: chat_template list entries must be {{name, template}} strings"
+                )
+            named[entry["name"]] = entry["template"]
+        return named.get("default"), named
+    raise ConfigError(f"{source}: chat_template must be a string or a list, not {value!r:.80}")
+
+
+def _positive_context(value: object) -> int | None:
+    if type(value) is int and 0 < value <= MAX_PLAUSIBLE_CONTEXT:
+        return value
+    return None
+
+
+def context_length_of(
+    config: Mapping[str, Any] | None, tokenizer_config: Mapping[str, Any] | None
+) -> int | None:
+    """config.json's length (top level, then text_config), else model_max_length; None if absurd."""
+    scopes: list[Mapping[str, Any]] = []
+    if config is not None:
+        scopes.append(config)
+        if isinstance(config.get("text_config"), dict):
+            scopes.append(config["text_config"])
+    for scope in scopes:
+        for key in CONTEXT_KEYS:
+            if (length := _positive_context(scope.get(key))) is not None:
+                return length
+    if tokenizer_config is not None:
+        return _positive_context(tokenizer_config.get("model_max_length"))
+    return None
+
+
+def _load_tokenizer(path: Path) -> Tokenizer:
+    if not path.is_file():
+        raise ConfigError(
+            f"{path}: missing; the model folder needs a Hugging Face tokenizer.json "
+            "(tokenizer.model and tiktoken files are not supported)"
+        )
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises bare Exception for every parse failure
+        raise ConfigError(f"{path}: not a valid tokenizer.json: {exc}") from exc
+
+
+def apply_added_tokens_decoder(tokenizer: Tokenizer, declared: object, source: Path) -> None:
+    """Honour `added_tokens_decoder` flags the way transformers does on load.
+
+    An entry naming the same token at the same id as tokenizer.json but flagged special there
+    makes it special (so decode skips it). An entry that disagrees with tokenizer.json about
+    the id is ignored with a warning: tokenizer.json decides ids.
+    """
+    if declared is None:
+        return
+    if not isinstance(declared, dict):
+        raise ConfigError(f"{source}: added_tokens_decoder must be an object of id → token")
+    known = tokenizer.get_added_tokens_decoder()
+    for key, entry in declared.items():
+        content = special_token_text(entry)
+        if not key.isdigit() or content is None:
+            raise ConfigError(f"{source}: added_tokens_decoder[{key!r}] is not id → token")
+        token_id = int(key)
+        if tokenizer.token_to_id(content) != token_id:
+            logger.warning(
+                "%s: added_tokens_decoder puts %r at id %d but tokenizer.json does not; ignored",
+                source,
+                content,
+                token_id,
+            )
+            continue
+        special = isinstance(entry, dict) and entry.get("special") is True
+        if special and not (token_id in known and known[token_id].special):
+            flags = {k: entry[k] for k in ("lstrip", "rstrip", "single_word") if k in entry}
+            normalized = bool(entry.get("normalized", False))
+            tokenizer.add_special_tokens(
+                [AddedToken(content, special=True, normalized=normalized, **flags)]
+            )
+
+
+def _read_fallback_chat_template(directory: Path) -> object:
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{jinja}: cannot read it: {exc}") from exc
+    separate = read_json_object(directory / "chat_template.json")
+    return None if separate is None else separate.get("chat_template")
+
+
+def load_model_dir(path: str | os.PathLike[str], *, served_name: str | None = None) -> ModelDir:
+    """Read a model folder; any missing required file or corrupt JSON raises ConfigError."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: model path is not a directory")
+    tokenizer_config = read_json_object(directory / "tokenizer_config.json")
+    config = read_json_object(directory / "config.json")
+    generation_config = read_json_object(directory / "generation_config.json")
+    specials_map = read_json_object(directory / "special_tokens_map.json") or {}
+    settings = tokenizer_config or {}
+
+    hf_tokenizer = _load_tokenizer(directory / "tokenizer.json")
+    apply_added_tokens_decoder(
+        hf_tokenizer, settings.get("added_tokens_decoder"), directory / "tokenizer_config.json"
+    )
+    tokenizer_eos_ids = merge_tokenizer_eos_ids(config, generation_config)
+
+    template_source = directory / "tokenizer_config.json"
+    raw_template = settings.get("chat_template")
+    if raw_template is None:
+        raw_template = _read_fallback_chat_template(directory)
+        template_source = directory
+    chat_template, chat_templates = parse_chat_templates(raw_template, template_source)
+
+    tokens = {
+        key: special_token_text(settings[key] if key in settings else specials_map.get(key))
+        for key in SPECIAL_TOKEN_KEYS
+    }
+    add_bos_token = settings.get("add_bos_token")
+    return ModelDir(
+        path=directory,
+        served_name=served_name or directory.resolve().name,
+        tokenizer=ModelTokenizer(hf_tokenizer, eos_token_ids=tokenizer_eos_ids),
+        chat_template=chat_template,
+        chat_templates=chat_templates,
+        bos_token=tokens["bos_token"],
+        eos_token=tokens["eos_token"],
+        pad_token=tokens["pad_token"],
+        unk_token=tokens["unk_token"],
+        add_bos_token=add_bos_token if isinstance(add_bos_token, bool) else None,
+        tokenizer_eos_ids=tokenizer_eos_ids,
+        eos_ids=merge_connect_eos_ids(config, generation_config),
+        context_length=context_length_of(config, tokenizer_config),
+    )
+
+
+def demo_model_path() -> Path:
+    """The demo model folder shipped inside the package (tokenizer and configs, no weights)."""
+    return Path(__file__).resolve().parent / "demo_model"
