@@ -23,6 +23,8 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders
 
+from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -159,6 +161,29 @@ class ModelDir:
     add_bos_token: bool | None = None
     # Named templates when the config lists several ({name, template} dicts); empty otherwise.
     chat_templates: Mapping[str, str] = field(default_factory=dict)
+
+    def prompt_model(self) -> PromptModel:
+        """What `core.prepare` needs, with the chat template compiled once."""
+        template = (
+            None
+            if self.chat_template is None
+            else ChatTemplate(
+                self.chat_template,
+                special_tokens={
+                    "bos_token": self.bos_token,
+                    "eos_token": self.eos_token,
+                    "pad_token": self.pad_token,
+                    "unk_token": self.unk_token,
+                },
+            )
+        )
+        return PromptModel(
+            name=self.served_name,
+            tokenizer=self.tokenizer,
+            chat_template=template,
+            vocab_size=self.tokenizer.vocab_size,
+            context_length=self.context_length,
+        )
 
 
 def read_json_object(path: Path) -> dict[str, Any] | None:

@@ -1,0 +1,227 @@
+"""prepare: template, tokenize once, map sampling, build the router's stop spec."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import msgspec
+import pytest
+from tokenizers import Tokenizer, processors
+
+from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.plan import Endpoint, GeneratePlan
+from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
+from smg_trio.errors import ClientError
+from smg_trio.model import ModelTokenizer, demo_model_path, load_model_dir
+from smg_trio.wire import openai as oa
+
+NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
+DEMO = load_model_dir(demo_model_path())
+MODEL = DEMO.prompt_model()
+TINY_LLAMA = Path(__file__).resolve().parents[3] / "shared" / "models" / "tiny-llama"
+
+
+def chat(body: dict[str, object], model: PromptModel = MODEL) -> GeneratePlan:
+    req = oa.decode_chat_request(msgspec.json.encode(body))
+    return prepare_chat(req, model, request_id="r1", now=NOW)
+
+
+def chat_plan(**fields: object) -> GeneratePlan:
+    body: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    body.update(fields)
+    req = oa.decode_chat_request(msgspec.json.encode(body))
+    return prepare_chat(req, MODEL, request_id="r1", now=NOW)
+
+
+def test_chat_renders_the_template_and_tokenizes_it_once() -> None:
+    plan = chat_plan()
+    expected = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert DEMO.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False) == expected
+    assert plan.prompt_ids == tuple(DEMO.tokenizer.encode(expected, add_special_tokens=False))
+    assert plan.endpoint is Endpoint.CHAT
+    assert plan.model == "m"
+    assert plan.n == 1
+
+
+def test_bos_written_by_the_template_is_not_added_twice() -> None:
+    # A tokenizer whose post-processor adds BOS, and a template that writes BOS itself: the chat
+    # prompt must start with exactly one BOS (transformers encodes chat prompts without specials).
+    hf = Tokenizer.from_file(str(demo_model_path() / "tokenizer.json"))
+    hf.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
+    )
+    tokenizer = ModelTokenizer(hf, eos_token_ids=(2,))
+    template = ChatTemplate(
+        "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+        special_tokens={"bos_token": "<|endoftext|>"},
+    )
+    model = msgspec.structs.replace(MODEL, tokenizer=tokenizer, chat_template=template)
+    req = oa.decode_chat_request(b'{"messages":[{"role":"user","content":"hi"}]}')
+    plan = prepare_chat(req, model, request_id="r", now=NOW)
+    assert plan.prompt_ids.count(0) == 1
+    assert plan.prompt_ids[0] == 0
+    # ... while a completion prompt does get the post-processor's BOS.
+    comp = oa.decode_completion_request(b'{"prompt":"hi"}')
+    assert prepare_completion(comp, model, request_id="r").prompt_ids[0] == 0
+
+
+@pytest.mark.skipif(not TINY_LLAMA.is_dir(), reason="shared tiny-llama model not present")
+def test_tiny_llama_prompt_starts_with_one_bos() -> None:
+    model = load_model_dir(TINY_LLAMA).prompt_model()
+    req = oa.decode_chat_request(b'{"messages":[{"role":"user","content":"def hello(world):"}]}')
+    plan = prepare_chat(req, model, request_id="r", now=NOW)
+    assert plan.prompt_ids[0] == 1
+    assert plan.prompt_ids.count(1) == 1
+    assert plan.stop_spec.token_ids == (2, 7)
+
+
+def test_unset_max_tokens_becomes_the_rest_of_the_context() -> None:
+    plan = chat_plan()
+    assert MODEL.context_length == 4096
+    assert plan.sampling.max_tokens == 4096 - len(plan.prompt_ids)
+    assert chat_plan(max_tokens=5).sampling.max_tokens == 5
+    assert chat_plan(max_completion_tokens=6, max_tokens=5).sampling.max_tokens == 6
+
+
+def test_context_overflow_is_a_400_naming_messages() -> None:
+    with pytest.raises(ClientError) as info:
+        chat_plan(max_tokens=4096)
+    assert info.value.status == 400
+    assert info.value.param == "messages"
+    assert "maximum context length is 4096" in info.value.message
+
+
+def test_stop_spec_has_eos_then_user_ids_and_strings() -> None:
+    plan = chat_plan(stop=["\n\n", "END"], stop_token_ids=[7, 2])
+    assert plan.stop_spec.strings == ("\n\n", "END")
+    assert plan.stop_spec.token_ids == (0, 2, 7)
+    assert plan.sampling.stop == ("\n\n", "END")
+    assert plan.sampling.stop_token_ids == (7, 2)
+    assert chat_plan(ignore_eos=True, stop_token_ids=[7]).stop_spec.token_ids == (7,)
+
+
+def test_include_stop_str_in_output_is_no_stop_trim() -> None:
+    assert chat_plan(include_stop_str_in_output=True).stop_spec.no_stop_trim
+    assert chat_plan(no_stop_trim=True).sampling.no_stop_trim
+    assert not chat_plan().stop_spec.no_stop_trim
+
+
+def test_sampling_and_stream_fields_are_mapped() -> None:
+    plan = chat_plan(
+        temperature=0.5,
+        top_p=0.9,
+        top_k=5,
+        min_p=0.1,
+        seed=3,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+        logprobs=True,
+        top_logprobs=2,
+        skip_special_tokens=False,
+    )
+    s = plan.sampling
+    assert (s.temperature, s.top_p, s.top_k, s.min_p, s.seed, s.logprobs) == (
+        0.5,
+        0.9,
+        5,
+        0.1,
+        3,
+        2,
+    )
+    assert plan.n == 2
+    assert plan.stream
+    assert plan.include_usage
+    assert not plan.stop_spec.skip_special_tokens
+
+
+def test_image_content_is_rejected_naming_the_message() -> None:
+    with pytest.raises(ClientError) as info:
+        chat_plan(
+            messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+            ]
+        )
+    assert info.value.code == "multimodal_not_supported"
+    assert info.value.param == "messages[0].content"
+
+
+def test_text_parts_are_joined() -> None:
+    plan = chat_plan(
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ]
+    )
+    assert "a\nb" in DEMO.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
+
+
+def test_unknown_role_raised_by_the_template_is_a_400() -> None:
+    # The demo template raises for roles it does not know; "tool" is one of them.
+    with pytest.raises(ClientError) as info:
+        chat_plan(messages=[{"role": "tool", "content": "x", "tool_call_id": "c"}])
+    assert info.value.status == 400
+
+
+def test_continue_final_message_cuts_after_the_last_content() -> None:
+    plan = chat_plan(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Once upon"},
+        ],
+        add_generation_prompt=False,
+        continue_final_message=True,
+    )
+    text = DEMO.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
+    assert text.endswith("<|im_start|>assistant\nOnce upon")
+
+
+def test_model_without_template_cannot_chat() -> None:
+    model = msgspec.structs.replace(MODEL, chat_template=None)
+    with pytest.raises(ClientError, match="no chat template"):
+        chat({"messages": [{"role": "user", "content": "x"}]}, model)
+
+
+def test_completion_text_ids_and_echo() -> None:
+    req = oa.decode_completion_request(b'{"prompt":"hello there","echo":true,"max_tokens":3}')
+    plan = prepare_completion(req, MODEL, request_id="c")
+    assert plan.endpoint is Endpoint.COMPLETION
+    assert plan.echo_text == "hello there"
+    assert plan.sampling.max_tokens == 3
+    ids_req = oa.decode_completion_request(b'{"prompt":[5,6,7]}')
+    ids_plan = prepare_completion(ids_req, MODEL, request_id="c")
+    assert ids_plan.prompt_ids == (5, 6, 7)
+    assert ids_plan.sampling.max_tokens == 16  # OpenAI's completions default
+
+
+def test_prompt_ids_outside_the_vocabulary_are_rejected() -> None:
+    req = oa.decode_completion_request(b'{"prompt":[5, 999999]}')
+    with pytest.raises(ClientError, match="outside the vocabulary") as info:
+        prepare_completion(req, MODEL, request_id="c")
+    assert info.value.param == "prompt"
+
+
+def test_empty_prompt_is_rejected() -> None:
+    req = oa.decode_completion_request(b'{"prompt":""}')
+    with pytest.raises(ClientError, match="empty"):
+        prepare_completion(req, MODEL, request_id="c")
+
+
+def test_generate_maps_sglang_sampling_params() -> None:
+    req = oa.decode_generate_request(
+        b'{"input_ids":[5,6],"stream":true,"sampling_params":{"max_new_tokens":4,'
+        b'"stop":["x"],"no_stop_trim":true,"n":2,"sampling_seed":9,"ignore_eos":true}}'
+    )
+    plan = prepare_generate(req, MODEL, request_id="g")
+    assert plan.endpoint is Endpoint.GENERATE
+    assert plan.prompt_ids == (5, 6)
+    assert plan.sampling.max_tokens == 4
+    assert plan.sampling.seed == 9
+    assert plan.n == 2
+    assert plan.stream
+    assert plan.stop_spec.strings == ("x",)
+    assert plan.stop_spec.no_stop_trim
+    assert plan.stop_spec.token_ids == ()  # ignore_eos
