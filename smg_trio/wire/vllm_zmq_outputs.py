@@ -1,0 +1,201 @@
+"""Pure. vLLM EngineCore's output stream (vLLM 0.32/0.33, wire.md §A.7, §A.9 replies): the
+`EngineCoreOutputs` messages on the PULL socket, per-request `EngineCoreOutput` steps, finish
+reasons, sample logprobs and utility replies. Decoders for the gateway, encoders for our
+reference engine.
+
+`EngineCoreOutputs`, `EngineCoreOutput`, `UtilityOutput` and `LogprobsLists` are positional
+arrays; stats, prefill stats, events and request errors are maps. We encode the full 0.33
+layouts (9 and 19 elements; 0.32 frontends ignore the trailing `error`); decoders accept any
+prefix down to the required fields and ignore extra trailing elements.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+
+from smg_trio.errors import BackendProtocolError
+from smg_trio.wire.msgpack_arrays import WireArray, array_values, inline_array
+from smg_trio.wire.zmq_transport import decode_message
+
+
+class FinishReason(enum.IntEnum):
+    STOP = 0
+    LENGTH = 1
+    ABORT = 2
+    ERROR = 3
+    REPETITION = 4
+
+
+_FINISH_TEXT: Final = {0: "stop", 1: "length", 2: "abort", 3: "error", 4: "stop"}
+
+
+def finish_reason_text(code: int | None) -> str | None:
+    """OpenAI finish string: repetition counts as "stop"; an unknown future code as well."""
+    return None if code is None else _FINISH_TEXT.get(code, "stop")
+
+
+class LogprobsLists(msgspec.Struct, array_like=True, frozen=True):
+    """Sample logprobs: ids and logprobs `[positions, k+1]` (column 0 = sampled), ranks `[positions]`."""
+
+    logprob_token_ids: WireArray
+    logprobs: WireArray
+    sampled_token_ranks: WireArray
+    cu_num_generated_tokens: tuple[int, ...] | None = None
+
+
+class TopLogprob(msgspec.Struct, frozen=True):
+    token_id: int
+    logprob: float
+
+
+class PositionLogprobs(msgspec.Struct, frozen=True):
+    """One generated position: the sampled token, its logprob and 1-based vocab rank, the top-k."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: tuple[TopLogprob, ...] = ()
+
+
+def decode_logprobs(lists: LogprobsLists, frames: Sequence[bytes]) -> tuple[PositionLogprobs, ...]:
+    """Resolve a LogprobsLists against its message's frames (`frames[0]` = payload)."""
+    shape = lists.logprob_token_ids.shape
+    if len(shape) != 2 or lists.logprobs.shape != shape or shape[1] < 1:
+        raise BackendProtocolError(f"logprob arrays have inconsistent shapes {shape}")
+    ids = array_values(lists.logprob_token_ids, frames)
+    values = array_values(lists.logprobs, frames)
+    ranks = array_values(lists.sampled_token_ranks, frames)
+    positions, width = shape
+    if len(ranks) != positions:
+        raise BackendProtocolError(f"{len(ranks)} sampled ranks for {positions} positions")
+    return tuple(
+        PositionLogprobs(
+            token_id=int(ids[row * width]),
+            logprob=float(values[row * width]),
+            rank=int(ranks[row]),
+            top=tuple(
+                TopLogprob(token_id=int(ids[i]), logprob=float(values[i]))
+                for i in range(row * width + 1, (row + 1) * width)
+            ),
+        )
+        for row in range(positions)
+    )
+
+
+def encode_logprobs(positions: Sequence[PositionLogprobs]) -> LogprobsLists:
+    """Engine side: pack positions inline as vLLM's dtypes (int32 ids, float32 logprobs, int64 ranks)."""
+    width = 1 + (len(positions[0].top) if positions else 0)
+    if any(len(position.top) != width - 1 for position in positions):
+        raise ValueError("every position must carry the same number of top logprobs")
+    ids: list[int] = []
+    values: list[float] = []
+    for position in positions:
+        ids += [position.token_id, *(top.token_id for top in position.top)]
+        values += [position.logprob, *(top.logprob for top in position.top)]
+    shape = (len(positions), width)
+    return LogprobsLists(
+        logprob_token_ids=inline_array("<i4", shape, ids),
+        logprobs=inline_array("<f4", shape, values),
+        sampled_token_ranks=inline_array("<i8", (len(positions),), [p.rank for p in positions]),
+    )
+
+
+class EngineCoreEvent(msgspec.Struct, frozen=True):
+    type: int  # 1 QUEUED, 2 SCHEDULED, 3 PREEMPTED
+    timestamp: float  # engine-process monotonic seconds
+
+
+class PrefillStats(msgspec.Struct, frozen=True):
+    num_prompt_tokens: int = 0
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_local_cached_tokens: int = 0
+    num_external_cached_tokens: int = 0
+    num_cache_creation_tokens: int = 0
+
+
+class SchedulerStats(msgspec.Struct, frozen=True):
+    """The load keys of vLLM's SchedulerStats map (its other keys are ignored; all have defaults)."""
+
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    step_counter: int = 0
+    current_wave: int = 0
+    kv_cache_usage: float = 0.0
+
+
+class RequestError(msgspec.Struct, frozen=True):
+    """0.33: why an ERROR finish happened, e.g. code "validation_error"."""
+
+    code: str = ""
+    message: str = ""
+    retryable: bool = False
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
+    """One request's step. Terminal iff `finish_reason` is not None; tokens are this step's delta."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    new_logprobs: LogprobsLists | None = None
+    new_prompt_logprobs_tensors: Any = None
+    pooling_output: Any = None
+    finish_reason: int | None = None  # FinishReason; see finish_reason_text
+    stop_reason: int | str | None = None  # matched stop token id (int), else None
+    events: tuple[EngineCoreEvent, ...] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    trace_headers: dict[str, str] | None = None
+    prefill_stats: PrefillStats | None = None  # on the first output after a prefill
+    routed_experts: Any = None
+    num_nans_in_logits: int = 0
+    mm_cache_miss_hashes: tuple[str, ...] | None = None
+    new_sampling_mask: Any = None
+    spec_decode_metrics: Any = None
+    prompt_token_id_logprobs: Any = None
+    error: RequestError | None = None  # 0.33
+
+
+class UtilityOutput(msgspec.Struct, array_like=True, frozen=True):
+    """Reply to a UtilityCall. On success `result` is `[type_info, value]` with type_info nil."""
+
+    call_id: int
+    failure_message: str | None = None
+    result: tuple[Any, Any] | None = None
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
+    """One output message. `engine_index` names the producing engine (PULL has no identity)."""
+
+    engine_index: int = 0
+    outputs: tuple[EngineCoreOutput, ...] = ()
+    scheduler_stats: SchedulerStats | None = None
+    timestamp: float = 0.0  # engine monotonic clock: never compare with ours
+    utility_output: UtilityOutput | None = None
+    finished_requests: tuple[str, ...] | None = None
+    wave_complete: int | None = None
+    start_wave: int | None = None
+    weight_version: str | None = None
+
+
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_OUTPUTS_DECODER: Final = msgspec.msgpack.Decoder(EngineCoreOutputs)
+
+
+def encode_outputs(outputs: EngineCoreOutputs) -> bytes:
+    """Engine side. Arrays are inline (ext 3), so the message is this single frame."""
+    return _ENCODER.encode(outputs)
+
+
+def decode_outputs(frames: Sequence[bytes]) -> EngineCoreOutputs:
+    """Decode `frames[0]`; keep `frames` to resolve logprob arrays with `decode_logprobs`.
+
+    Check `zmq_transport.is_engine_dead(frames)` first: the sentinel is not msgpack.
+    """
+    if not frames:
+        raise BackendProtocolError("empty output message")
+    return decode_message(_OUTPUTS_DECODER, frames[0], "EngineCoreOutputs")
