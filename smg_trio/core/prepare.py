@@ -20,6 +20,7 @@ from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.wire import openai as oa
+from smg_trio.wire import openai_decode as oad
 
 
 class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -205,7 +206,7 @@ def _max_tokens(
         raise ClientError(f"the {param} is empty after tokenization", param=param)
     if model.context_length is None:
         return requested
-    oa.check_context_length(prompt_len, requested, model.context_length, param)
+    oad.check_context_length(prompt_len, requested, model.context_length, param)
     return requested if requested is not None else model.context_length - prompt_len
 
 

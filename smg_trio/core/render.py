@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import msgspec
 
 from smg_trio.errors import GatewayError
-from smg_trio.wire.openai import (
+from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChatChoice,
     ChatCompletion,

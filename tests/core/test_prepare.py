@@ -14,7 +14,7 @@ from smg_trio.core.plan import Endpoint, GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError
 from smg_trio.model import ModelTokenizer, demo_model_path, load_model_dir
-from smg_trio.wire import openai as oa
+from smg_trio.wire import openai_decode as oad
 
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 DEMO = load_model_dir(demo_model_path())
@@ -23,14 +23,14 @@ TINY_LLAMA = Path(__file__).resolve().parents[3] / "shared" / "models" / "tiny-l
 
 
 def chat(body: dict[str, object], model: PromptModel = MODEL) -> GeneratePlan:
-    req = oa.decode_chat_request(msgspec.json.encode(body))
+    req = oad.decode_chat_request(msgspec.json.encode(body))
     return prepare_chat(req, model, request_id="r1", now=NOW)
 
 
 def chat_plan(**fields: object) -> GeneratePlan:
     body: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     body.update(fields)
-    req = oa.decode_chat_request(msgspec.json.encode(body))
+    req = oad.decode_chat_request(msgspec.json.encode(body))
     return prepare_chat(req, MODEL, request_id="r1", now=NOW)
 
 
@@ -57,19 +57,19 @@ def test_bos_written_by_the_template_is_not_added_twice() -> None:
         special_tokens={"bos_token": "<|endoftext|>"},
     )
     model = msgspec.structs.replace(MODEL, tokenizer=tokenizer, chat_template=template)
-    req = oa.decode_chat_request(b'{"messages":[{"role":"user","content":"hi"}]}')
+    req = oad.decode_chat_request(b'{"messages":[{"role":"user","content":"hi"}]}')
     plan = prepare_chat(req, model, request_id="r", now=NOW)
     assert plan.prompt_ids.count(0) == 1
     assert plan.prompt_ids[0] == 0
     # ... while a completion prompt does get the post-processor's BOS.
-    comp = oa.decode_completion_request(b'{"prompt":"hi"}')
+    comp = oad.decode_completion_request(b'{"prompt":"hi"}')
     assert prepare_completion(comp, model, request_id="r").prompt_ids[0] == 0
 
 
 @pytest.mark.skipif(not TINY_LLAMA.is_dir(), reason="shared tiny-llama model not present")
 def test_tiny_llama_prompt_starts_with_one_bos() -> None:
     model = load_model_dir(TINY_LLAMA).prompt_model()
-    req = oa.decode_chat_request(b'{"messages":[{"role":"user","content":"def hello(world):"}]}')
+    req = oad.decode_chat_request(b'{"messages":[{"role":"user","content":"def hello(world):"}]}')
     plan = prepare_chat(req, model, request_id="r", now=NOW)
     assert plan.prompt_ids[0] == 1
     assert plan.prompt_ids.count(1) == 1
@@ -186,32 +186,32 @@ def test_model_without_template_cannot_chat() -> None:
 
 
 def test_completion_text_ids_and_echo() -> None:
-    req = oa.decode_completion_request(b'{"prompt":"hello there","echo":true,"max_tokens":3}')
+    req = oad.decode_completion_request(b'{"prompt":"hello there","echo":true,"max_tokens":3}')
     plan = prepare_completion(req, MODEL, request_id="c")
     assert plan.endpoint is Endpoint.COMPLETION
     assert plan.echo_text == "hello there"
     assert plan.sampling.max_tokens == 3
-    ids_req = oa.decode_completion_request(b'{"prompt":[5,6,7]}')
+    ids_req = oad.decode_completion_request(b'{"prompt":[5,6,7]}')
     ids_plan = prepare_completion(ids_req, MODEL, request_id="c")
     assert ids_plan.prompt_ids == (5, 6, 7)
     assert ids_plan.sampling.max_tokens == 16  # OpenAI's completions default
 
 
 def test_prompt_ids_outside_the_vocabulary_are_rejected() -> None:
-    req = oa.decode_completion_request(b'{"prompt":[5, 999999]}')
+    req = oad.decode_completion_request(b'{"prompt":[5, 999999]}')
     with pytest.raises(ClientError, match="outside the vocabulary") as info:
         prepare_completion(req, MODEL, request_id="c")
     assert info.value.param == "prompt"
 
 
 def test_empty_prompt_is_rejected() -> None:
-    req = oa.decode_completion_request(b'{"prompt":""}')
+    req = oad.decode_completion_request(b'{"prompt":""}')
     with pytest.raises(ClientError, match="empty"):
         prepare_completion(req, MODEL, request_id="c")
 
 
 def test_generate_maps_sglang_sampling_params() -> None:
-    req = oa.decode_generate_request(
+    req = oad.decode_generate_request(
         b'{"input_ids":[5,6],"stream":true,"sampling_params":{"max_new_tokens":4,'
         b'"stop":["x"],"no_stop_trim":true,"n":2,"sampling_seed":9,"ignore_eos":true}}'
     )

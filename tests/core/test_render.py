@@ -26,7 +26,7 @@ from smg_trio.core.render import (
     websocket_chunk,
 )
 from smg_trio.errors import EngineRejected
-from smg_trio.wire.openai import (
+from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChatCompletionChunk,
     ChoiceDelta,

@@ -13,8 +13,24 @@ import pytest
 
 from smg_trio.errors import ClientError, EngineDead, EngineRejected
 from smg_trio.wire.openai import (
-    JSON_ENCODER,
     AssistantMessage,
+    DeveloperMessage,
+    ImagePart,
+    JsonSchemaFormat,
+    SystemMessage,
+    TextPart,
+    ToolChoiceFunction,
+    ToolMessage,
+    UserMessage,
+)
+from smg_trio.wire.openai_decode import (
+    check_context_length,
+    decode_chat_request,
+    decode_completion_request,
+    decode_generate_request,
+)
+from smg_trio.wire.openai_responses import (
+    JSON_ENCODER,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
@@ -22,22 +38,10 @@ from smg_trio.wire.openai import (
     ChunkChoice,
     Completion,
     CompletionChoice,
-    DeveloperMessage,
-    ImagePart,
-    JsonSchemaFormat,
     ModelCard,
     ModelList,
     ResponseMessage,
-    SystemMessage,
-    TextPart,
-    ToolChoiceFunction,
-    ToolMessage,
     Usage,
-    UserMessage,
-    check_context_length,
-    decode_chat_request,
-    decode_completion_request,
-    decode_generate_request,
     error_body,
 )
 

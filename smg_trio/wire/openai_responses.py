@@ -1,0 +1,175 @@
+"""Pure. The client-facing JSON the gateway sends: OpenAI/SGLang responses, chunks and errors.
+
+Field order is the order OpenAI/SGLang emit. Fields OpenAI always sends are plain `None`
+defaults (`"finish_reason": null`); fields it omits when absent use `UNSET` (`usage`,
+`matched_stop`, delta keys).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from smg_trio.errors import ClientError, GatewayError
+from smg_trio.wire.openai import ToolCall
+
+MatchedStop = str | int
+
+
+class Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+        return cls(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+
+
+class TopLogprob(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: tuple[int, ...] | None = None
+
+
+class TokenLogprob(msgspec.Struct, frozen=True):
+    token: str
+    logprob: float
+    bytes: tuple[int, ...] | None = None
+    top_logprobs: tuple[TopLogprob, ...] = ()
+
+
+class ChoiceLogprobs(msgspec.Struct, frozen=True):
+    content: tuple[TokenLogprob, ...] | None = None
+
+
+class ChoiceDelta(msgspec.Struct, frozen=True, kw_only=True):
+    role: Literal["assistant"] | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET
+
+
+class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    delta: ChoiceDelta
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    matched_stop: MatchedStop | UnsetType = UNSET
+
+
+class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: tuple[ChunkChoice, ...]
+    usage: Usage | UnsetType = UNSET
+
+
+class ResponseMessage(msgspec.Struct, frozen=True, kw_only=True):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    reasoning_content: str | UnsetType = UNSET
+    tool_calls: tuple[ToolCall, ...] | UnsetType = UNSET
+
+
+class ChatChoice(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    message: ResponseMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: str | None = None
+    matched_stop: MatchedStop | UnsetType = UNSET
+
+
+class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: tuple[ChatChoice, ...]
+    usage: Usage
+
+
+class CompletionLogprobs(msgspec.Struct, frozen=True, kw_only=True):
+    tokens: tuple[str, ...] = ()
+    token_logprobs: tuple[float | None, ...] = ()
+    top_logprobs: tuple[dict[str, float] | None, ...] = ()
+    text_offset: tuple[int, ...] = ()
+
+
+class CompletionChoice(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    index: int
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    matched_stop: MatchedStop | UnsetType = UNSET
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """A non-streaming completion and, with `usage` UNSET, one streaming chunk (as OpenAI)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: tuple[CompletionChoice, ...]
+    usage: Usage | UnsetType = UNSET
+
+
+class ErrorDetail(msgspec.Struct, frozen=True, kw_only=True):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(msgspec.Struct, frozen=True):
+    error: ErrorDetail
+
+
+class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "smg-trio"
+    root: str | UnsetType = UNSET
+    max_model_len: int | UnsetType = UNSET
+
+
+class ModelList(msgspec.Struct, frozen=True, kw_only=True):
+    object: Literal["list"] = "list"
+    data: tuple[ModelCard, ...]
+
+
+class GenerateFinishReason(msgspec.Struct, frozen=True, kw_only=True):
+    """SGLang's shape: `{"type":"stop","matched":"\\n"}` or `{"type":"length","length":16}`."""
+
+    type: str
+    matched: MatchedStop | UnsetType = UNSET
+    length: int | UnsetType = UNSET
+
+
+class GenerateMetaInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    finish_reason: GenerateFinishReason | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class GenerateResponse(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    output_ids: tuple[int, ...] | UnsetType = UNSET
+    meta_info: GenerateMetaInfo
+    index: int | UnsetType = UNSET  # set when n > 1, as SGLang does
+
+
+JSON_ENCODER = msgspec.json.Encoder()
+
+
+def error_body(err: GatewayError) -> bytes:
+    """OpenAI error JSON for any gateway error; `param` only a ClientError can name."""
+    param = err.param if isinstance(err, ClientError) else None
+    detail = ErrorDetail(message=err.message, type=err.error_type, param=param, code=err.code)
+    return JSON_ENCODER.encode(ErrorResponse(detail))
