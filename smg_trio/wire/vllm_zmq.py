@@ -30,6 +30,7 @@ from smg_trio.wire.sampling_checks import (
 )
 from smg_trio.wire.zmq_transport import decode_message
 
+VLLM_DEFAULT_MAX_TOKENS: Final = 16  # what EngineCore assumes when the key is absent
 MAX_LOGPROBS: Final = 20  # vLLM's default max_logprobs; EngineCore itself does not check it
 
 
@@ -65,9 +66,10 @@ class VllmSampling(msgspec.Struct, frozen=True, kw_only=True):
 class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """vLLM's SamplingParams map: the keys we use, in vLLM's order and with vLLM's defaults.
 
-    `build_request` leaves out every key equal to its default; `max_tokens` has no default
-    here so it is always sent (an omitted key means 16 to the engine). Decoding ignores keys
-    we do not model (structured outputs, logit bias, ...) and fills vLLM's defaults.
+    `build_request` leaves out every key equal to its default but always sends a concrete
+    `max_tokens`. Decoding (the reference engine's side) accepts an absent `max_tokens`, as
+    vLLM's own frontend omits it when it is 16: read it with `effective_max_tokens`. Decoding
+    ignores keys we do not model (structured outputs, logit bias, ...) and fills vLLM's defaults.
     """
 
     n: int = 1
@@ -81,12 +83,17 @@ class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_default
     seed: int | None = None
     stop_token_ids: tuple[int, ...] | None = None
     ignore_eos: bool = False
-    max_tokens: int
+    max_tokens: int | None = None  # None only when decoded from a map without the key
     min_tokens: int = 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     eos_token_id: int | None = msgspec.field(default=None, name="_eos_token_id")
     all_stop_token_ids: tuple[int, ...] = msgspec.field(default=(), name="_all_stop_token_ids")
+
+    @property
+    def effective_max_tokens(self) -> int:
+        """What the engine uses: an absent key means vLLM's default of 16."""
+        return VLLM_DEFAULT_MAX_TOKENS if self.max_tokens is None else self.max_tokens
 
 
 class EngineCoreRequest(msgspec.Struct, array_like=True, frozen=True):

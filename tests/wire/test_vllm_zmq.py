@@ -605,3 +605,12 @@ def test_outputs_round_trip(
 def test_logprobs_round_trip(values: list[o.PositionLogprobs]) -> None:
     lists = o.encode_logprobs(values)
     assert o.decode_logprobs(lists, [b""]) == tuple(values)
+
+
+def test_decoded_add_without_max_tokens_means_vllms_default_of_16() -> None:
+    # vLLM's own frontend omits max_tokens when it equals 16; our engine must accept that ADD.
+    params = msgspec.msgpack.decode(
+        msgspec.msgpack.encode({"temperature": 0.5}), type=v.VllmSamplingParams
+    )
+    assert params.max_tokens is None
+    assert params.effective_max_tokens == 16

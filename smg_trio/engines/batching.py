@@ -1,0 +1,307 @@
+"""I/O. The reference engines' process body, shared by every ZMQ wire: the handshake
+(`engines.handshake`), then a blocking continuous-batching loop, until a signal or a fatal error.
+
+A real EngineCore is a blocking busy loop, and so is this one (plain pyzmq, no trio). Each
+iteration drains every pending input frame (ADD / ABORT / UTILITY), admits waiting requests up
+to `max_batch`, and, once `step_seconds` have passed since the last step, generates one token
+for every active request and sends ONE message per output socket carrying all of them. While
+idle it blocks in poll. SIGTERM/SIGINT wake the poll through a wakeup pipe and end the loop
+cleanly; any other exception sends the ENGINE_CORE_DEAD sentinel (wire.md §A.10) and exits 1.
+
+Utility calls (vLLM's mechanism, §A.9) are answered here for a few real method names plus
+`smg_trio_counters`, which returns `Counters.snapshot()` so tests can read the engine's counters
+through the normal sockets.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+import zmq
+
+from smg_trio.engines.handshake import EngineSockets, HandshakeTarget, connect
+from smg_trio.engines.wire_adapter import (
+    BLOCK_SIZE,
+    Abort,
+    Aborted,
+    ActiveRequest,
+    Add,
+    Command,
+    Counters,
+    Emission,
+    EngineModel,
+    Ignored,
+    Load,
+    Reject,
+    Rejected,
+    Utility,
+    WireAdapter,
+)
+
+logger = logging.getLogger(__name__)
+
+COUNTERS_METHOD = "smg_trio_counters"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    handshake_address: str
+    engine_index: int = 0
+    step_seconds: float = 0.0
+    max_batch: int = 256
+
+
+class BatchingLoop:
+    def __init__(
+        self,
+        adapter: WireAdapter,
+        model: EngineModel,
+        sockets: EngineSockets,
+        config: EngineConfig,
+        wakeup_fd: int,
+    ) -> None:
+        self.adapter = adapter
+        self.model = model
+        self.sockets = sockets
+        self.config = config
+        self.counters = Counters()
+        self.active: dict[str, ActiveRequest] = {}
+        self.waiting: collections.OrderedDict[str, ActiveRequest] = collections.OrderedDict()
+        self.stopping = False
+        self._wakeup_fd = wakeup_fd
+        self._poller = zmq.Poller()
+        for socket in sockets.inputs:
+            self._poller.register(socket, zmq.POLLIN)
+        self._poller.register(wakeup_fd, zmq.POLLIN)
+        self._utilities: dict[str, Callable[[], Any]] = {
+            COUNTERS_METHOD: self._counters,
+            "get_supported_tasks": lambda: ["generate"],
+            "is_sleeping": lambda: False,
+            "list_loras": lambda: [],
+            "reset_prefix_cache": lambda: True,
+        }
+
+    def run(self) -> None:
+        next_step = time.monotonic()
+        while not self._stop_requested():
+            busy = bool(self.active or self.waiting)
+            timeout = math.ceil(max(0.0, next_step - time.monotonic()) * 1000) if busy else None
+            ready = dict(self._poller.poll(timeout))
+            if self._wakeup_fd in ready:
+                _drain_pipe(self._wakeup_fd)
+            self._drain_inputs()
+            if self._stop_requested():
+                break
+            self._admit()
+            if self.active and time.monotonic() >= next_step:
+                self._step()
+                next_step = time.monotonic() + self.config.step_seconds
+        self._shut_down()
+
+    def _stop_requested(self) -> bool:
+        return self.stopping  # a method, so the signal handler's write is re-read every time
+
+    def _drain_inputs(self) -> None:
+        for socket in self.sockets.inputs:
+            while True:
+                try:
+                    frames = socket.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._handle(self.adapter.parse(frames))
+
+    def _handle(self, command: Command) -> None:
+        match command:
+            case Add(request):
+                if request.request_id in self.active or request.request_id in self.waiting:
+                    # Real vLLM dies on a duplicate in-flight id; an error output is kinder.
+                    self._reject(Reject(request.request_id, request.client_index, "duplicate id"))
+                    return
+                self._check_client_index(request.client_index)
+                self.counters.requests_added += 1
+                self.waiting[request.request_id] = request
+            case Reject():
+                self._reject(command)
+            case Abort(request_ids):
+                self.counters.abort_ids_received += len(request_ids)
+                for request_id in request_ids:
+                    removed = self.active.pop(request_id, None) or self.waiting.pop(
+                        request_id, None
+                    )
+                    if removed is not None:
+                        removed.aborted = True
+                        self.counters.requests_aborted += 1
+                        logger.debug(
+                            "aborted %s after %d tokens",
+                            request_id,
+                            len(removed.generation.output_ids),
+                        )
+            case Utility(client_index, call_id, method, args):
+                self._answer_utility(client_index, call_id, method, args)
+            case Ignored(reason):
+                logger.warning("dropped an input frame: %s", reason)
+            case _:
+                assert_never(command)
+        self._update_gauges()
+
+    def _check_client_index(self, client_index: int) -> None:
+        if not 0 <= client_index < len(self.sockets.outputs):
+            # vLLM's output thread dies on this: the engine is dead.
+            raise RuntimeError(f"client_index {client_index} names no output socket")
+
+    def _reject(self, reject: Reject) -> None:
+        self._check_client_index(reject.client_index)
+        self.counters.requests_rejected += 1
+        logger.warning("rejected request %s: %s", reject.request_id, reject.message)
+        emission = Emission(
+            request_id=reject.request_id,
+            client_index=reject.client_index,
+            new_token_ids=(),
+            outcome=Rejected(reject.message),
+            prompt_tokens=0,
+            completion_tokens=0,
+        )
+        self._send(self.adapter.encode_step([emission], self._load()))
+
+    def _answer_utility(self, client_index: int, call_id: int, method: str, args: Any) -> None:
+        self._check_client_index(client_index)
+        self.counters.utility_calls += 1
+        handler = self._utilities.get(method)
+        if handler is None or args:
+            failure = f"Call to {method} method failed: unsupported by this reference engine"
+            payload = self.adapter.encode_utility_reply(call_id, failure, None)
+        else:
+            payload = self.adapter.encode_utility_reply(call_id, None, handler())
+        self._send([(client_index, payload)])
+
+    def _counters(self) -> dict[str, int]:
+        self._update_gauges()
+        return self.counters.snapshot()
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.active) < self.config.max_batch:
+            request_id, request = self.waiting.popitem(last=False)
+            self.active[request_id] = request
+        self._update_gauges()
+
+    def _step(self) -> None:
+        emissions: list[Emission] = []
+        for request in list(self.active.values()):
+            step = request.generation.step()
+            self.counters.tokens_generated += 1
+            if request.aborted:
+                self.counters.tokens_after_abort += 1
+            request.unsent.append(step.token_id)
+            finished = step.finish is not None
+            if request.should_emit(finished):
+                emissions.append(self._emission(request, step.finish))
+            if finished:
+                del self.active[request.request_id]
+                self.counters.requests_finished += 1
+        self.counters.steps += 1
+        self._update_gauges()
+        self._send(self.adapter.encode_step(emissions, self._load()))
+
+    def _emission(self, request: ActiveRequest, outcome: Any) -> Emission:
+        emission = Emission(
+            request_id=request.request_id,
+            client_index=request.client_index,
+            new_token_ids=tuple(request.unsent),
+            outcome=outcome,
+            prompt_tokens=request.generation.prompt_len,
+            completion_tokens=len(request.generation.output_ids),
+            logprobs=request.logprobs,
+            first=not request.emitted,
+        )
+        request.unsent.clear()
+        request.emitted = True
+        return emission
+
+    def _load(self) -> Load:
+        used = sum(
+            math.ceil((r.generation.prompt_len + len(r.generation.output_ids)) / BLOCK_SIZE)
+            for r in self.active.values()
+        )
+        return Load(
+            running=len(self.active),
+            waiting=len(self.waiting),
+            step_counter=self.counters.steps,
+            used_blocks=used,
+            total_blocks=self.model.num_gpu_blocks,
+        )
+
+    def _update_gauges(self) -> None:
+        self.counters.requests_active = len(self.active)
+        self.counters.requests_waiting = len(self.waiting)
+
+    def _send(self, messages: Sequence[tuple[int, bytes]]) -> None:
+        for index, payload in messages:
+            self.sockets.outputs[index].send(payload)
+            self.counters.output_messages += 1
+
+    def _shut_down(self) -> None:
+        if self.adapter.sentinel_on_shutdown:
+            self.sockets.send_dead_sentinel()
+            return
+        in_flight = [*self.active.values(), *self.waiting.values()]
+        self.active.clear()
+        self.waiting.clear()
+        if in_flight:
+            emissions = [self._emission(request, Aborted()) for request in in_flight]
+            self._send(self.adapter.encode_step(emissions, self._load()))
+
+
+def _drain_pipe(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def run_engine(adapter: WireAdapter, model: EngineModel, config: EngineConfig) -> int:
+    """Handshake, serve until SIGTERM/SIGINT (exit 0) or a fatal error (sentinel, exit 1)."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    loop: BatchingLoop | None = None
+
+    def stop(signum: int, frame: object) -> None:
+        if loop is not None:
+            loop.stopping = True
+        else:
+            raise SystemExit(0)  # still in the handshake: nothing to clean up but sockets
+
+    previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sockets = EngineSockets([], [])
+    try:
+        target = HandshakeTarget(config.handshake_address, config.engine_index)
+        connect(context, adapter, target, sockets)
+        logger.info("engine %d ready on %s", config.engine_index, config.handshake_address)
+        loop = BatchingLoop(adapter, model, sockets, config, read_fd)
+        loop.run()
+        return 0
+    except SystemExit:
+        return 0
+    except Exception:
+        logger.exception("engine failed")
+        sockets.send_dead_sentinel()
+        return 1
+    finally:
+        sockets.close()
+        context.term()
+        signal.set_wakeup_fd(previous_wakeup)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(read_fd)
+        os.close(write_fd)

@@ -1,0 +1,168 @@
+"""I/O. The `smg-trio engine ...` subcommands: flags, loading the model folder into an
+`EngineModel`, and starting a reference engine.
+
+    smg-trio engine vllm-zmq --handshake tcp://HOST:PORT [--model-path DIR] [--step-ms X]
+        [--max-batch N] [--mode random|echo|replay] [--replay-file PATH]
+        [--eos-probability P] [--max-model-len N] [--engine-index N] [--log-level LEVEL]
+    smg-trio engine tokenspeed-zmq ... (the same flags)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from smg_trio.engines.batching import EngineConfig
+from smg_trio.engines.generation import (
+    DEFAULT_EOS_PROBABILITY,
+    Mode,
+    TokenSource,
+    ordinary_token_ids,
+)
+from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
+from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
+from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
+from smg_trio.errors import ConfigError
+from smg_trio.model import demo_model_path, load_model_dir, read_json_object
+
+WIRE_DTYPES: Final = ("bfloat16", "float16", "float32")  # what the registration maps may say
+DEFAULT_CONTEXT: Final = 4096  # when the model folder declares none
+
+EngineRunner = Callable[[EngineModel, EngineConfig], int]
+ENGINES: Final[dict[str, tuple[EngineRunner, str]]] = {
+    "vllm-zmq": (run_vllm_engine, "a reference vLLM EngineCore on the ZMQ wire"),
+    "tokenspeed-zmq": (run_tokenspeed_engine, "a reference TokenSpeed scheduler on the ZMQ wire"),
+}
+
+
+def load_engine_model(
+    path: str | Path,
+    *,
+    mode: Mode = Mode.RANDOM,
+    replay_text: str | None = None,
+    eos_probability: float = DEFAULT_EOS_PROBABILITY,
+    max_model_len: int | None = None,
+    max_batch: int = 256,
+) -> EngineModel:
+    """The fake model an engine serves, from a model folder (tokenizer, configs; no weights)."""
+    model_dir = load_model_dir(path)
+    tokenizer = model_dir.tokenizer
+    primary, extra = model_dir.eos_ids.primary, model_dir.eos_ids.extra
+    eos_ids = (primary, *extra) if primary is not None else model_dir.tokenizer_eos_ids
+    replay_ids: tuple[int, ...] = ()
+    if replay_text is not None:
+        replay_ids = tuple(tokenizer.encode(replay_text, add_special_tokens=False))
+    try:
+        source = TokenSource(
+            mode,
+            ordinary_token_ids(tokenizer),
+            eos_ids=eos_ids,
+            eos_probability=eos_probability,
+            replay_ids=replay_ids,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    context = max_model_len or model_dir.context_length or DEFAULT_CONTEXT
+    config = read_json_object(Path(path) / "config.json") or {}
+    dtype = config.get("torch_dtype") or config.get("dtype")
+    return EngineModel(
+        source=source,
+        vocab_size=tokenizer.vocab_size,
+        max_model_len=context,
+        eos_ids=eos_ids,
+        served_name=model_dir.served_name,
+        dtype=dtype if dtype in WIRE_DTYPES else "bfloat16",
+        num_gpu_blocks=max_batch * math.ceil(context / BLOCK_SIZE),
+    )
+
+
+def add_engine_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `engine <wire>` on the top-level parser's subcommands."""
+    engine = subparsers.add_parser("engine", help="run a reference engine that dials a gateway")
+    wires = engine.add_subparsers(dest="wire", required=True, metavar="WIRE")
+    for name, (_, description) in ENGINES.items():
+        parser = wires.add_parser(name, help=description, description=description)
+        _add_engine_flags(parser)
+        parser.set_defaults(command=run_engine_command)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--handshake",
+        required=True,
+        metavar="tcp://HOST:PORT",
+        help="the frontend's handshake ROUTER to dial",
+    )
+    parser.add_argument(
+        "--model-path",
+        default=str(demo_model_path()),
+        help="model folder (tokenizer and configs); default: the shipped demo model",
+    )
+    parser.add_argument(
+        "--step-ms", type=float, default=0.0, help="time per batch step; 0 = as fast as possible"
+    )
+    parser.add_argument(
+        "--max-batch", type=_positive_int, default=256, help="most requests generating at once"
+    )
+    parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.RANDOM.value)
+    parser.add_argument("--replay-file", help="text the replay mode says (UTF-8)")
+    parser.add_argument(
+        "--eos-probability",
+        type=float,
+        default=DEFAULT_EOS_PROBABILITY,
+        help="chance per token that random mode says an EOS id",
+    )
+    parser.add_argument(
+        "--max-model-len", type=_positive_int, help="context length; default: the model's"
+    )
+    parser.add_argument(
+        "--engine-index", type=int, default=0, help="engine index (2-byte ZMQ identity)"
+    )
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run_engine_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s {args.wire}[%(process)d] %(name)s: %(message)s",
+    )
+    mode = Mode(args.mode)
+    if args.step_ms < 0:
+        raise ConfigError("--step-ms must not be negative")
+    if (mode is Mode.REPLAY) != (args.replay_file is not None):
+        raise ConfigError("--replay-file goes with --mode replay, and only with it")
+    replay_text = None
+    if args.replay_file is not None:
+        try:
+            replay_text = Path(args.replay_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{args.replay_file}: cannot read it: {exc}") from exc
+    model = load_engine_model(
+        args.model_path,
+        mode=mode,
+        replay_text=replay_text,
+        eos_probability=args.eos_probability,
+        max_model_len=args.max_model_len,
+        max_batch=args.max_batch,
+    )
+    config = EngineConfig(
+        handshake_address=args.handshake,
+        engine_index=args.engine_index,
+        step_seconds=args.step_ms / 1000,
+        max_batch=args.max_batch,
+    )
+    runner, _ = ENGINES[args.wire]
+    return runner(model, config)

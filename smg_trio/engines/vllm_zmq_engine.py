@@ -1,0 +1,288 @@
+"""I/O. A reference vLLM EngineCore speaking the real ZMQ wire (wire.md §A), for tests, the demo
+and benchmarks: `smg-trio engine vllm-zmq --handshake tcp://HOST:PORT`.
+
+It behaves like a headless `vllm serve --headless` engine 0.33 as far as a frontend can see:
+HELLO/READY with `local=false, headless=true`; the output PUSH and the input DEALER (which
+registers with the full ready-response map) connect before READY; one `EngineCoreOutputs` per
+step per client; stop rules of `check_stop` (EOS only via `_eos_token_id`, `stop_token_ids`
+report the id as `stop_reason`, `min_tokens` masks `_all_stop_token_ids`); client ABORTs are
+silent; SIGTERM aborts in-flight requests with finish ABORT and `finished_requests`; a fatal
+error sends ENGINE_CORE_DEAD. No scheduler stats are sent (as with `--disable-log-stats`).
+
+Deliberate differences, all kinder than the real engine: a duplicate in-flight request id, an
+ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
+model cannot hold get a terminal ERROR output (vLLM would assert, lose its input thread, or
+crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20. Prompt logprobs are not
+produced.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from typing import Any, Final, assert_never
+
+import msgspec
+
+from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.generation import (
+    EosStop,
+    Generation,
+    Greedy,
+    LengthStop,
+    SamplingKey,
+    Seeded,
+    StopRules,
+    TokenStop,
+)
+from smg_trio.engines.wire_adapter import (
+    BLOCK_SIZE,
+    RUNNER_UP_LOGPROB,
+    SAMPLED_LOGPROB,
+    Abort,
+    Aborted,
+    ActiveRequest,
+    Add,
+    Command,
+    Emission,
+    EngineModel,
+    Ignored,
+    Load,
+    Outcome,
+    Reject,
+    Rejected,
+    Utility,
+    prompt_problem,
+    runner_up_ids,
+)
+from smg_trio.errors import BackendProtocolError
+from smg_trio.wire.vllm_zmq import (
+    ReadyResponse,
+    decode_request,
+    decode_utility_call,
+    encode_ready_response,
+)
+from smg_trio.wire.vllm_zmq_outputs import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    FinishReason,
+    PositionLogprobs,
+    PrefillStats,
+    RequestError,
+    TopLogprob,
+    UtilityOutput,
+    encode_logprobs,
+    encode_outputs,
+)
+from smg_trio.wire.zmq_transport import (
+    HELLO,
+    READY,
+    EngineAddresses,
+    RequestType,
+    decode_abort,
+    encode_handshake,
+)
+
+VLLM_VERSION: Final = "0.33.0"  # the layouts we speak (22-element request, 19-element output)
+GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
+MAX_LOGPROBS: Final = 20
+HANDSHAKE_TIMEOUT_SECONDS: Final = 300.0  # HANDSHAKE_TIMEOUT_MINS = 5
+_GENERIC: Final = msgspec.msgpack.Decoder()
+
+
+class VllmWire:
+    """`WireAdapter` for vLLM EngineCore (§A.3-A.10)."""
+
+    ready_before_registration = False
+    handshake_timeout_seconds = HANDSHAKE_TIMEOUT_SECONDS
+    sentinel_on_shutdown = False
+
+    def __init__(self, model: EngineModel, *, engine_index: int = 0, max_batch: int = 256) -> None:
+        self.model = model
+        self.engine_index = engine_index
+        self.max_batch = max_batch
+        self._seeds = random.Random()  # unseeded sampling draws one seed per request from here
+
+    def hello(self) -> bytes:
+        return encode_handshake(HELLO, local=False, headless=True)
+
+    def ready(self) -> bytes:
+        return encode_handshake(READY, local=False, headless=True)
+
+    def registration(self) -> bytes:
+        model = self.model
+        return encode_ready_response(
+            ReadyResponse(
+                max_model_len=model.max_model_len,
+                num_gpu_blocks=model.num_gpu_blocks,
+                block_size=BLOCK_SIZE,
+                dtype=model.dtype,
+                vllm_version=VLLM_VERSION,
+                data_parallel_rank=self.engine_index,
+                max_num_seqs=self.max_batch,
+                max_num_batched_tokens=max(8192, model.max_model_len),
+                instance_id=f"smg-trio-{model.served_name}-{self.engine_index}",
+                kv_cache_size_tokens=model.num_gpu_blocks * BLOCK_SIZE,
+                kv_cache_max_concurrency=model.num_gpu_blocks * BLOCK_SIZE / model.max_model_len,
+            )
+        )
+
+    def addresses(self, addresses: EngineAddresses) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        return addresses.inputs, addresses.outputs
+
+    def parse(self, frames: Sequence[bytes]) -> Command:
+        if len(frames) < 2:
+            return Ignored(f"an input message needs a type frame and a payload, got {len(frames)}")
+        try:
+            kind = RequestType.of_frame(frames[0])
+            match kind:
+                case RequestType.ADD:
+                    return self._add(frames[1])
+                case RequestType.ABORT:
+                    return Abort(decode_abort(frames[1]))
+                case RequestType.UTILITY:
+                    call = decode_utility_call(frames[1])
+                    return Utility(call.client_index, call.call_id, call.method, call.args)
+                case _:
+                    return Ignored(f"{kind.name} is not handled without data parallelism")
+        except BackendProtocolError as exc:
+            return Ignored(str(exc))
+
+    def _add(self, payload: bytes) -> Command:
+        try:
+            request = decode_request(payload)
+        except BackendProtocolError as exc:
+            return _reject_undecodable(payload, str(exc))
+        params = request.sampling_params
+        if params is None:
+            return Reject(request.request_id, request.client_index, "pooling is not supported")
+        prompt = request.prompt_token_ids or ()
+        problem = prompt_problem(prompt, self.model)
+        if problem is not None:
+            return Reject(request.request_id, request.client_index, problem)
+        try:
+            rules = StopRules(
+                max_tokens=params.effective_max_tokens,
+                max_model_len=self.model.max_model_len,
+                eos_ids=frozenset(() if params.eos_token_id is None else (params.eos_token_id,)),
+                stop_token_ids=frozenset(params.stop_token_ids or ()),
+                min_tokens=params.min_tokens,
+                masked_ids=frozenset(params.all_stop_token_ids),
+            )
+        except ValueError as exc:
+            return Reject(request.request_id, request.client_index, str(exc))
+        key: SamplingKey
+        if params.temperature < GREEDY_BELOW or params.top_k == 1:
+            key = Greedy()
+        elif params.seed is not None:
+            key = Seeded(params.seed)
+        else:
+            key = Seeded(self._seeds.getrandbits(64))
+        logprobs = params.logprobs
+        if logprobs is not None:
+            logprobs = MAX_LOGPROBS if logprobs < 0 else min(logprobs, MAX_LOGPROBS)
+        generation = Generation(self.model.source, prompt, key, rules)
+        return Add(ActiveRequest(request.request_id, request.client_index, generation, logprobs))
+
+    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
+        by_client: dict[int, list[Emission]] = {}
+        for emission in emissions:
+            by_client.setdefault(emission.client_index, []).append(emission)
+        messages = []
+        for client_index, group in by_client.items():
+            engine_ended = tuple(
+                e.request_id for e in group if isinstance(e.outcome, Aborted | Rejected)
+            )
+            outputs = EngineCoreOutputs(
+                engine_index=self.engine_index,
+                outputs=tuple(self._output(e) for e in group),
+                timestamp=time.monotonic(),
+                finished_requests=engine_ended or None,
+            )
+            messages.append((client_index, encode_outputs(outputs)))
+        return messages
+
+    def _output(self, emission: Emission) -> EngineCoreOutput:
+        finish_reason, stop_reason, error = _finish_fields(emission.outcome)
+        new_logprobs = None
+        if emission.logprobs is not None and emission.new_token_ids:
+            new_logprobs = encode_logprobs(
+                [self._position_logprobs(t, emission.logprobs) for t in emission.new_token_ids]
+            )
+        prefill_stats = None
+        if emission.first and emission.prompt_tokens:
+            prefill_stats = PrefillStats(
+                num_prompt_tokens=emission.prompt_tokens,
+                num_computed_tokens=emission.prompt_tokens,
+            )
+        return EngineCoreOutput(
+            request_id=emission.request_id,
+            new_token_ids=emission.new_token_ids,
+            new_logprobs=new_logprobs,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+            prefill_stats=prefill_stats,
+            error=error,
+        )
+
+    def _position_logprobs(self, token_id: int, width: int) -> PositionLogprobs:
+        # Rank 1, so the top-k list starts with the sampled token itself.
+        runners_up = runner_up_ids(self.model, token_id, max(0, width - 1))
+        top = [TopLogprob(token_id=token_id, logprob=SAMPLED_LOGPROB)][:width]
+        top += [
+            TopLogprob(token_id=other, logprob=SAMPLED_LOGPROB + RUNNER_UP_LOGPROB * (i + 1))
+            for i, other in enumerate(runners_up)
+        ]
+        return PositionLogprobs(token_id=token_id, logprob=SAMPLED_LOGPROB, rank=1, top=tuple(top))
+
+    def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes:
+        return encode_utility_reply(self.engine_index, call_id, failure, value)
+
+
+def encode_utility_reply(engine_index: int, call_id: int, failure: str | None, value: Any) -> bytes:
+    """A UtilityOutput message: `result` is `[type_info=nil, value]` unless the call failed."""
+    result = None if failure is not None else (None, value)
+    return encode_outputs(
+        EngineCoreOutputs(
+            engine_index=engine_index,
+            timestamp=time.monotonic(),
+            utility_output=UtilityOutput(call_id=call_id, failure_message=failure, result=result),
+        )
+    )
+
+
+def _finish_fields(outcome: Outcome | None) -> tuple[int | None, int | None, RequestError | None]:
+    """(finish_reason, stop_reason, error) of an EngineCoreOutput."""
+    match outcome:
+        case None:
+            return None, None, None
+        case EosStop():
+            return FinishReason.STOP, None, None
+        case TokenStop(token_id):
+            return FinishReason.STOP, token_id, None
+        case LengthStop():
+            return FinishReason.LENGTH, None, None
+        case Aborted():
+            return FinishReason.ABORT, None, None
+        case Rejected(message):
+            return FinishReason.ERROR, None, RequestError("validation_error", message, False)
+        case _:
+            assert_never(outcome)
+
+
+def _reject_undecodable(payload: bytes, reason: str) -> Command:
+    """An ADD that does not decode: answer with an error if its id and client can be read."""
+    try:
+        raw = _GENERIC.decode(payload)
+    except msgspec.DecodeError:
+        return Ignored(reason)
+    if not isinstance(raw, list) or not raw or not isinstance(raw[0], str):
+        return Ignored(reason)
+    client_index = raw[11] if len(raw) > 11 and type(raw[11]) is int else 0
+    return Reject(raw[0], client_index, reason)
+
+
+def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:
+    adapter = VllmWire(model, engine_index=config.engine_index, max_batch=config.max_batch)
+    return run_engine(adapter, model, config)

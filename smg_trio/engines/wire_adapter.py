@@ -1,0 +1,212 @@
+"""Pure. The seam between the reference engines' batching loop and their wires: what an engine
+serves (`EngineModel`), what an input frame means (`Command`), what one step says about one
+request (`Emission`), the engine's load and counters, and the `WireAdapter` protocol that the
+vLLM and TokenSpeed engines implement.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from smg_trio.engines.generation import Finish, Generation, TokenSource
+from smg_trio.wire.zmq_transport import EngineAddresses
+
+BLOCK_SIZE = 16  # KV block size in tokens; only reported (registration map, load), never enforced
+SENT_ON_FIRST_TOKEN = 1
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """What the fake model is: its vocabulary, context, EOS ids and reported identity."""
+
+    source: TokenSource
+    vocab_size: int
+    max_model_len: int
+    eos_ids: tuple[int, ...]  # the model folder's EOS ids (TokenSpeed stops on these itself)
+    served_name: str
+    dtype: str = "bfloat16"
+    num_gpu_blocks: int = 0
+
+
+@dataclass
+class ActiveRequest:
+    """One admitted request and what it has not yet been told."""
+
+    request_id: str
+    client_index: int  # index into INIT's outputs (TokenSpeed: always 0)
+    generation: Generation
+    logprobs: int | None = None  # None: not asked; vLLM: top-k width; TokenSpeed: 0
+    emit_interval: int = 1  # send tokens every N generated (the first and the last always)
+    unsent: list[int] = field(default_factory=list)
+    emitted: bool = False  # vLLM attaches prefill stats to a request's first output
+    aborted: bool = False  # set when an ABORT removes it; a step that still sees it is a bug
+
+    def should_emit(self, finished: bool) -> bool:
+        count = len(self.generation.output_ids)
+        return (
+            finished
+            or count == SENT_ON_FIRST_TOKEN
+            or (self.emit_interval > 0 and count % self.emit_interval == 0)
+        )
+
+
+@dataclass(frozen=True)
+class Add:
+    request: ActiveRequest
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A request the engine refuses after decoding it: it gets a terminal error/abort output."""
+
+    request_id: str
+    client_index: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Abort:
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Utility:
+    client_index: int
+    call_id: int
+    method: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Nothing to do: a frame this engine drops (logged with `reason`)."""
+
+    reason: str
+
+
+Command = Add | Reject | Abort | Utility | Ignored
+
+
+@dataclass(frozen=True)
+class Aborted:
+    """Ended by the engine itself (shutdown), not by a client ABORT (those are silent)."""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    message: str
+
+
+Outcome = Finish | Aborted | Rejected
+
+
+@dataclass(frozen=True)
+class Emission:
+    """One request's part of a step's output message."""
+
+    request_id: str
+    client_index: int
+    new_token_ids: tuple[int, ...]
+    outcome: Outcome | None  # None: still running
+    prompt_tokens: int
+    completion_tokens: int  # cumulative
+    logprobs: int | None = None
+    first: bool = False
+
+
+@dataclass(frozen=True)
+class Load:
+    running: int
+    waiting: int
+    step_counter: int
+    used_blocks: int
+    total_blocks: int
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return min(1.0, self.used_blocks / self.total_blocks) if self.total_blocks else 0.0
+
+
+@dataclass
+class Counters:
+    """What tests read through the `smg_trio_counters` utility call. Gauges and running totals."""
+
+    requests_active: int = 0
+    requests_waiting: int = 0
+    requests_added: int = 0
+    requests_finished: int = 0  # ended by a stop rule (EOS, stop id, length)
+    requests_rejected: int = 0
+    requests_aborted: int = 0  # active or waiting requests an ABORT removed
+    abort_ids_received: int = 0  # every id named in an ABORT, known or not
+    tokens_generated: int = 0
+    tokens_after_abort: int = 0  # tokens generated for a request after its ABORT: must stay 0
+    steps: int = 0
+    output_messages: int = 0
+    utility_calls: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class WireAdapter(Protocol):
+    """One engine wire: handshake payloads, input parsing, output encoding."""
+
+    @property
+    def ready_before_registration(self) -> bool:
+        """TokenSpeed sends READY right after INIT; vLLM registers first, then says READY."""
+        ...
+
+    @property
+    def handshake_timeout_seconds(self) -> float: ...
+
+    @property
+    def sentinel_on_shutdown(self) -> bool:
+        """TokenSpeed sends ENGINE_CORE_DEAD on shutdown; vLLM aborts in-flight requests."""
+        ...
+
+    def hello(self) -> bytes: ...
+
+    def ready(self) -> bytes: ...
+
+    def registration(self) -> bytes: ...
+
+    def addresses(self, addresses: EngineAddresses) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The (inputs, outputs) this engine dials, from INIT's addresses."""
+        ...
+
+    def parse(self, frames: Sequence[bytes]) -> Command:
+        """Frames as the engine's DEALER receives them: `[type byte, payload, aux...]`."""
+        ...
+
+    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
+        """(output index, payload) messages for one step; none when nothing is due."""
+        ...
+
+    def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes: ...
+
+
+SAMPLED_LOGPROB = -0.25  # the fake model is always fairly sure of what it says
+RUNNER_UP_LOGPROB = -1.5  # and each runner-up one nat less likely than the previous
+
+
+def prompt_problem(prompt_ids: Sequence[int], model: EngineModel) -> str | None:
+    """Why an engine cannot take this prompt, or None (checks both engines make before sampling)."""
+    if not prompt_ids:
+        return "the prompt has no tokens"
+    if len(prompt_ids) >= model.max_model_len:
+        return f"the prompt has {len(prompt_ids)} tokens; max_model_len is {model.max_model_len}"
+    for token_id in prompt_ids:
+        if not 0 <= token_id < model.vocab_size:
+            return f"prompt token id {token_id} is outside the vocabulary [0, {model.vocab_size})"
+    return None
+
+
+def runner_up_ids(model: EngineModel, token_id: int, count: int) -> list[int]:
+    """`count` ordinary ids other than `token_id`, deterministic: the fake top-k candidates."""
+    ordinary = model.source.ordinary_ids
+    start = token_id % len(ordinary)
+    candidates = (ordinary[(start + offset) % len(ordinary)] for offset in range(len(ordinary)))
+    return list(itertools.islice((c for c in candidates if c != token_id), count))
