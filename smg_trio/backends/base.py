@@ -1,0 +1,139 @@
+"""Pure. What every engine backend offers the request layer: the Backend protocol, the engine
+events a stream yields, and the readiness/statistics snapshot used for validation and health.
+
+A backend turns one `Finalized` (one engine request per choice) into a stream of events:
+
+    async with backend.open_stream(finalized) as events:
+        async for event in events:
+            match event:
+                case TokenDelta(): ...
+                case ChoiceFinished(): ...
+                case _: assert_never(event)
+
+- Events of several choices (n > 1) interleave, each tagged with its `choice_index`; within a
+  choice, a `TokenDelta` never follows that choice's `ChoiceFinished`. The iteration ends when
+  every choice has finished.
+- A choice the engine refused or failed raises `EngineRejected` (the engine's reason); an engine
+  that died or went silent raises `EngineDead`; no ready engine at open time raises
+  `BackendUnavailable`; a request the engine could not take raises `ClientError` at open time.
+- Leaving the block for ANY reason (break, exception, cancellation) before every choice
+  finished aborts the unfinished engine requests; a finished choice is never aborted.
+- Deadlines belong to the caller (`trio.fail_at` around the block); nothing here waits without
+  a bound other than the engine's own generation, which `max_tokens` bounds.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, TypeAlias
+
+import msgspec
+
+from smg_trio.core.finalize import Finalized
+from smg_trio.core.runtime import Runtime, Wire
+
+
+class TopLogprob(msgspec.Struct, frozen=True):
+    token_id: int
+    logprob: float
+
+
+class TokenLogprob(msgspec.Struct, frozen=True):
+    """One generated position: the sampled token's logprob, its 1-based vocab rank when the
+    engine reports it, and the top-k candidates when they were requested."""
+
+    token_id: int
+    logprob: float
+    rank: int | None = None
+    top: tuple[TopLogprob, ...] = ()
+
+
+class TokenDelta(msgspec.Struct, frozen=True, tag=True):
+    """New tokens of one choice since its previous delta (never empty).
+
+    `logprobs` is parallel to `token_ids` when the engine sent logprobs for every new token,
+    else None.
+    """
+
+    choice_index: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
+    """The engine finished one choice; no more events for `choice_index` follow.
+
+    `finish_reason` is "stop" or "length" (an engine's "repetition" counts as "stop").
+    `stop_reason` is the stop token id the engine matched when it reports one (vLLM
+    `stop_token_ids`), else None. Token counts are the engine's, for usage.
+    """
+
+    choice_index: int
+    finish_reason: str
+    stop_reason: int | str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+EngineEvent: TypeAlias = TokenDelta | ChoiceFinished
+
+
+class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One engine (one data-parallel rank) as the backend sees it."""
+
+    index: int
+    ready: bool
+    """Registered and READY and not known dead: requests may be routed to it."""
+    max_model_len: int | None
+    """Context length the engine reported at registration (after KV auto-fit)."""
+    in_flight: int
+    """Engine requests sent to it and not yet finished or aborted."""
+    version: str = ""
+    """The engine's self-reported version string (vLLM `vllm_version`), "" when unknown."""
+    dead_reason: str | None = None
+    """Why the engine was declared dead (sentinel, silence, lost connection); None if not."""
+
+
+class BackendStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot for validation, routing and health."""
+
+    runtime: Runtime
+    wire: Wire
+    ready: bool
+    """At least one engine can take requests."""
+    max_model_len: int | None
+    """The smallest context length among ready engines (what a request must fit), or None."""
+    open_streams: int
+    in_flight: int
+    engines: tuple[EngineStatus, ...]
+    protocol_errors: int = 0
+    """Engine messages we could not decode and dropped (each is logged)."""
+
+
+class EngineStream(Protocol):
+    """What `open_stream` yields: iterate it once to get the engine events."""
+
+    def __aiter__(self) -> EngineStream: ...
+
+    async def __anext__(self) -> EngineEvent: ...
+
+
+class Backend(Protocol):
+    """A client for one engine worker (possibly several data-parallel ranks)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def wire(self) -> Wire: ...
+
+    def open_stream(self, finalized: Finalized) -> AbstractAsyncContextManager[EngineStream]:
+        """Send every engine request of `finalized` and stream their events (module docstring)."""
+        ...
+
+    async def wait_ready(self) -> None:
+        """Return once at least one engine is ready; the caller bounds the wait."""
+        ...
+
+    def statistics(self) -> BackendStatistics: ...

@@ -1,0 +1,246 @@
+"""Pure. The two ZMQ engine dialects (vLLM EngineCore, TokenSpeed) seen through one interface:
+an `EngineRequest` in, the ADD payload out; an output message in, per-request steps out.
+
+`zmq_engine` owns sockets, tasks and routing; this module owns only shapes. It maps the
+engine-neutral `SamplingParams` onto each wire's sampling, folds the model directory's EOS ids
+into vLLM requests (stops-and-finalize.md §2.4), and flattens both output layouts (vLLM's list of
+per-request structs with integer finish reasons and logprob arrays; TokenSpeed's column batch
+with string reasons and cumulative counts) into `RequestStep`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from smg_trio.backends.base import TokenLogprob, TopLogprob
+from smg_trio.core.finalize import EngineRequest
+from smg_trio.core.runtime import Runtime
+from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
+from smg_trio.wire import tokenspeed_zmq, vllm_zmq, vllm_zmq_outputs
+from smg_trio.wire.zmq_transport import RequestType
+
+
+class Registration(msgspec.Struct, frozen=True):
+    """What we keep of an engine's registration map (either dialect)."""
+
+    max_model_len: int
+    version: str
+    data_parallel_rank: int
+
+
+class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One engine request's share of one output message."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    finish_reason: str | None = None  # None while running; "stop" | "length" | "abort" | "error"
+    stop_reason: int | str | None = None
+    error: str | None = None  # the engine's words for an "error" finish
+    prompt_tokens: int | None = None  # when the engine reports it
+    completion_tokens: int | None = None  # cumulative, when the engine reports it
+    cached_tokens: int | None = None
+
+
+class UtilityReply(msgspec.Struct, frozen=True):
+    call_id: int
+    failure: str | None
+    value: Any
+
+
+class OutputMessage(msgspec.Struct, frozen=True):
+    engine_index: int
+    steps: tuple[RequestStep, ...]
+    utility: UtilityReply | None = None
+
+
+def decode_registration(runtime: Runtime, payload: bytes) -> Registration:
+    match runtime:
+        case Runtime.VLLM:
+            vllm = vllm_zmq.decode_ready_response(payload)
+            return Registration(vllm.max_model_len, vllm.vllm_version, vllm.data_parallel_rank)
+        case Runtime.TOKENSPEED:
+            ts = tokenspeed_zmq.decode_ready_response(payload)
+            return Registration(ts.max_model_len, ts.vllm_version, ts.data_parallel_rank)
+        case _:
+            raise UnsupportedRuntime(f"no ZMQ dialect for runtime {runtime.value!r}")
+
+
+def encode_add(
+    runtime: Runtime,
+    request: EngineRequest,
+    *,
+    engine_request_id: str,
+    max_model_len: int,
+    eos: vllm_zmq.EosIds,
+    vocab_size: int | None,
+    arrival_time: float,
+) -> list[bytes]:
+    """`[type byte, payload]` of one ADD; raises ClientError for values the engine would refuse."""
+    sampling = request.sampling
+    match runtime:
+        case Runtime.VLLM:
+            wire_request = vllm_zmq.build_request(
+                request_id=engine_request_id,
+                prompt_ids=request.prompt_ids,
+                sampling=vllm_zmq.VllmSampling(
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
+                    min_p=sampling.min_p,
+                    presence_penalty=sampling.presence_penalty,
+                    frequency_penalty=sampling.frequency_penalty,
+                    repetition_penalty=sampling.repetition_penalty,
+                    seed=sampling.seed,
+                    max_tokens=sampling.max_tokens,
+                    min_tokens=sampling.min_tokens,
+                    logprobs=sampling.logprobs,
+                    ignore_eos=sampling.ignore_eos,
+                    stop_token_ids=sampling.stop_token_ids,
+                ),
+                eos=eos,
+                max_model_len=max_model_len,
+                arrival_time=arrival_time,
+                vocab_size=vocab_size,
+                client_index=0,  # one output socket: INIT's outputs[0]
+                external_req_id=request.request_id,
+            )
+            return [RequestType.ADD.frame, vllm_zmq.encode_request(wire_request)]
+        case Runtime.TOKENSPEED:
+            ts_request = tokenspeed_zmq.build_request(
+                request_id=engine_request_id,
+                prompt_ids=request.prompt_ids,
+                sampling=tokenspeed_zmq.TokenSpeedSampling(
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    top_k=sampling.top_k,
+                    min_p=sampling.min_p,
+                    presence_penalty=sampling.presence_penalty,
+                    frequency_penalty=sampling.frequency_penalty,
+                    repetition_penalty=sampling.repetition_penalty,
+                    seed=sampling.seed,
+                    max_tokens=sampling.max_tokens,
+                    min_tokens=sampling.min_tokens,
+                    logprobs=sampling.logprobs,
+                    ignore_eos=sampling.ignore_eos,
+                    skip_special_tokens=sampling.skip_special_tokens,
+                    no_stop_trim=sampling.no_stop_trim,
+                    stop_token_ids=sampling.stop_token_ids,
+                ),
+                max_model_len=max_model_len,
+                vocab_size=vocab_size,
+                stream=True,
+            )
+            return [RequestType.ADD.frame, tokenspeed_zmq.encode_request(ts_request)]
+        case _:
+            raise UnsupportedRuntime(f"no ZMQ dialect for runtime {runtime.value!r}")
+
+
+def decode_output(runtime: Runtime, frames: Sequence[bytes]) -> OutputMessage:
+    """Flatten one output message (not the dead sentinel); BackendProtocolError if malformed."""
+    match runtime:
+        case Runtime.VLLM:
+            return _vllm_message(vllm_zmq_outputs.decode_outputs(frames), frames)
+        case Runtime.TOKENSPEED:
+            try:
+                return _tokenspeed_message(tokenspeed_zmq.decode_outputs(frames))
+            except BackendProtocolError:
+                reply = _utility_reply(frames)
+                if reply is None:
+                    raise
+                return reply
+        case _:
+            raise UnsupportedRuntime(f"no ZMQ dialect for runtime {runtime.value!r}")
+
+
+def _utility_reply(frames: Sequence[bytes]) -> OutputMessage | None:
+    """A vLLM-shaped utility reply on a TokenSpeed socket, or None.
+
+    Real TokenSpeed has no UTILITY request; our reference TokenSpeed engine answers one in
+    vLLM's shape as a test-only extension, and only a `call_utility` we made can provoke it.
+    """
+    try:
+        message = vllm_zmq_outputs.decode_outputs(frames)
+    except BackendProtocolError:
+        return None
+    if message.utility_output is None or message.outputs:
+        return None
+    return _vllm_message(message, frames)
+
+
+def _vllm_message(
+    message: vllm_zmq_outputs.EngineCoreOutputs, frames: Sequence[bytes]
+) -> OutputMessage:
+    steps = []
+    for output in message.outputs:
+        logprobs = None
+        if output.new_logprobs is not None:
+            positions = vllm_zmq_outputs.decode_logprobs(output.new_logprobs, frames)
+            logprobs = tuple(
+                TokenLogprob(
+                    token_id=p.token_id,
+                    logprob=p.logprob,
+                    rank=p.rank,
+                    top=tuple(TopLogprob(t.token_id, t.logprob) for t in p.top),
+                )
+                for p in positions
+            )
+            if len(logprobs) != len(output.new_token_ids):
+                raise BackendProtocolError(
+                    f"{len(logprobs)} logprob positions for {len(output.new_token_ids)} tokens"
+                )
+        error = None
+        if output.finish_reason == vllm_zmq_outputs.FinishReason.ERROR:
+            error = "the engine failed the request"
+            if output.error is not None:
+                error = output.error.message or output.error.code or error
+        prefill = output.prefill_stats
+        steps.append(
+            RequestStep(
+                request_id=output.request_id,
+                token_ids=output.new_token_ids,
+                logprobs=logprobs,
+                finish_reason=vllm_zmq_outputs.finish_reason_text(output.finish_reason),
+                stop_reason=output.stop_reason,
+                error=error,
+                prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
+                cached_tokens=None if prefill is None else prefill.num_cached_tokens,
+            )
+        )
+    utility = None
+    if message.utility_output is not None:
+        reply = message.utility_output
+        value = None if reply.result is None else reply.result[1]
+        utility = UtilityReply(reply.call_id, reply.failure_message, value)
+    return OutputMessage(message.engine_index, tuple(steps), utility)
+
+
+def _tokenspeed_message(batch: tokenspeed_zmq.BatchTokenIDOutSlim) -> OutputMessage:
+    steps = []
+    for row in tokenspeed_zmq.split_batch(batch):
+        logprobs = None
+        if row.logprobs:
+            if len(row.logprobs) != len(row.output_ids):
+                raise BackendProtocolError(
+                    f"{len(row.logprobs)} logprobs for {len(row.output_ids)} tokens"
+                )
+            logprobs = tuple(
+                TokenLogprob(token_id=token_id, logprob=value)
+                for token_id, value in zip(row.output_ids, row.logprobs, strict=True)
+            )
+        steps.append(
+            RequestStep(
+                request_id=row.rid,
+                token_ids=row.output_ids,
+                logprobs=logprobs,
+                finish_reason=tokenspeed_zmq.finish_reason_text(row.finished_reason),
+                error="the engine failed the request" if row.finished_reason == "error" else None,
+                prompt_tokens=row.prompt_tokens,
+                completion_tokens=row.completion_tokens,
+                cached_tokens=row.cached_tokens,
+            )
+        )
+    return OutputMessage(batch.engine_index, tuple(steps))

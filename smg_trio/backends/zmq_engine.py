@@ -1,0 +1,432 @@
+"""I/O. The gateway's client for vLLM EngineCore and TokenSpeed engines over ZMQ (wire.md §A, §B).
+
+We bind three sockets and the engines dial in: a handshake ROUTER (tcp), an input ROUTER and an
+output PULL (private ipc dir by default). Each engine says HELLO, gets INIT with the data
+addresses, registers on the input socket (max_model_len, version) and says READY; it is routed
+requests only once both arrived. One task owns each direction of each socket:
+
+- handshake: HELLO -> INIT, READY; a second HELLO from an identity is a restarted engine;
+- registrations: receives on the input ROUTER (engines send nothing else there);
+- writer: sends on the input ROUTER what request tasks `put_nowait` into a coalescing outbox,
+  so opening or aborting a stream never waits on the socket;
+- reader: drains the output PULL in batches and demultiplexes steps into per-stream mailboxes
+  with `put_nowait`, so one slow consumer never stalls the others;
+- watchdog: an engine with requests in flight that says nothing for `watchdog_period_s` is dead.
+
+Decisions: `open_stream` fails fast with `BackendUnavailable` when no engine is ready (callers
+that want to wait use `wait_ready()` under their own deadline). An engine-dead sentinel, silence,
+or a lost input connection fails every stream on that engine with `EngineDead`, and the engine
+stays out of rotation until it says HELLO again; the sentinel carries no identity, so it takes
+every engine of this socket set out. An engine "abort" or "error" finish raises
+`EngineRejected`. Engine request ids get a random suffix (as vLLM's frontend does) so a client
+id never collides with one in flight; ADDs carry client_index 0 (our single output socket).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+import zmq
+
+from smg_trio.backends import zmq_codec
+from smg_trio.backends.base import BackendStatistics
+from smg_trio.backends.mailbox import Mailbox
+from smg_trio.backends.zmq_registry import (
+    EngineRegistry,
+    EngineSlot,
+    RankPolicy,
+    Route,
+)
+from smg_trio.backends.zmq_socket import (
+    TrioZmqSocket,
+    ipc_address,
+    open_zmq_context,
+    private_ipc_dir,
+)
+from smg_trio.backends.zmq_stream import ZmqEngineStream
+from smg_trio.core.finalize import EngineRequest, Finalized
+from smg_trio.core.runtime import Runtime, Wire, require_adapter
+from smg_trio.errors import (
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailable,
+    ConfigError,
+    UnsupportedRuntime,
+)
+from smg_trio.model import EosIds as ModelEosIds
+from smg_trio.wire import vllm_zmq
+from smg_trio.wire.zmq_transport import RequestType, encode_abort, encode_init, is_engine_dead
+
+logger = logging.getLogger(__name__)
+
+ABORT_GRACE_S: Final = 1.0
+"""How long leaving a stream waits (shielded) for its ABORT to reach the socket."""
+WATCHDOG_PERIOD_S: Final = 300.0
+"""Default silence, with requests in flight, after which an engine is declared dead (as smg)."""
+OUTPUT_BATCH_MAX: Final = 256
+"""Output messages demultiplexed per reader wake-up before yielding to other tasks."""
+_WATCHDOG_CHECKS_PER_PERIOD: Final = 10  # detection lands within 110 % of the period
+
+
+@dataclass(eq=False)
+class _Outgoing:
+    engine: EngineSlot
+    frames: list[bytes]
+    add_for: Route | None = None  # an ADD is dropped if its stream left before it went out
+    sent: trio.Event | None = None  # set once the frames are handed to libzmq (or dropped)
+
+
+class ZmqEngine:
+    """A bound ZMQ socket set serving `engine_count` engines of one runtime. See the module doc."""
+
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        engine_count: int,
+        eos: vllm_zmq.EosIds,
+        vocab_size: int | None,
+        watchdog_period_s: float,
+        rank_policy: RankPolicy,
+        sockets: tuple[TrioZmqSocket, TrioZmqSocket, TrioZmqSocket],
+        addresses: tuple[str, str, str],
+    ) -> None:
+        self._runtime = runtime
+        self._eos = eos
+        self._vocab_size = vocab_size
+        self._watchdog_period_s = watchdog_period_s
+        self._handshake, self._input, self._output = sockets
+        self.handshake_address, self.input_address, self.output_address = addresses
+        """The bound endpoints (ports resolved): what INIT tells the engines."""
+        self._registry = EngineRegistry(engine_count, rank_policy)
+        # Many request tasks put, the writer takes: safe because put_nowait never yields.
+        self._outbox: Mailbox[_Outgoing] = Mailbox()
+        self._open_streams = 0
+        self._closing = False
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    @property
+    def wire(self) -> Wire:
+        return Wire.ZMQ
+
+    @property
+    def handshake_port(self) -> int | None:
+        """The bound tcp port engines dial (`--data-parallel-rpc-port`); None for ipc."""
+        if not self.handshake_address.startswith("tcp://"):
+            return None
+        return int(self.handshake_address.rsplit(":", 1)[1])
+
+    @asynccontextmanager
+    async def open_stream(self, finalized: Finalized) -> AsyncIterator[ZmqEngineStream]:
+        """Send one ADD per engine request of `finalized`; yield their events; abort on leaving.
+
+        Raises before sending anything: `UnsupportedRuntime` if `finalized` is for another
+        runtime or wire, `BackendUnavailable` if no engine is ready, `ClientError` for a value
+        the engine would refuse (prompt too long, token id outside the vocabulary, ...).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        stream = self._start_stream(finalized)
+        self._open_streams += 1
+        try:
+            yield stream
+        finally:
+            self._open_streams -= 1
+            if not stream.closed:
+                stream.fail(trio.ClosedResourceError("the stream was left"))
+            await self._send_aborts(self._registry.take_unfinished(stream))
+
+    async def wait_ready(self, *, all_engines: bool = False) -> None:
+        """Return once one engine (or every engine) is ready; the caller bounds the wait."""
+        condition = all if all_engines else any
+        while not condition(engine.ready for engine in self._registry.engines):
+            await self._registry.readiness_changed.wait()
+        await trio.lowlevel.checkpoint()
+
+    async def call_utility(self, method: str, *args: Any, engine_index: int = 0) -> Any:
+        """vLLM UTILITY call (wire.md §A.9): run `method(*args)` on one engine, return its value.
+
+        Raises `EngineRejected` with the engine's failure message, `EngineDead` if the engine
+        dies first. The caller bounds the wait. A real TokenSpeed engine drops UTILITY frames
+        (the call then waits for the caller's deadline); our reference TokenSpeed engine
+        answers them in vLLM's shape, which is how tests read its counters.
+        """
+        engine = self._registry.engines[engine_index]
+        if not engine.ready:
+            raise BackendUnavailable(f"engine {engine_index} is not ready")
+        call_id, call = self._registry.begin_call(engine)
+        try:
+            payload = vllm_zmq.encode_utility_call(
+                vllm_zmq.UtilityCall(client_index=0, call_id=call_id, method=method, args=args)
+            )
+            frames = [engine.identity, RequestType.UTILITY.frame, payload]
+            self._outbox.put_nowait(_Outgoing(engine, frames))
+            await call.done.wait()
+        finally:
+            self._registry.end_call(call_id)
+        if call.error is not None:
+            raise call.error
+        return call.value
+
+    def statistics(self) -> BackendStatistics:
+        engines = self._registry.statuses()
+        lengths = [e.max_model_len for e in engines if e.ready and e.max_model_len is not None]
+        return BackendStatistics(
+            runtime=self._runtime,
+            wire=Wire.ZMQ,
+            ready=any(e.ready for e in engines),
+            max_model_len=min(lengths) if lengths else None,
+            open_streams=self._open_streams,
+            in_flight=len(self._registry.routes),
+            engines=engines,
+            protocol_errors=self._registry.protocol_errors,
+        )
+
+    def _start_stream(self, finalized: Finalized) -> ZmqEngineStream:
+        """Encode every ADD (any ClientError leaves nothing behind), then register and queue."""
+        if finalized.runtime is not self._runtime or finalized.wire is not Wire.ZMQ:
+            raise UnsupportedRuntime(
+                f"the request was shaped for {finalized.runtime.value} over "
+                f"{finalized.wire.value}; this backend is {self._runtime.value} over zmq"
+            )
+        if self._closing:
+            raise BackendUnavailable("the ZMQ backend is shutting down")
+        registry = self._registry
+        ready = registry.ready_engines()
+        if not ready:
+            raise BackendUnavailable(registry.unready_reason())
+        planned: dict[str, tuple[EngineRequest, EngineSlot, list[bytes]]] = {}
+        load: dict[int, int] = {}
+        arrival_time = time.time()
+        for request in finalized.requests:
+            engine = registry.pick_engine(ready, load)
+            load[engine.index] = load.get(engine.index, 0) + 1
+            engine_request_id = registry.new_engine_request_id(request.request_id, planned)
+            assert engine.registration is not None  # it is ready
+            frames = zmq_codec.encode_add(
+                self._runtime,
+                request,
+                engine_request_id=engine_request_id,
+                max_model_len=engine.registration.max_model_len,
+                eos=self._eos,
+                vocab_size=self._vocab_size,
+                arrival_time=arrival_time,
+            )
+            planned[engine_request_id] = (request, engine, frames)
+        stream = ZmqEngineStream(tuple(planned))
+        if not planned:
+            stream.end()
+        for engine_request_id, (request, engine, frames) in planned.items():
+            route = Route(
+                engine_request_id, request.choice_index, engine, stream, len(request.prompt_ids)
+            )
+            registry.add(route)
+            self._outbox.put_nowait(_Outgoing(engine, [engine.identity, *frames], add_for=route))
+        return stream
+
+    async def _send_aborts(self, ids_by_engine: dict[EngineSlot, list[str]]) -> None:
+        """Queue one ABORT per engine; wait (shielded, bounded) until the writer sent them."""
+        if not ids_by_engine:
+            return
+        outgoing = [
+            _Outgoing(
+                engine,
+                [engine.identity, RequestType.ABORT.frame, encode_abort(ids)],
+                sent=trio.Event(),
+            )
+            for engine, ids in ids_by_engine.items()
+        ]
+        for item in outgoing:
+            self._outbox.put_nowait(item)
+        with trio.move_on_after(ABORT_GRACE_S) as scope:
+            scope.shield = True
+            for item in outgoing:
+                assert item.sent is not None
+                await item.sent.wait()
+        if scope.cancelled_caught:
+            logger.warning("ABORT of %s not sent within %g s", ids_by_engine, ABORT_GRACE_S)
+
+    async def _shut_down(self) -> None:
+        """Fail open streams and calls, and abort their engine requests."""
+        self._closing = True
+        error = BackendUnavailable("the ZMQ backend is shutting down")
+        await self._send_aborts(self._registry.take_all(error))
+
+    # --- socket owners (background tasks) ---------------------------------------------------
+
+    async def _serve_handshake(self) -> None:
+        init = encode_init([self.input_address], [self.output_address])
+        while True:
+            frames = await self._handshake.receive_multipart()
+            engine = self._registry.on_handshake(frames)
+            if engine is None:
+                continue
+            try:
+                await self._handshake.send_multipart([engine.identity, init])
+            except BackendError as exc:  # it hung up right after HELLO; it will dial again
+                logger.warning("engine %d: INIT not sent: %s", engine.index, exc.message)
+                engine.said_hello = False
+
+    async def _serve_registrations(self) -> None:
+        while True:
+            frames = await self._input.receive_multipart()
+            self._registry.on_registration(self._runtime, frames)
+
+    async def _write_inputs(self) -> None:
+        async for batch in self._outbox:
+            for item in batch:
+                try:
+                    await self._send_input(item)
+                finally:
+                    if item.sent is not None:
+                        item.sent.set()
+
+    async def _send_input(self, item: _Outgoing) -> None:
+        if item.engine.dead_reason is not None:
+            return
+        route = item.add_for
+        if route is not None:
+            if not self._registry.is_live(route):
+                return  # its stream ended before the ADD went out: nothing to send or abort
+            route.add_sent = True
+        try:
+            await self._input.send_multipart(item.frames)
+        except BackendUnavailable:  # ROUTER_MANDATORY: the engine's connection is gone
+            self._registry.engine_died(item.engine, "its input connection is gone")
+        except BackendError as exc:
+            self._registry.engine_died(item.engine, f"sending to it failed: {exc.message}")
+
+    async def _read_outputs(self) -> None:
+        registry = self._registry
+        while True:
+            batch = await self._output.receive_batch(OUTPUT_BATCH_MAX)
+            now = trio.current_time()
+            for frames in batch:
+                if is_engine_dead(frames):
+                    for engine in registry.engines:
+                        registry.engine_died(engine, "it sent ENGINE_CORE_DEAD")
+                    continue
+                try:
+                    message = zmq_codec.decode_output(self._runtime, frames)
+                except BackendProtocolError as exc:
+                    registry.protocol_error(exc)
+                    continue
+                registry.dispatch(message, now)
+
+    async def _watch_silence(self) -> None:
+        period = self._watchdog_period_s
+        while True:
+            await trio.sleep(period / _WATCHDOG_CHECKS_PER_PERIOD)
+            for engine in self._registry.silent_engines(trio.current_time(), period):
+                self._registry.engine_died(
+                    engine,
+                    f"no output for {period:g} s with {engine.in_flight} requests "
+                    f"and {engine.pending_calls} calls in flight",
+                )
+
+
+@asynccontextmanager
+async def open_zmq_engine(
+    *,
+    runtime: Runtime,
+    handshake_address: str = "tcp://127.0.0.1:0",
+    data_address: str | None = None,
+    engine_count: int = 1,
+    eos_ids: vllm_zmq.EosIds | ModelEosIds | None = None,
+    vocab_size: int | None = None,
+    watchdog_period_s: float = WATCHDOG_PERIOD_S,
+    rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
+) -> AsyncIterator[ZmqEngine]:
+    """Bind the sockets, run the socket-owner tasks, and yield the engine client.
+
+    `handshake_address`: `tcp://HOST:PORT` (port 0 picks one; read `handshake_port`) or ipc.
+    `data_address`: None = a private ipc directory; `ipc://BASE` = `BASE-in.sock`/`BASE-out.sock`;
+    `tcp://HOST:0` = two picked ports; `tcp://HOST:PORT` = PORT and PORT+1.
+    `engine_count`: data-parallel engines (identities 0..count-1); TokenSpeed supports 1.
+    `eos_ids`: the model directory's EOS ids (vLLM only; TokenSpeed stops at EOS itself).
+    `vocab_size`: token ids are checked against it before sending.
+    On exit every open stream fails with BackendUnavailable and its engine requests are aborted.
+    """
+    require_adapter(runtime, Wire.ZMQ)
+    if engine_count < 1 or (runtime is Runtime.TOKENSPEED and engine_count != 1):
+        raise ConfigError(
+            f"engine_count must be >= 1 (and exactly 1 for TokenSpeed), got {engine_count}"
+        )
+    if not watchdog_period_s > 0:
+        raise ConfigError(f"watchdog_period_s must be positive, got {watchdog_period_s}")
+    eos = (
+        vllm_zmq.EosIds()
+        if eos_ids is None
+        else vllm_zmq.EosIds(eos_ids.primary, tuple(eos_ids.extra))
+    )
+    with ExitStack() as stack:
+        context = stack.enter_context(open_zmq_context())
+        if data_address is None:
+            directory = stack.enter_context(private_ipc_dir())
+            input_bind, output_bind = ipc_address(directory, "in"), ipc_address(directory, "out")
+        else:
+            input_bind, output_bind = _data_binds(data_address)
+        sockets = []
+        addresses = []
+        for kind, address in (
+            (zmq.ROUTER, _any_port(handshake_address)),
+            (zmq.ROUTER, input_bind),
+            (zmq.PULL, output_bind),
+        ):
+            raw = context.socket(kind)
+            socket = stack.enter_context(TrioZmqSocket(raw))
+            raw.setsockopt(zmq.SNDHWM, 0)  # a ROUTER at its HWM drops silently
+            raw.setsockopt(zmq.RCVHWM, 0)
+            if kind == zmq.ROUTER:
+                raw.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unroutable -> error, not silence
+                raw.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine reuses its identity
+            addresses.append(socket.bind(address))
+            sockets.append(socket)
+        engine = ZmqEngine(
+            runtime=runtime,
+            engine_count=engine_count,
+            eos=eos,
+            vocab_size=vocab_size,
+            watchdog_period_s=watchdog_period_s,
+            rank_policy=rank_policy,
+            sockets=(sockets[0], sockets[1], sockets[2]),
+            addresses=(addresses[0], addresses[1], addresses[2]),
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(engine._serve_handshake)
+            nursery.start_soon(engine._serve_registrations)
+            nursery.start_soon(engine._write_inputs)
+            nursery.start_soon(engine._read_outputs)
+            nursery.start_soon(engine._watch_silence)
+            try:
+                yield engine
+            finally:
+                await engine._shut_down()
+                nursery.cancel_scope.cancel()
+
+
+def _any_port(address: str) -> str:
+    """libzmq spells "pick a port" as `*`; accept the conventional 0 as well."""
+    if address.startswith("tcp://") and address.endswith(":0"):
+        return address[:-1] + "*"
+    return address
+
+
+def _data_binds(address: str) -> tuple[str, str]:
+    if address.startswith("ipc://"):
+        return f"{address}-in.sock", f"{address}-out.sock"
+    if address.startswith("tcp://"):
+        host, _, port = address.removeprefix("tcp://").rpartition(":")
+        if port in ("0", "*"):
+            return f"tcp://{host}:*", f"tcp://{host}:*"
+        if port.isdigit() and 0 < int(port) < 65535:
+            return f"tcp://{host}:{port}", f"tcp://{host}:{int(port) + 1}"
+    raise ConfigError(f"data_address must be ipc://BASE or tcp://HOST:PORT, got {address!r}")

@@ -1,0 +1,94 @@
+"""I/O. One open request's view of a ZMQ engine: the per-request mailbox the shared output
+reader fills, and the `async for` side the request consumes.
+
+The reader calls the `deliver`/`end`/`fail` methods, which never block: a slow consumer only
+makes its own mailbox grow (bounded by max_tokens), and on its next call it receives everything
+that piled up, with consecutive token deltas of a choice merged into one event.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import assert_never
+
+import trio
+
+from smg_trio.backends.base import ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.backends.mailbox import Mailbox
+
+
+class ZmqEngineStream:
+    """The events of one `open_stream` block; iterate it once with `async for`."""
+
+    def __init__(self, engine_request_ids: tuple[str, ...]) -> None:
+        self.engine_request_ids = engine_request_ids
+        """The engine-side ids of the choices, in choice order (for logs and tests)."""
+        self._mailbox: Mailbox[EngineEvent] = Mailbox()
+        self._pending: deque[EngineEvent] = deque()
+        self._closed = False
+
+    def __aiter__(self) -> ZmqEngineStream:
+        return self
+
+    async def __anext__(self) -> EngineEvent:
+        if not self._pending:
+            try:
+                batch = await self._mailbox.get_batch()
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+            self._pending.extend(coalesce(batch))
+        return self._pending.popleft()
+
+    @property
+    def closed(self) -> bool:
+        """No more events will be delivered (ended, failed or left)."""
+        return self._closed
+
+    def deliver(self, event: EngineEvent) -> None:
+        if not self._closed:
+            self._mailbox.put_nowait(event)
+
+    def end(self) -> None:
+        """Every choice finished: the iteration ends after the queued events."""
+        self._closed = True
+        self._mailbox.close()
+
+    def fail(self, error: BaseException) -> None:
+        """The iteration raises `error` after the queued events; later events are dropped."""
+        self._closed = True
+        self._mailbox.close(error)
+
+
+def coalesce(events: Iterable[EngineEvent]) -> list[EngineEvent]:
+    """Merge each choice's token deltas in a batch into its first one; order within a choice kept.
+
+    A choice's `ChoiceFinished` comes after all of its deltas, so merging a later delta into an
+    earlier position never moves tokens past their finish.
+    """
+    merged: list[EngineEvent] = []
+    open_delta: dict[int, int] = {}  # choice index -> position of its delta in `merged`
+    for event in events:
+        match event:
+            case TokenDelta(choice_index=choice):
+                position = open_delta.get(choice)
+                if position is None:
+                    open_delta[choice] = len(merged)
+                    merged.append(event)
+                    continue
+                earlier = merged[position]
+                assert isinstance(earlier, TokenDelta)
+                logprobs = None
+                if earlier.logprobs is not None and event.logprobs is not None:
+                    logprobs = earlier.logprobs + event.logprobs
+                merged[position] = TokenDelta(
+                    choice_index=choice,
+                    token_ids=earlier.token_ids + event.token_ids,
+                    logprobs=logprobs,
+                )
+            case ChoiceFinished(choice_index=choice):
+                open_delta.pop(choice, None)
+                merged.append(event)
+            case _:
+                assert_never(event)
+    return merged

@@ -1,0 +1,292 @@
+"""A conformance suite every Backend must pass, against a real engine behind real sockets.
+
+A backend test module provides an `EngineUnderTest` (a running engine, the backend connected to
+it, and the engine's own view: counters, kill, pause) and runs each `check_*` coroutine below
+on a fresh one (the death checks destroy their engine). The engine must generate
+deterministically for greedy requests and count what it does (`requests_added`,
+`abort_ids_received`, `requests_aborted`, `requests_active`, `tokens_generated`,
+`tokens_after_abort`), as our reference engines do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+import trio
+
+from smg_trio.backends.base import Backend, ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
+from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams
+from smg_trio.errors import EngineDead
+
+ABORT_DEADLINE_S = 0.05
+"""Leaving a stream must get the ABORT to the engine within this (the brief's 50 ms)."""
+PROMPT: tuple[int, ...] = (300, 301, 302, 303, 304)
+
+
+class EngineUnderTest(Protocol):
+    """A running engine, the backend connected to it, and the engine-side view."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def watchdog_period_s(self) -> float: ...
+
+    async def counters(self) -> Mapping[str, int]:
+        """The engine's own counters (totals since it started, and gauges)."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL the engine: it sends nothing more, not even a dead sentinel."""
+        ...
+
+    def pause(self) -> None:
+        """SIGSTOP the engine: it stays connected and says nothing."""
+        ...
+
+
+EngineFactory = Callable[[], AbstractAsyncContextManager[EngineUnderTest]]
+
+
+def make_request(
+    backend: Backend,
+    *,
+    max_tokens: int,
+    n: int = 1,
+    seed: int | None = None,
+    greedy: bool = True,
+    ignore_eos: bool = True,
+    request_id: str = "req",
+    prompt: tuple[int, ...] = PROMPT,
+) -> Finalized:
+    """A request finalized for `backend`'s runtime and wire, as the request layer would."""
+    plan = GeneratePlan(
+        request_id=request_id,
+        endpoint=Endpoint.GENERATE,
+        model="m",
+        prompt_ids=prompt,
+        sampling=SamplingParams(
+            temperature=0.0 if greedy else 1.0,
+            seed=seed,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+        ),
+        n=n,
+    )
+    return finalize(plan, WorkerTarget(runtime=backend.runtime, wire=backend.wire), None)
+
+
+async def collect(backend: Backend, finalized: Finalized) -> list[EngineEvent]:
+    async with backend.open_stream(finalized) as events:
+        return [event async for event in events]
+
+
+def tokens_of(events: list[EngineEvent], choice: int = 0) -> list[int]:
+    return [
+        token
+        for event in events
+        if isinstance(event, TokenDelta) and event.choice_index == choice
+        for token in event.token_ids
+    ]
+
+
+def finishes_of(events: list[EngineEvent]) -> dict[int, ChoiceFinished]:
+    finishes = [event for event in events if isinstance(event, ChoiceFinished)]
+    by_choice = {finish.choice_index: finish for finish in finishes}
+    assert len(by_choice) == len(finishes), "a choice finished twice"
+    return by_choice
+
+
+async def wait_for_counters(
+    engine: EngineUnderTest, predicate: Callable[[Mapping[str, int]], bool], within_s: float
+) -> Mapping[str, int]:
+    """Poll the engine's counters until `predicate` holds; fail after `within_s`."""
+    with trio.fail_after(within_s):
+        while True:
+            counters = await engine.counters()
+            if predicate(counters):
+                return counters
+            await trio.sleep(0.002)
+
+
+# --- the checks --------------------------------------------------------------------------
+
+
+async def check_ready_and_info(engine: EngineUnderTest) -> None:
+    statistics = engine.backend.statistics()
+    assert statistics.ready
+    assert (statistics.max_model_len or 0) > len(PROMPT)
+    assert statistics.open_streams == 0
+    assert statistics.in_flight == 0
+    assert all(status.ready for status in statistics.engines)
+
+
+async def check_stream_to_completion(engine: EngineUnderTest) -> None:
+    backend = engine.backend
+    before = await engine.counters()
+    events = await collect(backend, make_request(backend, max_tokens=12))
+    after = await engine.counters()
+    tokens = tokens_of(events)
+    assert len(tokens) == 12
+    finish = finishes_of(events)[0]
+    assert isinstance(events[-1], ChoiceFinished)
+    assert (finish.finish_reason, finish.completion_tokens) == ("length", 12)
+    assert finish.prompt_tokens == len(PROMPT)
+    assert after["tokens_generated"] - before["tokens_generated"] == 12
+    assert after["requests_added"] - before["requests_added"] == 1
+    assert after["abort_ids_received"] == before["abort_ids_received"]  # finished: no abort
+    # Greedy is deterministic: the same request generates the same tokens.
+    again = await collect(backend, make_request(backend, max_tokens=12, request_id="again"))
+    assert tokens_of(again) == tokens
+    assert backend.statistics().in_flight == 0
+
+
+async def check_two_choices_interleave(engine: EngineUnderTest) -> None:
+    backend = engine.backend
+    finalized = make_request(backend, max_tokens=24, n=2, seed=7, greedy=False)
+    seen_before_first_finish: set[int] = set()
+    events: list[EngineEvent] = []
+    async with backend.open_stream(finalized) as stream:
+        async for event in stream:
+            events.append(event)
+            if not finishes_of(events):
+                seen_before_first_finish.add(event.choice_index)
+    finishes = finishes_of(events)
+    assert sorted(finishes) == [0, 1]
+    for choice in (0, 1):
+        assert len(tokens_of(events, choice)) == 24
+        assert finishes[choice].completion_tokens == 24
+        last_delta = max(
+            i
+            for i, e in enumerate(events)
+            if isinstance(e, TokenDelta) and e.choice_index == choice
+        )
+        assert last_delta < events.index(finishes[choice])
+    assert seen_before_first_finish == {0, 1}, "the two choices did not interleave"
+    assert tokens_of(events, 0) != tokens_of(events, 1), "seed + i should differ per choice"
+
+
+async def _assert_aborted_promptly(engine: EngineUnderTest, left_at: float, before: int) -> None:
+    counters = await wait_for_counters(
+        engine, lambda c: c["abort_ids_received"] > before, within_s=2.0
+    )
+    elapsed = trio.current_time() - left_at
+    assert elapsed < ABORT_DEADLINE_S, f"ABORT reached the engine after {elapsed * 1000:.1f} ms"
+    assert counters["abort_ids_received"] == before + 1
+    assert counters["requests_active"] == 0
+    generated = counters["tokens_generated"]
+    await trio.sleep(0.05)
+    later = await engine.counters()
+    assert later["tokens_generated"] == generated, "the engine kept generating"
+    assert later["tokens_after_abort"] == 0
+    assert engine.backend.statistics().in_flight == 0
+
+
+async def check_break_aborts(engine: EngineUnderTest) -> None:
+    backend = engine.backend
+    before = (await engine.counters())["abort_ids_received"]
+    async with backend.open_stream(make_request(backend, max_tokens=100_000)) as stream:
+        received = 0
+        async for event in stream:
+            assert isinstance(event, TokenDelta)
+            received += len(event.token_ids)
+            if received >= 3:
+                break
+    await _assert_aborted_promptly(engine, trio.current_time(), before)
+
+
+async def check_cancel_aborts(engine: EngineUnderTest) -> None:
+    backend = engine.backend
+    before = (await engine.counters())["abort_ids_received"]
+    got_tokens = trio.Event()
+
+    async def consume(cancel_scope: trio.CancelScope) -> None:
+        with cancel_scope:
+            async with backend.open_stream(make_request(backend, max_tokens=100_000)) as stream:
+                async for _ in stream:
+                    got_tokens.set()
+
+    scope = trio.CancelScope()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume, scope)
+        await got_tokens.wait()
+        scope.cancel()
+    await _assert_aborted_promptly(engine, trio.current_time(), before)
+
+
+async def _assert_dies(engine: EngineUnderTest, harm: Callable[[], None]) -> None:
+    backend = engine.backend
+    period = engine.watchdog_period_s
+    async with backend.open_stream(make_request(backend, max_tokens=100_000)) as stream:
+        iterator = stream.__aiter__()
+        await iterator.__anext__()  # the engine is generating
+        harm()
+        harmed_at = trio.current_time()
+        try:
+            with trio.fail_after(period * 1.5 + 1.0):
+                async for _ in iterator:
+                    pass
+        except EngineDead:
+            pass
+        else:
+            raise AssertionError("the stream ended normally after the engine was harmed")
+    elapsed = trio.current_time() - harmed_at
+    assert elapsed <= period * 1.5, f"EngineDead after {elapsed:.2f} s, watchdog {period} s"
+    statistics = backend.statistics()
+    assert not statistics.ready
+    assert statistics.in_flight == 0
+    assert all(status.dead_reason for status in statistics.engines)
+
+
+async def check_killed_engine_fails_streams(engine: EngineUnderTest) -> None:
+    await _assert_dies(engine, engine.kill)
+
+
+async def check_silent_engine_fails_streams(engine: EngineUnderTest) -> None:
+    await _assert_dies(engine, engine.pause)
+
+
+CHECKS: tuple[Callable[[EngineUnderTest], Awaitable[None]], ...] = (
+    check_ready_and_info,
+    check_stream_to_completion,
+    check_two_choices_interleave,
+    check_break_aborts,
+    check_cancel_aborts,
+    check_killed_engine_fails_streams,
+    check_silent_engine_fails_streams,
+)
+
+
+def open_fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def task_count() -> int:
+    """Every task in this trio run, counted from the root."""
+
+    def count(task: trio.lowlevel.Task) -> int:
+        return 1 + sum(count(child) for n in task.child_nurseries for child in n.child_tasks)
+
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    return count(root)
+
+
+async def run_check(
+    factory: EngineFactory,
+    check: Callable[[EngineUnderTest], Awaitable[None]],
+    *,
+    timeout_s: float = 30.0,
+) -> None:
+    """Run one check on a fresh engine; afterwards no task and no file descriptor may be left."""
+    fds, tasks = open_fd_count(), task_count()
+    with trio.fail_after(timeout_s):
+        async with factory() as engine:
+            await engine.backend.wait_ready()
+            await check(engine)
+    assert task_count() == tasks, "the backend left tasks running"
+    assert open_fd_count() == fds, "the backend or engine harness leaked file descriptors"

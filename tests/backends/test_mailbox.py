@@ -1,0 +1,193 @@
+"""The coalescing mailbox: order, coalescing, close semantics, cancellation, interleavings."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smg_trio.backends.mailbox import Mailbox, MailboxStatistics
+from smg_trio.errors import EngineDead
+
+TEST_TIMEOUT_S = 5
+
+
+async def test_items_put_before_a_get_arrive_as_one_batch_in_order() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        for item in range(5):
+            mailbox.put_nowait(item)
+        assert await mailbox.get_batch() == [0, 1, 2, 3, 4]
+        mailbox.put_nowait(5)
+        assert await mailbox.get_batch() == [5]
+
+
+async def test_get_batch_waits_while_empty_and_wakes_on_put() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[str] = Mailbox()
+        batches: list[list[str]] = []
+
+        async def consume() -> None:
+            batches.append(await mailbox.get_batch())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            assert batches == []
+            assert mailbox.statistics().consumer_waiting
+            mailbox.put_nowait("a")
+            mailbox.put_nowait("b")
+        assert batches == [["a", "b"]]
+
+
+async def test_put_nowait_never_blocks_on_a_consumer_that_does_not_read() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        for item in range(100_000):
+            mailbox.put_nowait(item)
+        assert mailbox.statistics() == MailboxStatistics(
+            queued=100_000, closed=False, consumer_waiting=False
+        )
+        assert await mailbox.get_batch() == list(range(100_000))
+        assert mailbox.statistics().queued == 0
+
+
+async def test_close_delivers_queued_items_then_end_of_channel() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        mailbox.put_nowait(1)
+        mailbox.close()
+        assert mailbox.statistics() == MailboxStatistics(
+            queued=1, closed=True, consumer_waiting=False
+        )
+        assert await mailbox.get_batch() == [1]
+        with pytest.raises(trio.EndOfChannel):
+            await mailbox.get_batch()
+        with pytest.raises(trio.EndOfChannel):
+            await mailbox.get_batch()
+
+
+async def test_close_with_error_raises_it_after_the_queued_items() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        mailbox.put_nowait(7)
+        dead = EngineDead("engine heartbeat lost")
+        mailbox.close(dead)
+        mailbox.close()  # a later close does not erase the error
+        assert await mailbox.get_batch() == [7]
+        with pytest.raises(EngineDead) as raised:
+            await mailbox.get_batch()
+        assert raised.value is dead
+
+
+async def test_close_wakes_a_waiting_consumer_with_the_error() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        outcome: list[BaseException] = []
+
+        async def consume() -> None:
+            try:
+                await mailbox.get_batch()
+            except EngineDead as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            await trio.testing.wait_all_tasks_blocked()
+            mailbox.close(EngineDead("gone"))
+        assert [str(exc) for exc in outcome] == ["gone"]
+
+
+def test_put_after_close_is_refused() -> None:
+    mailbox: Mailbox[int] = Mailbox()
+    mailbox.close()
+    with pytest.raises(trio.ClosedResourceError):
+        mailbox.put_nowait(1)
+
+
+async def test_get_batch_cancelled_before_it_starts_takes_nothing() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        mailbox.put_nowait(1)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await mailbox.get_batch()
+        assert scope.cancelled_caught
+        assert await mailbox.get_batch() == [1]
+
+
+async def test_get_batch_cancelled_while_waiting_loses_nothing() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(mailbox.get_batch)
+            await trio.testing.wait_all_tasks_blocked()
+            assert mailbox.statistics().consumer_waiting
+            nursery.cancel_scope.cancel()
+        assert not mailbox.statistics().consumer_waiting
+        mailbox.put_nowait(2)
+        assert await mailbox.get_batch() == [2]
+
+
+async def test_async_for_yields_batches_until_closed() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        mailbox.put_nowait(1)
+        mailbox.put_nowait(2)
+        mailbox.close()
+        assert [batch async for batch in mailbox] == [[1, 2]]
+
+
+async def yield_times(count: int) -> None:
+    for _ in range(count):
+        await trio.lowlevel.checkpoint()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=st.lists(st.integers(), max_size=40),
+    producer_yields=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=40),
+    consumer_yields=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=40),
+    close_error=st.booleans(),
+)
+async def test_any_interleaving_delivers_the_put_sequence_exactly(
+    items: list[int],
+    producer_yields: list[int],
+    consumer_yields: list[int],
+    close_error: bool,
+) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[int] = Mailbox()
+        received: list[int] = []
+        batch_sizes: list[int] = []
+        ending: list[BaseException] = []
+
+        async def produce() -> None:
+            for index, item in enumerate(items):
+                await yield_times(producer_yields[index % len(producer_yields)])
+                mailbox.put_nowait(item)
+            mailbox.close(EngineDead("closed") if close_error else None)
+
+        async def consume() -> None:
+            calls = 0
+            while True:
+                await yield_times(consumer_yields[calls % len(consumer_yields)])
+                calls += 1
+                try:
+                    batch = await mailbox.get_batch()
+                except (trio.EndOfChannel, EngineDead) as exc:
+                    ending.append(exc)
+                    return
+                batch_sizes.append(len(batch))
+                received.extend(batch)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(consume)
+            nursery.start_soon(produce)
+
+        assert received == items
+        assert all(size > 0 for size in batch_sizes)
+        assert len(ending) == 1
+        assert isinstance(ending[0], EngineDead if close_error else trio.EndOfChannel)
