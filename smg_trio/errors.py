@@ -105,5 +105,12 @@ class EngineRejected(BackendError):
         self.status = status
 
 
+class RequestTimeout(GatewayError):
+    """The request outlived its deadline (the gateway's request timeout)."""
+
+    status = 504
+    code = "request_timeout"
+
+
 class ClientGone(Exception):  # a signal, not an error
     """The client went away (closed connection, RST_STREAM, WebSocket close or cancel)."""

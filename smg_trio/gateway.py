@@ -1,0 +1,119 @@
+"""I/O. The gateway's request entry point, shared by every front end (HTTP and WebSocket).
+
+`Gateway.handle(path, body, sink)` decodes and validates the body, prepares and finalizes the
+request for the worker it picks (round-robin over ready workers), and runs the per-request
+nursery under the request deadline. Everything that can go wrong before the first byte raises a
+GatewayError for the front end to render; after it, the sink gets a final error event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+import trio
+
+from smg_trio.backends.base import Backend
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
+from smg_trio.errors import BackendUnavailable, ClientError, RequestTimeout
+from smg_trio.model import ModelDir
+from smg_trio.request import ClientSink, SinkState, run_request
+from smg_trio.wire.openai_decode import (
+    decode_chat_request,
+    decode_completion_request,
+    decode_generate_request,
+)
+from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList
+
+GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate")
+# Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
+# cannot stall every other stream on the event loop; short ones are cheaper inline.
+INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
+
+
+class Worker(msgspec.Struct, frozen=True):
+    name: str  # the spec as the operator wrote it
+    target: WorkerTarget
+    backend: Backend
+
+
+class Gateway:
+    def __init__(
+        self, model: ModelDir, workers: Sequence[Worker], *, request_timeout_s: float
+    ) -> None:
+        if not workers:
+            raise ValueError("a gateway needs at least one worker")
+        self.model = model
+        self.prompt_model: PromptModel = model.prompt_model()
+        self.workers = tuple(workers)
+        self.request_timeout_s = request_timeout_s
+        self._turn = itertools.cycle(range(len(self.workers)))
+        self._created = int(time.time())
+
+    @property
+    def ready(self) -> bool:
+        return any(w.backend.statistics().ready for w in self.workers)
+
+    def models_body(self) -> bytes:
+        card = ModelCard(id=self.prompt_model.name, created=self._created, owned_by="smg-trio")
+        return JSON_ENCODER.encode(ModelList(data=(card,)))
+
+    def pick_worker(self) -> Worker:
+        """Round-robin over the workers that are ready now."""
+        for _ in range(len(self.workers)):
+            worker = self.workers[next(self._turn)]
+            if worker.backend.statistics().ready:
+                return worker
+        raise BackendUnavailable("no engine worker is ready; try again shortly")
+
+    async def handle(self, path: str, body: bytes, sink: ClientSink) -> None:
+        """Serve one generation request; raise GatewayError only while nothing was sent."""
+        deadline = trio.current_time() + self.request_timeout_s
+        try:
+            with trio.fail_at(deadline):
+                plan = await self._prepare(path, body)
+                worker = self.pick_worker()
+                finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
+                await run_request(
+                    plan,
+                    finalized,
+                    worker.backend,
+                    self.prompt_model.tokenizer,
+                    sink,
+                    created=int(time.time()),
+                )
+        except trio.TooSlowError:
+            error = RequestTimeout(
+                f"the request did not finish within {self.request_timeout_s:g} s"
+            )
+            if sink.state is SinkState.IDLE:
+                raise error from None
+            if sink.state is SinkState.STREAMING:
+                with trio.CancelScope(shield=True):
+                    await sink.close_stream(error)
+
+    async def _prepare(self, path: str, body: bytes) -> GeneratePlan:
+        if len(body) <= INLINE_PREPARE_MAX_BYTES:
+            return self._prepare_now(path, body)
+        return await trio.to_thread.run_sync(self._prepare_now, path, body)
+
+    def _prepare_now(self, path: str, body: bytes) -> GeneratePlan:
+        request_id = uuid.uuid4().hex
+        model = self.prompt_model
+        if path == "/v1/chat/completions":
+            return prepare_chat(
+                decode_chat_request(body), model, request_id=request_id, now=dt.datetime.now(dt.UTC)
+            )
+        if path == "/v1/completions":
+            return prepare_completion(decode_completion_request(body), model, request_id=request_id)
+        if path == "/generate":
+            generate = decode_generate_request(body)
+            return prepare_generate(generate, model, request_id=generate.rid or request_id)
+        raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")

@@ -1,0 +1,153 @@
+"""I/O. The per-request nursery: backend stream, stop scanner and client writer as three tasks.
+
+    pump     engine events ──deltas──▶ scanner ──payloads──▶ writer ──▶ client
+     ▲                                    │
+     └──────── cancelled when every choice is done (router stop or engine finish)
+
+- `prepare` and `finalize` ran before this: nothing here can fail on request shape.
+- Leaving the backend's `open_stream` block for any reason aborts what the engine is still
+  generating, so a router-side stop or a vanished client costs no more engine time.
+- Channels have no buffer: a slow client holds the writer, the writer holds the scanner, the
+  scanner holds the pump, and the engine's tokens wait coalesced in this request's backend
+  mailbox (bounded by max_tokens); the backend's shared socket reader is never blocked.
+- A client that goes away raises `ClientGone` from the sink; it cancels the nursery and is
+  swallowed here. Engine errors before the first byte propagate (the front end renders an HTTP
+  error); after it they become a final error event and a clean end of stream.
+- Deadlines are the caller's (`trio.fail_at` around `run_request`).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol, assert_never
+
+import trio
+
+from smg_trio.backends.base import Backend, ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.core.finalize import Finalized
+from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.response_stream import ResponseAssembler
+from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.errors import BackendError, ClientGone, GatewayError
+
+
+class SinkState(enum.Enum):
+    IDLE = "idle"  # nothing sent: an error can still be an HTTP status
+    STREAMING = "streaming"  # bytes went out: an error is a final event
+    CLOSED = "closed"
+
+
+class ClientSink(Protocol):
+    """Where one request's output goes (an SSE response, a WebSocket stream, a terminal)."""
+
+    @property
+    def state(self) -> SinkState: ...
+
+    async def send_chunk(self, payload: bytes) -> None:
+        """One streaming payload; raises ClientGone when the client left."""
+        ...
+
+    async def send_body(self, body: bytes) -> None:
+        """The whole non-streaming response."""
+        ...
+
+    async def close_stream(self, error: GatewayError | None) -> None:
+        """End a stream: an error event when `error` is given, then the end marker."""
+        ...
+
+
+async def run_request(
+    plan: GeneratePlan,
+    finalized: Finalized,
+    backend: Backend,
+    tokenizer: TokenizerLike,
+    sink: ClientSink,
+    *,
+    created: int,
+) -> None:
+    """Serve one request to `sink`. Raises GatewayError only while nothing was sent."""
+    assembler = ResponseAssembler(plan, tokenizer, created=created)
+    failure: BackendError | None = None
+    client_gone = False
+    try:
+        await _run_tasks(plan, finalized, backend, assembler, sink)
+    except* ClientGone:
+        client_gone = True
+    except* BackendError as group:
+        first = group.exceptions[0]
+        assert isinstance(first, BackendError)
+        failure = first
+    if client_gone:
+        return
+    if failure is not None:
+        if sink.state is SinkState.IDLE:
+            raise failure
+        await sink.close_stream(failure)
+    elif plan.stream:
+        await sink.close_stream(None)
+    else:
+        await sink.send_body(assembler.response_body())
+
+
+async def _run_tasks(
+    plan: GeneratePlan,
+    finalized: Finalized,
+    backend: Backend,
+    assembler: ResponseAssembler,
+    sink: ClientSink,
+) -> None:
+    deltas_send, deltas_receive = trio.open_memory_channel[EngineEvent](0)
+    payloads_send, payloads_receive = trio.open_memory_channel[bytes](0)
+    async with trio.open_nursery() as nursery:
+        pump_scope = trio.CancelScope()
+
+        async def pump() -> None:
+            with pump_scope:
+                async with deltas_send, backend.open_stream(finalized) as events:
+                    async for event in events:
+                        await deltas_send.send(event)
+
+        async def scan() -> None:
+            async with payloads_send, deltas_receive:
+                async for event in deltas_receive:
+                    for payload in _assemble(assembler, event):
+                        await payloads_send.send(payload)
+                    if assembler.done:
+                        # Every choice is over: leaving the stream aborts the engine's rest.
+                        pump_scope.cancel()
+                        break
+                for payload in assembler.closing_payloads():
+                    await payloads_send.send(payload)
+
+        async def write() -> None:
+            async with payloads_receive:
+                async for payload in payloads_receive:
+                    await sink.send_chunk(payload)
+
+        nursery.start_soon(pump)
+        nursery.start_soon(scan)
+        if plan.stream:
+            nursery.start_soon(write)
+        else:
+            nursery.start_soon(_drain, payloads_receive)
+
+
+async def _drain(payloads_receive: trio.MemoryReceiveChannel[bytes]) -> None:
+    async with payloads_receive:
+        async for _ in payloads_receive:
+            pass
+
+
+def _assemble(assembler: ResponseAssembler, event: EngineEvent) -> list[bytes]:
+    match event:
+        case TokenDelta(choice_index=index, token_ids=token_ids):
+            return assembler.on_tokens(index, token_ids)
+        case ChoiceFinished(
+            choice_index=index,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            completion_tokens=tokens,
+        ):
+            return assembler.on_engine_finished(index, reason, stop_reason, tokens)
+        case _:
+            assert_never(event)

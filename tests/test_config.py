@@ -1,0 +1,85 @@
+"""Worker specs and config files: the runtime is always explicit; bad input is a ConfigError."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from smg_trio.config import config_from_toml, parse_worker_spec
+from smg_trio.core.runtime import Runtime, Wire
+from smg_trio.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("spec", "runtime", "wire", "address"),
+    [
+        ("vllm+zmq://127.0.0.1:27937", Runtime.VLLM, Wire.ZMQ, "127.0.0.1:27937"),
+        ("tokenspeed+zmq://127.0.0.1:1", Runtime.TOKENSPEED, Wire.ZMQ, "127.0.0.1:1"),
+        ("SGLang+gRPC://127.0.0.1:8200", Runtime.SGLANG, Wire.GRPC, "127.0.0.1:8200"),
+        ("tensorrt-llm+grpc://localhost:9", Runtime.TRTLLM, Wire.GRPC, "localhost:9"),
+        ("mlx+grpc://[::1]:9", Runtime.MLX, Wire.GRPC, "[::1]:9"),
+    ],
+)
+def test_valid_specs(spec: str, runtime: Runtime, wire: Wire, address: str) -> None:
+    parsed = parse_worker_spec(spec)
+    assert (parsed.runtime, parsed.wire, parsed.address) == (runtime, wire, address)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("zmq://127.0.0.1:1", "names no runtime"),
+        ("grpc://127.0.0.1:1", "names no runtime"),
+        ("llama+zmq://127.0.0.1:1", "unknown engine runtime 'llama'"),
+        ("sglang+zmq://127.0.0.1:1", "'sglang' has no adapter for the zmq wire"),
+        ("vllm+http://127.0.0.1:1", "unknown wire 'http'"),
+        ("vllm+zmq://127.0.0.1", "HOST:PORT"),
+        ("vllm+zmq://127.0.0.1:99999", "HOST:PORT"),
+        ("vllm+zmq:127.0.0.1:1", "RUNTIME+WIRE://HOST:PORT"),
+        ("unspecified+zmq://127.0.0.1:1", "must be declared"),
+    ],
+)
+def test_invalid_specs_name_the_problem(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        parse_worker_spec(spec)
+    assert spec in info.value.message
+
+
+def test_toml_config(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "model"\nworkers = ["vllm+zmq://127.0.0.1:27937"]\nport = 9000\n'
+        'api_key = "k"\n',
+        encoding="utf-8",
+    )
+    config = config_from_toml(path)
+    assert config.model_path == tmp_path / "model"
+    assert config.port == 9000
+    assert config.api_key == "k"
+    assert [str(w) for w in config.workers] == ["vllm+zmq://127.0.0.1:27937"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('model_path = "m"\nworkers = ["zmq://127.0.0.1:1"]\n', "names no runtime"),
+        ('model_path = "m"\nworkers = []\n', "at least one"),
+        ('model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nprot = 1\n', "unknown keys"),
+        ('model_path = "m"\nworkers = "vllm+zmq://h:1"\n', "must be a list"),
+        ('model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nport = "x"\n', "port"),
+        ('model_path = "m"\nworkers = ["vllm+zmq://h:1"]\ncertfile = "c"\n', "both"),
+        ("model_path = ", "invalid TOML"),
+    ],
+)
+def test_bad_toml_is_a_config_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        config_from_toml(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        config_from_toml(tmp_path / "absent.toml")
