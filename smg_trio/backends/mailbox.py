@@ -36,7 +36,10 @@ class MailboxStatistics:
 
 
 class Mailbox(Generic[T]):
-    """Single-producer, single-consumer, coalescing hand-off; the producer never blocks.
+    """Coalescing hand-off to one consumer; producers never block.
+
+    Any number of producer tasks may call `put_nowait` (it is synchronous, so it never
+    interleaves with another call); one consumer task calls `get_batch`.
 
     After `close()`, queued items are still delivered first; then `get_batch` raises
     `trio.EndOfChannel`, or the error given to `close` (every call raises the same instance,
