@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit bench-core fmt demo-model clean
+.PHONY: demo test lint typecheck contracts unit bench-core fmt demo-model clean protos protos-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ bench-core: $(STAMP)
 
 demo-model: $(STAMP)
 	$(BIN)/python scripts/build_demo_model.py
+
+protos: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py
+
+protos-check: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py --check
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .hypothesis
