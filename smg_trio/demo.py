@@ -1,170 +1,75 @@
-"""I/O. `smg-trio demo`: the whole pipeline against the embedded reference vLLM EngineCore.
+"""I/O. `smg-trio demo`: the real server in front of the embedded reference vLLM EngineCore.
 
-It starts our ZMQ backend, launches the reference EngineCore as a child process that dials the
-backend's handshake port exactly as a real `vllm serve --headless` would, then runs OpenAI
-requests through prepare → finalize → the per-request nursery (backend stream, stop scanner,
-client writer) and prints what a client would receive. The engine replays a fixed text so the
-stop-string handling is visible; its counters show that the router-side stop aborted the engine
-request. The HTTP/WebSocket front end is not part of this build yet; the demo prints SSE frames.
+It runs `serve` with one `vllm+zmq` worker on a free handshake port, starts the reference
+EngineCore as a child process that dials that port exactly as `vllm serve --headless` would,
+waits until the engine is ready, and prints a curl line and a WebSocket example. The engine
+replays a fixed text containing the word STOP, so a request with `stop: ["STOP"]` shows the
+router-side stop: the text ends before it, finish_reason is "stop", and the engine request is
+aborted at once (the engine counters printed by `--once` show it).
+
+- Interactive: serve until Ctrl-C (or SIGTERM); everything stops within ~2 s: the HTTP server
+  drains for at most `GRACEFUL_SHUTDOWN_S`, the child gets SIGTERM, then SIGKILL if it lingers.
+- `--once`: send the example requests over real HTTP/1.1 (trio + h11, no SDK), print the
+  answers and the engine counters, exit 0 when the stop worked (1 otherwise).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
+import shlex
 import sys
 import tempfile
-import time
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
+import h11
 import trio
 
-from smg_trio.backends.zmq_engine import open_zmq_engine
-from smg_trio.core.finalize import WorkerTarget, finalize
-from smg_trio.core.prepare import prepare_chat, prepare_completion
+from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.runtime import Runtime, Wire
-from smg_trio.errors import GatewayError
-from smg_trio.model import ModelDir, load_model_dir
-from smg_trio.request import SinkState, run_request
-from smg_trio.wire.openai_decode import decode_chat_request, decode_completion_request
+from smg_trio.errors import ConfigError
+from smg_trio.serve import Serving, open_shutdown_signal, serve
 
 ENGINE_READY_TIMEOUT_S: Final = 30.0
 REQUEST_TIMEOUT_S: Final = 30.0
-ENGINE_EXIT_GRACE_S: Final = 5.0
+ENGINE_EXIT_GRACE_S: Final = 0.5
+READY_POLL_S: Final = 0.02
+ENGINE_STEP_MS: Final = 10.0  # slow enough to watch the tokens arrive in a terminal
+STOP_WORD: Final = "STOP"
 REPLAY_TEXT: Final = (
     "Tokens stream from the engine, through the stop scanner, to you. "
     "Everything after the word STOP is generated but never shown, and the engine is told "
     "to abort at once. STOP You should not see this sentence."
 )
+PROMPT: Final = "Tell me how the gateway works."
 
 
-class TerminalSink:
-    """A ClientSink that prints SSE frames (or the JSON body) to a text stream."""
-
-    def __init__(self, out: TextIO) -> None:
-        self._out = out
-        self._state = SinkState.IDLE
-
-    @property
-    def state(self) -> SinkState:
-        return self._state
-
-    async def send_chunk(self, payload: bytes) -> None:
-        self._state = SinkState.STREAMING
-        self._out.write(f"data: {payload.decode()}\n\n")
-        await trio.lowlevel.checkpoint()
-
-    async def send_body(self, body: bytes) -> None:
-        self._state = SinkState.CLOSED
-        self._out.write(json.dumps(json.loads(body), indent=2, ensure_ascii=False) + "\n")
-        await trio.lowlevel.checkpoint()
-
-    async def close_stream(self, error: GatewayError | None) -> None:
-        if error is not None:
-            self._out.write(f'data: {{"error": {json.dumps(error.message)}}}\n\n')
-        self._out.write("data: [DONE]\n\n")
-        self._state = SinkState.CLOSED
-        await trio.lowlevel.checkpoint()
+@dataclass(frozen=True)
+class DemoOptions:
+    model_path: Path
+    host: str
+    port: int
+    once: bool = False
 
 
-def demo_requests(model_name: str) -> list[tuple[str, str, dict[str, object]]]:
-    """(title, path, body) for each request the demo sends."""
-    return [
-        (
-            "Streaming chat completion with stop=['STOP'] (the stop spans tokens)",
-            "/v1/chat/completions",
-            {
-                "model": model_name,
-                "messages": [{"role": "user", "content": "Tell me how the gateway works."}],
-                "stream": True,
-                "stop": ["STOP"],
-                "stream_options": {"include_usage": True},
-            },
-        ),
-        (
-            "Non-streaming completion, n=2, max_tokens=12 (finish_reason 'length')",
-            "/v1/completions",
-            {"model": model_name, "prompt": "Once upon a time", "n": 2, "max_tokens": 12},
-        ),
-    ]
+def chat_body(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "stream": True,
+        "stop": [STOP_WORD],
+        "stream_options": {"include_usage": True},
+    }
 
 
-async def run_demo(model_dir: ModelDir, *, out: TextIO = sys.stdout, step_ms: float = 2.0) -> int:
-    prompt_model = model_dir.prompt_model()
-    tokenizer = model_dir.tokenizer
-    worker = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
-    with tempfile.TemporaryDirectory(prefix="smgt-demo-") as tmp:
-        replay = Path(tmp) / "replay.txt"
-        replay.write_text(REPLAY_TEXT, encoding="utf-8")
-        async with (
-            open_zmq_engine(
-                runtime=Runtime.VLLM, eos_ids=model_dir.eos_ids, vocab_size=tokenizer.vocab_size
-            ) as backend,
-            trio.open_nursery() as nursery,
-        ):
-            command = engine_command(
-                backend.handshake_port, model_dir.path, replay=replay, step_ms=step_ms
-            )
-            out.write(f"$ {' '.join(command)}\n")
-            process: trio.Process = await nursery.start(trio.run_process, command)
-            try:
-                with trio.fail_after(ENGINE_READY_TIMEOUT_S):
-                    await backend.wait_ready()
-                engine = backend.statistics().engines[0]
-                out.write(f"engine ready: max_model_len={engine.max_model_len}\n\n")
-                for title, path, body in demo_requests(prompt_model.name):
-                    out.write(f"### {title}\nPOST {path} {json.dumps(body)}\n\n")
-                    raw = json.dumps(body).encode()
-                    request_id = uuid.uuid4().hex
-                    if path == "/v1/chat/completions":
-                        plan = prepare_chat(
-                            decode_chat_request(raw),
-                            prompt_model,
-                            request_id=request_id,
-                            now=dt.datetime.now(dt.UTC),
-                        )
-                    else:
-                        plan = prepare_completion(
-                            decode_completion_request(raw), prompt_model, request_id=request_id
-                        )
-                    finalized = finalize(plan, worker, tokenizer)
-                    out.write(
-                        f"(finalized for vLLM over ZMQ: engine stop_token_ids="
-                        f"{list(finalized.requests[0].sampling.stop_token_ids)}, router stops="
-                        f"{list(finalized.router_stops)})\n"
-                    )
-                    with trio.fail_after(REQUEST_TIMEOUT_S):
-                        await run_request(
-                            plan,
-                            finalized,
-                            backend,
-                            tokenizer,
-                            TerminalSink(out),
-                            created=int(time.time()),
-                        )
-                    await trio.sleep(0.05)  # let the engine act on the abort before we ask
-                    counters = await backend.call_utility("smg_trio_counters")
-                    out.write(f"engine counters: {json.dumps(counters)}\n\n")
-            finally:
-                process.terminate()
-                with trio.move_on_after(ENGINE_EXIT_GRACE_S) as grace:
-                    grace.shield = True
-                    await process.wait()
-                if grace.cancelled_caught:
-                    process.kill()
-    out.write(
-        "Try it yourself: `smg-trio engine vllm-zmq --help` runs the reference engine alone; "
-        "`make test` runs the suite.\n"
-    )
-    return 0
+def completion_body(model: str) -> dict[str, Any]:
+    return {"model": model, "prompt": "Once upon a time", "n": 2, "max_tokens": 12}
 
 
-def engine_command(
-    handshake_port: int | None, model_path: Path, *, replay: Path, step_ms: float
-) -> Sequence[str]:
+def engine_command(handshake_address: str, model_path: Path, replay: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -172,7 +77,7 @@ def engine_command(
         "engine",
         "vllm-zmq",
         "--handshake",
-        f"tcp://127.0.0.1:{handshake_port}",
+        handshake_address,
         "--model-path",
         str(model_path),
         "--mode",
@@ -180,9 +85,218 @@ def engine_command(
         "--replay-file",
         str(replay),
         "--step-ms",
-        str(step_ms),
+        str(ENGINE_STEP_MS),
+        "--log-level",
+        "WARNING",
     ]
 
 
-def main_demo(model_path: Path) -> int:
-    return trio.run(run_demo, load_model_dir(model_path))
+def instructions(base_url: str, ws_url: str, model: str) -> str:
+    curl = shlex.join(
+        [
+            "curl",
+            "-N",
+            "--http2-prior-knowledge",
+            f"{base_url}/v1/chat/completions",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            json.dumps(chat_body(model)),
+        ]
+    )
+    websocket = shlex.join([sys.executable, "-m", "smg_trio.client", ws_url, PROMPT])
+    return (
+        f"smg-trio gateway on {base_url} (HTTP/1.1 and h2c), WebSocket on {ws_url}\n\n"
+        f"Streaming chat completion with a stop string (drop --http2-prior-knowledge for "
+        f"HTTP/1.1):\n  {curl}\n\n"
+        f"The same over the WebSocket protocol:\n  {websocket}\n\n"
+    )
+
+
+async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
+    config = GatewayConfig(
+        model_path=options.model_path,
+        workers=(WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0"),),
+        host=options.host,
+        port=options.port,
+    )
+    stop = trio.Event()
+    config_error: ConfigError | None = None
+    code = 1
+    with tempfile.TemporaryDirectory(prefix="smgt-demo-") as tmp, open_shutdown_signal() as signal:
+        replay = Path(tmp) / "replay.txt"
+        replay.write_text(REPLAY_TEXT, encoding="utf-8")
+        async with trio.open_nursery() as nursery:
+            signal_scope = trio.CancelScope()
+
+            async def stop_on_signal() -> None:
+                with signal_scope:
+                    await signal()
+                    stop.set()
+
+            nursery.start_soon(stop_on_signal)
+            try:
+                serving: Serving = await nursery.start(
+                    partial(serve, config, shutdown_trigger=stop.wait)
+                )
+                code = await _run_with_engine(serving, replay, options, stop, out)
+            except ConfigError as exc:
+                config_error = exc  # raised bare below, not wrapped by the nursery
+            finally:
+                stop.set()
+                signal_scope.cancel()
+    if config_error is not None:
+        raise config_error
+    return code
+
+
+async def _run_with_engine(
+    serving: Serving, replay: Path, options: DemoOptions, stop: trio.Event, out: TextIO
+) -> int:
+    gateway = serving.gateway
+    command = engine_command(serving.worker_addresses[0], gateway.model.path, replay)
+    process = await trio.lowlevel.open_process(command)
+    try:
+        if not await _wait_ready(serving, process, stop):
+            out.write("the reference engine did not become ready\n")
+            return 1
+        host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
+        http_host = f"[{host}]" if ":" in host else host
+        base_url = f"http://{http_host}:{serving.port}"
+        model = gateway.prompt_model.name
+        out.write(instructions(base_url, f"ws://{http_host}:{serving.port}/v1/ws", model))
+        out.flush()
+        if options.once:
+            return await run_scripted_requests(serving, host, model, out)
+        out.write("Serving until Ctrl-C.\n")
+        out.flush()
+        await stop.wait()
+        return 0
+    finally:
+        await _stop_process(process)
+
+
+async def _wait_ready(serving: Serving, process: trio.Process, stop: trio.Event) -> bool:
+    with trio.move_on_after(ENGINE_READY_TIMEOUT_S):
+        while not serving.gateway.ready:
+            if stop.is_set() or process.poll() is not None:
+                return False
+            await trio.sleep(READY_POLL_S)
+        return True
+    return False
+
+
+async def _stop_process(process: trio.Process) -> None:
+    with trio.CancelScope(shield=True):
+        if process.poll() is None:
+            process.terminate()
+            with trio.move_on_after(ENGINE_EXIT_GRACE_S):
+                await process.wait()
+        if process.poll() is None:
+            process.kill()
+            await process.wait()
+
+
+async def run_scripted_requests(serving: Serving, host: str, model: str, out: TextIO) -> int:
+    """The example requests over HTTP/1.1; 0 when every answer was right."""
+    port = serving.port
+    ok = True
+    with trio.fail_after(REQUEST_TIMEOUT_S):
+        out.write(f"### POST /v1/chat/completions {json.dumps(chat_body(model))}\n")
+        events: list[bytes] = []
+        status = await http_request(
+            host,
+            port,
+            "POST",
+            "/v1/chat/completions",
+            json.dumps(chat_body(model)).encode(),
+            on_data=partial(_echo, out, events),
+        )
+        text, finish = _chat_outcome(b"".join(events))
+        ok &= status == 200 and STOP_WORD not in text and finish == "stop"
+        out.write(f"\nassembled text: {text!r}\nfinish_reason: {finish}\n\n")
+
+        out.write(f"### POST /v1/completions {json.dumps(completion_body(model))}\n")
+        body: list[bytes] = []
+        status = await http_request(
+            host,
+            port,
+            "POST",
+            "/v1/completions",
+            json.dumps(completion_body(model)).encode(),
+            on_data=body.append,
+        )
+        ok &= status == 200
+        out.write(json.dumps(json.loads(b"".join(body)), indent=2) + "\n\n")
+
+        await trio.sleep(0.05)  # let the engine act on the abort before reading its counters
+        for worker in serving.gateway.workers:
+            call_utility = getattr(worker.backend, "call_utility", None)
+            if call_utility is not None:
+                counters = await call_utility("smg_trio_counters")
+                out.write(f"engine counters: {json.dumps(counters)}\n")
+    out.write("demo OK\n" if ok else "demo FAILED\n")
+    return 0 if ok else 1
+
+
+def _echo(out: TextIO, events: list[bytes], data: bytes) -> None:
+    events.append(data)
+    out.write(data.decode("utf-8", errors="replace"))
+    out.flush()
+
+
+def _chat_outcome(stream: bytes) -> tuple[str, str | None]:
+    """The content text and the last finish_reason of an SSE chat completion stream."""
+    text: list[str] = []
+    finish = None
+    for event in stream.split(b"\n\n"):
+        payload = event.removeprefix(b"data: ").strip()
+        if not payload or payload == b"[DONE]":
+            continue
+        for choice in json.loads(payload).get("choices", []):
+            text.append(choice.get("delta", {}).get("content") or "")
+            finish = choice.get("finish_reason") or finish
+    return "".join(text), finish
+
+
+async def http_request(
+    host: str,
+    port: int,
+    method: str,
+    target: str,
+    body: bytes,
+    *,
+    on_data: Callable[[bytes], None],
+    headers: Sequence[tuple[str, str]] = (),
+) -> int:
+    """One HTTP/1.1 request on a fresh connection; body bytes go to `on_data` as they arrive."""
+    connection = h11.Connection(h11.CLIENT)
+    request_headers = [
+        ("host", f"{host}:{port}"),
+        ("connection", "close"),
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+        *headers,
+    ]
+    async with await trio.open_tcp_stream(host, port) as stream:
+        outgoing = connection.send(
+            h11.Request(method=method, target=target, headers=request_headers)
+        )
+        outgoing += connection.send(h11.Data(data=body)) or b""
+        outgoing += connection.send(h11.EndOfMessage()) or b""
+        await stream.send_all(outgoing or b"")
+        status = 0
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                on_data(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                return status
+
+
+def main_demo(options: DemoOptions) -> int:
+    return trio.run(run_demo, options)

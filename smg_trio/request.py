@@ -28,7 +28,7 @@ from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_stream import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.errors import BackendError, ClientGone, GatewayError
+from smg_trio.errors import ClientGone, GatewayError
 
 
 class SinkState(enum.Enum):
@@ -67,15 +67,16 @@ async def run_request(
 ) -> None:
     """Serve one request to `sink`. Raises GatewayError only while nothing was sent."""
     assembler = ResponseAssembler(plan, tokenizer, created=created)
-    failure: BackendError | None = None
+    failure: GatewayError | None = None
     client_gone = False
     try:
         await _run_tasks(plan, finalized, backend, assembler, sink)
     except* ClientGone:
         client_gone = True
-    except* BackendError as group:
+    except* GatewayError as group:
+        # Backend errors, and a ClientError a backend raises at open time (prompt too long).
         first = group.exceptions[0]
-        assert isinstance(first, BackendError)
+        assert isinstance(first, GatewayError)
         failure = first
     if client_gone:
         return

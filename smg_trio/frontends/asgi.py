@@ -1,0 +1,235 @@
+"""I/O. The gateway's ASGI application (no framework): routing, auth, body limits, JSON errors.
+
+    POST /v1/chat/completions, /v1/completions, /generate   → Gateway.handle (SSE or JSON)
+    GET  /v1/models                                        → the served model
+    GET  /health                                           → 200 while a worker is ready, else 503
+    GET  /v1/ws (WebSocket)                                → frontends.websocket
+
+- Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
+  object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
+  413 body too large, 400 bad JSON or parameters) and never a traceback. A bug becomes a logged
+  500; `trio.Cancelled` always propagates.
+- With an API key configured, every route but `/health` needs `Authorization: Bearer KEY`.
+- A body is read only up to the limit: a declared `content-length` over it is refused before a
+  byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
+  into memory past the limit.
+- The content type is not checked: clients send JSON as `application/json`, with a charset,
+  as `text/plain`, or with none at all; the body either decodes or is a 400.
+- The lifespan scope is answered at once (the backends are opened by `serve` around the app).
+"""
+
+from __future__ import annotations
+
+import hmac
+import importlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, cast
+
+from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.responses import (
+    Message,
+    Receive,
+    Scope,
+    Send,
+    send_error_discarding_body,
+    send_json,
+)
+from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.gateway import GENERATE_PATHS, Gateway
+
+logger = logging.getLogger(__name__)
+
+WEBSOCKET_PATH: Final = "/v1/ws"
+HEALTH_PATH: Final = "/health"
+MODELS_PATH: Final = "/v1/models"
+ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
+    **dict.fromkeys(GENERATE_PATHS, ("POST",)),
+    MODELS_PATH: ("GET", "HEAD"),
+    HEALTH_PATH: ("GET", "HEAD"),
+    WEBSOCKET_PATH: ("GET",),
+}
+HEALTHY_BODY: Final = b'{"status":"ok"}'
+WEBSOCKET_POLICY_VIOLATION: Final = 1008
+WEBSOCKET_INTERNAL_ERROR: Final = 1011
+
+WebSocketHandler = Callable[[Gateway, Scope, Receive, Send], Awaitable[None]]
+
+
+class _ResponseStarted:
+    """Wraps `send` to remember whether a response began (then no error status can follow)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
+class GatewayApp:
+    """The ASGI 3 application serving one `Gateway`."""
+
+    def __init__(self, gateway: Gateway, *, api_key: str | None, max_body_bytes: int) -> None:
+        self.gateway = gateway
+        self._api_key = api_key.encode() if api_key else None
+        self._max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match scope["type"]:
+            case "http":
+                await self._http(scope, receive, send)
+            case "websocket":
+                await self._websocket(scope, receive, send)
+            case "lifespan":
+                await _lifespan(receive, send)
+            case other:
+                raise ValueError(f"unknown ASGI scope type {other!r}")
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tracked = _ResponseStarted(send)
+        try:
+            await self._route(scope, receive, tracked)
+        except ClientGone:
+            return
+        except GatewayError as error:
+            if not tracked.started:
+                await send_error_discarding_body(receive, tracked, error, _error_headers(error))
+        except Exception:
+            logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
+            if not tracked.started:
+                await send_error_discarding_body(
+                    receive, tracked, GatewayError("internal error while serving the request")
+                )
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        headers = _header_map(scope)
+        if path != HEALTH_PATH:
+            self._authorize(headers)
+        allowed = ROUTE_METHODS.get(path)
+        if allowed is None:
+            raise ClientError(f"no route for {path}", status=404, code="not_found")
+        if method not in allowed:
+            raise _MethodNotAllowed(method, path, allowed)
+        if path == HEALTH_PATH:
+            await self._health(send)
+        elif path == MODELS_PATH:
+            await send_json(send, 200, self.gateway.models_body())
+        elif path == WEBSOCKET_PATH:
+            raise ClientError(
+                f"{WEBSOCKET_PATH} speaks WebSocket: send an Upgrade request",
+                status=426,
+                code="upgrade_required",
+            )
+        else:
+            body = await self._read_body(receive, headers)
+            await respond(lambda response: self._generate(path, body, response), receive, send)
+
+    async def _generate(self, path: str, body: bytes, response: SseResponse) -> None:
+        await self.gateway.handle(path, body, response)
+
+    async def _health(self, send: Send) -> None:
+        if self.gateway.ready:
+            await send_json(send, 200, HEALTHY_BODY)
+        else:
+            await send_json(send, 503, b'{"status":"unavailable","reason":"no worker is ready"}')
+
+    def _authorize(self, headers: dict[bytes, bytes]) -> None:
+        if self._api_key is None:
+            return
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self._api_key):
+            raise ClientError(
+                "missing or invalid API key: send `Authorization: Bearer KEY`",
+                status=401,
+                code="invalid_api_key",
+            )
+
+    async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:
+        limit = self._max_body_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] != WEBSOCKET_PATH:
+            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+            return
+        try:
+            self._authorize(_header_map(scope))
+        except ClientError:
+            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+            return
+        handler = _websocket_handler()
+        if handler is None:
+            await send({"type": "websocket.close", "code": WEBSOCKET_INTERNAL_ERROR})
+            return
+        await handler(self.gateway, scope, receive, send)
+
+
+class _MethodNotAllowed(ClientError):
+    def __init__(self, method: str, path: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(
+            f"{method} is not allowed on {path}; use {' or '.join(allowed)}",
+            status=405,
+            code="method_not_allowed",
+        )
+        self.allowed = allowed
+
+
+def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
+    if isinstance(error, _MethodNotAllowed):
+        return [(b"allow", ", ".join(error.allowed).encode())]
+    if error.status == 401:
+        return [(b"www-authenticate", b"Bearer")]
+    return []
+
+
+def _too_large(limit: int) -> ClientError:
+    return ClientError(
+        f"the request body is larger than {limit} bytes",
+        status=413,
+        code="request_too_large",
+    )
+
+
+def _header_map(scope: Scope) -> dict[bytes, bytes]:
+    # ASGI servers give lower-case names; a repeated header keeps its last value.
+    return {bytes(name).lower(): bytes(value) for name, value in scope["headers"]}
+
+
+def _websocket_handler() -> WebSocketHandler | None:
+    # Imported on first use: the WebSocket front end is optional for HTTP-only deployments.
+    try:
+        module = importlib.import_module("smg_trio.frontends.websocket")
+    except ImportError:
+        logger.exception("the WebSocket front end is not available")
+        return None
+    return cast(WebSocketHandler, module.handle_websocket)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

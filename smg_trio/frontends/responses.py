@@ -1,0 +1,72 @@
+"""I/O. Complete (non-streaming) HTTP responses over ASGI: JSON bodies and OpenAI error JSON.
+
+Every error a client sees before the first byte of a response is OpenAI's error object with the
+error's status, plus an `x-error-code` header carrying the same code, so a proxy or a log line can
+classify failures without parsing the body. This module also names the ASGI callable types the
+front ends share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, TypeAlias
+
+import trio
+
+from smg_trio.errors import GatewayError
+from smg_trio.wire.openai_responses import error_body
+
+Scope: TypeAlias = dict[str, Any]
+Message: TypeAlias = dict[str, Any]
+Receive: TypeAlias = Callable[[], Awaitable[Message]]
+Send: TypeAlias = Callable[[Message], Awaitable[None]]
+Header: TypeAlias = tuple[bytes, bytes]
+
+ERROR_CODE_HEADER: Final = b"x-error-code"
+JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: Iterable[Header] = ()) -> None:
+    """A whole JSON response: start and body in one go (the body is never streamed)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                JSON_CONTENT_TYPE,
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(send: Send, error: GatewayError, headers: Iterable[Header] = ()) -> None:
+    """OpenAI error JSON with the error's status and its code in `x-error-code`."""
+    await send_json(
+        send, error.status, error_body(error), [(ERROR_CODE_HEADER, error.code.encode()), *headers]
+    )
+
+
+async def send_error_discarding_body(
+    receive: Receive, send: Send, error: GatewayError, headers: Iterable[Header] = ()
+) -> None:
+    """Answer a request whose body was not read, discarding (never storing) what still arrives.
+
+    hypercorn hands body chunks to the app through a small bounded queue and closes the stream
+    by queueing one more message; an app that stops reading mid-body would leave that put
+    blocked and the response stuck. Reading while the answer goes out keeps it moving; the
+    connection is closed right after (the request was not read to its end).
+    """
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(discard_request_body, receive)
+        await send_error(send, error, headers)
+        nursery.cancel_scope.cancel()
+
+
+async def discard_request_body(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            return

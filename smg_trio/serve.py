@@ -1,0 +1,177 @@
+"""I/O. `serve(config)`: the model, one backend per worker, the Gateway, and hypercorn's trio
+server on one port, all in the caller's `trio.run`.
+
+    serve ─┬─ load the model folder, check every worker and the listener (ConfigError: nothing ran)
+           ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial)
+           └─ hypercorn.trio.serve(GatewayApp): HTTP/1.1 and h2c with prior knowledge on one
+              cleartext port, or, with a certificate and key, TLS on that port with ALPN
+              offering h2 and http/1.1
+
+- `task_status.started(Serving(...))` reports the bound URLs, the port (port 0 picks one), each
+  worker's bound address (a ZMQ worker given port 0 gets one too) and the Gateway.
+- Shutdown: when `shutdown_trigger` returns, hypercorn stops accepting, gives in-flight
+  requests `GRACEFUL_SHUTDOWN_S`, then cancels them (each cancelled stream aborts its engine
+  request); the backends close last, their own aborts bounded by the backend's grace period.
+  Without a trigger, `serve` runs until cancelled.
+- Every configuration problem is a ConfigError raised before any task or socket is started.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Final, cast
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+from hypercorn.typing import Framework
+
+from smg_trio.backends.base import Backend
+from smg_trio.backends.zmq_engine import open_zmq_engine
+from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.core.finalize import WorkerTarget
+from smg_trio.core.runtime import Wire
+from smg_trio.errors import ConfigError
+from smg_trio.frontends.asgi import GatewayApp
+from smg_trio.gateway import Gateway, Worker
+from smg_trio.model import ModelDir, load_model_dir
+
+GRACEFUL_SHUTDOWN_S: Final = 1.0
+"""How long in-flight requests may go on after shutdown is triggered."""
+KEEP_ALIVE_S: Final = 20.0
+"""Idle keep-alive connections close after this; longer than common client pool expiries (5 s)
+so a client never reuses a connection the server is closing."""
+LIFESPAN_TIMEOUT_S: Final = 5.0
+HTTP_LOGGER: Final = "smg_trio.http"
+
+ShutdownTrigger = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What `serve` reports once it listens."""
+
+    urls: tuple[str, ...]  # e.g. ("http://127.0.0.1:8000",) or ("https://...",)
+    port: int
+    worker_addresses: tuple[str, ...]  # per worker spec, bound (ZMQ: tcp://HOST:PORT to dial)
+    gateway: Gateway
+
+
+async def serve(
+    config: GatewayConfig,
+    *,
+    task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
+    shutdown_trigger: ShutdownTrigger | None = None,
+) -> None:
+    """Serve `config` until `shutdown_trigger` returns (or until cancelled). See module doc."""
+    for spec in config.workers:
+        check_worker_available(spec)
+    model = load_model_dir(config.model_path, served_name=config.served_name)
+    http_config = hypercorn_config(config)
+    check_listener(config, http_config)
+    async with AsyncExitStack() as stack:
+        workers: list[Worker] = []
+        addresses: list[str] = []
+        for spec in config.workers:
+            backend, address = await stack.enter_async_context(open_backend(spec, model))
+            target = WorkerTarget(runtime=spec.runtime, wire=spec.wire)
+            workers.append(Worker(name=str(spec), target=target, backend=backend))
+            addresses.append(address)
+        gateway = Gateway(model, workers, request_timeout_s=config.request_timeout_s)
+        app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
+        async with trio.open_nursery() as nursery:
+            urls: list[str] = await nursery.start(
+                partial(
+                    hypercorn.trio.serve,
+                    cast(
+                        Framework, app
+                    ),  # our ASGI types are plain dicts; hypercorn's are TypedDicts
+                    http_config,
+                    shutdown_trigger=shutdown_trigger,
+                )
+            )
+            port = int(urls[0].rsplit(":", 1)[1])
+            task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
+
+
+async def serve_until_signal(config: GatewayConfig) -> None:
+    """`serve` until SIGINT (Ctrl-C) or SIGTERM, then shut down gracefully."""
+    with open_shutdown_signal() as shutdown_trigger:
+        await serve(config, shutdown_trigger=shutdown_trigger)
+
+
+@contextmanager
+def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
+    """A trigger that returns at the first SIGINT or SIGTERM (instead of KeyboardInterrupt)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+        async def first_signal() -> None:
+            async for _ in signals:
+                return
+
+        yield first_signal
+
+
+def check_worker_available(spec: WorkerSpec) -> None:
+    """A worker this build can open; anything else is a ConfigError before startup."""
+    match spec.wire:
+        case Wire.ZMQ:
+            return
+        case Wire.GRPC:
+            raise ConfigError(
+                f"worker {spec}: gRPC workers are not available in this build yet; "
+                "use a ZMQ worker (vllm+zmq:// or tokenspeed+zmq://)"
+            )
+
+
+@asynccontextmanager
+async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple[Backend, str]]:
+    """The backend of one worker spec and the address it is bound to."""
+    check_worker_available(spec)
+    async with open_zmq_engine(
+        runtime=spec.runtime,
+        handshake_address=f"tcp://{spec.address}",
+        eos_ids=model.eos_ids,
+        vocab_size=model.tokenizer.vocab_size,
+    ) as engine:
+        yield engine, engine.handshake_address
+
+
+def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
+    http = hypercorn.config.Config()
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    http.bind = [f"{host}:{config.port}"]
+    if config.certfile is not None and config.keyfile is not None:
+        http.certfile = str(config.certfile)
+        http.keyfile = str(config.keyfile)
+    http.alpn_protocols = ["h2", "http/1.1"]
+    http.keep_alive_timeout = KEEP_ALIVE_S
+    http.graceful_timeout = GRACEFUL_SHUTDOWN_S
+    http.startup_timeout = LIFESPAN_TIMEOUT_S
+    http.shutdown_timeout = LIFESPAN_TIMEOUT_S
+    http.accesslog = None  # one line per request is noise at token-streaming rates
+    http.errorlog = logging.getLogger(HTTP_LOGGER)
+    return http
+
+
+def check_listener(config: GatewayConfig, http: hypercorn.config.Config) -> None:
+    """Bind (and release) the listening address and load the TLS files, so a busy port or a
+    bad certificate is a ConfigError before any backend or engine is started."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hypercorn binds
+        try:
+            probe.bind((config.host, config.port))
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {http.bind[0]}: {exc.strerror or exc}") from exc
+    try:
+        http.create_ssl_context()
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS certificate or key: {exc}") from exc

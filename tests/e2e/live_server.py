@@ -1,0 +1,212 @@
+"""A real gateway for end-to-end tests: `serve()` on a loopback port picked by the kernel, with
+one `vllm+zmq` worker whose handshake port is picked too, and the reference vLLM EngineCore as
+a subprocess dialling it (replay mode, so every answer's text is known in advance)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from smg_trio.backends.zmq_engine import ZmqEngine
+from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.core.runtime import Runtime, Wire
+from smg_trio.model import demo_model_path
+from smg_trio.serve import Serving, serve
+
+ENGINE_READY_S: Final = 30.0
+SHUTDOWN_S: Final = 5.0
+API_KEY: Final = "sk-test-key"
+STOP: Final = "STOP"
+REPLAY_HEAD: Final = (
+    "Tokens stream from the engine, through the stop scanner, to you. Everything after the word "
+)
+# The tail is long so an engine that is not aborted keeps generating for a while (and cycles).
+REPLAY_TEXT: Final = REPLAY_HEAD + STOP + " is never shown." + " Filler words follow." * 30
+MODEL: Final = "demo_model"
+
+
+@dataclass
+class LiveServer:
+    serving: Serving
+    processes: list[trio.Process]  # one reference engine per worker
+    scheme: str
+    api_key: str | None
+    step_ms: float
+
+    @property
+    def port(self) -> int:
+        return self.serving.port
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def backend(self) -> ZmqEngine:
+        return self.backend_of(0)
+
+    def backend_of(self, worker: int) -> ZmqEngine:
+        backend = self.serving.gateway.workers[worker].backend
+        assert isinstance(backend, ZmqEngine)
+        return backend
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {} if self.api_key is None else {"authorization": f"Bearer {self.api_key}"}
+
+    async def counters(self) -> Mapping[str, int]:
+        result: Mapping[str, int] = await self.backend.call_utility("smg_trio_counters")
+        return result
+
+    async def seconds_until_idle(self, limit_s: float = 2.0) -> float:
+        """How long (polling the engine) until it has no active or waiting request."""
+        start = trio.current_time()
+        with trio.fail_after(limit_s):
+            while True:
+                counters = await self.counters()
+                if counters["requests_active"] == 0 and counters["requests_waiting"] == 0:
+                    return trio.current_time() - start
+
+    async def stop_engine(self, how: signal.Signals) -> None:
+        process = self.processes[0]
+        process.send_signal(how)
+        with trio.fail_after(SHUTDOWN_S):
+            await process.wait()
+
+
+def chat_body(*, stream: object = True, **extra: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "How does the gateway work?"}],
+        "stream": stream,
+    }
+    body.update(extra)
+    return body
+
+
+@asynccontextmanager
+async def live_server(
+    tmp_path: Path,
+    *,
+    step_ms: float = 2.0,
+    api_key: str | None = API_KEY,
+    request_timeout_s: float = 30.0,
+    max_body_bytes: int = 64 * 1024,
+    tls: tuple[Path, Path] | None = None,
+    with_engine: bool = True,
+    replay_text: str = REPLAY_TEXT,
+    workers: int = 1,
+    engine_args: Sequence[str] = (),
+) -> AsyncIterator[LiveServer]:
+    config = GatewayConfig(
+        model_path=demo_model_path(),
+        workers=(WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0"),) * workers,
+        port=0,
+        api_key=api_key,
+        request_timeout_s=request_timeout_s,
+        max_body_bytes=max_body_bytes,
+        certfile=None if tls is None else tls[0],
+        keyfile=None if tls is None else tls[1],
+    )
+    replay = tmp_path / "replay.txt"
+    replay.write_text(replay_text, encoding="utf-8")
+    log_path = tmp_path / "engine.log"
+    stop = trio.Event()
+    with log_path.open("wb") as log:
+        async with trio.open_nursery() as nursery:
+            serving: Serving = await nursery.start(
+                partial(serve, config, shutdown_trigger=stop.wait)
+            )
+            processes: list[trio.Process] = []
+            try:
+                if with_engine:
+                    for address in serving.worker_addresses:
+                        command = [*engine_command(address, replay, step_ms), *engine_args]
+                        processes.append(
+                            await trio.lowlevel.open_process(command, stdout=log, stderr=log)
+                        )
+                    with trio.fail_after(ENGINE_READY_S):
+                        for worker in serving.gateway.workers:
+                            await worker.backend.wait_ready()
+                scheme = "http" if tls is None else "https"
+                yield LiveServer(serving, processes, scheme, api_key, step_ms)
+            finally:
+                stop.set()
+                with trio.CancelScope(shield=True):
+                    for process in processes:
+                        process.kill()
+                        await process.wait()
+                if sys.exc_info()[0] is not None:
+                    sys.stderr.write(log_path.read_text(errors="replace"))
+
+
+def engine_command(handshake_address: str, replay: Path, step_ms: float) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "smg_trio",
+        "engine",
+        "vllm-zmq",
+        "--handshake",
+        handshake_address,
+        "--mode",
+        "replay",
+        "--replay-file",
+        str(replay),
+        "--step-ms",
+        str(step_ms),
+        "--log-level",
+        "WARNING",
+    ]
+
+
+SseEvent = dict[str, object] | str
+
+
+def parse_sse(raw: bytes) -> list[SseEvent]:
+    """The events of an SSE body: decoded JSON objects, or the literal "[DONE]"."""
+    events: list[SseEvent] = []
+    for block in raw.decode().split("\n\n"):
+        if not block:
+            continue
+        assert block.startswith("data: "), block
+        payload = block.removeprefix("data: ")
+        events.append("[DONE]" if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+@dataclass(frozen=True)
+class ChatOutcome:
+    texts: dict[int, str]
+    finishes: dict[int, object]
+    matched: dict[int, object]
+    usage: object
+
+
+def chat_outcome(events: list[SseEvent]) -> ChatOutcome:
+    """Text, finish_reason and matched_stop per choice, and the usage, of a chat stream."""
+    assert events[-1] == "[DONE]"
+    texts: dict[int, str] = {}
+    finishes: dict[int, object] = {}
+    matched: dict[int, object] = {}
+    usage: object = None
+    for event in events[:-1]:
+        assert isinstance(event, dict), event
+        assert "error" not in event, event
+        usage = event.get("usage") or usage
+        for choice in event["choices"]:  # type: ignore[attr-defined]
+            index = choice["index"]
+            texts[index] = texts.get(index, "") + (choice["delta"].get("content") or "")
+            if choice.get("finish_reason") is not None:
+                finishes[index] = choice["finish_reason"]
+                matched[index] = choice.get("matched_stop")
+    return ChatOutcome(texts, finishes, matched, usage)

@@ -1,0 +1,173 @@
+"""`smg-trio serve` and `smg-trio demo` as a user runs them: configuration problems exit 2
+before anything starts, the server answers and stops on a signal, the scripted demo succeeds,
+and Ctrl-C stops the interactive demo within 2 s leaving no process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Final
+
+import httpx
+import pytest
+import trio
+
+from smg_trio.cli import main
+from smg_trio.model import demo_model_path
+
+TEST_TIMEOUT_S: Final = 30.0
+CTRL_C_BOUND_S: Final = 2.0
+MODEL: Final = str(demo_model_path())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        pytest.param(["--worker", "zmq://127.0.0.1:27937"], "names no runtime", id="no-runtime"),
+        pytest.param(["--worker", "foo+zmq://127.0.0.1:27937"], "foo", id="unknown-runtime"),
+        pytest.param(["--worker", "sglang+zmq://127.0.0.1:27937"], "sglang", id="no-adapter"),
+        pytest.param(["--worker", "vllm+zmq://127.0.0.1"], "HOST:PORT", id="no-port"),
+        pytest.param([], "at least one --worker", id="no-worker"),
+        pytest.param(
+            ["--worker", "sglang+grpc://127.0.0.1:8200"],
+            "gRPC workers are not available",
+            id="grpc",
+        ),
+        pytest.param(
+            ["--worker", "vllm+zmq://127.0.0.1:27937", "--certfile", "/nonexistent.pem"],
+            "both a certificate and a key",
+            id="tls-half",
+        ),
+    ],
+)
+def test_bad_configuration_exits_2_naming_the_problem(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--model-path", MODEL, "--port", "0", *arguments]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("smg-trio: ")
+    assert message in error
+
+
+def test_missing_model_and_busy_port_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worker = f"vllm+zmq://127.0.0.1:{free_port()}"
+    assert main(["serve", "--worker", worker]) == 2
+    assert "--model-path" in capsys.readouterr().err
+    assert main(["serve", "--model-path", str(tmp_path / "nope"), "--worker", worker]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--model-path", MODEL, "--worker", worker, "--port", str(port)]) == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_config_file_with_flags_over_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'model_path = "{MODEL}"\nworkers = ["zmq://127.0.0.1:1"]\n')
+    assert main(["serve", "--config", str(config)]) == 2
+    assert "names no runtime" in capsys.readouterr().err
+    # A --worker flag replaces the file's list; the gRPC one is then the problem named.
+    assert main(["serve", "--config", str(config), "--worker", "vllm+grpc://127.0.0.1:1"]) == 2
+    assert "gRPC workers are not available" in capsys.readouterr().err
+
+
+async def read_until(stream: trio.abc.ReceiveStream, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
+    seen = b""
+    while (match := pattern.search(seen)) is None:
+        data = await stream.receive_some(65536)
+        assert data, f"the process ended before printing {pattern.pattern!r}: {seen!r}"
+        seen += data
+    return match
+
+
+def children_of(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(entry))
+    return children
+
+
+async def test_serve_answers_and_stops_on_sigterm() -> None:
+    command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", MODEL, "--port", "0"]
+    command += ["--worker", f"vllm+zmq://127.0.0.1:{free_port()}"]
+    process = await trio.lowlevel.open_process(command, stderr=-1)
+    try:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            assert process.stderr is not None
+            running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
+            port = int((await read_until(process.stderr, running)).group(1))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                assert (await client.get("/health")).status_code == 503  # no engine dialled
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(CTRL_C_BOUND_S):
+                assert await process.wait() == 0
+    finally:
+        process.kill()
+        await process.wait()
+
+
+async def test_demo_once_serves_the_example_requests() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        result = await trio.run_process(
+            [sys.executable, "-m", "smg_trio", "demo", "--once", "--port", "0"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    assert "curl -N --http2-prior-knowledge http://127.0.0.1:" in out
+    assert "-m smg_trio.client ws://127.0.0.1:" in out
+    assert "finish_reason: stop" in out
+    assert '"tokens_after_abort": 0' in out
+    assert out.rstrip().endswith("demo OK")
+
+
+async def test_demo_stops_within_2s_on_ctrl_c_leaving_no_process() -> None:
+    command = [sys.executable, "-m", "smg_trio", "demo", "--port", "0"]
+    process = await trio.lowlevel.open_process(command, stdout=-1)
+    children: list[int] = []
+    try:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            assert process.stdout is not None
+            await read_until(process.stdout, re.compile(rb"Serving until Ctrl-C"))
+            children = children_of(process.pid)
+            assert children, "the engine child process is running"
+            start = trio.current_time()
+            process.send_signal(signal.SIGINT)
+            with trio.fail_after(CTRL_C_BOUND_S):
+                assert await process.wait() == 0
+            assert trio.current_time() - start < CTRL_C_BOUND_S
+        left = [child for child in children if process_exists(child)]
+        assert not left, f"engine processes left behind: {left}"
+    finally:
+        process.kill()
+        await process.wait()
+        for child in children:
+            if process_exists(child):
+                os.kill(child, signal.SIGKILL)
+
+
+def process_exists(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")

@@ -1,0 +1,199 @@
+"""SseResponse and `respond` against a recording ASGI server: the state machine decides what an
+error becomes, a disconnect cancels the request at once, and a bug is a logged 500."""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+import pytest
+import trio
+
+from smg_trio.errors import BackendUnavailable, ClientError, ClientGone, EngineDead
+from smg_trio.frontends.responses import Message
+from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.request import SinkState
+
+TEST_TIMEOUT_S: Final = 5.0
+
+
+class RecordingServer:
+    """The ASGI server side: records what the app sends and feeds what `receive` returns."""
+
+    def __init__(self) -> None:
+        self.sent: list[Message] = []
+        self._incoming_send, self._incoming = trio.open_memory_channel[Message](10)
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+        await trio.lowlevel.checkpoint()
+
+    async def receive(self) -> Message:
+        return await self._incoming.receive()
+
+    def client_sends(self, message: Message) -> None:
+        self._incoming_send.send_nowait(message)
+
+    @property
+    def status(self) -> int:
+        assert self.sent[0]["type"] == "http.response.start"
+        status: int = self.sent[0]["status"]
+        return status
+
+    @property
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.sent[0]["headers"])
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent[1:])
+
+    @property
+    def complete(self) -> bool:
+        return self.sent[-1]["type"] == "http.response.body" and not self.sent[-1].get(
+            "more_body", False
+        )
+
+
+async def test_stream_goes_idle_streaming_closed() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        response = SseResponse(server.send)
+        states = [response.state]
+        await response.send_chunk(b'{"a":1}')
+        states.append(response.state)
+        await response.send_chunk(b'{"a":2}')
+        await response.close_stream(None)
+        states.append(response.state)
+        assert states == [SinkState.IDLE, SinkState.STREAMING, SinkState.CLOSED]
+        assert server.status == 200
+        assert server.headers[b"content-type"].startswith(b"text/event-stream")
+        assert server.body == b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: [DONE]\n\n'
+        assert server.complete
+        await response.close_stream(None)  # closing twice sends nothing more
+        assert len(server.sent) == 4
+        with pytest.raises(RuntimeError):
+            await response.send_chunk(b"{}")
+
+
+async def test_error_before_the_first_byte_is_an_http_status_with_the_code_header() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        response = SseResponse(server.send)
+        await response.fail(BackendUnavailable("no engine is ready"))
+        assert response.state is SinkState.CLOSED
+        assert server.status == 503
+        assert server.headers[b"x-error-code"] == b"backend_unavailable"
+        assert server.headers[b"content-type"] == b"application/json"
+        error = json.loads(server.body)["error"]
+        assert error["code"] == "backend_unavailable"
+        assert error["message"] == "no engine is ready"
+        assert server.complete
+
+
+async def test_error_after_the_first_byte_is_a_final_event_then_done() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        response = SseResponse(server.send)
+        await response.send_chunk(b'{"a":1}')
+        await response.fail(EngineDead("engine went silent"))
+        assert server.status == 200
+        events = server.body.decode().split("\n\n")
+        assert json.loads(events[1].removeprefix("data: "))["error"]["code"] == "engine_dead"
+        assert events[2:] == ["data: [DONE]", ""]
+        assert server.complete
+
+
+async def test_close_stream_with_an_error_while_idle_is_the_http_error() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        await SseResponse(server.send).close_stream(ClientError("bad", status=422, code="x"))
+        assert server.status == 422
+        assert json.loads(server.body)["error"]["code"] == "x"
+
+
+async def test_non_streaming_body_is_json_200() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        response = SseResponse(server.send)
+        await response.send_body(b'{"ok":true}')
+        assert response.state is SinkState.CLOSED
+        assert server.status == 200
+        assert server.headers[b"content-length"] == b"11"
+        assert server.body == b'{"ok":true}'
+
+
+async def test_disconnect_cancels_the_request_at_once_and_later_chunks_raise() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        seen: list[SseResponse] = []
+        cancelled_after: list[float] = []
+
+        async def handle(response: SseResponse) -> None:
+            seen.append(response)
+            await response.send_chunk(b'{"n":0}')
+            # hypercorn may deliver an empty end-of-body message first: it must be ignored.
+            server.client_sends({"type": "http.request", "body": b"", "more_body": False})
+            await trio.sleep(0.01)
+            start = trio.current_time()
+            server.client_sends({"type": "http.disconnect"})
+            try:
+                await trio.sleep_forever()
+            finally:
+                cancelled_after.append(trio.current_time() - start)
+
+        await respond(handle, server.receive, server.send)
+        assert cancelled_after[0] < 0.05  # the next scheduling round, not a timeout
+        response = seen[0]
+        assert response.client_gone
+        with pytest.raises(ClientGone):
+            await response.send_chunk(b"{}")
+        with pytest.raises(ClientGone):
+            await response.send_body(b"{}")
+        await response.close_stream(EngineDead("x"))  # nothing is sent to a gone client
+        assert len(server.sent) == 2
+
+
+async def test_gateway_error_from_the_handler_ends_the_response() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+
+        async def handle(response: SseResponse) -> None:
+            raise ClientError("`n` must be at least 1", param="n")
+
+        response = await respond(handle, server.receive, server.send)
+        assert response.state is SinkState.CLOSED
+        assert server.status == 400
+        assert json.loads(server.body)["error"]["param"] == "n"
+
+
+async def test_a_bug_mid_stream_is_logged_and_ends_with_an_error_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+
+        async def handle(response: SseResponse) -> None:
+            await response.send_chunk(b'{"n":0}')
+            raise KeyError("oops")
+
+        await respond(handle, server.receive, server.send)
+        assert server.status == 200
+        body = server.body.decode()
+        assert '"code":"internal_error"' in body
+        assert "oops" not in body  # no traceback or exception text reaches the client
+        assert body.endswith("data: [DONE]\n\n")
+        assert "KeyError" in caplog.text
+
+
+async def test_cancellation_from_outside_is_never_swallowed() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+
+        async def handle(response: SseResponse) -> None:
+            await trio.sleep_forever()
+
+        with trio.move_on_after(0.01) as scope:
+            await respond(handle, server.receive, server.send)
+        assert scope.cancelled_caught
+        assert server.sent == []

@@ -1,0 +1,125 @@
+"""A real gateway for WebSocket tests: the reference vLLM EngineCore as a subprocess (replay mode)
+on the real ZMQ wire, a Gateway over our ZMQ backend, and hypercorn's trio worker on a loopback
+port serving `/v1/ws` with `handle_websocket` (a minimal ASGI app, independent of serve.py)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
+
+from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
+from smg_trio.core.finalize import WorkerTarget
+from smg_trio.core.runtime import Runtime, Wire
+from smg_trio.frontends.websocket import handle_websocket
+from smg_trio.gateway import Gateway, Worker
+from smg_trio.model import demo_model_path, load_model_dir
+
+REPLAY_TEXT: Final = "Tokens stream from the engine to you. STOP This part is never shown. "
+ENGINE_READY_S: Final = 30.0
+STEP_MS: Final = 2.0
+
+
+@dataclass(frozen=True)
+class RunningGateway:
+    url: str
+    gateway: Gateway
+    backend: ZmqEngine
+
+    async def counters(self) -> Mapping[str, int]:
+        result: Mapping[str, int] = await self.backend.call_utility("smg_trio_counters")
+        return result
+
+
+def websocket_app(gateway: Gateway) -> ASGIFramework:
+    """An ASGI app: `/v1/ws` is ours, lifespan is acknowledged, anything else is a 404."""
+
+    async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        elif scope["type"] == "websocket" and scope["path"] == "/v1/ws":
+            await handle_websocket(gateway, scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": "not found"})
+        elif scope["type"] == "http":
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 404,
+                    "headers": [(b"content-length", b"0")],
+                    "trailers": False,
+                }
+            )
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return app
+
+
+@asynccontextmanager
+async def running_gateway(
+    tmp_path: Path, *, step_ms: float = STEP_MS
+) -> AsyncIterator[RunningGateway]:
+    model = load_model_dir(demo_model_path())
+    replay = tmp_path / "replay.txt"
+    replay.write_text(REPLAY_TEXT, encoding="utf-8")
+    log_path = tmp_path / "engine.log"
+    with log_path.open("wb") as log:
+        async with open_zmq_engine(
+            runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
+        ) as backend:
+            command = [
+                sys.executable,
+                "-m",
+                "smg_trio",
+                "engine",
+                "vllm-zmq",
+                "--handshake",
+                f"tcp://127.0.0.1:{backend.handshake_port}",
+                "--step-ms",
+                str(step_ms),
+                "--mode",
+                "replay",
+                "--replay-file",
+                str(replay),
+                "--log-level",
+                "WARNING",
+            ]
+            process = await trio.lowlevel.open_process(command, stdout=log, stderr=log)
+            try:
+                with trio.fail_after(ENGINE_READY_S):
+                    await backend.wait_ready()
+                target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
+                worker = Worker("vllm+zmq://test", target, backend)
+                gateway = Gateway(model, [worker], request_timeout_s=60.0)
+                config = Config()
+                config.bind = ["127.0.0.1:0"]
+                config.accesslog = None
+                config.errorlog = None
+                async with trio.open_nursery() as nursery:
+                    binds: list[str] = await nursery.start(
+                        functools.partial(serve, websocket_app(gateway), config)
+                    )
+                    port = binds[0].rsplit(":", 1)[1]
+                    yield RunningGateway(f"ws://127.0.0.1:{port}/v1/ws", gateway, backend)
+                    nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    process.kill()
+                    await process.wait()
+                if sys.exc_info()[0] is not None:
+                    sys.stderr.write(log_path.read_text(errors="replace"))
