@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit bench-core fmt demo-model clean protos protos-check
+.PHONY: demo test lint typecheck contracts unit bench-core bench-zmq fmt demo-model clean protos protos-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ fmt: $(STAMP)
 
 bench-core: $(STAMP)
 	$(BIN)/python -m bench.core_pipeline
+
+bench-zmq: $(STAMP)
+	$(BIN)/python -m bench.zmq_throughput
 
 demo-model: $(STAMP)
 	$(BIN)/python scripts/build_demo_model.py
