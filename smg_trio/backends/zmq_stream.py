@@ -64,31 +64,32 @@ def coalesce(events: Iterable[EngineEvent]) -> list[EngineEvent]:
     """Merge each choice's token deltas in a batch into its first one; order within a choice kept.
 
     A choice's `ChoiceFinished` comes after all of its deltas, so merging a later delta into an
-    earlier position never moves tokens past their finish.
+    earlier position never moves tokens past their finish. Deltas are gathered first and each
+    merged delta is built once (linear in the batch, however far a slow consumer fell behind).
     """
-    merged: list[EngineEvent] = []
-    open_delta: dict[int, int] = {}  # choice index -> position of its delta in `merged`
+    slots: list[EngineEvent | list[TokenDelta]] = []
+    open_group: dict[int, list[TokenDelta]] = {}  # choice index -> its deltas in this batch
     for event in events:
         match event:
             case TokenDelta(choice_index=choice):
-                position = open_delta.get(choice)
-                if position is None:
-                    open_delta[choice] = len(merged)
-                    merged.append(event)
-                    continue
-                earlier = merged[position]
-                assert isinstance(earlier, TokenDelta)
-                logprobs = None
-                if earlier.logprobs is not None and event.logprobs is not None:
-                    logprobs = earlier.logprobs + event.logprobs
-                merged[position] = TokenDelta(
-                    choice_index=choice,
-                    token_ids=earlier.token_ids + event.token_ids,
-                    logprobs=logprobs,
-                )
+                group = open_group.get(choice)
+                if group is None:
+                    group = open_group[choice] = []
+                    slots.append(group)
+                group.append(event)
             case ChoiceFinished(choice_index=choice):
-                open_delta.pop(choice, None)
-                merged.append(event)
+                open_group.pop(choice, None)
+                slots.append(event)
             case _:
                 assert_never(event)
-    return merged
+    return [_merged(slot) if isinstance(slot, list) else slot for slot in slots]
+
+
+def _merged(deltas: list[TokenDelta]) -> TokenDelta:
+    if len(deltas) == 1:
+        return deltas[0]
+    token_ids = tuple(token for delta in deltas for token in delta.token_ids)
+    logprobs = None
+    if all(delta.logprobs is not None for delta in deltas):
+        logprobs = tuple(lp for delta in deltas for lp in delta.logprobs or ())
+    return TokenDelta(choice_index=deltas[0].choice_index, token_ids=token_ids, logprobs=logprobs)
