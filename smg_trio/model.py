@@ -16,16 +16,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, decoders
+from tokenizers import AddedToken, Tokenizer
 
 from smg_trio.core.chat_template import ChatTemplate
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ConfigError
+from smg_trio.hf_tokenizer import ModelTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -34,107 +35,6 @@ U32_MAX = 2**32 - 1
 MAX_PLAUSIBLE_CONTEXT = 1_000_000_000
 CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len")
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
-
-
-def _byte_level_char_to_byte() -> dict[str, int]:
-    """The byte-level BPE alphabet: each byte is spelled as one printable character.
-
-    Bytes that are already printable (and not a space) stand for themselves; the others, in
-    ascending order, are spelled with consecutive characters from U+0100 up.
-    """
-    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    char_to_byte = {chr(b): b for b in printable}
-    unprintable = [b for b in range(256) if b not in char_to_byte.values()]
-    char_to_byte.update({chr(0x100 + n): b for n, b in enumerate(unprintable)})
-    return char_to_byte
-
-
-BYTE_LEVEL_CHARS = _byte_level_char_to_byte()
-# str.translate table that turns an alphabet character into the latin-1 character of its byte.
-_TO_LATIN1 = {ord(char): byte for char, byte in BYTE_LEVEL_CHARS.items()}
-_ALPHABET = frozenset(BYTE_LEVEL_CHARS)
-
-
-def byte_level_token_bytes(token: str) -> bytes:
-    """Raw bytes of a byte-level vocabulary entry, as the ByteLevel decoder produces them.
-
-    A token with any character outside the alphabet is taken as its own UTF-8 text, whole;
-    that is what the decoder does too.
-    """
-    if _ALPHABET.issuperset(token):
-        return token.translate(_TO_LATIN1).encode("latin-1")
-    return token.encode("utf-8")
-
-
-class ModelTokenizer:
-    """A Hugging Face `tokenizers.Tokenizer` behind `smg_trio.core.tokenizer.TokenizerLike`.
-
-    Decoding is lossy UTF-8: an incomplete trailing sequence renders as one U+FFFD.
-
-    `token_bytes(id)` is the detokenizer's fast path for byte-level vocabularies: the raw bytes
-    of an ordinary (model vocabulary) token, or None for added tokens (special or not), ids
-    outside the vocabulary, and every id when the decoder is not ByteLevel. For ids that all have
-    bytes, `b"".join(bytes).decode("utf-8", "replace") == decode(ids)`. Added tokens break
-    that join: `decode` renders the bytes on either side of an added token separately, except
-    that a special token dropped by skip_special_tokens=True is transparent.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, *, eos_token_ids: Sequence[int] = ()) -> None:
-        self._tokenizer = tokenizer
-        self._eos_token_ids = tuple(sorted(set(eos_token_ids)))
-        added = tokenizer.get_added_tokens_decoder()
-        self._special_token_ids = frozenset(i for i, token in added.items() if token.special)
-        vocab = tokenizer.get_vocab(with_added_tokens=False)
-        self._vocab_size = max([*vocab.values(), *added, -1]) + 1
-        self._is_byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
-        table: list[bytes | None] = [None] * self._vocab_size
-        if self._is_byte_level:
-            for token, token_id in vocab.items():
-                if token_id not in added:
-                    table[token_id] = byte_level_token_bytes(token)
-        self._token_bytes = table
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        return self._eos_token_ids
-
-    @property
-    def special_token_ids(self) -> frozenset[int]:
-        return self._special_token_ids
-
-    @property
-    def vocab_size(self) -> int:
-        """One past the largest id, added tokens included."""
-        return self._vocab_size
-
-    @property
-    def is_byte_level(self) -> bool:
-        """True when the decoder is ByteLevel, i.e. `token_bytes` has entries."""
-        return self._is_byte_level
-
-    @property
-    def hf_tokenizer(self) -> Tokenizer:
-        """The wrapped tokenizer, for batch APIs. Do not mutate it."""
-        return self._tokenizer
-
-    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
-
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
-        return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
-
-    def token_to_id(self, token: str) -> int | None:
-        return self._tokenizer.token_to_id(token)
-
-    def id_to_token(self, token_id: int) -> str | None:
-        if not 0 <= token_id <= U32_MAX:
-            return None
-        return self._tokenizer.id_to_token(token_id)
-
-    def token_bytes(self, token_id: int) -> bytes | None:
-        if 0 <= token_id < self._vocab_size:
-            return self._token_bytes[token_id]
-        return None
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ConfigError
+from smg_trio.hf_tokenizer import BYTE_LEVEL_CHARS, ModelTokenizer
 from smg_trio.model import (
-    BYTE_LEVEL_CHARS,
     EosIds,
     ModelDir,
-    ModelTokenizer,
     demo_model_path,
     load_model_dir,
     merge_connect_eos_ids,
@@ -27,7 +26,8 @@ from smg_trio.model import (
     read_eos_ids,
 )
 
-TINY_LLAMA = Path("/work/shared/models/tiny-llama")
+# The steering repo's shared/ folder lies beside this checkout (here and in CI).
+TINY_LLAMA = Path(__file__).resolve().parents[2] / "shared" / "models" / "tiny-llama"
 DEMO = load_model_dir(demo_model_path())
 
 

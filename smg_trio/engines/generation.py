@@ -38,7 +38,7 @@ class Mode(enum.StrEnum):
 
 
 class Vocabulary(Protocol):
-    """What `TokenSource.for_tokenizer` needs; `smg_trio.model.ModelTokenizer` has it."""
+    """What `TokenSource.for_tokenizer` needs; `smg_trio.hf_tokenizer.ModelTokenizer` has it."""
 
     @property
     def vocab_size(self) -> int: ...
