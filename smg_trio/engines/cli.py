@@ -1,10 +1,14 @@
 """I/O. The `smg-trio engine ...` subcommands: flags, loading the model folder into an
-`EngineModel`, and starting a reference engine.
+`EngineModel` (and, for the gRPC engines, a `ServedModel`), and starting a reference engine.
 
     smg-trio engine vllm-zmq --handshake tcp://HOST:PORT [--model-path DIR] [--step-ms X]
         [--max-batch N] [--mode random|echo|replay] [--replay-file PATH]
         [--eos-probability P] [--max-model-len N] [--engine-index N] [--log-level LEVEL]
     smg-trio engine tokenspeed-zmq ... (the same flags)
+    smg-trio engine sglang-grpc|vllm-grpc|mlx-grpc|trtllm-grpc|tokenspeed-grpc
+        [--host 127.0.0.1] [--port PORT] (0: a free one, printed as `listening on HOST:PORT`)
+        [--model-path DIR] [--step-ms X] [--max-batch N] [--mode ...] [--replay-file PATH]
+        [--eos-probability P] [--max-model-len N] [--log-level LEVEL]
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from smg_trio.engines.batching import EngineConfig
 from smg_trio.engines.generation import (
@@ -24,11 +28,13 @@ from smg_trio.engines.generation import (
     TokenSource,
     ordinary_token_ids,
 )
+from smg_trio.engines.grpc_engine import RUNTIMES, GrpcEngineConfig, run_grpc_engine
+from smg_trio.engines.grpc_policy import ServedModel
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
 from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
 from smg_trio.errors import ConfigError
-from smg_trio.model import demo_model_path, load_model_dir, read_json_object
+from smg_trio.model import ModelDir, demo_model_path, load_model_dir, read_json_object
 
 WIRE_DTYPES: Final = ("bfloat16", "float16", "float32")  # what the registration maps may say
 DEFAULT_CONTEXT: Final = 4096  # when the model folder declares none
@@ -50,7 +56,48 @@ def load_engine_model(
     max_batch: int = 256,
 ) -> EngineModel:
     """The fake model an engine serves, from a model folder (tokenizer, configs; no weights)."""
+    return _engine_model(
+        load_model_dir(path),
+        mode=mode,
+        replay_text=replay_text,
+        eos_probability=eos_probability,
+        max_model_len=max_model_len,
+        max_batch=max_batch,
+    )
+
+
+def load_served_model(
+    path: str | Path,
+    *,
+    mode: Mode = Mode.RANDOM,
+    replay_text: str | None = None,
+    eos_probability: float = DEFAULT_EOS_PROBABILITY,
+    max_model_len: int | None = None,
+    max_batch: int = 256,
+) -> ServedModel:
+    """What a reference gRPC engine serves: the fake model plus its tokenizer and folder."""
     model_dir = load_model_dir(path)
+    engine = _engine_model(
+        model_dir,
+        mode=mode,
+        replay_text=replay_text,
+        eos_probability=eos_probability,
+        max_model_len=max_model_len,
+        max_batch=max_batch,
+    )
+    config = read_json_object(model_dir.path / "config.json") or {}
+    return ServedModel(engine, model_dir.tokenizer, model_dir.path, config, max_batch)
+
+
+def _engine_model(
+    model_dir: ModelDir,
+    *,
+    mode: Mode,
+    replay_text: str | None,
+    eos_probability: float,
+    max_model_len: int | None,
+    max_batch: int,
+) -> EngineModel:
     tokenizer = model_dir.tokenizer
     primary, extra = model_dir.eos_ids.primary, model_dir.eos_ids.extra
     eos_ids = (primary, *extra) if primary is not None else model_dir.tokenizer_eos_ids
@@ -66,9 +113,9 @@ def load_engine_model(
             replay_ids=replay_ids,
         )
     except ValueError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(f"{model_dir.path}: {exc}") from exc
     context = max_model_len or model_dir.context_length or DEFAULT_CONTEXT
-    config = read_json_object(Path(path) / "config.json") or {}
+    config = read_json_object(model_dir.path / "config.json") or {}
     dtype = config.get("torch_dtype") or config.get("dtype")
     return EngineModel(
         source=source,
@@ -83,12 +130,29 @@ def load_engine_model(
 
 def add_engine_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `engine <wire>` on the top-level parser's subcommands."""
-    engine = subparsers.add_parser("engine", help="run a reference engine that dials a gateway")
+    engine = subparsers.add_parser("engine", help="run a reference engine")
     wires = engine.add_subparsers(dest="wire", required=True, metavar="WIRE")
     for name, (_, description) in ENGINES.items():
         parser = wires.add_parser(name, help=description, description=description)
-        _add_engine_flags(parser)
+        parser.add_argument(
+            "--handshake",
+            required=True,
+            metavar="tcp://HOST:PORT",
+            help="the frontend's handshake ROUTER to dial",
+        )
+        parser.add_argument(
+            "--engine-index", type=int, default=0, help="engine index (2-byte ZMQ identity)"
+        )
+        _add_model_flags(parser)
         parser.set_defaults(command=run_engine_command)
+    for name, policy in RUNTIMES.items():
+        parser = wires.add_parser(name, help=policy.description, description=policy.description)
+        parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+        parser.add_argument(
+            "--port", type=int, default=0, help="port to listen on; 0 = a free one (printed)"
+        )
+        _add_model_flags(parser)
+        parser.set_defaults(command=run_grpc_engine_command)
 
 
 def _positive_int(text: str) -> int:
@@ -98,13 +162,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--handshake",
-        required=True,
-        metavar="tcp://HOST:PORT",
-        help="the frontend's handshake ROUTER to dial",
-    )
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-path",
         default=str(demo_model_path()),
@@ -127,13 +185,11 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-model-len", type=_positive_int, help="context length; default: the model's"
     )
-    parser.add_argument(
-        "--engine-index", type=int, default=0, help="engine index (2-byte ZMQ identity)"
-    )
     parser.add_argument("--log-level", default="INFO")
 
 
-def run_engine_command(args: argparse.Namespace) -> int:
+def _model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Logging set up and the model flags checked, as keywords for the model loaders."""
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
@@ -150,14 +206,17 @@ def run_engine_command(args: argparse.Namespace) -> int:
             replay_text = Path(args.replay_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{args.replay_file}: cannot read it: {exc}") from exc
-    model = load_engine_model(
-        args.model_path,
-        mode=mode,
-        replay_text=replay_text,
-        eos_probability=args.eos_probability,
-        max_model_len=args.max_model_len,
-        max_batch=args.max_batch,
-    )
+    return {
+        "mode": mode,
+        "replay_text": replay_text,
+        "eos_probability": args.eos_probability,
+        "max_model_len": args.max_model_len,
+        "max_batch": args.max_batch,
+    }
+
+
+def run_engine_command(args: argparse.Namespace) -> int:
+    model = load_engine_model(args.model_path, **_model_options(args))
     config = EngineConfig(
         handshake_address=args.handshake,
         engine_index=args.engine_index,
@@ -166,3 +225,13 @@ def run_engine_command(args: argparse.Namespace) -> int:
     )
     runner, _ = ENGINES[args.wire]
     return runner(model, config)
+
+
+def run_grpc_engine_command(args: argparse.Namespace) -> int:
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
+    model = load_served_model(args.model_path, **_model_options(args))
+    config = GrpcEngineConfig(
+        host=args.host, port=args.port, step_seconds=args.step_ms / 1000, max_batch=args.max_batch
+    )
+    return run_grpc_engine(RUNTIMES[args.wire], model, config)

@@ -1,0 +1,145 @@
+"""Pure. The reference MLX gRPC engine's runtime policy: `mlx.grpc.engine.MlxEngine` as smg's MLX
+servicer serves it over mlx-lm (wire.md §C.5).
+
+- Input: token ids only (text input is INVALID_ARGUMENT). The request has no string-stop
+  field, no min_tokens and no n. Unset temperature is 1.0; temperature 0 or top_k 1 is greedy;
+  `seed` keys sampling (unseeded: a fresh seed per request).
+- The engine stops at the model's EOS ids (all of them, unless `ignore_eos`), on
+  `stop_token_ids` and at `max_tokens` (unset: the rest of the context); the stop token stays
+  in the output and is reported in `matched_stop_token_id`.
+- Streaming: a chunk per token (cumulative `completion_tokens`); when the request ends the
+  complete carries NO output ids, only the finish reason, counts and matched id.
+  Non-streaming: one complete with every token. Abort RPC: the stream just ends, with no
+  complete message.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from smg_trio.engines.generation import EosStop, TokenStop
+from smg_trio.engines.grpc_policy import (
+    MAX_LOGPROBS,
+    AbortEnding,
+    Delivery,
+    EngineView,
+    JobSpec,
+    RuntimePolicy,
+    ServedModel,
+    checked_prompt,
+    columns_logprobs,
+    finish_reason,
+    invalid,
+    sampling_key,
+    stop_rules,
+)
+from smg_trio.wire._proto import mlx_engine_grpc
+from smg_trio.wire._proto import mlx_engine_pb2 as mlx
+
+
+def admit(request: mlx.GenerateRequest, model: ServedModel) -> JobSpec:
+    if request.WhichOneof("input") != "tokenized":
+        raise invalid("MLX servicer requires tokenized input")
+    prompt = checked_prompt(request.tokenized.input_ids, model)
+    p = request.sampling_params
+    temperature = p.temperature if p.HasField("temperature") else 1.0
+    width = p.logprobs if p.HasField("logprobs") and p.logprobs > 0 else None
+    return JobSpec(
+        request_id=request.request_id,
+        prompt_ids=prompt,
+        key=sampling_key(
+            greedy=temperature == 0.0 or p.top_k == 1,
+            seed=p.seed if p.HasField("seed") else None,
+        ),
+        rules=stop_rules(
+            model,
+            len(prompt),
+            max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
+            stop_token_ids=p.stop_token_ids,
+            ignore_eos=p.ignore_eos,
+        ),
+        stream=request.stream,
+        logprobs=None if width is None else min(width, MAX_LOGPROBS),
+    )
+
+
+def _logprobs(model: ServedModel, spec: JobSpec, ids: tuple[int, ...]) -> mlx.OutputLogProbs | None:
+    if spec.logprobs is None or not ids:
+        return None
+    result: mlx.OutputLogProbs = columns_logprobs(
+        mlx.OutputLogProbs, mlx.TopLogProbs, model, ids, spec.logprobs
+    )
+    return result
+
+
+def chunk(model: ServedModel, spec: JobSpec, delivery: Delivery) -> mlx.GenerateResponse:
+    return mlx.GenerateResponse(
+        chunk=mlx.GenerateStreamChunk(
+            token_ids=delivery.new_ids,
+            prompt_tokens=len(spec.prompt_ids),
+            completion_tokens=delivery.generated,
+            output_logprobs=_logprobs(model, spec, delivery.new_ids),
+        )
+    )
+
+
+def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> mlx.GenerateResponse:
+    ending = delivery.ending
+    assert ending is not None
+    ids = () if spec.stream else delivery.output_ids
+    matched = ending.token_id if isinstance(ending, EosStop | TokenStop) else None
+    return mlx.GenerateResponse(
+        complete=mlx.GenerateComplete(
+            output_ids=ids,
+            finish_reason=finish_reason(ending),
+            prompt_tokens=len(spec.prompt_ids),
+            completion_tokens=delivery.generated,
+            output_logprobs=_logprobs(model, spec, ids),
+            matched_stop_token_id=matched,
+        )
+    )
+
+
+def health_check(request: mlx.HealthCheckRequest, view: EngineView) -> mlx.HealthCheckResponse:
+    if view.serving:
+        return mlx.HealthCheckResponse(healthy=True, message="OK")
+    return mlx.HealthCheckResponse(healthy=False, message="servicer shutting down")
+
+
+def model_info(request: mlx.GetModelInfoRequest, view: EngineView) -> mlx.GetModelInfoResponse:
+    model = view.model
+    return mlx.GetModelInfoResponse(
+        model_path=str(model.path),
+        is_generation=True,
+        max_context_length=model.engine.max_model_len,
+        vocab_size=model.config_int("vocab_size", model.engine.vocab_size),
+        served_model_name=str(model.path),  # MLX's servicer names the model by its path
+        model_type=str(model.config.get("model_type") or ""),
+        architectures=model.architectures,
+        eos_token_ids=model.engine.eos_ids,
+        pad_token_id=model.config_int("pad_token_id"),
+        bos_token_id=model.config_int("bos_token_id"),
+        max_req_input_len=model.engine.max_model_len,
+    )
+
+
+def server_info(request: mlx.GetServerInfoRequest, view: EngineView) -> mlx.GetServerInfoResponse:
+    return mlx.GetServerInfoResponse(
+        server_type="mlx-grpc",
+        active_requests=view.running + view.waiting,
+        uptime_seconds=view.now - view.started_at,
+    )
+
+
+POLICY: Final = RuntimePolicy(
+    engine_name="mlx-grpc",
+    description="a reference MLX engine serving mlx.grpc.engine.MlxEngine",
+    service_base=mlx_engine_grpc.MlxEngineBase,
+    admit=admit,
+    chunk=chunk,
+    complete=complete,
+    abort_targets=lambda request: tuple(request.request_ids),
+    abort_reply=lambda request, ended: mlx.AbortResponse(),
+    abort_ending=AbortEnding.SILENT,
+    unary={"HealthCheck": health_check, "GetModelInfo": model_info, "GetServerInfo": server_info},
+)

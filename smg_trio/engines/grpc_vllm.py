@@ -1,0 +1,195 @@
+"""Pure. The reference vLLM gRPC engine's runtime policy: `vllm.grpc.engine.VllmEngine` as vLLM's
+frontend behind smg's servicer serves it (wire.md §C.2).
+
+- Input: token ids, or text the engine tokenizes itself. Unset temperature is 1.0; temperature
+  below 1e-5 or top_k 1 is greedy; `seed` keys sampling (unseeded: a fresh seed per request).
+- EOS is added by the engine: the model's first EOS id stops with no stop reason, the others
+  (generation_config's) ride `stop_token_ids` and are reported as the matched id;
+  `ignore_eos` drops both. `min_tokens` masks them.
+- Stop strings are matched by the engine on its own detokenized output (`TextStops`), with
+  `skip_special_tokens` and `include_stop_str_in_output` as asked; a match reports
+  finish "stop" and the string. Output ids are never trimmed (the text would be).
+- Streaming: one chunk per step with the step's tokens and `completion_tokens` = that delta's
+  length; when the request ends a complete follows that repeats the last delta only.
+  Non-streaming: one complete with every token. Abort RPC: an empty chunk, then a complete
+  with finish "abort".
+- Unsupported here (INVALID_ARGUMENT / UNIMPLEMENTED): n > 1, structured-output constraints.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from smg_trio.engines.grpc_management import flush_cache, iso8601, load_fields, model_info_fields
+from smg_trio.engines.grpc_policy import (
+    AbortEnding,
+    Delivery,
+    EngineView,
+    JobSpec,
+    Rejected,
+    RuntimePolicy,
+    ServedModel,
+    checked_prompt,
+    columns_logprobs,
+    finish_reason,
+    invalid,
+    logprobs_width,
+    matched_fields,
+    sampling_key,
+    stop_rules,
+)
+from smg_trio.engines.grpc_stops import TextStops
+from smg_trio.engines.wire_adapter import BLOCK_SIZE
+from smg_trio.wire._proto import vllm_engine_grpc
+from smg_trio.wire._proto import vllm_engine_pb2 as vllm
+from smg_trio.wire.grpc_responses import GrpcStatus
+
+VLLM_VERSION: Final = "0.33.0"
+GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
+
+
+def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
+    match request.WhichOneof("input"):
+        case "tokenized":
+            prompt = checked_prompt(request.tokenized.input_ids, model)
+        case "text":
+            prompt = checked_prompt(
+                model.tokenizer.encode(request.text, add_special_tokens=True), model
+            )
+        case _:
+            raise invalid("the request carries neither tokenized input nor text")
+    p = request.sampling_params
+    if p.WhichOneof("constraint") is not None:
+        raise Rejected(GrpcStatus.UNIMPLEMENTED, "structured outputs are not supported here")
+    if p.n > 1:
+        raise invalid(f"this reference engine serves n=1 only, got n={p.n}")
+    if any(not stop for stop in p.stop):
+        raise invalid("stop cannot contain an empty string")
+    temperature = p.temperature if p.HasField("temperature") else 1.0
+    rules = stop_rules(
+        model,
+        len(prompt),
+        max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
+        min_tokens=p.min_tokens,
+        stop_token_ids=p.stop_token_ids,
+        ignore_eos=p.ignore_eos,
+        extra_eos_as_stop_ids=True,
+    )
+    stops = None
+    if p.stop:
+        stops = TextStops(
+            model.tokenizer,
+            p.stop,
+            min_tokens=p.min_tokens,
+            skip_special_tokens=p.skip_special_tokens,
+            include_stop_token_text=p.include_stop_str_in_output,
+            after_other_stops=False,
+        )
+    return JobSpec(
+        request_id=request.request_id,
+        prompt_ids=prompt,
+        key=sampling_key(
+            greedy=temperature < GREEDY_BELOW or p.top_k == 1,
+            seed=p.seed if p.HasField("seed") else None,
+        ),
+        rules=rules,
+        stream=request.stream,
+        stops=stops,
+        logprobs=logprobs_width(p.logprobs if p.HasField("logprobs") else None),
+    )
+
+
+def _logprobs(
+    model: ServedModel, spec: JobSpec, ids: tuple[int, ...]
+) -> vllm.OutputLogProbs | None:
+    if spec.logprobs is None:
+        return None
+    result: vllm.OutputLogProbs = columns_logprobs(
+        vllm.OutputLogProbs, vllm.TopLogProbs, model, ids, spec.logprobs
+    )
+    return result
+
+
+def chunk(model: ServedModel, spec: JobSpec, delivery: Delivery) -> vllm.GenerateResponse:
+    return vllm.GenerateResponse(
+        chunk=vllm.GenerateStreamChunk(
+            token_ids=delivery.new_ids,
+            prompt_tokens=len(spec.prompt_ids),
+            completion_tokens=len(delivery.new_ids),  # the delta's count, as vLLM's servicer
+            output_logprobs=_logprobs(model, spec, delivery.new_ids),
+        )
+    )
+
+
+def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> vllm.GenerateResponse:
+    assert delivery.ending is not None
+    ids = delivery.new_ids if spec.stream else delivery.output_ids
+    return vllm.GenerateResponse(
+        complete=vllm.GenerateComplete(
+            output_ids=ids,
+            finish_reason=finish_reason(delivery.ending),
+            prompt_tokens=len(spec.prompt_ids),
+            completion_tokens=len(ids),
+            output_logprobs=_logprobs(model, spec, ids),
+            **matched_fields(delivery.ending, eos_reports_id=False),
+        )
+    )
+
+
+def health_check(request: vllm.HealthCheckRequest, view: EngineView) -> vllm.HealthCheckResponse:
+    if view.serving:
+        return vllm.HealthCheckResponse(healthy=True, message="Health")
+    return vllm.HealthCheckResponse(healthy=False, message="Engine is not alive")
+
+
+def model_info(request: vllm.GetModelInfoRequest, view: EngineView) -> vllm.GetModelInfoResponse:
+    # vLLM reports config.json's eos_token_id (an int or a list), not generation_config's.
+    eos = view.model.config.get("eos_token_id")
+    return vllm.GetModelInfoResponse(
+        **model_info_fields(view),
+        is_generation=True,
+        eos_token_ids=[eos] if isinstance(eos, int) else view.model.engine.eos_ids[:1],
+        max_req_input_len=view.model.engine.max_model_len,
+    )
+
+
+def server_info(request: vllm.GetServerInfoRequest, view: EngineView) -> vllm.GetServerInfoResponse:
+    return vllm.GetServerInfoResponse(
+        active_requests=view.running + view.waiting,
+        last_receive_timestamp=view.now,
+        uptime_seconds=view.now - view.started_at,
+        server_type="vllm-grpc",
+        data_parallel_size=1,
+        block_size=BLOCK_SIZE,
+        model_dtype=view.model.engine.dtype,
+        max_num_seqs=view.model.max_batch,
+    )
+
+
+def loads(request: vllm.GetLoadsRequest, view: EngineView) -> vllm.GetLoadsResponse:
+    return vllm.GetLoadsResponse(
+        timestamp=iso8601(view.now),
+        version=VLLM_VERSION,
+        dp_rank_count=1,
+        loads=[vllm.SchedulerLoad(**load_fields(view))],
+    )
+
+
+POLICY: Final = RuntimePolicy(
+    engine_name="vllm-grpc",
+    description="a reference vLLM engine serving vllm.grpc.engine.VllmEngine",
+    service_base=vllm_engine_grpc.VllmEngineBase,
+    admit=admit,
+    chunk=chunk,
+    complete=complete,
+    abort_targets=lambda request: tuple(request.request_ids),
+    abort_reply=lambda request, ended: vllm.AbortResponse(),
+    abort_ending=AbortEnding.COMPLETE,
+    unary={
+        "HealthCheck": health_check,
+        "GetModelInfo": model_info,
+        "GetServerInfo": server_info,
+        "GetLoads": loads,
+        "FlushCache": flush_cache,
+    },
+)
