@@ -1,0 +1,421 @@
+"""I/O. The gateway's client for one engine's gRPC service (SGLang, vLLM, TokenSpeed, MLX,
+TRT-LLM; wire.md §C): grpclib on the process's asyncio bridge, events handed into trio.
+
+One grpclib `Channel` per engine, created on the bridge's loop and reused by every call;
+grpclib reconnects lazily, so after an engine restart the next call dials again. Each engine
+request (choice) is one server-streaming Generate call running as one asyncio task; its
+responses are parsed on the loop and pushed, with the task's outcome, through ONE coalescing
+`TrioHandoff` per backend, whose trio side maps them onto the open streams:
+
+- chunks become `TokenDelta`s; completion tokens are counted here from the chunks, because
+  the engines disagree on what the complete message counts (grpc_responses.py);
+- a complete message becomes `ChoiceFinished` (after any tokens only it carried); "abort" and
+  "error" finishes, and every gRPC status, become `EngineRejected` (grpc_services.py);
+- leaving `open_stream` before a choice finished cancels its task (grpclib sends RST_STREAM)
+  AND sends the Abort RPC, shielded and bounded by `ABORT_GRACE_S`; a finished choice is never
+  aborted. The block is left only after every task of the stream has ended on the loop.
+
+Readiness: a HealthCheck every `health_period_s` (bounded by `health_timeout_s`); a passing one
+fetches model/server info (context length, vocabulary) on the way to ready. A failed call or
+check takes the engine out of rotation until a check passes. A lost connection, or silence for
+`watchdog_period_s` while calls are in flight, is engine death: every stream fails with
+`EngineDead` and no Abort is sent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Final, TypeAlias
+
+import outcome
+import trio
+
+from smg_trio.backends.asyncio_bridge import (
+    AsyncioBridge,
+    HandoffStatistics,
+    TrioHandoff,
+    open_asyncio_bridge,
+)
+from smg_trio.backends.base import BackendStatistics, ChoiceFinished, EngineStatus
+from smg_trio.backends.grpc_calls import GrpcCall, failure_of, new_engine_request_id
+from smg_trio.backends.grpc_services import (
+    EngineInfo,
+    LoopClient,
+    generate_message,
+    open_loop_client,
+    parse_address,
+)
+from smg_trio.backends.zmq_stream import ZmqEngineStream as EngineEventStream
+from smg_trio.core.finalize import Finalized
+from smg_trio.core.runtime import Runtime, Wire, require_adapter
+from smg_trio.errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigError,
+    EngineDead,
+    UnsupportedRuntime,
+)
+from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
+
+logger = logging.getLogger(__name__)
+
+ABORT_GRACE_S: Final = 1.0
+"""How long leaving a stream waits (shielded) for the Abort RPC and the cancelled calls."""
+HEALTH_PERIOD_S: Final = 5.0
+HEALTH_TIMEOUT_S: Final = 5.0
+WATCHDOG_PERIOD_S: Final = 300.0
+"""Silence, with calls in flight, after which the engine is declared dead (as the ZMQ backend)."""
+_WATCHDOG_CHECKS_PER_PERIOD: Final = 10
+
+_Handed: TypeAlias = tuple[GrpcCall, GrpcEvent | outcome.Outcome[None]]
+
+
+class GrpcBackend:
+    """A client for one engine's gRPC service. Get one with `open_grpc_engine`."""
+
+    def __init__(
+        self,
+        *,
+        client: LoopClient,
+        bridge: AsyncioBridge,
+        runtime: Runtime,
+        health_period_s: float,
+        health_timeout_s: float,
+        watchdog_period_s: float,
+    ) -> None:
+        self._runtime = runtime
+        self._client = client
+        self._bridge = bridge
+        self.address = client.address
+        self._health_period_s = health_period_s
+        self._health_timeout_s = health_timeout_s
+        self._watchdog_period_s = watchdog_period_s
+        self._handoff: TrioHandoff[_Handed] = TrioHandoff(self._deliver)
+        self._calls: dict[str, GrpcCall] = {}
+        self._open_streams = 0
+        self._protocol_errors = 0
+        self._info: EngineInfo | None = None
+        self._ready = False
+        self._dead = False  # lost or silent: no Abort is sent until a health check passes
+        self._unready_reason: str | None = None
+        self._readiness_changed = trio.Event()
+        self._heard_at = 0.0
+        self._closing = False
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._runtime
+
+    @property
+    def wire(self) -> Wire:
+        return Wire.GRPC
+
+    @property
+    def engine_info(self) -> EngineInfo | None:
+        """What the engine said at its last ready transition (None before)."""
+        return self._info
+
+    @asynccontextmanager
+    async def open_stream(self, finalized: Finalized) -> AsyncIterator[EngineEventStream]:
+        """Start one Generate call per engine request of `finalized`; yield their events.
+
+        Raises before anything is sent: `UnsupportedRuntime` if `finalized` is for another
+        runtime or wire, `BackendUnavailable` if the engine is not ready, `ClientError` for a
+        request the engine would refuse (prompt too long, token id outside the vocabulary,
+        string stops for SGLang). Leaving early cancels and aborts (module docstring).
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        stream, calls = self._start_stream(finalized)
+        self._open_streams += 1
+        try:
+            yield stream
+        finally:
+            self._open_streams -= 1
+            if not stream.closed:
+                stream.fail(trio.ClosedResourceError("the stream was left"))
+            await self._leave(calls)
+
+    async def wait_ready(self) -> None:
+        """Return once a health check passed; the caller bounds the wait."""
+        while not self._ready:
+            await self._readiness_changed.wait()
+        await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> BackendStatistics:
+        max_len = None if self._info is None else self._info.max_model_len
+        status = EngineStatus(
+            index=0,
+            ready=self._ready,
+            max_model_len=max_len,
+            in_flight=len(self._calls),
+            version="" if self._info is None else self._info.version,
+            dead_reason=self._unready_reason,
+        )
+        return BackendStatistics(
+            runtime=self._runtime,
+            wire=Wire.GRPC,
+            ready=self._ready,
+            max_model_len=max_len if self._ready else None,
+            open_streams=self._open_streams,
+            in_flight=len(self._calls),
+            engines=(status,),
+            protocol_errors=self._protocol_errors,
+        )
+
+    def handoff_statistics(self) -> HandoffStatistics:
+        """Batches and items handed from the loop thread into trio so far (bench, debugging)."""
+        return dataclasses.replace(self._handoff.stats)
+
+    # --- opening and leaving streams -----------------------------------------------------------
+
+    def _start_stream(self, finalized: Finalized) -> tuple[EngineEventStream, list[GrpcCall]]:
+        """Build every request first (a ClientError leaves nothing behind), then start them."""
+        if finalized.runtime is not self._runtime or finalized.wire is not Wire.GRPC:
+            raise UnsupportedRuntime(
+                f"the request was shaped for {finalized.runtime.value} over "
+                f"{finalized.wire.value}; this backend is {self._runtime.value} over grpc"
+            )
+        if self._closing:
+            raise BackendUnavailable("the gRPC backend is shutting down")
+        if not self._ready:
+            raise BackendUnavailable(
+                f"the {self._runtime.value} engine at {self.address} is not ready: "
+                f"{self._unready_reason or 'no health check has passed yet'}"
+            )
+        service = self._client.service
+        planned: dict[str, tuple[int, int, Any]] = {}
+        for request in finalized.requests:
+            taken = (self._calls, planned)
+            engine_request_id = new_engine_request_id(request.request_id, taken)
+            message = generate_message(service, request, engine_request_id, self._info)
+            planned[engine_request_id] = (request.choice_index, len(request.prompt_ids), message)
+        stream = EngineEventStream(tuple(planned))
+        if not planned:
+            stream.end()
+        if not self._calls:
+            self._heard_at = trio.current_time()  # silence counts from when work was sent
+        calls = []
+        for engine_request_id, (choice_index, prompt_tokens, message) in planned.items():
+            call = GrpcCall(
+                engine_request_id,
+                choice_index,
+                stream,
+                prompt_tokens,
+                cumulative_complete=service.cumulative_complete,
+            )
+            self._calls[engine_request_id] = call
+            call.task = self._bridge.start_soon(
+                self._client.generate, message, self._pusher(call), on_done=self._pusher(call)
+            )
+            calls.append(call)
+        return stream, calls
+
+    def _pusher(self, call: GrpcCall) -> Callable[[GrpcEvent | outcome.Outcome[None]], None]:
+        """What the loop thread calls with the call's events, and with its task's outcome."""
+        push = self._handoff.push
+
+        def push_for_call(item: GrpcEvent | outcome.Outcome[None]) -> None:
+            push((call, item))
+
+        return push_for_call
+
+    async def _leave(self, calls: list[GrpcCall]) -> None:
+        """Cancel and Abort the unfinished calls; wait (shielded, bounded) for every task."""
+        unfinished = [call for call in calls if call.live]
+        for call in unfinished:
+            self._forget(call)
+        _cancel_tasks(unfinished)  # RST_STREAM goes out before the Abort RPC (FIFO on the loop)
+        with trio.move_on_after(ABORT_GRACE_S, shield=True) as scope:
+            if unfinished and not self._dead:
+                ids = [call.engine_request_id for call in unfinished]
+                try:
+                    await self._bridge.run(self._client.abort, ids)
+                except (BackendError, trio.ClosedResourceError) as exc:
+                    logger.warning("Abort of %s failed: %s", ids, exc)
+            for call in calls:
+                await call.task_done.wait()
+        if scope.cancelled_caught:
+            logger.warning("a stream's calls did not end within %g s", ABORT_GRACE_S)
+            _cancel_tasks(calls)
+
+    def _forget(self, call: GrpcCall) -> None:
+        if call.live:
+            call.live = False
+            del self._calls[call.engine_request_id]
+
+    async def _shut_down(self) -> None:
+        """Fail every open stream, cancel and abort its calls, wait for the tasks (bounded)."""
+        self._closing = True
+        calls = list(self._calls.values())
+        for call in calls:
+            call.stream.fail(BackendUnavailable("the gRPC backend is shutting down"))
+        await self._leave(calls)
+
+    # --- the trio side of the hand-off ---------------------------------------------------------
+
+    def _deliver(self, batch: list[_Handed]) -> None:
+        """Apply a batch from the loop, in order. Runs in trio from the hand-off's wake-up."""
+        self._heard_at = trio.current_time()
+        for call, item in batch:
+            if isinstance(item, GrpcChunk | GrpcComplete):
+                if call.live:
+                    self._advance(call, item)
+                continue
+            call.task_done.set()
+            if call.live:
+                self._call_failed(call, failure_of(call, item))
+
+    def _advance(self, call: GrpcCall, event: GrpcChunk | GrpcComplete) -> None:
+        ending = call.advance(event)
+        if ending is None:
+            return
+        self._forget(call)  # finished: never aborted
+        stream = call.stream
+        if not isinstance(ending, ChoiceFinished):
+            stream.fail(ending)
+            return
+        stream.deliver(ending)
+        calls = self._calls
+        if not any(
+            (other := calls.get(rid)) is not None and other.stream is stream
+            for rid in stream.engine_request_ids
+        ):
+            stream.end()
+
+    def _call_failed(self, call: GrpcCall, error: BackendError) -> None:
+        """The call ended before its choice finished: fail its stream; judge the engine."""
+        self._forget(call)
+        call.stream.fail(error)
+        if isinstance(error, EngineDead):
+            self._engine_died(error.message)
+        elif error.status == 503:  # unreachable or UNAVAILABLE: out until a check passes
+            self._mark_unready(error.message)
+        if error.status == 502:
+            self._protocol_errors += 1
+
+    # --- readiness and liveness ---------------------------------------------------------------
+
+    def _mark_unready(self, reason: str) -> None:
+        self._unready_reason = reason
+        if self._ready:
+            logger.warning("%s engine at %s is out: %s", self._runtime.value, self.address, reason)
+            self._ready = False
+            self._notify_readiness()
+
+    def _mark_ready(self, info: EngineInfo | None) -> None:
+        if info is not None:
+            self._info = info
+        self._dead = False
+        self._unready_reason = None
+        if not self._ready:
+            logger.info("%s engine at %s is ready: %s", self._runtime.value, self.address, info)
+            self._ready = True
+            self._notify_readiness()
+
+    def _notify_readiness(self) -> None:
+        self._readiness_changed.set()
+        self._readiness_changed = trio.Event()
+
+    def _engine_died(self, reason: str) -> None:
+        """Fail every call with EngineDead (no Abort: nobody is listening); out until healthy."""
+        self._dead = True
+        message = f"the {self._runtime.value} engine at {self.address} is dead: {reason}"
+        calls = list(self._calls.values())
+        for call in calls:
+            self._forget(call)
+            call.stream.fail(EngineDead(message))
+        _cancel_tasks(calls)
+        self._mark_unready(reason)
+
+    async def _watch_health(self) -> None:
+        while True:
+            await self._check_health()
+            await trio.sleep(self._health_period_s)
+
+    async def _check_health(self) -> None:
+        info = None
+        try:
+            with trio.fail_after(self._health_timeout_s):
+                healthy, message = await self._bridge.run(self._client.health)
+                if healthy and (not self._ready or self._info is None):
+                    info = await self._bridge.run(self._client.info)
+        except trio.TooSlowError:
+            self._mark_unready(f"no health check answer within {self._health_timeout_s:g} s")
+        except BackendError as exc:
+            self._mark_unready(f"health check failed: {exc.message}")
+        else:
+            if healthy:
+                self._mark_ready(info)
+            else:
+                self._mark_unready(f"the engine reports itself unhealthy: {message!r}")
+
+    async def _watch_silence(self) -> None:
+        period = self._watchdog_period_s
+        while True:
+            await trio.sleep(period / _WATCHDOG_CHECKS_PER_PERIOD)
+            if self._calls and trio.current_time() - self._heard_at >= period:
+                self._engine_died(
+                    f"no output for {period:g} s with {len(self._calls)} requests in flight"
+                )
+
+
+def _cancel_tasks(calls: list[GrpcCall]) -> None:
+    for call in calls:
+        if call.task is not None and not call.task_done.is_set():
+            call.task.cancel()
+
+
+@asynccontextmanager
+async def open_grpc_engine(
+    *,
+    runtime: Runtime,
+    address: str,
+    tls: bool | ssl.SSLContext = False,
+    health_period_s: float = HEALTH_PERIOD_S,
+    health_timeout_s: float = HEALTH_TIMEOUT_S,
+    watchdog_period_s: float = WATCHDOG_PERIOD_S,
+) -> AsyncIterator[GrpcBackend]:
+    """A client for the engine at `address`, with its health and silence watchers running.
+
+    `runtime`: which engine's service it speaks (never guessed). `address`: `host:port`.
+    `tls`: True for TLS with grpclib's default context (ALPN h2), or an `ssl.SSLContext`.
+    The engine need not be up yet: `wait_ready()` returns once a health check passed. On exit
+    every open stream fails with `BackendUnavailable`, its calls are cancelled and aborted,
+    and the channel is closed.
+    """
+    require_adapter(runtime, Wire.GRPC)
+    host, port = parse_address(address)
+    for name, value in (
+        ("health_period_s", health_period_s),
+        ("health_timeout_s", health_timeout_s),
+        ("watchdog_period_s", watchdog_period_s),
+    ):
+        if not value > 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    async with open_asyncio_bridge() as bridge:
+        client = await bridge.run(open_loop_client, runtime, host, port, tls)
+        backend = GrpcBackend(
+            client=client,
+            bridge=bridge,
+            runtime=runtime,
+            health_period_s=health_period_s,
+            health_timeout_s=health_timeout_s,
+            watchdog_period_s=watchdog_period_s,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(backend._watch_health)
+                nursery.start_soon(backend._watch_silence)
+                try:
+                    yield backend
+                finally:
+                    await backend._shut_down()
+                    nursery.cancel_scope.cancel()
+        finally:
+            backend._handoff.close()
+            with trio.CancelScope(shield=True):
+                await bridge.run(client.close)
