@@ -43,7 +43,7 @@ figures moved by up to ±30 % with the machine's other load):
   arrived and runs ahead of the client's resubmissions, so a message carried ~15-200 outputs,
   not 256. A real engine (10-50 ms steps) carries every active stream per message, so the
   per-message overhead amortizes further; the per-token figures are the ones that transfer.
-- Hot spots in smg_trio/backends/ (reported, not edited): (1) `zmq_stream.coalesce` rebuilds the
+- Hot spots in smg_trio/backends/ (reported, not edited): (1) `event_stream.coalesce` rebuilds the
   merged `TokenDelta` for every extra delta (tuple concatenation, quadratic in a batch's deltas):
   181 µs for 256 one-token deltas vs 26 µs when the ids are gathered in a list and each delta is
   built once (7.2 vs 2.4 µs for 16). It shows as 7-12 % of the profiles, but an A/B run with the
@@ -198,7 +198,7 @@ PROFILE_AREAS: Final = (
         ("zmq_codec.py", "vllm_zmq_outputs.py", "zmq_transport.py", "msgpack.Decoder"),
     ),
     ("backend demultiplex (zmq_registry)", ("zmq_registry.py",)),
-    ("backend hand-off (zmq_stream, mailbox)", ("zmq_stream.py", "mailbox.py")),
+    ("backend hand-off (event_stream, mailbox)", ("event_stream.py", "mailbox.py")),
     (
         "pipeline stops + detokenize",
         ("smg_trio/core/stops.py", "smg_trio/core/detokenize.py", "smg_trio/model.py"),

@@ -21,7 +21,7 @@ import trio
 
 from smg_trio.backends.asyncio_bridge import BridgeTask
 from smg_trio.backends.base import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
-from smg_trio.backends.zmq_stream import ZmqEngineStream as EngineEventStream
+from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.errors import BackendError, BackendUnavailable, EngineRejected
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcLogprob
 

@@ -41,6 +41,7 @@ from smg_trio.backends.asyncio_bridge import (
     open_asyncio_bridge,
 )
 from smg_trio.backends.base import BackendStatistics, ChoiceFinished, EngineStatus
+from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.grpc_calls import GrpcCall, failure_of, new_engine_request_id
 from smg_trio.backends.grpc_services import (
     EngineInfo,
@@ -49,7 +50,6 @@ from smg_trio.backends.grpc_services import (
     open_loop_client,
     parse_address,
 )
-from smg_trio.backends.zmq_stream import ZmqEngineStream as EngineEventStream
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.runtime import Runtime, Wire, require_adapter
 from smg_trio.errors import (

@@ -36,6 +36,7 @@ import zmq
 
 from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
+from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.mailbox import Mailbox
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
@@ -49,7 +50,6 @@ from smg_trio.backends.zmq_socket import (
     open_zmq_context,
     private_ipc_dir,
 )
-from smg_trio.backends.zmq_stream import ZmqEngineStream
 from smg_trio.core.finalize import EngineRequest, Finalized
 from smg_trio.core.runtime import Runtime, Wire, require_adapter
 from smg_trio.errors import (
@@ -126,7 +126,7 @@ class ZmqEngine:
         return int(self.handshake_address.rsplit(":", 1)[1])
 
     @asynccontextmanager
-    async def open_stream(self, finalized: Finalized) -> AsyncIterator[ZmqEngineStream]:
+    async def open_stream(self, finalized: Finalized) -> AsyncIterator[EngineEventStream]:
         """Send one ADD per engine request of `finalized`; yield their events; abort on leaving.
 
         Raises before sending anything: `UnsupportedRuntime` if `finalized` is for another
@@ -190,7 +190,7 @@ class ZmqEngine:
             protocol_errors=self._registry.protocol_errors,
         )
 
-    def _start_stream(self, finalized: Finalized) -> ZmqEngineStream:
+    def _start_stream(self, finalized: Finalized) -> EngineEventStream:
         """Encode every ADD (any ClientError leaves nothing behind), then register and queue."""
         if finalized.runtime is not self._runtime or finalized.wire is not Wire.ZMQ:
             raise UnsupportedRuntime(
@@ -221,7 +221,7 @@ class ZmqEngine:
                 arrival_time=arrival_time,
             )
             planned[engine_request_id] = (request, engine, frames)
-        stream = ZmqEngineStream(tuple(planned))
+        stream = EngineEventStream(tuple(planned))
         if not planned:
             stream.end()
         for engine_request_id, (request, engine, frames) in planned.items():

@@ -21,13 +21,13 @@ from typing import Any
 import trio
 
 from smg_trio.backends.base import ChoiceFinished, EngineStatus, TokenDelta
+from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
     Registration,
     RequestStep,
     decode_registration,
 )
-from smg_trio.backends.zmq_stream import ZmqEngineStream
 from smg_trio.core.runtime import Runtime
 from smg_trio.errors import BackendError, BackendProtocolError, EngineDead, EngineRejected
 from smg_trio.wire.zmq_transport import (
@@ -83,7 +83,7 @@ class Route:
     engine_request_id: str
     choice_index: int
     engine: EngineSlot
-    stream: ZmqEngineStream
+    stream: EngineEventStream
     prompt_tokens: int
     completion_tokens: int = 0
     cached_tokens: int = 0
@@ -266,11 +266,11 @@ class EngineRegistry:
     def is_live(self, route: Route) -> bool:
         return self.routes.get(route.engine_request_id) is route
 
-    def take_unfinished(self, stream: ZmqEngineStream) -> dict[EngineSlot, list[str]]:
+    def take_unfinished(self, stream: EngineEventStream) -> dict[EngineSlot, list[str]]:
         """Forget the stream's in-flight requests; return the ids to ABORT, by engine."""
         return self._take(self._routes_of(stream))
 
-    def _routes_of(self, stream: ZmqEngineStream) -> list[Route]:
+    def _routes_of(self, stream: EngineEventStream) -> list[Route]:
         routes = (self.routes.get(i) for i in stream.engine_request_ids)
         return [route for route in routes if route is not None and route.stream is stream]
 

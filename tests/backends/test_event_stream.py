@@ -1,4 +1,4 @@
-"""ZmqEngineStream: coalescing never reorders a choice, and the stream ends or fails as told."""
+"""EngineEventStream: coalescing never reorders a choice, and the stream ends or fails as told."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smg_trio.backends.base import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
-from smg_trio.backends.zmq_stream import ZmqEngineStream, coalesce
+from smg_trio.backends.event_stream import EngineEventStream, coalesce
 from smg_trio.errors import EngineDead
 
 
@@ -67,7 +67,7 @@ def test_coalesce_keeps_logprobs_only_when_every_delta_has_them() -> None:
 
 
 async def test_a_slow_consumer_gets_one_merged_batch_then_the_end() -> None:
-    stream = ZmqEngineStream(("a",))
+    stream = EngineEventStream(("a",))
     for token in range(5):
         stream.deliver(TokenDelta(0, (token,)))
     stream.deliver(finished(0))
@@ -79,7 +79,7 @@ async def test_a_slow_consumer_gets_one_merged_batch_then_the_end() -> None:
 
 
 async def test_a_failed_stream_delivers_what_came_before_then_raises() -> None:
-    stream = ZmqEngineStream(("a",))
+    stream = EngineEventStream(("a",))
     stream.deliver(TokenDelta(0, (1,)))
     stream.fail(EngineDead("gone"))
     with trio.fail_after(1):

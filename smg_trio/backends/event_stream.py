@@ -1,5 +1,5 @@
-"""I/O. One open request's view of a ZMQ engine: the per-request mailbox the shared output
-reader fills, and the `async for` side the request consumes.
+"""I/O. One open request's view of an engine backend (ZMQ or gRPC): the per-request mailbox the
+backend's reader side fills, and the `async for` side the request consumes.
 
 The reader calls the `deliver`/`end`/`fail` methods, which never block: a slow consumer only
 makes its own mailbox grow (bounded by max_tokens), and on its next call it receives everything
@@ -18,7 +18,7 @@ from smg_trio.backends.base import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.backends.mailbox import Mailbox
 
 
-class ZmqEngineStream:
+class EngineEventStream:
     """The events of one `open_stream` block; iterate it once with `async for`."""
 
     def __init__(self, engine_request_ids: tuple[str, ...]) -> None:
@@ -28,7 +28,7 @@ class ZmqEngineStream:
         self._pending: deque[EngineEvent] = deque()
         self._closed = False
 
-    def __aiter__(self) -> ZmqEngineStream:
+    def __aiter__(self) -> EngineEventStream:
         return self
 
     async def __anext__(self) -> EngineEvent:
