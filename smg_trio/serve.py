@@ -2,7 +2,8 @@
 server on one port, all in the caller's `trio.run`.
 
     serve ─┬─ load the model folder, check every worker and the listener (ConfigError: nothing ran)
-           ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial)
+           ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial;
+           │   gRPC: a channel to the engine, ready once its health check passes)
            └─ hypercorn.trio.serve(GatewayApp): HTTP/1.1 and h2c with prior knowledge on one
               cleartext port, or, with a certificate and key, TLS on that port with ALPN
               offering h2 and http/1.1
@@ -26,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, cast
+from typing import Final, assert_never, cast
 
 import hypercorn.config
 import hypercorn.trio
@@ -34,10 +35,11 @@ import trio
 from hypercorn.typing import Framework
 
 from smg_trio.backends.base import Backend
+from smg_trio.backends.grpc_engine import open_grpc_engine
 from smg_trio.backends.zmq_engine import open_zmq_engine
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
-from smg_trio.core.runtime import Wire
+from smg_trio.core.runtime import Wire, require_adapter
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.gateway import Gateway, Worker
@@ -120,28 +122,32 @@ def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
 
 
 def check_worker_available(spec: WorkerSpec) -> None:
-    """A worker this build can open; anything else is a ConfigError before startup."""
-    match spec.wire:
-        case Wire.ZMQ:
-            return
-        case Wire.GRPC:
-            raise ConfigError(
-                f"worker {spec}: gRPC workers are not available in this build yet; "
-                "use a ZMQ worker (vllm+zmq:// or tokenspeed+zmq://)"
-            )
+    """A worker this build can open; anything else is a ConfigError before startup.
+
+    `parse_worker_spec` already refused pairs without an adapter; this is the last guard before
+    a socket is opened, so a spec built by hand cannot slip through.
+    """
+    require_adapter(spec.runtime, spec.wire)
 
 
 @asynccontextmanager
 async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple[Backend, str]]:
-    """The backend of one worker spec and the address it is bound to."""
+    """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC)."""
     check_worker_available(spec)
-    async with open_zmq_engine(
-        runtime=spec.runtime,
-        handshake_address=f"tcp://{spec.address}",
-        eos_ids=model.eos_ids,
-        vocab_size=model.tokenizer.vocab_size,
-    ) as engine:
-        yield engine, engine.handshake_address
+    match spec.wire:
+        case Wire.ZMQ:
+            async with open_zmq_engine(
+                runtime=spec.runtime,
+                handshake_address=f"tcp://{spec.address}",
+                eos_ids=model.eos_ids,
+                vocab_size=model.tokenizer.vocab_size,
+            ) as zmq_engine:
+                yield zmq_engine, zmq_engine.handshake_address
+        case Wire.GRPC:
+            async with open_grpc_engine(runtime=spec.runtime, address=spec.address) as grpc_engine:
+                yield grpc_engine, f"grpc://{spec.address}"
+        case _:
+            assert_never(spec.wire)
 
 
 def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:

@@ -39,11 +39,7 @@ def free_port() -> int:
         pytest.param(["--worker", "sglang+zmq://127.0.0.1:27937"], "sglang", id="no-adapter"),
         pytest.param(["--worker", "vllm+zmq://127.0.0.1"], "HOST:PORT", id="no-port"),
         pytest.param([], "at least one --worker", id="no-worker"),
-        pytest.param(
-            ["--worker", "sglang+grpc://127.0.0.1:8200"],
-            "gRPC workers are not available",
-            id="grpc",
-        ),
+        pytest.param(["--worker", "mlx+zmq://127.0.0.1:8200"], "mlx", id="no-zmq-adapter"),
         pytest.param(
             ["--worker", "vllm+zmq://127.0.0.1:27937", "--certfile", "/nonexistent.pem"],
             "both a certificate and a key",
@@ -81,9 +77,9 @@ def test_config_file_with_flags_over_it(tmp_path: Path, capsys: pytest.CaptureFi
     config.write_text(f'model_path = "{MODEL}"\nworkers = ["zmq://127.0.0.1:1"]\n')
     assert main(["serve", "--config", str(config)]) == 2
     assert "names no runtime" in capsys.readouterr().err
-    # A --worker flag replaces the file's list; the gRPC one is then the problem named.
-    assert main(["serve", "--config", str(config), "--worker", "vllm+grpc://127.0.0.1:1"]) == 2
-    assert "gRPC workers are not available" in capsys.readouterr().err
+    # A --worker flag replaces the file's list; its problem is then the one named.
+    assert main(["serve", "--config", str(config), "--worker", "trtllm+zmq://127.0.0.1:1"]) == 2
+    assert "'trtllm' has no adapter for the zmq wire" in capsys.readouterr().err
 
 
 async def read_until(stream: trio.abc.ReceiveStream, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
