@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit bench-core bench-zmq fmt demo-model clean protos protos-check
+.PHONY: demo test lint typecheck contracts unit bench bench-core bench-zmq fmt demo-model clean protos protos-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
@@ -33,6 +33,9 @@ unit: $(STAMP)
 fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench scenarios
 
 bench-core: $(STAMP)
 	$(BIN)/python -m bench.core_pipeline

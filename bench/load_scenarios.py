@@ -1,0 +1,282 @@
+"""I/O. The side-by-side scenarios of one bench run:
+
+(a) gateway-bound: the reference engine at zero step time (the gateway's own cost) and at a
+    realistic step time, driven directly (our ZMQ backend in this process, no gateway) and
+    through `smg-trio serve` over HTTP/2 (h2c) and WebSocket. Both targets are up at once and
+    the concurrencies alternate between them, so a change in the machine's load hits both.
+(b) real vLLM CPU: the headless EngineCore driven directly (the ceiling), behind smg-trio over
+    ZMQ (HTTP/1.1, h2c, WebSocket), behind smg over ZMQ (HTTP/1.1, h2c), and vLLM's own HTTP
+    server (HTTP/1.1, as `vllm bench serve` sends), one server at a time. gRPC rows need
+    `vllm+grpc` workers in `serve`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from bench.load_runner import Progress, run_load
+from bench.load_servers import LOOPBACK
+from bench.load_stats import RunSummary
+from bench.load_targets import (
+    EngineLaunch,
+    Target,
+    direct_target,
+    reference_engine,
+    smg_target,
+    smg_trio_target,
+    vllm_headless,
+    vllm_http_target,
+)
+from bench.load_transports import (
+    DirectTransport,
+    RequestBodies,
+    Transport,
+    TransportName,
+    open_http_transport,
+)
+from bench.load_workload import (
+    Endpoint,
+    FixedConcurrency,
+    LengthRange,
+    RequestSpec,
+    Workload,
+    request_specs,
+)
+from smg_trio.config import WorkerSpec
+from smg_trio.core.runtime import Runtime, Wire
+from smg_trio.errors import ConfigError
+from smg_trio.serve import check_worker_available
+
+H2_STREAMS_PER_CONNECTION: Final = 100  # hypercorn's and smg's default concurrent-stream limit
+WS_STREAMS_PER_SOCKET: Final = 256  # smg_trio.frontends.websocket.MAX_STREAMS_PER_SOCKET
+WARM_UP_STREAMS: Final = 4
+WARM_UP: Final = Workload(
+    FixedConcurrency(WARM_UP_STREAMS), 8, LengthRange(16, 16), LengthRange(16, 16), time_cap_s=30.0
+)
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """The fixed-concurrency runs of a scenario: each stream count gets
+    max(min_requests, requests_per_stream * streams) requests."""
+
+    concurrencies: tuple[int, ...]
+    prompt_tokens: LengthRange
+    output_tokens: LengthRange
+    requests_per_stream: int
+    min_requests: int
+    time_cap_s: float
+    endpoint: Endpoint = "completions"
+    stops: tuple[str, ...] = ()
+    connections: int = 0  # h2c connections / WebSocket sockets; 0: as many as the streams need
+    think_time_s: float = 0.0  # each stream's pause between its requests
+
+    def workload(self, streams: int) -> Workload:
+        return Workload(
+            FixedConcurrency(streams, self.think_time_s),
+            max(self.min_requests, self.requests_per_stream * streams),
+            self.prompt_tokens,
+            self.output_tokens,
+            self.time_cap_s,
+            endpoint=self.endpoint,
+            stops=self.stops,
+            seed=streams,
+        )
+
+    def connections_for(self, kind: TransportName, streams: int) -> int:
+        if self.connections:
+            return self.connections
+        per = WS_STREAMS_PER_SOCKET if kind == "ws" else H2_STREAMS_PER_CONNECTION
+        return max(1, math.ceil(streams / per))
+
+
+@asynccontextmanager
+async def open_transport(
+    target: Target,
+    kind: TransportName,
+    specs: Sequence[RequestSpec],
+    workload: Workload,
+    connections: int,
+) -> AsyncIterator[Transport]:
+    if kind == "direct":
+        assert target.backend is not None, "a direct target has a backend"
+        assert target.model_dir is not None, "a direct target has a model folder"
+        yield DirectTransport(
+            target.backend,
+            target.model_dir,
+            specs,
+            stops=workload.stops,
+            ignore_eos=workload.ignore_eos,
+        )
+        return
+    assert target.port is not None, f"{target.name} has no port"
+    bodies = RequestBodies(
+        specs,
+        model=target.model,
+        endpoint=workload.endpoint,
+        stops=workload.stops,
+        ignore_eos=workload.ignore_eos,
+    )
+    async with open_http_transport(
+        kind, LOOPBACK, target.port, bodies, connections=connections
+    ) as transport:
+        yield transport
+
+
+def row_name(target: Target, kind: TransportName) -> str:
+    return target.name if kind == "direct" else f"{target.name} {kind}"
+
+
+async def warm_up(
+    pairs: Sequence[tuple[Target, TransportName]], plan: LoadPlan, words: Sequence[str]
+) -> None:
+    """A few short requests over every (target, transport); then, once per target, one round
+    at each stream count with the plan's prompt lengths and short outputs, so an engine that
+    compiles per batch shape (vLLM on the CPU) does it before the clock runs."""
+    warmed: set[int] = set()
+    for target, kind in pairs:
+        loads = [(WARM_UP_STREAMS, WARM_UP)]
+        if id(target) not in warmed:
+            warmed.add(id(target))
+            loads += [
+                (
+                    streams,
+                    Workload(
+                        FixedConcurrency(streams),
+                        streams,
+                        plan.prompt_tokens,
+                        WARM_UP.output_tokens,
+                        WARM_UP.time_cap_s,
+                        seed=-streams,
+                    ),
+                )
+                for streams in plan.concurrencies
+            ]
+        for streams, load in loads:
+            specs = request_specs(load, words)
+            connections = plan.connections_for(kind, streams)
+            async with open_transport(target, kind, specs, load, connections) as transport:
+                await run_load(
+                    transport, specs, load, target=row_name(target, kind), scenario="warm-up"
+                )
+
+
+async def measure(
+    pairs: Sequence[tuple[Target, TransportName]],
+    plan: LoadPlan,
+    scenario: str,
+    words: Sequence[str],
+    progress: Progress | None,
+) -> list[RunSummary]:
+    """Warm up, then run every concurrency over each (target, transport) in turn."""
+    await warm_up(pairs, plan, words)
+    summaries = []
+    for streams in plan.concurrencies:
+        workload = plan.workload(streams)
+        specs = request_specs(workload, words)
+        for target, kind in pairs:
+            connections = plan.connections_for(kind, streams)
+            async with open_transport(target, kind, specs, workload, connections) as transport:
+                summary, _ = await run_load(
+                    transport,
+                    specs,
+                    workload,
+                    target=row_name(target, kind),
+                    scenario=scenario,
+                    probe=target.probe,
+                    progress=progress,
+                )
+            summaries.append(summary)
+    return summaries
+
+
+async def gateway_bound(
+    model_path: Path,
+    step_ms_values: Sequence[float],
+    plans: Sequence[LoadPlan],
+    words: Sequence[str],
+    log_dir: Path,
+    progress: Progress | None,
+) -> list[RunSummary]:
+    """Scenario (a); `plans[i]` goes with `step_ms_values[i]`."""
+    summaries = []
+    for step_ms, plan in zip(step_ms_values, plans, strict=True):
+        engine = reference_engine(model_path, step_ms)
+        async with (
+            direct_target(model_path, engine, log_dir) as direct,
+            smg_trio_target(model_path, engine, log_dir) as gateway,
+        ):
+            pairs: list[tuple[Target, TransportName]] = [
+                (direct, "direct"),
+                (gateway, "h2c"),
+                (gateway, "ws"),
+            ]
+            summaries += await measure(pairs, plan, engine.name, words, progress)
+    return summaries
+
+
+def grpc_workers_available() -> bool:
+    try:
+        check_worker_available(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"{LOOPBACK}:1"))
+    except ConfigError:
+        return False
+    return True
+
+
+async def real_vllm(
+    venv: Path,
+    smg_bin: Path | None,
+    model_path: Path,
+    plan: LoadPlan,
+    words: Sequence[str],
+    log_dir: Path,
+    progress: Progress | None,
+    *,
+    with_direct: bool = True,
+) -> tuple[list[RunSummary], list[str]]:
+    """Scenario (b): one server at a time; returns the rows and notes about skipped rows.
+    With `with_direct`, first the engine alone: our ZMQ backend in this process (the ceiling
+    on this machine, no gateway)."""
+    engine: EngineLaunch = vllm_headless(venv, model_path)
+    scenario = "vLLM CPU"
+    notes = []
+    summaries = []
+    if with_direct:
+        async with direct_target(model_path, engine, log_dir) as target:
+            summaries += await measure([(target, "direct")], plan, scenario, words, progress)
+    async with smg_trio_target(model_path, engine, log_dir) as target:
+        pairs: list[tuple[Target, TransportName]] = [
+            (target, "http1"),
+            (target, "h2c"),
+            (target, "ws"),
+        ]
+        summaries += await measure(pairs, plan, scenario, words, progress)
+    if smg_bin is not None:
+        async with smg_target(smg_bin, model_path, engine, log_dir) as target:
+            pairs = [(target, "http1"), (target, "h2c")]
+            summaries += await measure(pairs, plan, scenario, words, progress)
+    else:
+        notes.append("smg rows skipped: no --smg-bin")
+    async with vllm_http_target(venv, model_path, log_dir) as target:
+        summaries += await measure([(target, "http1")], plan, scenario, words, progress)
+    if not grpc_workers_available():
+        notes.append(
+            "gRPC rows skipped: `smg-trio serve` does not open vllm+grpc workers in this build"
+        )
+    return summaries, notes
+
+
+def quick(plan: LoadPlan, *, requests: int, output_tokens: int, time_cap_s: float) -> LoadPlan:
+    """A smaller plan (for the smoke test and trial runs)."""
+    return replace(
+        plan,
+        requests_per_stream=1,
+        min_requests=requests,
+        output_tokens=LengthRange(output_tokens, output_tokens),
+        time_cap_s=time_cap_s,
+    )
