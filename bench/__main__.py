@@ -22,7 +22,6 @@ import datetime as dt
 import ipaddress
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Final
@@ -103,7 +102,8 @@ async def _scenarios(args: argparse.Namespace, command: str) -> RunReport:
     if not args.scenarios:
         chosen |= {"b"} if args.vllm_venv and args.real_model else set()
         chosen |= {"c"} if args.smg_bin else set()
-    log_dir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+    log_dir = args.out / "logs" / started.replace(":", "").replace("-", "")[:15]
+    log_dir.mkdir(parents=True, exist_ok=True)
     progress.note(f"scenarios {sorted(chosen)}; server logs in {log_dir}")
     runs: list[RunSummary] = []
     costs: list[StopCost] = []

@@ -1,5 +1,6 @@
 """Pure. Per-request measurements and their summary: TTFT, inter-token latency and end-to-end
-latency percentiles, output tokens/s, errors, and the server process's CPU and memory.
+latency percentiles, output tokens/s, errors, and the server process's CPU and memory; and the
+stop-cost tally of scenario (c).
 
 Definitions (those of `vllm bench serve`, so the anchor rows compare):
 - TTFT: from just before the request is sent to the first chunk that carries output text (or,
