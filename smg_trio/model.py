@@ -27,6 +27,7 @@ from smg_trio.core.chat_template import ChatTemplate
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ConfigError
 from smg_trio.hf_tokenizer import ModelTokenizer
+from smg_trio.wire.vllm_zmq import EosIds
 
 logger = logging.getLogger(__name__)
 
@@ -35,14 +36,6 @@ U32_MAX = 2**32 - 1
 MAX_PLAUSIBLE_CONTEXT = 1_000_000_000
 CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len")
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
-
-
-@dataclass(frozen=True)
-class EosIds:
-    """Connect-time EOS ids of a model folder (spec §2.2): `primary` plus the `extra` ones."""
-
-    primary: int | None = None
-    extra: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from pathlib import Path
 import minijinja
 import pytest
 
-from smg_trio.model import EosIds, demo_model_path, load_model_dir
+from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.wire.vllm_zmq import EosIds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO_ROOT / "scripts"

@@ -17,7 +17,6 @@ from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ConfigError
 from smg_trio.hf_tokenizer import BYTE_LEVEL_CHARS, ModelTokenizer
 from smg_trio.model import (
-    EosIds,
     ModelDir,
     demo_model_path,
     load_model_dir,
@@ -25,6 +24,7 @@ from smg_trio.model import (
     merge_tokenizer_eos_ids,
     read_eos_ids,
 )
+from smg_trio.wire.vllm_zmq import EosIds
 
 # The steering repo's shared/ folder lies beside this checkout (here and in CI).
 TINY_LLAMA = Path(__file__).resolve().parents[2] / "shared" / "models" / "tiny-llama"

@@ -59,7 +59,6 @@ from smg_trio.errors import (
     ConfigError,
     UnsupportedRuntime,
 )
-from smg_trio.model import EosIds as ModelEosIds
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.zmq_transport import RequestType, encode_abort, encode_init, is_engine_dead
 
@@ -340,7 +339,7 @@ async def open_zmq_engine(
     handshake_address: str = "tcp://127.0.0.1:0",
     data_address: str | None = None,
     engine_count: int = 1,
-    eos_ids: vllm_zmq.EosIds | ModelEosIds | None = None,
+    eos_ids: vllm_zmq.EosIds | None = None,
     vocab_size: int | None = None,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
@@ -362,11 +361,7 @@ async def open_zmq_engine(
         )
     if not watchdog_period_s > 0:
         raise ConfigError(f"watchdog_period_s must be positive, got {watchdog_period_s}")
-    eos = (
-        vllm_zmq.EosIds()
-        if eos_ids is None
-        else vllm_zmq.EosIds(eos_ids.primary, tuple(eos_ids.extra))
-    )
+    eos = vllm_zmq.EosIds() if eos_ids is None else eos_ids
     with ExitStack() as stack:
         context = stack.enter_context(open_zmq_context())
         if data_address is None:
