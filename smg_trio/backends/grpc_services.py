@@ -10,11 +10,9 @@ Decisions:
 - A refused or failed connection is `BackendUnavailable` (nothing was generated; retryable).
 - A connection lost or closed (GOAWAY) under a live call is `EngineDead`; a single stream reset
   by the engine is an `EngineRejected` 500 for that call only.
-- The backend asks every engine as if for /v1/completions: `finalize` already shaped the
-  request per endpoint (TRT-LLM chat/generate stop ids cleared), so only the client's own
-  `no_stop_trim` and `skip_special_tokens` remain, and they are forwarded as the client set
-  them. (The chat-only rule "force skip_special_tokens" affects only the engine's text, which
-  the router never reads.)
+- Each engine request carries the client's endpoint, so the per-engine builders apply their
+  endpoint rules (vLLM chat forces skip_special_tokens; TRT-LLM chat/generate send no stop ids
+  and default max_tokens to 2048) exactly as for the real servicers.
 """
 
 from __future__ import annotations
@@ -174,7 +172,7 @@ def engine_info_of(model_info: Any, server_info: Any | None) -> EngineInfo:
 
 
 def grpc_generate(request: EngineRequest, engine_request_id: str) -> GrpcGenerate:
-    """The neutral gRPC request for one engine request (endpoint rule: module docstring)."""
+    """The neutral gRPC request for one engine request."""
     s = request.sampling
     return GrpcGenerate(
         request_id=engine_request_id,
@@ -197,7 +195,7 @@ def grpc_generate(request: EngineRequest, engine_request_id: str) -> GrpcGenerat
             stop=s.stop,
             stop_token_ids=s.stop_token_ids,
         ),
-        endpoint=GrpcEndpoint.COMPLETION,
+        endpoint=GrpcEndpoint(request.endpoint.value),
         stream=True,
     )
 

@@ -38,6 +38,7 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
 
     request_id: str
     choice_index: int
+    endpoint: Endpoint  # some engines' request builders differ per client endpoint (TRT-LLM, vLLM)
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams
 
@@ -138,6 +139,7 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
             EngineRequest(
                 request_id=plan.request_id,
                 choice_index=0,
+                endpoint=plan.endpoint,
                 prompt_ids=plan.prompt_ids,
                 sampling=sampling,
             )
@@ -146,6 +148,7 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
         EngineRequest(
             request_id=f"{plan.request_id}-{index}",
             choice_index=index,
+            endpoint=plan.endpoint,
             prompt_ids=plan.prompt_ids,
             sampling=(
                 sampling

@@ -18,7 +18,7 @@ from smg_trio.backends.base import ChoiceFinished, TokenDelta
 from smg_trio.backends.zmq_engine import WATCHDOG_PERIOD_S, ZmqEngine, open_zmq_engine
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
 from smg_trio.core.finalize import EngineRequest, Finalized
-from smg_trio.core.plan import SamplingParams, StopSpec
+from smg_trio.core.plan import Endpoint, SamplingParams, StopSpec
 from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.errors import (
     BackendUnavailable,
@@ -226,6 +226,7 @@ async def test_add_carries_suffixed_id_eos_merge_and_concrete_max_tokens(
                     EngineRequest(
                         request_id="client-id",
                         choice_index=0,
+                        endpoint=Endpoint.CHAT,
                         prompt_ids=(1, 2, 3),
                         sampling=SamplingParams(stop_token_ids=(7, 9)),
                     ),

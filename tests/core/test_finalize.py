@@ -216,3 +216,9 @@ def test_parse_unknown_names_the_value() -> None:
         parse_runtime("llamacpp")
     with pytest.raises(UnsupportedRuntime, match="'http'"):
         parse_wire("http")
+
+
+@pytest.mark.parametrize("endpoint", list(Endpoint))
+def test_every_engine_request_carries_the_client_endpoint(endpoint: Endpoint) -> None:
+    out = run(Runtime.TRTLLM, Wire.GRPC, plan(n=2, endpoint=endpoint))
+    assert {r.endpoint for r in out.requests} == {endpoint}
