@@ -46,6 +46,8 @@ from smg_trio.backends.zmq_registry import (
 )
 from smg_trio.backends.zmq_socket import (
     TrioZmqSocket,
+    any_port,
+    data_bind_addresses,
     ipc_address,
     open_zmq_context,
     private_ipc_dir,
@@ -368,11 +370,11 @@ async def open_zmq_engine(
             directory = stack.enter_context(private_ipc_dir())
             input_bind, output_bind = ipc_address(directory, "in"), ipc_address(directory, "out")
         else:
-            input_bind, output_bind = _data_binds(data_address)
+            input_bind, output_bind = data_bind_addresses(data_address)
         sockets = []
         addresses = []
         for kind, address in (
-            (zmq.ROUTER, _any_port(handshake_address)),
+            (zmq.ROUTER, any_port(handshake_address)),
             (zmq.ROUTER, input_bind),
             (zmq.PULL, output_bind),
         ):
@@ -406,22 +408,3 @@ async def open_zmq_engine(
             finally:
                 await engine._shut_down()
                 nursery.cancel_scope.cancel()
-
-
-def _any_port(address: str) -> str:
-    """libzmq spells "pick a port" as `*`; accept the conventional 0 as well."""
-    if address.startswith("tcp://") and address.endswith(":0"):
-        return address[:-1] + "*"
-    return address
-
-
-def _data_binds(address: str) -> tuple[str, str]:
-    if address.startswith("ipc://"):
-        return f"{address}-in.sock", f"{address}-out.sock"
-    if address.startswith("tcp://"):
-        host, _, port = address.removeprefix("tcp://").rpartition(":")
-        if port in ("0", "*"):
-            return f"tcp://{host}:*", f"tcp://{host}:*"
-        if port.isdigit() and 0 < int(port) < 65535:
-            return f"tcp://{host}:{port}", f"tcp://{host}:{int(port) + 1}"
-    raise ConfigError(f"data_address must be ipc://BASE or tcp://HOST:PORT, got {address!r}")

@@ -339,3 +339,24 @@ def _unix_socket_is_live(path: Path) -> bool:
     finally:
         probe.close()
     return True
+
+
+def any_port(address: str) -> str:
+    """libzmq spells "pick a port" as `*`; accept the conventional 0 as well."""
+    if address.startswith("tcp://") and address.endswith(":0"):
+        return address[:-1] + "*"
+    return address
+
+
+def data_bind_addresses(address: str) -> tuple[str, str]:
+    """The input and output bind addresses for a data address: `ipc://BASE` gives
+    `BASE-in.sock`/`BASE-out.sock`; `tcp://HOST:0` two picked ports; `tcp://HOST:PORT` PORT, PORT+1."""
+    if address.startswith("ipc://"):
+        return f"{address}-in.sock", f"{address}-out.sock"
+    if address.startswith("tcp://"):
+        host, _, port = address.removeprefix("tcp://").rpartition(":")
+        if port in ("0", "*"):
+            return f"tcp://{host}:*", f"tcp://{host}:*"
+        if port.isdigit() and 0 < int(port) < 65535:
+            return f"tcp://{host}:{port}", f"tcp://{host}:{int(port) + 1}"
+    raise ConfigError(f"data_address must be ipc://BASE or tcp://HOST:PORT, got {address!r}")
