@@ -5,9 +5,10 @@
     through `smg-trio serve` over HTTP/2 (h2c) and WebSocket. Both targets are up at once and
     the concurrencies alternate between them, so a change in the machine's load hits both.
 (b) real vLLM CPU: the headless EngineCore driven directly (the ceiling), behind smg-trio over
-    ZMQ (HTTP/1.1, h2c, WebSocket), behind smg over ZMQ (HTTP/1.1, h2c), and vLLM's own HTTP
-    server (HTTP/1.1, as `vllm bench serve` sends), one server at a time. gRPC rows (vLLM
-    --grpc behind smg-trio and smg) are not measured yet.
+    ZMQ (HTTP/1.1, h2c, WebSocket), behind smg over ZMQ (HTTP/1.1, h2c); vLLM's gRPC engine
+    server behind smg-trio (HTTP/1.1, h2c, WebSocket), then the same engine behind smg
+    (HTTP/1.1, h2c); and vLLM's own HTTP server (HTTP/1.1, as `vllm bench serve` sends), one
+    gateway at a time.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ from bench.load_targets import (
     EngineLaunch,
     Target,
     direct_target,
+    engine_server,
     reference_engine,
+    smg_grpc_target,
     smg_target,
+    smg_trio_grpc_target,
     smg_trio_target,
+    vllm_grpc,
     vllm_headless,
     vllm_http_target,
 )
@@ -227,9 +232,10 @@ async def real_vllm(
     *,
     with_direct: bool = True,
 ) -> tuple[list[RunSummary], list[str]]:
-    """Scenario (b): one server at a time; returns the rows and notes about skipped rows.
+    """Scenario (b): one gateway at a time; returns the rows and notes about skipped rows.
     With `with_direct`, first the engine alone: our ZMQ backend in this process (the ceiling
-    on this machine, no gateway)."""
+    on this machine, no gateway). The gRPC engine is started once and serves smg-trio, then
+    smg (saving a vLLM start)."""
     engine: EngineLaunch = vllm_headless(venv, model_path)
     scenario = "vLLM CPU"
     notes = []
@@ -250,12 +256,16 @@ async def real_vllm(
             summaries += await measure(pairs, plan, scenario, words, progress)
     else:
         notes.append("smg rows skipped: no --smg-bin")
+    async with engine_server(vllm_grpc(venv, model_path), log_dir) as grpc_engine:
+        async with smg_trio_grpc_target(model_path, grpc_engine, log_dir) as target:
+            pairs = [(target, "http1"), (target, "h2c"), (target, "ws")]
+            summaries += await measure(pairs, plan, scenario, words, progress)
+        if smg_bin is not None:
+            async with smg_grpc_target(smg_bin, model_path, grpc_engine, log_dir) as target:
+                pairs = [(target, "http1"), (target, "h2c")]
+                summaries += await measure(pairs, plan, scenario, words, progress)
     async with vllm_http_target(venv, model_path, log_dir) as target:
         summaries += await measure([(target, "http1")], plan, scenario, words, progress)
-    notes.append(
-        "gRPC rows (vLLM --grpc behind smg-trio and behind smg) are not measured by this "
-        "harness yet"
-    )
     return summaries, notes
 
 

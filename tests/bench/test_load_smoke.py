@@ -1,10 +1,13 @@
 """The load generator's core still works end to end against a live gateway (in-process `serve`
 plus the reference engine in replay mode): every transport completes 2 streams of a few tokens
 with usage counted, a stop string ends streams mid-way, the stop-cost tally reads the counted
-engine, and the report renders. Sizes are tiny and nothing is timed."""
+engine, and the report renders. The gRPC target shape (an engine server started first, then a
+gateway dialing it) runs with our reference vLLM gRPC engine standing in for vLLM, and its rows
+reach the anchors section. Sizes are tiny and nothing is timed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Sequence
@@ -18,8 +21,11 @@ from bench.__main__ import check_loopback
 from bench.load_output import replace_section
 from bench.load_report import RunReport, runs_table, to_json
 from bench.load_runner import ProcessProbe, run_load
-from bench.load_sections import GATEWAY_HEADING, sections
+from bench.load_scenarios import LoadPlan, measure
+from bench.load_sections import ANCHORS_HEADING, GATEWAY_HEADING, REAL_SCENARIO, sections
+from bench.load_servers import LOOPBACK, python_module
 from bench.load_stats import RequestRecord, RunSummary
+from bench.load_targets import ServerEngineLaunch, engine_server, smg_trio_grpc_target
 from bench.load_transports import (
     DirectTransport,
     RequestBodies,
@@ -35,6 +41,7 @@ from bench.load_workload import (
     request_specs,
 )
 from bench.stop_cost import stop_costs
+from smg_trio.core.runtime import Runtime
 from smg_trio.model import demo_model_path, load_model_dir
 from tests.e2e.live_server import MODEL, STOP, LiveServer, live_server
 
@@ -143,6 +150,59 @@ async def test_the_stop_cost_tally_reads_the_counted_engine(
     assert cost.stopped == STREAMS
     assert cost.ends == ("aborted",) * STREAMS  # our gateway aborts at the stop
     assert all(after >= 0 for after in cost.after_stop)
+
+
+def reference_grpc_engine(port: int) -> list[str]:
+    return python_module(
+        "smg_trio",
+        "engine",
+        "vllm-grpc",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--model-path",
+        str(demo_model_path()),
+        "--step-ms",
+        "0",
+        "--log-level",
+        "WARNING",
+    )
+
+
+async def test_a_gateway_dials_an_engine_server_and_its_rows_reach_the_anchors(
+    tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    launch = ServerEngineLaunch("ref engine gRPC", Runtime.VLLM, reference_grpc_engine, 20.0)
+    plan = LoadPlan((STREAMS,), LengthRange(8, 16), LengthRange(TOKENS, TOKENS), 1, STREAMS, 10.0)
+    with trio.fail_after(60):
+        async with (
+            engine_server(launch, tmp_path) as engine,
+            smg_trio_grpc_target(demo_model_path(), engine, tmp_path) as target,
+        ):
+            [ours] = await measure([(target, "h2c")], plan, REAL_SCENARIO, words, None)
+    assert ours.target == "smg-trio gRPC h2c"
+    assert (ours.completed, ours.errors, ours.cancelled) == (STREAMS, 0, 0)
+    assert ours.output_tokens == STREAMS * TOKENS
+    assert ours.server is not None  # the gateway subprocess was measured
+
+    at_64 = dataclasses.replace(ours, streams=64)  # the goal lines read 64 streams
+    theirs = dataclasses.replace(at_64, target="smg gRPC h2c", tokens_per_s=at_64.tokens_per_s / 2)
+    report = RunReport(
+        command="cmd",
+        started="2026-01-01T00:00:00+00:00",
+        elapsed_s=1.0,
+        machine="machine",
+        load_average=("0", "0"),
+        prompt_tokens="8-16",
+        output_tokens=str(TOKENS),
+        runs=(ours, at_64, theirs),
+    )
+    [(heading, text)] = sections(report)
+    assert heading == ANCHORS_HEADING
+    assert f"| **smg-trio gRPC h2c** (this run) | — | — | {at_64.tokens_per_s:,.0f} |" in text
+    assert "- smg-trio gRPC h2c / smg gRPC h2c output tok/s at 64 streams: 2.00x" in text
+    assert "- smg-trio gRPC http1 / smg gRPC http1 output tok/s at 64 streams: not measured" in text
 
 
 def test_only_loopback_targets_are_accepted() -> None:
