@@ -1,29 +1,37 @@
 """I/O. The per-request nursery: backend stream, stop scanner and client writer as three tasks.
 
-    pump     engine events ──deltas──▶ scanner ──payloads──▶ writer ──▶ client
+    pump     engine events ──mailbox──▶ scanner ──mailbox──▶ writer ──▶ client
      ▲                                    │
      └──────── cancelled when every choice is done (router stop or engine finish)
 
 - `prepare` and `finalize` ran before this: nothing here can fail on request shape.
 - Leaving the backend's `open_stream` block for any reason aborts what the engine is still
   generating, so a router-side stop or a vanished client costs no more engine time.
-- Channels have no buffer: a slow client holds the writer, the writer holds the scanner, the
-  scanner holds the pump, and the engine's tokens wait coalesced in this request's backend
-  mailbox (bounded by max_tokens); the backend's shared socket reader is never blocked.
+- The tasks hand over through coalescing mailboxes (`put_nowait` never blocks; the consumer
+  takes everything queued in one wake-up): one task switch per hop and batch instead of two per
+  item. The scanner therefore keeps up with the engine whatever the client does, so a stop
+  string aborts the engine as soon as its tokens arrive, and a slow client gets the payloads
+  that piled up in one write. Memory is bounded by the request: at most one payload per engine
+  output (max_tokens) plus the closing ones, freed when the nursery ends.
 - A client that goes away raises `ClientGone` from the sink; it cancels the nursery and is
   swallowed here. Engine errors before the first byte propagate (the front end renders an HTTP
-  error); after it they become a final error event and a clean end of stream.
+  error); after it they become a final error event and a clean end of stream. A failed task
+  never closes its outgoing mailbox, so nothing downstream mistakes a failure for an end.
+- A non-streaming request has no writer: its body goes out once the nursery ended.
 - Deadlines are the caller's (`trio.fail_at` around `run_request`).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Protocol, assert_never
 
 import trio
 
 from smg_trio.backends.base import Backend, ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.backends.event_stream import coalesce
+from smg_trio.backends.mailbox import Mailbox
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_stream import ResponseAssembler
@@ -43,8 +51,9 @@ class ClientSink(Protocol):
     @property
     def state(self) -> SinkState: ...
 
-    async def send_chunk(self, payload: bytes) -> None:
-        """One streaming payload; raises ClientGone when the client left."""
+    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
+        """Streaming payloads, in order (one or more; as one write where the transport
+        allows); raises ClientGone when the client left."""
         ...
 
     async def send_body(self, body: bytes) -> None:
@@ -97,46 +106,44 @@ async def _run_tasks(
     assembler: ResponseAssembler,
     sink: ClientSink,
 ) -> None:
-    deltas_send, deltas_receive = trio.open_memory_channel[EngineEvent](0)
-    payloads_send, payloads_receive = trio.open_memory_channel[bytes](0)
+    deltas: Mailbox[EngineEvent] = Mailbox()
+    payloads: Mailbox[bytes] | None = Mailbox() if plan.stream else None
     async with trio.open_nursery() as nursery:
         pump_scope = trio.CancelScope()
 
         async def pump() -> None:
             with pump_scope:
-                async with deltas_send, backend.open_stream(finalized) as events:
+                async with backend.open_stream(finalized) as events:
                     async for event in events:
-                        await deltas_send.send(event)
+                        deltas.put_nowait(event)
+            deltas.close()  # the engine finished, or the scanner is done and left already
 
         async def scan() -> None:
-            async with payloads_send, deltas_receive:
-                async for event in deltas_receive:
-                    for payload in _assemble(assembler, event):
-                        await payloads_send.send(payload)
+            async for batch in deltas:
+                for event in coalesce(batch):
+                    chunk = _assemble(assembler, event)
+                    if payloads is not None:
+                        for payload in chunk:
+                            payloads.put_nowait(payload)
                     if assembler.done:
-                        # Every choice is over: leaving the stream aborts the engine's rest.
-                        pump_scope.cancel()
                         break
+                if assembler.done:
+                    # Every choice is over: leaving the stream aborts the engine's rest.
+                    pump_scope.cancel()
+                    break
+            if payloads is not None:
                 for payload in assembler.closing_payloads():
-                    await payloads_send.send(payload)
+                    payloads.put_nowait(payload)
+                payloads.close()
 
-        async def write() -> None:
-            async with payloads_receive:
-                async for payload in payloads_receive:
-                    await sink.send_chunk(payload)
+        async def write(payloads: Mailbox[bytes]) -> None:
+            async for batch in payloads:
+                await sink.send_chunks(batch)
 
         nursery.start_soon(pump)
         nursery.start_soon(scan)
-        if plan.stream:
-            nursery.start_soon(write)
-        else:
-            nursery.start_soon(_drain, payloads_receive)
-
-
-async def _drain(payloads_receive: trio.MemoryReceiveChannel[bytes]) -> None:
-    async with payloads_receive:
-        async for _ in payloads_receive:
-            pass
+        if payloads is not None:
+            nursery.start_soon(write, payloads)
 
 
 def _assemble(assembler: ResponseAssembler, event: EngineEvent) -> list[bytes]:

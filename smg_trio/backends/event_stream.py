@@ -9,7 +9,7 @@ that piled up, with consecutive token deltas of a choice merged into one event.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import assert_never
 
 import trio
@@ -60,13 +60,15 @@ class EngineEventStream:
         self._mailbox.close(error)
 
 
-def coalesce(events: Iterable[EngineEvent]) -> list[EngineEvent]:
+def coalesce(events: Sequence[EngineEvent]) -> Sequence[EngineEvent]:
     """Merge each choice's token deltas in a batch into its first one; order within a choice kept.
 
     A choice's `ChoiceFinished` comes after all of its deltas, so merging a later delta into an
     earlier position never moves tokens past their finish. Deltas are gathered first and each
     merged delta is built once (linear in the batch, however far a slow consumer fell behind).
     """
+    if len(events) < 2:  # the common case, one event per wake-up: nothing to merge
+        return events
     slots: list[EngineEvent | list[TokenDelta]] = []
     open_group: dict[int, list[TokenDelta]] = {}  # choice index -> its deltas in this batch
     for event in events:

@@ -3,7 +3,7 @@
 `SseResponse` is the request layer's `ClientSink` over ASGI `send`. Its state decides what an
 error becomes:
 
-    IDLE ──send_chunk──▶ STREAMING ──close_stream──▶ CLOSED
+    IDLE ──send_chunks─▶ STREAMING ──close_stream──▶ CLOSED
       │                                                ▲
       └──────send_body (200 JSON) / fail (error JSON)──┘
 
@@ -15,14 +15,14 @@ error becomes:
 hypercorn never raises when sending to a client that left (it advertises ASGI 2.1), so the
 only news of a vanished client is `http.disconnect` from `receive()`. `respond` runs the
 request beside a watcher of `receive()`: on disconnect it marks the response gone (every later
-`send_chunk` raises `ClientGone`) and cancels the request's scope at once, which leaves the
+`send_chunks` raises `ClientGone`) and cancels the request's scope at once, which leaves the
 backend stream and aborts the engine request.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 import trio
@@ -60,14 +60,15 @@ class SseResponse:
     def mark_client_gone(self) -> None:
         self._client_gone = True
 
-    async def send_chunk(self, payload: bytes) -> None:
+    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:
             raise ClientGone
         if self._state is SinkState.CLOSED:
-            raise RuntimeError("send_chunk after the response was closed")
+            raise RuntimeError("send_chunks after the response was closed")
         if self._state is SinkState.IDLE:
             await self._start_stream()
-        await self._send({"type": "http.response.body", "body": sse(payload), "more_body": True})
+        body = sse(payloads[0]) if len(payloads) == 1 else b"".join(map(sse, payloads))
+        await self._send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def send_body(self, body: bytes) -> None:
         if self._client_gone:

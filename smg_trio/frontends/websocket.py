@@ -22,6 +22,7 @@ The protocol is documented in README.md ("WebSocket protocol"). Shape of one soc
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Annotated, Final, assert_never
 
 import msgspec
@@ -185,10 +186,11 @@ class _StreamSink:
     def state(self) -> SinkState:
         return self._state
 
-    async def send_chunk(self, payload: bytes) -> None:
+    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self._state = SinkState.STREAMING
-        self._finish.observe(payload)
-        await self._socket.send_frame(websocket_chunk(self._id, payload))
+        for payload in payloads:
+            self._finish.observe(payload)
+            await self._socket.send_frame(websocket_chunk(self._id, payload))
 
     async def send_body(self, body: bytes) -> None:
         await self.end(response_frame(self._id, body))

@@ -60,9 +60,9 @@ async def test_stream_goes_idle_streaming_closed() -> None:
         server = RecordingServer()
         response = SseResponse(server.send)
         states = [response.state]
-        await response.send_chunk(b'{"a":1}')
+        await response.send_chunks([b'{"a":1}'])
         states.append(response.state)
-        await response.send_chunk(b'{"a":2}')
+        await response.send_chunks([b'{"a":2}'])
         await response.close_stream(None)
         states.append(response.state)
         assert states == [SinkState.IDLE, SinkState.STREAMING, SinkState.CLOSED]
@@ -73,7 +73,18 @@ async def test_stream_goes_idle_streaming_closed() -> None:
         await response.close_stream(None)  # closing twice sends nothing more
         assert len(server.sent) == 4
         with pytest.raises(RuntimeError):
-            await response.send_chunk(b"{}")
+            await response.send_chunks([b"{}"])
+
+
+async def test_payloads_that_piled_up_go_out_as_one_write_of_separate_events() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        response = SseResponse(server.send)
+        await response.send_chunks([b'{"a":1}', b'{"a":2}', b'{"a":3}'])
+        body_messages = [m for m in server.sent if m["type"] == "http.response.body"]
+        assert len(body_messages) == 1
+        assert body_messages[0]["body"] == b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: {"a":3}\n\n'
+        assert body_messages[0]["more_body"] is True
 
 
 async def test_error_before_the_first_byte_is_an_http_status_with_the_code_header() -> None:
@@ -95,7 +106,7 @@ async def test_error_after_the_first_byte_is_a_final_event_then_done() -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         server = RecordingServer()
         response = SseResponse(server.send)
-        await response.send_chunk(b'{"a":1}')
+        await response.send_chunks([b'{"a":1}'])
         await response.fail(EngineDead("engine went silent"))
         assert server.status == 200
         events = server.body.decode().split("\n\n")
@@ -131,7 +142,7 @@ async def test_disconnect_cancels_the_request_at_once_and_later_chunks_raise() -
 
         async def handle(response: SseResponse) -> None:
             seen.append(response)
-            await response.send_chunk(b'{"n":0}')
+            await response.send_chunks([b'{"n":0}'])
             # hypercorn may deliver an empty end-of-body message first: it must be ignored.
             server.client_sends({"type": "http.request", "body": b"", "more_body": False})
             await trio.sleep(0.01)
@@ -147,7 +158,7 @@ async def test_disconnect_cancels_the_request_at_once_and_later_chunks_raise() -
         response = seen[0]
         assert response.client_gone
         with pytest.raises(ClientGone):
-            await response.send_chunk(b"{}")
+            await response.send_chunks([b"{}"])
         with pytest.raises(ClientGone):
             await response.send_body(b"{}")
         await response.close_stream(EngineDead("x"))  # nothing is sent to a gone client
@@ -174,7 +185,7 @@ async def test_a_bug_mid_stream_is_logged_and_ends_with_an_error_event(
         server = RecordingServer()
 
         async def handle(response: SseResponse) -> None:
-            await response.send_chunk(b'{"n":0}')
+            await response.send_chunks([b'{"n":0}'])
             raise KeyError("oops")
 
         await respond(handle, server.receive, server.send)

@@ -323,9 +323,9 @@ class CollectingSink:
         self.payloads: list[bytes] = []
         self.ending: GatewayError | None = None
 
-    async def send_chunk(self, payload: bytes) -> None:
+    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.state = SinkState.STREAMING
-        self.payloads.append(payload)
+        self.payloads.extend(payloads)
         await trio.lowlevel.checkpoint()
 
     async def send_body(self, body: bytes) -> None:
