@@ -96,7 +96,10 @@ class ModelTokenizer:
         return self._tokenizer
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        # The "fast" batch path skips the character offsets `encode` computes (we never use
+        # them): the same ids in about half the time, which is most of a request's prepare cost.
+        encodings = self._tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)
+        return encodings[0].ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
         return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

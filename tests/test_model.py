@@ -308,6 +308,17 @@ def test_encode_decode_round_trip(model: ModelDir, text: str) -> None:
     assert tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=False) == text
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.booleans())
+def test_encode_gives_the_ids_of_the_tokenizers_own_encode(
+    model: ModelDir, text: str, add_special_tokens: bool
+) -> None:
+    """`encode` takes the offset-free batch path; the ids must be those of plain `encode`."""
+    tok = model.tokenizer
+    expected = tok.hf_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+    assert tok.encode(text, add_special_tokens=add_special_tokens) == expected
+
+
 def byte_id(model: ModelDir, byte: int) -> int:
     token = next(char for char, value in BYTE_LEVEL_CHARS.items() if value == byte)
     found = model.tokenizer.token_to_id(token)
