@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import trio
 from hypothesis import given
@@ -35,7 +37,7 @@ def batches(draw: st.DrawFn) -> list[EngineEvent]:
     return events
 
 
-def view(events: list[EngineEvent], choice: int) -> tuple[list[int], bool]:
+def view(events: Sequence[EngineEvent], choice: int) -> tuple[list[int], bool]:
     tokens: list[int] = []
     done = False
     for event in events:
