@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck contracts unit bench bench-core bench-zmq fmt demo-model clean protos protos-check
+.PHONY: demo test lint typecheck contracts unit bench bench-core bench-zmq bench-floor fmt demo-model clean protos protos-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-core: $(STAMP)
 
 bench-zmq: $(STAMP)
 	$(BIN)/python -m bench.zmq_throughput
+
+bench-floor: $(STAMP)
+	$(BIN)/python -m bench.floor_compare
 
 demo-model: $(STAMP)
 	$(BIN)/python scripts/build_demo_model.py

@@ -1,0 +1,164 @@
+"""I/O. Where a streamed token's server CPU goes: smg-trio against the HTTP-layer floors, in one run.
+
+    python -m bench.floor_compare [--step-ms 20] [--concurrency 1,64] [--quick] [--no-write]
+
+Three servers take the same load one after another (our load generator, completions of 128
+one-token chunks, back to back per stream count): `smg-trio` (`serve` + the reference vLLM
+EngineCore at the given step time: one token per stream per step, so every chunk carries one
+token), `hypercorn floor` and `raw trio floor` (`bench.http_floor`: chunks of the same shape
+on a shared step tick, no gateway behind them). The column that matters is server CPU µs per
+output token: the floors say what the HTTP server and trio cost before any gateway work, so
+smg-trio minus `hypercorn floor` is the gateway's own share (engine client, detokenize, stops,
+render, hand-offs) and `hypercorn floor` minus `raw trio floor` is the HTTP library's.
+The table goes to stdout, `bench/results/floor-*.md` and (without --no-write) the
+"HTTP layer floor" section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from bench.load_output import RESULTS_DIR, load_average, machine_note, replace_section
+from bench.load_report import runs_table
+from bench.load_runner import ProcessProbe, Progress
+from bench.load_scenarios import LoadPlan, measure, quick
+from bench.load_servers import free_port, python_module, started_process, wait_serving
+from bench.load_stats import RunSummary
+from bench.load_targets import Target, reference_engine, smg_trio_target
+from bench.load_transports import TransportName
+from bench.load_workload import LengthRange, prompt_words
+from smg_trio.model import load_model_dir
+
+HEADING: Final = "## HTTP layer floor"
+DEMO_MODEL: Final = Path(__file__).resolve().parent.parent / "smg_trio" / "demo_model"
+REQUESTS_PER_STREAM: Final = 4
+MIN_REQUESTS: Final = 16
+TIME_CAP_S: Final = 60.0
+THINK_STEPS: Final = 2.5  # as scenario (a): a request finds the engine idle
+
+
+@asynccontextmanager
+async def floor_target(server: str, step_ms: float, log_dir: Path) -> AsyncIterator[Target]:
+    port = free_port()
+    command = python_module(
+        "bench.http_floor", "--server", server, "--port", str(port), "--step-ms", f"{step_ms:g}"
+    )
+    async with started_process(command, log_dir / f"floor-{server}.log") as started:
+        model = await wait_serving(started, port, timeout_s=30.0)
+        name = "hypercorn floor" if server == "hypercorn" else "raw trio floor"
+        yield Target(name, model, port, ProcessProbe(started.process.pid))
+
+
+async def compare(
+    step_ms: float, plan: LoadPlan, log_dir: Path, progress: Progress
+) -> list[RunSummary]:
+    model = load_model_dir(DEMO_MODEL)
+    words = prompt_words(model.tokenizer, model.tokenizer.vocab_size)
+    scenario = f"one token per chunk, step {step_ms:g} ms"
+    runs: list[RunSummary] = []
+    engine = reference_engine(DEMO_MODEL, step_ms)
+    async with smg_trio_target(DEMO_MODEL, engine, log_dir) as gateway:
+        pairs: list[tuple[Target, TransportName]] = [(gateway, "http1"), (gateway, "h2c")]
+        runs += await measure(pairs, plan, scenario, words, progress)
+    async with floor_target("hypercorn", step_ms, log_dir) as floor:
+        runs += await measure([(floor, "http1"), (floor, "h2c")], plan, scenario, words, progress)
+    async with floor_target("raw", step_ms, log_dir) as floor:
+        runs += await measure([(floor, "http1")], plan, scenario, words, progress)
+    return runs
+
+
+def cpu_table(runs: Sequence[RunSummary]) -> str:
+    lines = [
+        "| target | load | output tok/s | server CPU s | server CPU µs per output token "
+        "| vs hypercorn floor (same transport) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    per_token = {
+        (r.target, r.load): 1e6 / r.tokens_per_server_cpu_s
+        for r in runs
+        if r.tokens_per_server_cpu_s
+    }
+    for run in runs:
+        cost = per_token.get((run.target, run.load))
+        transport = run.target.rsplit(" ", 1)[-1]
+        floor = per_token.get((f"hypercorn floor {transport}", run.load))
+        ratio = f"{cost / floor:.2f}x" if cost and floor else "—"
+        cpu = f"{run.server.cpu_s:.2f}" if run.server else "—"
+        lines.append(
+            f"| {run.target} | {run.load} | {run.tokens_per_s:,.0f} | {cpu} | "
+            f"{cost:,.0f} | {ratio} |"
+            if cost
+            else f"| {run.target} | {run.load} | {run.tokens_per_s:,.0f} | {cpu} | — | — |"
+        )
+    return "\n".join(lines)
+
+
+def section(runs: Sequence[RunSummary], command: str, started: str, loads: tuple[str, str]) -> str:
+    return "\n".join(
+        [
+            HEADING,
+            "",
+            f"Command: `{command}` (started {started}). Machine: {machine_note()}; load average "
+            f"{loads[0]} at the start, {loads[1]} at the end (shared cores: absolute numbers "
+            "move by ±30 %; compare rows of one run).",
+            "",
+            (__doc__ or "").split("\n\n")[1].replace("\n", " "),
+            "",
+            cpu_table(runs),
+            "",
+            runs_table(runs),
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor_compare", description=__doc__)
+    parser.add_argument("--step-ms", type=float, default=20.0)
+    parser.add_argument("--concurrency", default="1,64")
+    parser.add_argument("--quick", action="store_true", help="tiny runs, to try the setup")
+    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    concurrencies = tuple(int(c) for c in args.concurrency.split(","))
+    tokens = LengthRange(128, 128)
+    plan = LoadPlan(
+        concurrencies,
+        tokens,
+        tokens,
+        REQUESTS_PER_STREAM,
+        MIN_REQUESTS,
+        TIME_CAP_S,
+        think_time_s=THINK_STEPS * args.step_ms / 1000,
+    )
+    if args.quick:
+        plan = quick(plan, requests=4, output_tokens=16, time_cap_s=20)
+    command = shlex.join(["python", "-m", "bench.floor_compare", *(argv or sys.argv[1:])])
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    before = load_average()
+    log_dir = args.out / "logs" / ("floor-" + started.replace(":", "").replace("-", "")[:15])
+    log_dir.mkdir(parents=True, exist_ok=True)
+    clock = time.perf_counter()
+    runs = trio.run(compare, args.step_ms, plan, log_dir, Progress())
+    elapsed = f"{command} ({time.perf_counter() - clock:.0f} s)"
+    text = section(runs, elapsed, started, (before, load_average()))
+    print(text)
+    stamp = started.replace(":", "").replace("-", "")[:15]
+    (args.out / f"floor-{stamp}.md").write_text(text, encoding="utf-8")
+    if not args.no_write:
+        replace_section(HEADING, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
