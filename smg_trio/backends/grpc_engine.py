@@ -16,8 +16,12 @@ responses are parsed on the loop and pushed, with the task's outcome, through ON
   aborted. The block is left only after every task of the stream has ended on the loop.
 
 Readiness: a HealthCheck every `health_period_s` (bounded by `health_timeout_s`); a passing one
-fetches model/server info (context length, vocabulary) on the way to ready. A failed call or
-check takes the engine out of rotation until a check passes. A lost connection, or silence for
+fetches model/server info (context length, vocabulary) on the way to ready. An engine that says
+it is unhealthy, a check that fails (unreachable, a gRPC status) or a call that finds it
+unreachable takes it out of rotation until a check passes. A check that only times out is
+weaker evidence: a busy engine (vLLM's Python servicer on loaded cores) answers its streams
+before its health check. Such a check counts as passed when the engine streamed output while it
+waited, and the engine is taken out only after `HEALTH_TIMEOUTS_TO_OUT` silent ones in a row. A lost connection, or silence for
 `watchdog_period_s` while calls are in flight, is engine death: every stream fails with
 `EngineDead` and no Abort is sent.
 """
@@ -67,6 +71,9 @@ ABORT_GRACE_S: Final = 1.0
 """How long leaving a stream waits (shielded) for the Abort RPC and the cancelled calls."""
 HEALTH_PERIOD_S: Final = 5.0
 HEALTH_TIMEOUT_S: Final = 5.0
+HEALTH_TIMEOUTS_TO_OUT: Final = 3
+"""Consecutive timed-out health checks, with no output streamed meanwhile, that take a ready
+engine out of rotation."""
 WATCHDOG_PERIOD_S: Final = 300.0
 """Silence, with calls in flight, after which the engine is declared dead (as the ZMQ backend)."""
 _WATCHDOG_CHECKS_PER_PERIOD: Final = 10
@@ -104,6 +111,8 @@ class GrpcBackend:
         self._unready_reason: str | None = None
         self._readiness_changed = trio.Event()
         self._heard_at = 0.0
+        self._answered_at = 0.0  # when the engine last streamed a response on any call
+        self._silent_health_checks = 0
         self._closing = False
 
     @property
@@ -262,6 +271,7 @@ class GrpcBackend:
         self._heard_at = trio.current_time()
         for call, item in batch:
             if isinstance(item, GrpcChunk | GrpcComplete):
+                self._answered_at = self._heard_at
                 if call.live:
                     self._advance(call, item)
                 continue
@@ -338,20 +348,34 @@ class GrpcBackend:
 
     async def _check_health(self) -> None:
         info = None
+        started = trio.current_time()
         try:
             with trio.fail_after(self._health_timeout_s):
                 healthy, message = await self._bridge.run(self._client.health)
                 if healthy and (not self._ready or self._info is None):
                     info = await self._bridge.run(self._client.info)
         except trio.TooSlowError:
-            self._mark_unready(f"no health check answer within {self._health_timeout_s:g} s")
+            self._health_check_timed_out(started)
+            return
         except BackendError as exc:
             self._mark_unready(f"health check failed: {exc.message}")
         else:
             if healthy:
+                self._silent_health_checks = 0
                 self._mark_ready(info)
             else:
                 self._mark_unready(f"the engine reports itself unhealthy: {message!r}")
+
+    def _health_check_timed_out(self, started: float) -> None:
+        if self._ready and self._answered_at >= started:
+            self._silent_health_checks = 0  # busy, not gone: it streamed output meanwhile
+            return
+        self._silent_health_checks += 1
+        if not self._ready or self._silent_health_checks >= HEALTH_TIMEOUTS_TO_OUT:
+            self._mark_unready(
+                f"no health check answer within {self._health_timeout_s:g} s "
+                f"({self._silent_health_checks} in a row) and no output meanwhile"
+            )
 
     async def _watch_silence(self) -> None:
         period = self._watchdog_period_s

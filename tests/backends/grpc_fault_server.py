@@ -39,6 +39,7 @@ class FaultyVllmEngine(vllm_engine_grpc.VllmEngineBase):
         self.behaviour = behaviour
         self.step_s = step_s
         self.aborted: list[str] = []
+        self.health_delay_s = 0.0  # a test raises it to play a busy engine's slow HealthCheck
         self.cancelled_handlers = 0
         self.generate_calls = 0
 
@@ -72,6 +73,7 @@ class FaultyVllmEngine(vllm_engine_grpc.VllmEngineBase):
 
     async def HealthCheck(self, stream: Any) -> None:
         await stream.recv_message()
+        await asyncio.sleep(self.health_delay_s)
         healthy = self.behaviour is not Behaviour.UNHEALTHY
         await stream.send_message(pb.HealthCheckResponse(healthy=healthy, message="test"))
 

@@ -135,6 +135,35 @@ async def test_a_stream_that_fails_after_tokens_raises_engine_rejected(
             await assert_no_asyncio_tasks(backend)
 
 
+async def test_a_busy_engine_stays_in_while_it_streams_and_a_silent_one_goes_out_after_three_checks() -> (
+    None
+):
+    """vLLM's Python servicer on loaded cores answers HealthCheck late but keeps streaming: a
+    timed-out check with output meanwhile is a pass. With no output, three in a row take it out."""
+    with (
+        serve_faulty_engine(Behaviour.NORMAL, step_s=0.01) as (servicer, port),
+        trio.fail_after(10),
+    ):
+        async with open_grpc_engine(
+            runtime=Runtime.VLLM,
+            address=f"127.0.0.1:{port}",
+            health_period_s=HEALTH_PERIOD_S,
+            health_timeout_s=HEALTH_PERIOD_S,
+        ) as backend:
+            await backend.wait_ready()
+            servicer.health_delay_s = 1.0  # every check from now on times out
+            async with backend.open_stream(make_request(backend, max_tokens=60)) as stream:
+                # 0.6 s of output: several checks time out meanwhile.
+                readiness = [backend.statistics().ready async for _ in stream]
+            assert readiness
+            assert all(readiness)
+            while backend.statistics().ready:  # noqa: ASYNC110 (waits for the health watcher)
+                await trio.sleep(HEALTH_PERIOD_S)
+            reason = backend.statistics().engines[0].dead_reason or ""
+            assert "(3 in a row) and no output meanwhile" in reason
+            await assert_no_asyncio_tasks(backend)
+
+
 async def test_an_unhealthy_engine_is_never_ready() -> None:
     with serve_faulty_engine(Behaviour.UNHEALTHY) as (_, port), trio.fail_after(10):
         async with open_grpc_engine(
