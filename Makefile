@@ -34,8 +34,9 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# `make bench SMG_BIN=/path/to/smg` also measures the Rust smg as an anchor in scenario (a).
 bench: $(STAMP)
-	$(BIN)/python -m bench scenarios
+	$(BIN)/python -m bench scenarios $(if $(SMG_BIN),--scenarios a --smg-bin $(SMG_BIN))
 
 bench-core: $(STAMP)
 	$(BIN)/python -m bench.core_pipeline

@@ -125,7 +125,9 @@ async def _scenarios(args: argparse.Namespace, command: str) -> RunReport:
             plans.append(
                 quick(plan, requests=4, output_tokens=16, time_cap_s=20) if args.quick else plan
             )
-        runs += await gateway_bound(args.model_path, args.step_ms, plans, words, log_dir, progress)
+        runs += await gateway_bound(
+            args.model_path, args.step_ms, plans, words, log_dir, progress, args.smg_bin
+        )
     if "b" in chosen:
         if not (args.vllm_venv and args.real_model):
             raise SystemExit("bench: scenario b needs --vllm-venv and --real-model")

@@ -2,8 +2,9 @@
 
 (a) gateway-bound: the reference engine at zero step time (the gateway's own cost) and at a
     realistic step time, driven directly (our ZMQ backend in this process, no gateway) and
-    through `smg-trio serve` over HTTP/2 (h2c) and WebSocket. Both targets are up at once and
-    the concurrencies alternate between them, so a change in the machine's load hits both.
+    through `smg-trio serve` over HTTP/2 (h2c) and WebSocket, and (given the smg binary)
+    through the Rust smg over h2c. All targets are up at once and the concurrencies alternate
+    between them, so a change in the machine's load hits every one.
 (b) real vLLM CPU: the headless EngineCore driven directly (the ceiling), behind smg-trio over
     ZMQ (HTTP/1.1, h2c, WebSocket), behind smg over ZMQ (HTTP/1.1, h2c); vLLM's gRPC engine
     server behind smg-trio (HTTP/1.1, h2c, WebSocket), then the same engine behind smg
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -203,20 +204,26 @@ async def gateway_bound(
     words: Sequence[str],
     log_dir: Path,
     progress: Progress | None,
+    smg_bin: Path | None = None,
 ) -> list[RunSummary]:
-    """Scenario (a); `plans[i]` goes with `step_ms_values[i]`."""
+    """Scenario (a); `plans[i]` goes with `step_ms_values[i]`. With `smg_bin`, the Rust smg
+    (its own reference engine, over ZMQ) is measured beside smg-trio over h2c, as an anchor."""
     summaries = []
     for step_ms, plan in zip(step_ms_values, plans, strict=True):
         engine = reference_engine(model_path, step_ms)
-        async with (
-            direct_target(model_path, engine, log_dir) as direct,
-            smg_trio_target(model_path, engine, log_dir) as gateway,
-        ):
+        async with AsyncExitStack() as stack:
+            direct = await stack.enter_async_context(direct_target(model_path, engine, log_dir))
+            gateway = await stack.enter_async_context(smg_trio_target(model_path, engine, log_dir))
             pairs: list[tuple[Target, TransportName]] = [
                 (direct, "direct"),
                 (gateway, "h2c"),
                 (gateway, "ws"),
             ]
+            if smg_bin is not None:
+                anchor = await stack.enter_async_context(
+                    smg_target(smg_bin, model_path, engine, log_dir)
+                )
+                pairs.append((anchor, "h2c"))
             summaries += await measure(pairs, plan, engine.name, words, progress)
     return summaries
 

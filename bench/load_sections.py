@@ -45,7 +45,8 @@ SETUP_A: Final = (
     "tokenized and finalized before the clock starts; no HTTP, no detokenize); `smg-trio h2c` "
     "= `smg-trio serve` (a subprocess) over HTTP/2 cleartext, up to 100 streams per connection; "
     "`smg-trio ws` = the same server over its multiplexed WebSocket (`smg_trio.client`), one "
-    "socket. Requests: /v1/completions, streamed with usage, {prompt} prompt tokens (random "
+    "socket; `smg h2c` (when the smg binary is given) = smg 1.13.0 driving its own copy of the "
+    "reference engine over ZMQ, over h2c: the Rust anchor for the same measure. Requests: /v1/completions, streamed with usage, {prompt} prompt tokens (random "
     "one-token words), {output} output tokens with ignore_eos. Each stream sends its requests "
     "one after another, pausing 2.5 engine steps in between when the step time is not 0 (so a "
     "request finds the engine idle and its TTFT is the path's latency, not the wait for a step "
@@ -130,7 +131,7 @@ def _preamble(report: RunReport, setup: str, *, definitions: bool = True) -> lis
 def gateway_section(report: RunReport, runs: Sequence[RunSummary], setup: str) -> str:
     zero_step = next((r.scenario for r in runs if r.scenario.endswith("step 0 ms")), None)
     lines = [GATEWAY_HEADING, "", *_preamble(report, setup)]
-    lines += [runs_table(runs), "", "Through smg-trio vs direct:", "", gateway_ratios(runs), ""]
+    lines += [runs_table(runs), "", "Through each gateway vs direct:", "", gateway_ratios(runs), ""]
     lines += [READING_A, ""]
     if zero_step is not None:
         lines += [f"Headline ({zero_step}, the gateway's own cost):", ""]
