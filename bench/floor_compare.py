@@ -103,18 +103,49 @@ def cpu_table(runs: Sequence[RunSummary]) -> str:
     return "\n".join(lines)
 
 
-def section(runs: Sequence[RunSummary], command: str, started: str, loads: tuple[str, str]) -> str:
+def shares(runs: Sequence[RunSummary]) -> list[str]:
+    """Where a token's server CPU goes at the largest stream count, per transport."""
+    streams = max((r.streams for r in runs if r.streams is not None), default=None)
+    cost = {
+        r.target: 1e6 / r.tokens_per_server_cpu_s
+        for r in runs
+        if r.streams == streams and r.tokens_per_server_cpu_s
+    }
+    raw = cost.get("raw trio floor http1")
+    lines = []
+    for transport in ("http1", "h2c"):
+        gateway = cost.get(f"smg-trio {transport}")
+        library = cost.get(f"hypercorn floor {transport}")
+        if gateway is None or library is None:
+            continue
+        parts = [f"smg-trio {gateway:,.0f} µs = its own work {gateway - library:,.0f} µs"]
+        if raw is not None:
+            parts.append(f"hypercorn {library - raw:,.0f} µs (vs raw HTTP/1.1 on trio)")
+            parts.append(f"trio, sockets and wake-ups {raw:,.0f} µs")
+        else:
+            parts.append(f"hypercorn and below {library:,.0f} µs")
+        lines.append(f"- {transport}, {streams} streams: " + " + ".join(parts))
+    return lines
+
+
+def section(
+    runs: Sequence[RunSummary], command: str, elapsed_s: float, started: str, loads: tuple[str, str]
+) -> str:
     return "\n".join(
         [
             HEADING,
             "",
-            f"Command: `{command}` (started {started}). Machine: {machine_note()}; load average "
-            f"{loads[0]} at the start, {loads[1]} at the end (shared cores: absolute numbers "
-            "move by ±30 %; compare rows of one run).",
+            f"Command: `{command}` ({elapsed_s:.0f} s for the whole run, started {started}). "
+            f"Machine: {machine_note()}; load average {loads[0]} at the start, {loads[1]} at the "
+            "end (shared cores: absolute numbers move by ±30 %; compare rows of one run).",
             "",
-            (__doc__ or "").split("\n\n")[1].replace("\n", " "),
+            " ".join((__doc__ or "").split("\n\n")[2].split()),
             "",
             cpu_table(runs),
+            "",
+            "Server CPU per output token, split (the floors' differences; one token per chunk):",
+            "",
+            *shares(runs),
             "",
             runs_table(runs),
             "",
@@ -150,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     clock = time.perf_counter()
     runs = trio.run(compare, args.step_ms, plan, log_dir, Progress())
-    elapsed = f"{command} ({time.perf_counter() - clock:.0f} s)"
-    text = section(runs, elapsed, started, (before, load_average()))
+    elapsed_s = time.perf_counter() - clock
+    text = section(runs, command, elapsed_s, started, (before, load_average()))
     print(text)
     stamp = started.replace(":", "").replace("-", "")[:15]
     (args.out / f"floor-{stamp}.md").write_text(text, encoding="utf-8")
