@@ -84,7 +84,9 @@ READING_A: Final = (
     "per stream, the gateway's cost becomes per chunk, and from about 64 streams the gateway "
     "process takes most of a core: TTFT grows first, then throughput falls behind `direct`. "
     "Added TTFT at 1 stream is the request path's fixed cost (HTTP parse, tokenize, ZMQ add, "
-    "first chunk back)."
+    "first chunk back). The smg rows (when measured) are the same path in compiled Rust: what "
+    "a second process between client and engine costs on this machine at all. Where a "
+    'streamed chunk\'s CPU goes (the gateway, hypercorn, trio) is in "HTTP layer floor".'
 )
 READING_B: Final = (
     "How to read it: on 2 shared cores the gateway's CPU is taken from the engine, so output "
