@@ -15,15 +15,10 @@ responses are parsed on the loop and pushed, with the task's outcome, through ON
   AND sends the Abort RPC, shielded and bounded by `ABORT_GRACE_S`; a finished choice is never
   aborted. The block is left only after every task of the stream has ended on the loop.
 
-Readiness: a HealthCheck every `health_period_s` (bounded by `health_timeout_s`); a passing one
-fetches model/server info (context length, vocabulary) on the way to ready. An engine that says
-it is unhealthy, a check that fails (unreachable, a gRPC status) or a call that finds it
-unreachable takes it out of rotation until a check passes. A check that only times out is
-weaker evidence: a busy engine (vLLM's Python servicer on loaded cores) answers its streams
-before its health check. Such a check counts as passed when the engine streamed output while it
-waited, and the engine is taken out only after `HEALTH_TIMEOUTS_TO_OUT` silent ones in a row. A lost connection, or silence for
-`watchdog_period_s` while calls are in flight, is engine death: every stream fails with
-`EngineDead` and no Abort is sent.
+Readiness (`grpc_readiness.py`): a HealthCheck every `health_period_s`, bounded by
+`health_timeout_s`; a passing one fetches model/server info on the way to ready. A lost
+connection, or silence for `watchdog_period_s` with calls in flight, is engine death: every
+stream fails with `EngineDead` and no Abort is sent.
 """
 
 from __future__ import annotations
@@ -47,6 +42,7 @@ from smg_trio.backends.asyncio_bridge import (
 from smg_trio.backends.base import BackendStatistics, ChoiceFinished, EngineStatus
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.grpc_calls import GrpcCall, failure_of, new_engine_request_id
+from smg_trio.backends.grpc_readiness import EngineReadiness
 from smg_trio.backends.grpc_services import (
     EngineInfo,
     LoopClient,
@@ -71,9 +67,6 @@ ABORT_GRACE_S: Final = 1.0
 """How long leaving a stream waits (shielded) for the Abort RPC and the cancelled calls."""
 HEALTH_PERIOD_S: Final = 5.0
 HEALTH_TIMEOUT_S: Final = 5.0
-HEALTH_TIMEOUTS_TO_OUT: Final = 3
-"""Consecutive timed-out health checks, with no output streamed meanwhile, that take a ready
-engine out of rotation."""
 WATCHDOG_PERIOD_S: Final = 300.0
 """Silence, with calls in flight, after which the engine is declared dead (as the ZMQ backend)."""
 _WATCHDOG_CHECKS_PER_PERIOD: Final = 10
@@ -106,13 +99,8 @@ class GrpcBackend:
         self._open_streams = 0
         self._protocol_errors = 0
         self._info: EngineInfo | None = None
-        self._ready = False
-        self._dead = False  # lost or silent: no Abort is sent until a health check passes
-        self._unready_reason: str | None = None
-        self._readiness_changed = trio.Event()
+        self._readiness = EngineReadiness(f"{runtime.value} engine at {client.address}")
         self._heard_at = 0.0
-        self._answered_at = 0.0  # when the engine last streamed a response on any call
-        self._silent_health_checks = 0
         self._closing = False
 
     @property
@@ -150,25 +138,24 @@ class GrpcBackend:
 
     async def wait_ready(self) -> None:
         """Return once a health check passed; the caller bounds the wait."""
-        while not self._ready:
-            await self._readiness_changed.wait()
-        await trio.lowlevel.checkpoint()
+        await self._readiness.wait_ready()
 
     def statistics(self) -> BackendStatistics:
+        ready = self._readiness.ready
         max_len = None if self._info is None else self._info.max_model_len
         status = EngineStatus(
             index=0,
-            ready=self._ready,
+            ready=ready,
             max_model_len=max_len,
             in_flight=len(self._calls),
             version="" if self._info is None else self._info.version,
-            dead_reason=self._unready_reason,
+            dead_reason=self._readiness.reason,
         )
         return BackendStatistics(
             runtime=self._runtime,
             wire=Wire.GRPC,
-            ready=self._ready,
-            max_model_len=max_len if self._ready else None,
+            ready=ready,
+            max_model_len=max_len if ready else None,
             open_streams=self._open_streams,
             in_flight=len(self._calls),
             engines=(status,),
@@ -190,10 +177,10 @@ class GrpcBackend:
             )
         if self._closing:
             raise BackendUnavailable("the gRPC backend is shutting down")
-        if not self._ready:
+        if not self._readiness.ready:
             raise BackendUnavailable(
                 f"the {self._runtime.value} engine at {self.address} is not ready: "
-                f"{self._unready_reason or 'no health check has passed yet'}"
+                f"{self._readiness.reason or 'no health check has passed yet'}"
             )
         service = self._client.service
         planned: dict[str, tuple[int, int, Any]] = {}
@@ -239,7 +226,7 @@ class GrpcBackend:
             self._forget(call)
         _cancel_tasks(unfinished)  # RST_STREAM goes out before the Abort RPC (FIFO on the loop)
         with trio.move_on_after(ABORT_GRACE_S, shield=True) as scope:
-            if unfinished and not self._dead:
+            if unfinished and not self._readiness.dead:
                 ids = [call.engine_request_id for call in unfinished]
                 try:
                     await self._bridge.run(self._client.abort, ids)
@@ -271,7 +258,7 @@ class GrpcBackend:
         self._heard_at = trio.current_time()
         for call, item in batch:
             if isinstance(item, GrpcChunk | GrpcComplete):
-                self._answered_at = self._heard_at
+                self._readiness.engine_answered(self._heard_at)
                 if call.live:
                     self._advance(call, item)
                 continue
@@ -303,43 +290,21 @@ class GrpcBackend:
         if isinstance(error, EngineDead):
             self._engine_died(error.message)
         elif error.status == 503:  # unreachable or UNAVAILABLE: out until a check passes
-            self._mark_unready(error.message)
+            self._readiness.take_out(error.message)
         if error.status == 502:
             self._protocol_errors += 1
 
     # --- readiness and liveness ---------------------------------------------------------------
 
-    def _mark_unready(self, reason: str) -> None:
-        self._unready_reason = reason
-        if self._ready:
-            logger.warning("%s engine at %s is out: %s", self._runtime.value, self.address, reason)
-            self._ready = False
-            self._notify_readiness()
-
-    def _mark_ready(self, info: EngineInfo | None) -> None:
-        if info is not None:
-            self._info = info
-        self._dead = False
-        self._unready_reason = None
-        if not self._ready:
-            logger.info("%s engine at %s is ready: %s", self._runtime.value, self.address, info)
-            self._ready = True
-            self._notify_readiness()
-
-    def _notify_readiness(self) -> None:
-        self._readiness_changed.set()
-        self._readiness_changed = trio.Event()
-
     def _engine_died(self, reason: str) -> None:
         """Fail every call with EngineDead (no Abort: nobody is listening); out until healthy."""
-        self._dead = True
         message = f"the {self._runtime.value} engine at {self.address} is dead: {reason}"
         calls = list(self._calls.values())
         for call in calls:
             self._forget(call)
             call.stream.fail(EngineDead(message))
         _cancel_tasks(calls)
-        self._mark_unready(reason)
+        self._readiness.died(reason)
 
     async def _watch_health(self) -> None:
         while True:
@@ -347,35 +312,25 @@ class GrpcBackend:
             await trio.sleep(self._health_period_s)
 
     async def _check_health(self) -> None:
+        readiness = self._readiness
         info = None
         started = trio.current_time()
         try:
             with trio.fail_after(self._health_timeout_s):
                 healthy, message = await self._bridge.run(self._client.health)
-                if healthy and (not self._ready or self._info is None):
+                if healthy and (not readiness.ready or self._info is None):
                     info = await self._bridge.run(self._client.info)
         except trio.TooSlowError:
-            self._health_check_timed_out(started)
-            return
+            readiness.check_timed_out(started, self._health_timeout_s)
         except BackendError as exc:
-            self._mark_unready(f"health check failed: {exc.message}")
+            readiness.take_out(f"health check failed: {exc.message}")
         else:
-            if healthy:
-                self._silent_health_checks = 0
-                self._mark_ready(info)
-            else:
-                self._mark_unready(f"the engine reports itself unhealthy: {message!r}")
-
-    def _health_check_timed_out(self, started: float) -> None:
-        if self._ready and self._answered_at >= started:
-            self._silent_health_checks = 0  # busy, not gone: it streamed output meanwhile
-            return
-        self._silent_health_checks += 1
-        if not self._ready or self._silent_health_checks >= HEALTH_TIMEOUTS_TO_OUT:
-            self._mark_unready(
-                f"no health check answer within {self._health_timeout_s:g} s "
-                f"({self._silent_health_checks} in a row) and no output meanwhile"
-            )
+            if not healthy:
+                readiness.take_out(f"the engine reports itself unhealthy: {message!r}")
+                return
+            if info is not None:
+                self._info = info
+            readiness.check_passed(info)
 
     async def _watch_silence(self) -> None:
         period = self._watchdog_period_s
