@@ -39,7 +39,14 @@ from bench.load_output import (
 )
 from bench.load_report import RunReport, runs_table
 from bench.load_runner import ProcessProbe, Progress, run_load
-from bench.load_scenarios import LoadPlan, gateway_bound, quick, real_vllm
+from bench.load_scenarios import (
+    THINK_STEPS,
+    TIME_CAP_S,
+    LoadPlan,
+    gateway_bound,
+    quick,
+    real_vllm,
+)
 from bench.load_sections import sections
 from bench.load_servers import fetch_model_name
 from bench.load_stats import RunSummary, StopCost
@@ -61,10 +68,6 @@ STEP_PLANS: Final = {  # scenario (a): requests per stream, minimum requests per
     0.0: (2, 16),
     20.0: (2, 4),
 }
-THINK_STEPS: Final = 2.5
-"""Scenario (a): each stream pauses this many engine steps between requests, so a request
-finds the engine idle (at step 0 there is no pause: the engine is idle between requests)."""
-TIME_CAP_S: Final = 60.0
 
 
 def _counts(text: str) -> tuple[int, ...]:

@@ -31,20 +31,17 @@ import trio
 from bench.load_output import RESULTS_DIR, load_average, machine_note, replace_section
 from bench.load_report import runs_table
 from bench.load_runner import ProcessProbe, Progress
-from bench.load_scenarios import LoadPlan, measure, quick
+from bench.load_scenarios import THINK_STEPS, TIME_CAP_S, LoadPlan, measure, quick
 from bench.load_servers import free_port, python_module, started_process, wait_serving
 from bench.load_stats import RunSummary
 from bench.load_targets import Target, reference_engine, smg_trio_target
 from bench.load_transports import TransportName
 from bench.load_workload import LengthRange, prompt_words
-from smg_trio.model import load_model_dir
+from smg_trio.model import demo_model_path, load_model_dir
 
 HEADING: Final = "## HTTP layer floor"
-DEMO_MODEL: Final = Path(__file__).resolve().parent.parent / "smg_trio" / "demo_model"
 REQUESTS_PER_STREAM: Final = 4
 MIN_REQUESTS: Final = 16
-TIME_CAP_S: Final = 60.0
-THINK_STEPS: Final = 2.5  # as scenario (a): a request finds the engine idle
 
 
 @asynccontextmanager
@@ -62,12 +59,13 @@ async def floor_target(server: str, step_ms: float, log_dir: Path) -> AsyncItera
 async def compare(
     step_ms: float, plan: LoadPlan, log_dir: Path, progress: Progress
 ) -> list[RunSummary]:
-    model = load_model_dir(DEMO_MODEL)
+    model_path = demo_model_path()
+    model = load_model_dir(model_path)
     words = prompt_words(model.tokenizer, model.tokenizer.vocab_size)
     scenario = f"one token per chunk, step {step_ms:g} ms"
     runs: list[RunSummary] = []
-    engine = reference_engine(DEMO_MODEL, step_ms)
-    async with smg_trio_target(DEMO_MODEL, engine, log_dir) as gateway:
+    engine = reference_engine(model_path, step_ms)
+    async with smg_trio_target(model_path, engine, log_dir) as gateway:
         pairs: list[tuple[Target, TransportName]] = [(gateway, "http1"), (gateway, "h2c")]
         runs += await measure(pairs, plan, scenario, words, progress)
     async with floor_target("hypercorn", step_ms, log_dir) as floor:
@@ -94,11 +92,9 @@ def cpu_table(runs: Sequence[RunSummary]) -> str:
         floor = per_token.get((f"hypercorn floor {transport}", run.load))
         ratio = f"{cost / floor:.2f}x" if cost and floor else "—"
         cpu = f"{run.server.cpu_s:.2f}" if run.server else "—"
+        per = f"{cost:,.0f}" if cost else "—"
         lines.append(
-            f"| {run.target} | {run.load} | {run.tokens_per_s:,.0f} | {cpu} | "
-            f"{cost:,.0f} | {ratio} |"
-            if cost
-            else f"| {run.target} | {run.load} | {run.tokens_per_s:,.0f} | {cpu} | — | — |"
+            f"| {run.target} | {run.load} | {run.tokens_per_s:,.0f} | {cpu} | {per} | {ratio} |"
         )
     return "\n".join(lines)
 

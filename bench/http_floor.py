@@ -30,7 +30,8 @@ import hypercorn.trio
 import msgspec
 import trio
 
-LOOPBACK: Final = "127.0.0.1"
+from bench.load_servers import LOOPBACK
+
 MODEL: Final = "floor"
 MODELS_BODY: Final = (
     b'{"object":"list","data":[{"id":"floor","object":"model","owned_by":"bench"}]}'

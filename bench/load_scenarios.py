@@ -57,6 +57,11 @@ from bench.load_workload import (
 H2_STREAMS_PER_CONNECTION: Final = 100  # hypercorn's and smg's default concurrent-stream limit
 WS_STREAMS_PER_SOCKET: Final = 256  # smg_trio.frontends.websocket.MAX_STREAMS_PER_SOCKET
 WARM_UP_STREAMS: Final = 4
+THINK_STEPS: Final = 2.5
+"""Each stream pauses this many engine steps between requests, so a request finds the engine
+idle and its TTFT is the path's latency (at step 0 there is no pause)."""
+TIME_CAP_S: Final = 60.0
+"""Seconds per run, at most (scenario (b) runs get twice this)."""
 WARM_UP: Final = Workload(
     FixedConcurrency(WARM_UP_STREAMS), 8, LengthRange(16, 16), LengthRange(16, 16), time_cap_s=30.0
 )

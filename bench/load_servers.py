@@ -1,7 +1,8 @@
 """I/O. Start and stop the processes a scenario measures, all on loopback: the reference vLLM
 EngineCore (or its counted variant), the smg-trio gateway, the Rust smg gateway, and real vLLM
-(headless EngineCore dialing a frontend, its gRPC engine server, or its own HTTP server). Every process is ours: it is
-stopped by its PID (vLLM: by the process group it was started in, as its EngineCore is a child).
+(headless EngineCore dialing a frontend, its gRPC engine server, or its own HTTP server). Every
+process is ours: it is stopped by its PID (vLLM: by the process group it was started in, as its
+EngineCore is a child).
 
 Readiness is proven by a real request: `wait_serving` polls `GET /v1/models` until it names a
 model, then sends a short completion until one succeeds, within a deadline, and fails early if

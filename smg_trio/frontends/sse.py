@@ -67,7 +67,7 @@ class SseResponse:
             raise RuntimeError("send_chunks after the response was closed")
         if self._state is SinkState.IDLE:
             await self._start_stream()
-        body = sse(payloads[0]) if len(payloads) == 1 else b"".join(map(sse, payloads))
+        body = b"".join(map(sse, payloads))
         await self._send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def send_body(self, body: bytes) -> None:
