@@ -7,7 +7,7 @@ clients in this one process, against the same engine:
 
 - "native": plain asyncio grpclib (`asyncio.run`, one task per stream) calling Generate and
   reading every response (parsed with `parse_generate_response`), no trio, no bridge;
-- "smg-trio": `open_grpc_engine` under `trio.run`, each stream an `open_stream` block whose
+- "smg-trio": `open_grpc_backend` under `trio.run`, each stream an `open_stream` block whose
   `TokenDelta`s are counted: grpclib on the bridge's loop thread, responses parsed there and
   handed into trio through the coalescing `TrioHandoff`.
 
@@ -40,7 +40,7 @@ import trio
 from grpclib.client import Channel
 
 from smg_trio.backends.base import TokenDelta
-from smg_trio.backends.grpc_engine import GrpcBackend, open_grpc_engine
+from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel, grpc_generate
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams
@@ -183,7 +183,7 @@ def measure_ours(port: int, streams: int) -> Run:
                         tokens[0] += len(event.token_ids)
 
     async def main() -> None:
-        async with open_grpc_engine(runtime=Runtime.VLLM, address=f"127.0.0.1:{port}") as backend:
+        async with open_grpc_backend(runtime=Runtime.VLLM, address=f"127.0.0.1:{port}") as backend:
             with trio.fail_after(ENGINE_START_S):
                 await backend.wait_ready()  # connected before timing
             tokens = [0]

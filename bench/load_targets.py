@@ -44,8 +44,8 @@ from bench.load_servers import (
     vllm_http_command,
     wait_serving,
 )
-from smg_trio.backends.grpc_engine import open_grpc_engine
-from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
+from smg_trio.backends.grpc_backend import open_grpc_backend
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.runtime import Runtime
 from smg_trio.model import ModelDir, load_model_dir
 
@@ -139,7 +139,7 @@ async def engine_server(launch: ServerEngineLaunch, log_dir: Path) -> AsyncItera
         own_group=launch.own_group,
     ) as started:
         server = EngineServer(launch.name, launch.runtime, port)
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=launch.runtime, address=server.address, health_period_s=HEALTH_PERIOD_S
         ) as client:
             ready = False
@@ -161,7 +161,7 @@ class Target:
     model: str  # the name its API serves the model under
     port: int | None = None  # None: in-process (direct)
     probe: ProcessProbe | None = None  # the gateway process, when there is one
-    backend: ZmqEngine | None = None  # direct only
+    backend: ZmqBackend | None = None  # direct only
     model_dir: ModelDir | None = None  # direct only
 
 
@@ -226,7 +226,7 @@ async def direct_target(
     model_path: Path, engine: EngineLaunch, log_dir: Path
 ) -> AsyncIterator[Target]:
     model_dir = load_model_dir(model_path)
-    async with open_zmq_engine(
+    async with open_zmq_backend(
         runtime=Runtime.VLLM,
         eos_ids=model_dir.eos_ids,
         vocab_size=model_dir.tokenizer.vocab_size,

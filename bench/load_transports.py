@@ -25,7 +25,7 @@ from bench.http1_client import Http1Connection
 from bench.load_stats import StreamMeter
 from bench.load_workload import ENDPOINT_PATHS, Endpoint, RequestSpec, request_body
 from smg_trio.backends.base import ChoiceFinished, TokenDelta
-from smg_trio.backends.zmq_engine import ZmqEngine
+from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.client import GatewayClient, open_gateway_client
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import Endpoint as PlanEndpoint
@@ -184,7 +184,7 @@ class DirectTransport:
 
     def __init__(
         self,
-        backend: ZmqEngine,
+        backend: ZmqBackend,
         model: ModelDir,
         specs: Sequence[RequestSpec],
         *,

@@ -2,7 +2,7 @@
 
 Run: `python -m bench.zmq_throughput` or `make bench-zmq` (about a minute; `--no-write` leaves
 RESULTS.md alone). Starts `python -m smg_trio engine vllm-zmq --step-ms 0 --max-batch 512 --mode
-random` as a subprocess dialling `open_zmq_engine(runtime=Runtime.VLLM)` (loopback tcp handshake,
+random` as a subprocess dialling `open_zmq_backend(runtime=Runtime.VLLM)` (loopback tcp handshake,
 private ipc data sockets), then drives 1, 64 and 256 concurrent streams. Every request is the same
 streaming chat request (demo model, `ignore_eos`, fixed `max_tokens`, so all are equally long);
 each stream sends its share of the configuration's fixed request count one after another, under
@@ -48,12 +48,12 @@ from bench.zmq_throughput_report import (
     write_section,
 )
 from smg_trio.backends.base import ChoiceFinished, TokenDelta
-from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import prepare_chat
 from smg_trio.core.render import sse
-from smg_trio.core.response_stream import ResponseAssembler
+from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.model import demo_model_path, load_model_dir
@@ -79,7 +79,7 @@ class BenchEngine:
 
     def __init__(
         self,
-        backend: ZmqEngine,
+        backend: ZmqBackend,
         process: trio.Process,
         plan: GeneratePlan,
         tokenizer: TokenizerLike,
@@ -139,7 +139,7 @@ async def open_bench_engine(log: IO[bytes]) -> AsyncIterator[BenchEngine]:
     model_path = demo_model_path()
     model = load_model_dir(model_path)
     plan, tokenizer = chat_plan(model_path)
-    async with open_zmq_engine(
+    async with open_zmq_backend(
         runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
     ) as backend:
         command = [
@@ -305,7 +305,7 @@ async def _profiled(engine: BenchEngine, workload: Workload, time_cap_s: float) 
 SETUP: Final = (
     f"Reference vLLM EngineCore (`python -m smg_trio engine vllm-zmq --step-ms 0 --max-batch "
     f"{ENGINE_MAX_BATCH} --mode random`, a subprocess) behind "
-    "`open_zmq_engine(runtime=Runtime.VLLM)`; loopback tcp handshake, ipc data sockets. Every "
+    "`open_zmq_backend(runtime=Runtime.VLLM)`; loopback tcp handshake, ipc data sockets. Every "
     f"request is a streaming chat request (demo model, `ignore_eos`, max_tokens {MAX_TOKENS}, "
     "so all are equally long); each stream sends its share of the row's requests back to back. "
     f"Medians of {REPETITIONS} runs per row, each capped at {TIME_CAP_S:g} s. backend = count "

@@ -190,8 +190,8 @@ def bottleneck_lines(rows: Sequence[Row]) -> list[str]:
 PROFILE_AREAS: Final = (
     ("trio", ("site-packages/trio/",)),
     (
-        "backend sockets (zmq_socket, zmq_engine, pyzmq)",
-        ("zmq_socket.py", "zmq_engine.py", "site-packages/zmq/", "zmq.backend", "zmq.sugar"),
+        "backend sockets (zmq_socket, zmq_backend, pyzmq)",
+        ("zmq_socket.py", "zmq_backend.py", "site-packages/zmq/", "zmq.backend", "zmq.sugar"),
     ),
     (
         "backend decode (zmq_codec, wire outputs, msgspec)",
@@ -205,7 +205,7 @@ PROFILE_AREAS: Final = (
     ),
     (
         "pipeline render + assembler",
-        ("smg_trio/core/render.py", "smg_trio/core/response_stream.py", "json.Encoder"),
+        ("smg_trio/core/render.py", "smg_trio/core/response_assembler.py", "json.Encoder"),
     ),
     ("request setup (finalize, ADD encoding)", ("smg_trio/core/", "smg_trio/wire/")),
     ("bench loop", ("bench/",)),

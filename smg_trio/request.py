@@ -34,7 +34,7 @@ from smg_trio.backends.event_stream import coalesce
 from smg_trio.backends.mailbox import Mailbox
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.response_stream import ResponseAssembler
+from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
 

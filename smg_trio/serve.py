@@ -35,8 +35,8 @@ import trio
 from hypercorn.typing import Framework
 
 from smg_trio.backends.base import Backend
-from smg_trio.backends.grpc_engine import open_grpc_engine
-from smg_trio.backends.zmq_engine import open_zmq_engine
+from smg_trio.backends.grpc_backend import open_grpc_backend
+from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.core.runtime import Wire, require_adapter
@@ -136,16 +136,18 @@ async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple
     check_worker_available(spec)
     match spec.wire:
         case Wire.ZMQ:
-            async with open_zmq_engine(
+            async with open_zmq_backend(
                 runtime=spec.runtime,
                 handshake_address=f"tcp://{spec.address}",
                 eos_ids=model.eos_ids,
                 vocab_size=model.tokenizer.vocab_size,
-            ) as zmq_engine:
-                yield zmq_engine, zmq_engine.handshake_address
+            ) as zmq_backend:
+                yield zmq_backend, zmq_backend.handshake_address
         case Wire.GRPC:
-            async with open_grpc_engine(runtime=spec.runtime, address=spec.address) as grpc_engine:
-                yield grpc_engine, f"grpc://{spec.address}"
+            async with open_grpc_backend(
+                runtime=spec.runtime, address=spec.address
+            ) as grpc_backend:
+                yield grpc_backend, f"grpc://{spec.address}"
         case _:
             assert_never(spec.wire)
 

@@ -1,7 +1,7 @@
 """Pure. The two ZMQ engine dialects (vLLM EngineCore, TokenSpeed) seen through one interface:
 an `EngineRequest` in, the ADD payload out; an output message in, per-request steps out.
 
-`zmq_engine` owns sockets, tasks and routing; this module owns only shapes. It maps the
+`zmq_backend` owns sockets, tasks and routing; this module owns only shapes. It maps the
 engine-neutral `SamplingParams` onto each wire's sampling, folds the model directory's EOS ids
 into vLLM requests (stops-and-finalize.md §2.4), and flattens both output layouts (vLLM's list of
 per-request structs with integer finish reasons and logprob arrays; TokenSpeed's column batch

@@ -133,7 +133,7 @@ class StreamOptions(msgspec.Struct, frozen=True):
     include_usage: bool | None = None
 
 
-Stop = str | tuple[str, ...] | None
+StopField = str | tuple[str, ...] | None
 
 
 class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
@@ -148,7 +148,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     n: int | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    stop: Stop = None
+    stop: StopField = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
@@ -256,7 +256,7 @@ class GenerateSamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
-    stop: Stop = None
+    stop: StopField = None
     stop_token_ids: tuple[int, ...] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
@@ -288,7 +288,7 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
 
 
-def stop_strings(stop: Stop) -> tuple[str, ...]:
+def stop_strings(stop: StopField) -> tuple[str, ...]:
     if stop is None or stop == "":
         return ()
     if isinstance(stop, str):

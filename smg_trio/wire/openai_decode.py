@@ -16,7 +16,7 @@ from smg_trio.wire.openai import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
-    Stop,
+    StopField,
     _SamplingFields,
 )
 
@@ -64,7 +64,7 @@ def _check_at_least(value: int | None, param: str, low: int) -> None:
         raise _reject(param, f"{param} must be at least {low}, got {value}")
 
 
-def _check_stops(stop: Stop, param: str, *, max_count: int | None) -> None:
+def _check_stops(stop: StopField, param: str, *, max_count: int | None) -> None:
     if stop is None or isinstance(stop, str):
         return  # a bare "" means "no stop", as OpenAI treats it
     if max_count is not None and len(stop) > max_count:

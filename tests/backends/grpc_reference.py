@@ -17,7 +17,7 @@ import trio
 from grpclib.client import Channel
 
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
-from smg_trio.backends.grpc_engine import GrpcBackend, open_grpc_engine
+from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.runtime import Runtime
 from smg_trio.model import demo_model_path
@@ -136,7 +136,7 @@ async def reference_engine(
         async with open_asyncio_bridge() as bridge:
             counters_channel = await bridge.run(_open_channel, port)
             try:
-                async with open_grpc_engine(
+                async with open_grpc_backend(
                     runtime=runtime,
                     address=f"127.0.0.1:{port}",
                     health_period_s=HEALTH_PERIOD_S,

@@ -22,7 +22,7 @@ from grpclib.client import Channel
 
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.base import ChoiceFinished, TokenDelta
-from smg_trio.backends.grpc_engine import GrpcBackend, open_grpc_engine
+from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams
@@ -139,7 +139,7 @@ async def run_grpc(
         log,
     )
     try:
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=f"127.0.0.1:{port}", health_period_s=1.0
         ) as backend:
             started = trio.current_time()

@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from smg_trio.backends.base import ChoiceFinished, TokenDelta
-from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams
 from smg_trio.core.runtime import Runtime, Wire
@@ -89,7 +89,7 @@ def greedy_request(model: ModelDir, prompt_ids: tuple[int, ...], **sampling: Any
     return finalize(plan, WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ), model.tokenizer)
 
 
-async def check_abort(backend: ZmqEngine, model: ModelDir, prompt_ids: tuple[int, ...]) -> None:
+async def check_abort(backend: ZmqBackend, model: ModelDir, prompt_ids: tuple[int, ...]) -> None:
     """Early exit aborts: EngineCore's own `has_work()` (a utility call) turns False."""
     long_request = greedy_request(model, prompt_ids, ignore_eos=True)  # the rest of the context
     async with backend.open_stream(long_request) as stream:
@@ -115,7 +115,7 @@ async def check_abort(backend: ZmqEngine, model: ModelDir, prompt_ids: tuple[int
 async def run_headless(
     model: ModelDir, prompt_ids: tuple[int, ...], log: IO[bytes]
 ) -> tuple[list[int], ChoiceFinished]:
-    async with open_zmq_engine(
+    async with open_zmq_backend(
         runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
     ) as backend:
         port = backend.handshake_port

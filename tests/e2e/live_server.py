@@ -16,7 +16,7 @@ from typing import Final
 
 import trio
 
-from smg_trio.backends.zmq_engine import ZmqEngine
+from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.model import demo_model_path
@@ -51,12 +51,12 @@ class LiveServer:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
-    def backend(self) -> ZmqEngine:
+    def backend(self) -> ZmqBackend:
         return self.backend_of(0)
 
-    def backend_of(self, worker: int) -> ZmqEngine:
+    def backend_of(self, worker: int) -> ZmqBackend:
         backend = self.serving.gateway.workers[worker].backend
-        assert isinstance(backend, ZmqEngine)
+        assert isinstance(backend, ZmqBackend)
         return backend
 
     @property

@@ -17,7 +17,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 
-from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.frontends.websocket import handle_websocket
@@ -33,7 +33,7 @@ STEP_MS: Final = 2.0
 class RunningGateway:
     url: str
     gateway: Gateway
-    backend: ZmqEngine
+    backend: ZmqBackend
 
     async def counters(self) -> Mapping[str, int]:
         result: Mapping[str, int] = await self.backend.call_utility("smg_trio_counters")
@@ -79,7 +79,7 @@ async def running_gateway(
     replay.write_text(REPLAY_TEXT, encoding="utf-8")
     log_path = tmp_path / "engine.log"
     with log_path.open("wb") as log:
-        async with open_zmq_engine(
+        async with open_zmq_backend(
             runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
         ) as backend:
             command = [

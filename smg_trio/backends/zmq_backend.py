@@ -83,7 +83,7 @@ class _Outgoing:
     sent: trio.Event | None = None  # set once the frames are handed to libzmq (or dropped)
 
 
-class ZmqEngine:
+class ZmqBackend:
     """A bound ZMQ socket set serving `engine_count` engines of one runtime. See the module doc."""
 
     def __init__(
@@ -335,7 +335,7 @@ class ZmqEngine:
 
 
 @asynccontextmanager
-async def open_zmq_engine(
+async def open_zmq_backend(
     *,
     runtime: Runtime,
     handshake_address: str = "tcp://127.0.0.1:0",
@@ -345,7 +345,7 @@ async def open_zmq_engine(
     vocab_size: int | None = None,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
-) -> AsyncIterator[ZmqEngine]:
+) -> AsyncIterator[ZmqBackend]:
     """Bind the sockets, run the socket-owner tasks, and yield the engine client.
 
     `handshake_address`: `tcp://HOST:PORT` (port 0 picks one; read `handshake_port`) or ipc.
@@ -387,7 +387,7 @@ async def open_zmq_engine(
                 raw.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine reuses its identity
             addresses.append(socket.bind(address))
             sockets.append(socket)
-        engine = ZmqEngine(
+        engine = ZmqBackend(
             runtime=runtime,
             engine_count=engine_count,
             eos=eos,

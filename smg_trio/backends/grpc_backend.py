@@ -75,7 +75,7 @@ _Handed: TypeAlias = tuple[GrpcCall, GrpcEvent | outcome.Outcome[None]]
 
 
 class GrpcBackend:
-    """A client for one engine's gRPC service. Get one with `open_grpc_engine`."""
+    """A client for one engine's gRPC service. Get one with `open_grpc_backend`."""
 
     def __init__(
         self,
@@ -349,7 +349,7 @@ def _cancel_tasks(calls: list[GrpcCall]) -> None:
 
 
 @asynccontextmanager
-async def open_grpc_engine(
+async def open_grpc_backend(
     *,
     runtime: Runtime,
     address: str,

@@ -14,7 +14,7 @@ from typing import IO, Final
 import pytest
 import trio
 
-from smg_trio.backends.zmq_engine import ZmqEngine, open_zmq_engine
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.runtime import Runtime
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
@@ -43,14 +43,14 @@ class ReferenceEngines:
     """`engine_count` reference engine processes dialling one ZMQ backend."""
 
     def __init__(
-        self, backend: ZmqEngine, processes: list[trio.Process], watchdog_period_s: float
+        self, backend: ZmqBackend, processes: list[trio.Process], watchdog_period_s: float
     ) -> None:
         self._backend = backend
         self.processes = processes
         self._watchdog_period_s = watchdog_period_s
 
     @property
-    def backend(self) -> ZmqEngine:
+    def backend(self) -> ZmqBackend:
         return self._backend
 
     @property
@@ -91,7 +91,7 @@ async def reference_engines(
     step_ms: float = STEP_MS,
 ) -> AsyncIterator[ReferenceEngines]:
     model = load_model_dir(MODEL_PATH)
-    async with open_zmq_engine(
+    async with open_zmq_backend(
         runtime=runtime,
         engine_count=engine_count,
         data_address=data_address,
@@ -261,7 +261,7 @@ async def test_engine_shutdown_mid_stream(
         dump_log(log_path)
 
 
-async def consume_after(backend: ZmqEngine, harm: Callable[[], None]) -> None:
+async def consume_after(backend: ZmqBackend, harm: Callable[[], None]) -> None:
     """Stream a long request; after its first event, `harm` the engine; consume to the end."""
     async with backend.open_stream(make_request(backend, max_tokens=100_000)) as stream:
         await stream.__anext__()

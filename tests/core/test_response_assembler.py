@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams, StopSpec
-from smg_trio.core.response_stream import ResponseAssembler
+from smg_trio.core.response_assembler import ResponseAssembler
 from tests.core.mock_tokenizers import WordMockTokenizer
 
 T1 = WordMockTokenizer()

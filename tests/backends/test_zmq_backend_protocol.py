@@ -15,7 +15,7 @@ import trio.testing
 import zmq
 
 from smg_trio.backends.base import ChoiceFinished, TokenDelta
-from smg_trio.backends.zmq_engine import WATCHDOG_PERIOD_S, ZmqEngine, open_zmq_engine
+from smg_trio.backends.zmq_backend import WATCHDOG_PERIOD_S, ZmqBackend, open_zmq_backend
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
 from smg_trio.core.finalize import EngineRequest, Finalized
 from smg_trio.core.plan import Endpoint, SamplingParams, StopSpec
@@ -64,7 +64,7 @@ def context() -> Iterator[Context]:
 class PeerEngine:
     """One engine's three DEALER/DEALER/PUSH sockets, in this process, stepped by the test."""
 
-    def __init__(self, context: Context, backend: ZmqEngine, index: int = 0) -> None:
+    def __init__(self, context: Context, backend: ZmqBackend, index: int = 0) -> None:
         self.index = index
         self.backend = backend
         self.identity = engine_identity(index)
@@ -124,8 +124,8 @@ class PeerEngine:
 @asynccontextmanager
 async def backend_with_peers(
     context: Context, count: int = 1, **options: object
-) -> AsyncIterator[tuple[ZmqEngine, list[PeerEngine]]]:
-    async with open_zmq_engine(
+) -> AsyncIterator[tuple[ZmqBackend, list[PeerEngine]]]:
+    async with open_zmq_backend(
         runtime=Runtime.VLLM,
         engine_count=count,
         eos_ids=vllm_zmq.EosIds(5, (7,)),
@@ -152,7 +152,7 @@ async def until(predicate: Callable[[], bool]) -> None:
 
 
 async def drain_after(
-    backend: ZmqEngine, peer: PeerEngine, answer: Callable[[str], Awaitable[None]]
+    backend: ZmqBackend, peer: PeerEngine, answer: Callable[[str], Awaitable[None]]
 ) -> None:
     """Open a stream, let the peer `answer` its ADD, and consume the stream to its end."""
     async with backend.open_stream(make_request(backend, max_tokens=8)) as stream:
@@ -181,7 +181,7 @@ def step(
 
 async def test_handshake_registration_and_ready_in_either_order(context: Context) -> None:
     with trio.fail_after(TIMEOUT_S):
-        async with open_zmq_engine(runtime=Runtime.VLLM, engine_count=2) as backend:
+        async with open_zmq_backend(runtime=Runtime.VLLM, engine_count=2) as backend:
             assert backend.handshake_port
             assert not backend.statistics().ready
             with pytest.raises(BackendUnavailable, match="has not connected"):
@@ -430,18 +430,18 @@ async def test_watchdog_declares_a_silent_engine_dead_after_its_period(
 
 async def test_configuration_errors() -> None:
     with pytest.raises(ConfigError, match="TokenSpeed"):
-        async with open_zmq_engine(runtime=Runtime.TOKENSPEED, engine_count=2):
+        async with open_zmq_backend(runtime=Runtime.TOKENSPEED, engine_count=2):
             pass  # pragma: no cover
     with pytest.raises(UnsupportedRuntime):
-        async with open_zmq_engine(runtime=Runtime.SGLANG):
+        async with open_zmq_backend(runtime=Runtime.SGLANG):
             pass  # pragma: no cover
     with pytest.raises(ConfigError, match="data_address"):
-        async with open_zmq_engine(runtime=Runtime.VLLM, data_address="udp://x"):
+        async with open_zmq_backend(runtime=Runtime.VLLM, data_address="udp://x"):
             pass  # pragma: no cover
     with trio.fail_after(TIMEOUT_S):
         async with (
-            open_zmq_engine(runtime=Runtime.VLLM) as vllm,
-            open_zmq_engine(runtime=Runtime.TOKENSPEED) as tokenspeed,
+            open_zmq_backend(runtime=Runtime.VLLM) as vllm,
+            open_zmq_backend(runtime=Runtime.TOKENSPEED) as tokenspeed,
         ):
             with pytest.raises(UnsupportedRuntime, match="shaped for"):
                 async with vllm.open_stream(make_request(tokenspeed, max_tokens=2)):
@@ -450,7 +450,7 @@ async def test_configuration_errors() -> None:
 
 async def test_ipc_data_address_names_both_sockets_after_a_base_path() -> None:
     with private_ipc_dir() as directory, trio.fail_after(TIMEOUT_S):
-        async with open_zmq_engine(runtime=Runtime.VLLM, data_address=f"ipc://{directory}/w") as b:
+        async with open_zmq_backend(runtime=Runtime.VLLM, data_address=f"ipc://{directory}/w") as b:
             assert (b.input_address, b.output_address) == (
                 f"ipc://{directory}/w-in.sock",
                 f"ipc://{directory}/w-out.sock",

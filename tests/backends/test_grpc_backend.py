@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import trio
 
-from smg_trio.backends.grpc_engine import GrpcBackend, open_grpc_engine
+from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import grpc_generate, open_loop_client, parse_address
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.runtime import Runtime, Wire
@@ -79,7 +79,7 @@ async def consume(backend: GrpcBackend, finalized: Finalized, received: list[int
 async def test_leaving_early_resets_the_stream_and_sends_abort() -> None:
     fds, tasks = open_fd_count(), task_count()
     with serve_faulty_engine(Behaviour.NORMAL) as (servicer, port), trio.fail_after(10):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=f"127.0.0.1:{port}", health_period_s=HEALTH_PERIOD_S
         ) as backend:
             await backend.wait_ready()
@@ -104,7 +104,7 @@ async def test_leaving_early_resets_the_stream_and_sends_abort() -> None:
 
 async def test_a_finished_stream_is_not_aborted() -> None:
     with serve_faulty_engine(Behaviour.NORMAL) as (servicer, port), trio.fail_after(10):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=f"127.0.0.1:{port}", health_period_s=HEALTH_PERIOD_S
         ) as backend:
             await backend.wait_ready()
@@ -129,7 +129,7 @@ async def test_a_stream_that_fails_after_tokens_raises_engine_rejected(
     behaviour: Behaviour, status: int, match: str, tokens_first: int
 ) -> None:
     with serve_faulty_engine(behaviour) as (_, port), trio.fail_after(10):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=f"127.0.0.1:{port}", health_period_s=HEALTH_PERIOD_S
         ) as backend:
             await backend.wait_ready()
@@ -151,7 +151,7 @@ async def test_a_busy_engine_stays_in_while_it_streams_and_a_silent_one_goes_out
         serve_faulty_engine(Behaviour.NORMAL, step_s=0.01) as (servicer, port),
         trio.fail_after(10),
     ):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM,
             address=f"127.0.0.1:{port}",
             health_period_s=HEALTH_PERIOD_S,
@@ -173,7 +173,7 @@ async def test_a_busy_engine_stays_in_while_it_streams_and_a_silent_one_goes_out
 
 async def test_an_unhealthy_engine_is_never_ready() -> None:
     with serve_faulty_engine(Behaviour.UNHEALTHY) as (_, port), trio.fail_after(10):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=f"127.0.0.1:{port}", health_period_s=HEALTH_PERIOD_S
         ) as backend:
             with trio.move_on_after(5 * HEALTH_PERIOD_S):
@@ -190,7 +190,7 @@ async def test_nothing_listening_is_unavailable_not_an_error() -> None:
     with serve_faulty_engine(Behaviour.NORMAL) as (_, port):
         pass  # the port is now closed
     with trio.fail_after(10):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.SGLANG, address=f"127.0.0.1:{port}", health_period_s=HEALTH_PERIOD_S
         ) as backend:
             with trio.move_on_after(3 * HEALTH_PERIOD_S):
@@ -204,7 +204,7 @@ async def test_nothing_listening_is_unavailable_not_an_error() -> None:
 
 async def test_requests_the_engine_cannot_take_are_refused_before_sending() -> None:
     with serve_faulty_engine(Behaviour.NORMAL) as (servicer, port), trio.fail_after(10):
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=f"127.0.0.1:{port}", health_period_s=HEALTH_PERIOD_S
         ) as backend:
             await backend.wait_ready()
@@ -266,13 +266,13 @@ async def test_tls(tmp_path: Path) -> None:
     server_tls, client_tls = self_signed_tls(tmp_path)
     with serve_faulty_engine(Behaviour.NORMAL, tls=server_tls) as (_, port), trio.fail_after(10):
         address = f"127.0.0.1:{port}"
-        async with open_grpc_engine(
+        async with open_grpc_backend(
             runtime=Runtime.VLLM, address=address, tls=client_tls, health_period_s=HEALTH_PERIOD_S
         ) as backend:
             await backend.wait_ready()
             events = await collect(backend, make_request(backend, max_tokens=3))
             assert tokens_of(events) == [100, 101, 102]
-        async with open_grpc_engine(  # plaintext to a TLS server: never ready
+        async with open_grpc_backend(  # plaintext to a TLS server: never ready
             runtime=Runtime.VLLM, address=address, health_period_s=HEALTH_PERIOD_S
         ) as backend:
             with trio.move_on_after(5 * HEALTH_PERIOD_S):
