@@ -46,8 +46,8 @@ from bench.load_servers import (
 )
 from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
-from smg_trio.core.runtime import Runtime
 from smg_trio.model import ModelDir, load_model_dir
+from smg_trio.neutral.runtime import Runtime
 
 GATEWAY_READY_S: Final = 60.0  # a gateway in front of an engine that is already up
 HEALTH_PERIOD_S: Final = 1.0  # how often the readiness wait asks a starting engine server

@@ -24,14 +24,14 @@ from bench.h2c_client import H2cConnection, open_h2c_connection
 from bench.http1_client import Http1Connection
 from bench.load_stats import StreamMeter
 from bench.load_workload import ENDPOINT_PATHS, Endpoint, RequestSpec, request_body
-from smg_trio.backends.base import ChoiceFinished, TokenDelta
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.client import GatewayClient, open_gateway_client
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import Endpoint as PlanEndpoint
 from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.model import ModelDir
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.runtime import Endpoint as PlanEndpoint
+from smg_trio.neutral.runtime import Runtime, Wire
 
 TransportName = Literal["h2c", "http1", "ws", "direct"]
 TRANSPORTS: Final[tuple[TransportName, ...]] = ("h2c", "http1", "ws", "direct")

@@ -47,16 +47,16 @@ from bench.zmq_throughput_report import (
     section,
     write_section,
 )
-from smg_trio.backends.base import ChoiceFinished, TokenDelta
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import prepare_chat
 from smg_trio.core.render import sse
 from smg_trio.core.response_assembler import ResponseAssembler
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.wire.openai_decode import decode_chat_request
 
 STREAM_COUNTS: Final = (1, 64, 256)

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import msgspec
 
-from smg_trio.core.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
 from smg_trio.errors import ConfigError, UnsupportedRuntime
+from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000

@@ -29,8 +29,8 @@ import h11
 import trio
 
 from smg_trio.config import GatewayConfig, WorkerSpec
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.errors import ConfigError
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving, open_shutdown_signal, serve
 
 ENGINE_READY_TIMEOUT_S: Final = 30.0

@@ -29,14 +29,14 @@ from typing import Protocol, assert_never
 
 import trio
 
-from smg_trio.backends.base import Backend, ChoiceFinished, EngineEvent, TokenDelta
-from smg_trio.backends.event_stream import coalesce
+from smg_trio.backends.base import Backend
 from smg_trio.backends.mailbox import Mailbox
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, coalesce
 
 
 class SinkState(enum.Enum):

@@ -39,11 +39,11 @@ from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
-from smg_trio.core.runtime import Wire, require_adapter
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.gateway import Gateway, Worker
 from smg_trio.model import ModelDir, load_model_dir
+from smg_trio.neutral.runtime import Wire, require_adapter
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
 """How long in-flight requests may go on after shutdown is triggered."""

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from smg_trio.config import config_from_toml, parse_worker_spec
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.errors import ConfigError
+from smg_trio.neutral.runtime import Runtime, Wire
 
 
 @pytest.mark.parametrize(

@@ -25,58 +25,13 @@ A backend turns one `Finalized` (one engine request per choice) into a stream of
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
 import msgspec
 
 from smg_trio.core.finalize import Finalized
-from smg_trio.core.runtime import Runtime, Wire
-
-
-class TopLogprob(msgspec.Struct, frozen=True):
-    token_id: int
-    logprob: float
-
-
-class TokenLogprob(msgspec.Struct, frozen=True):
-    """One generated position: the sampled token's logprob, its 1-based vocab rank when the
-    engine reports it, and the top-k candidates when they were requested."""
-
-    token_id: int
-    logprob: float
-    rank: int | None = None
-    top: tuple[TopLogprob, ...] = ()
-
-
-class TokenDelta(msgspec.Struct, frozen=True, tag=True):
-    """New tokens of one choice since its previous delta (never empty).
-
-    `logprobs` is parallel to `token_ids` when the engine sent logprobs for every new token,
-    else None.
-    """
-
-    choice_index: int
-    token_ids: tuple[int, ...]
-    logprobs: tuple[TokenLogprob, ...] | None = None
-
-
-class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
-    """The engine finished one choice; no more events for `choice_index` follow.
-
-    `finish_reason` is "stop" or "length" (an engine's "repetition" counts as "stop").
-    `stop_reason` is the stop token id the engine matched when it reports one (vLLM
-    `stop_token_ids`), else None. Token counts are the engine's, for usage.
-    """
-
-    choice_index: int
-    finish_reason: str
-    stop_reason: int | str | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-
-
-EngineEvent: TypeAlias = TokenDelta | ChoiceFinished
+from smg_trio.neutral.events import EngineEvent
+from smg_trio.neutral.runtime import Runtime, Wire
 
 
 class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):

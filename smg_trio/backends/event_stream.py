@@ -9,13 +9,11 @@ that piled up, with consecutive token deltas of a choice merged into one event.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from typing import assert_never
 
 import trio
 
-from smg_trio.backends.base import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.backends.mailbox import Mailbox
+from smg_trio.neutral.events import EngineEvent, coalesce
 
 
 class EngineEventStream:
@@ -58,40 +56,3 @@ class EngineEventStream:
         """The iteration raises `error` after the queued events; later events are dropped."""
         self._closed = True
         self._mailbox.close(error)
-
-
-def coalesce(events: Sequence[EngineEvent]) -> Sequence[EngineEvent]:
-    """Merge each choice's token deltas in a batch into its first one; order within a choice kept.
-
-    A choice's `ChoiceFinished` comes after all of its deltas, so merging a later delta into an
-    earlier position never moves tokens past their finish. Deltas are gathered first and each
-    merged delta is built once (linear in the batch, however far a slow consumer fell behind).
-    """
-    if len(events) < 2:  # the common case, one event per wake-up: nothing to merge
-        return events
-    slots: list[EngineEvent | list[TokenDelta]] = []
-    open_group: dict[int, list[TokenDelta]] = {}  # choice index -> its deltas in this batch
-    for event in events:
-        match event:
-            case TokenDelta(choice_index=choice):
-                group = open_group.get(choice)
-                if group is None:
-                    group = open_group[choice] = []
-                    slots.append(group)
-                group.append(event)
-            case ChoiceFinished(choice_index=choice):
-                open_group.pop(choice, None)
-                slots.append(event)
-            case _:
-                assert_never(event)
-    return [_merged(slot) if isinstance(slot, list) else slot for slot in slots]
-
-
-def _merged(deltas: list[TokenDelta]) -> TokenDelta:
-    if len(deltas) == 1:
-        return deltas[0]
-    token_ids = tuple(token for delta in deltas for token in delta.token_ids)
-    logprobs = None
-    if all(delta.logprobs is not None for delta in deltas):
-        logprobs = tuple(lp for delta in deltas for lp in delta.logprobs or ())
-    return TokenDelta(choice_index=deltas[0].choice_index, token_ids=token_ids, logprobs=logprobs)

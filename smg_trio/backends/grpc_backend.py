@@ -39,7 +39,7 @@ from smg_trio.backends.asyncio_bridge import (
     TrioHandoff,
     open_asyncio_bridge,
 )
-from smg_trio.backends.base import BackendStatistics, ChoiceFinished, EngineStatus
+from smg_trio.backends.base import BackendStatistics, EngineStatus
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.grpc_calls import GrpcCall, failure_of, new_engine_request_id
 from smg_trio.backends.grpc_readiness import EngineReadiness
@@ -51,7 +51,6 @@ from smg_trio.backends.grpc_services import (
     parse_address,
 )
 from smg_trio.core.finalize import Finalized
-from smg_trio.core.runtime import Runtime, Wire, require_adapter
 from smg_trio.errors import (
     BackendError,
     BackendUnavailable,
@@ -59,6 +58,8 @@ from smg_trio.errors import (
     EngineDead,
     UnsupportedRuntime,
 )
+from smg_trio.neutral.events import ChoiceFinished
+from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)

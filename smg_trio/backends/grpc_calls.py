@@ -20,9 +20,9 @@ import outcome
 import trio
 
 from smg_trio.backends.asyncio_bridge import BridgeTask
-from smg_trio.backends.base import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.errors import BackendError, BackendUnavailable, EngineRejected
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcLogprob
 
 logger = logging.getLogger(__name__)

@@ -30,7 +30,6 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.exceptions import ProtocolError as GrpclibProtocolError
 
 from smg_trio.core.finalize import EngineRequest
-from smg_trio.core.runtime import Runtime
 from smg_trio.errors import (
     BackendError,
     BackendProtocolError,
@@ -41,6 +40,7 @@ from smg_trio.errors import (
     EngineRejected,
     UnsupportedRuntime,
 )
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire._proto import (
     mlx_engine_grpc,
     mlx_engine_pb2,

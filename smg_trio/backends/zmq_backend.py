@@ -53,7 +53,6 @@ from smg_trio.backends.zmq_socket import (
     private_ipc_dir,
 )
 from smg_trio.core.finalize import EngineRequest, Finalized
-from smg_trio.core.runtime import Runtime, Wire, require_adapter
 from smg_trio.errors import (
     BackendError,
     BackendProtocolError,
@@ -61,6 +60,7 @@ from smg_trio.errors import (
     ConfigError,
     UnsupportedRuntime,
 )
+from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.zmq_transport import RequestType, encode_abort, encode_init, is_engine_dead
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.backends.base import TokenLogprob, TopLogprob
 from smg_trio.core.finalize import EngineRequest
-from smg_trio.core.runtime import Runtime
 from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire import tokenspeed_zmq, vllm_zmq, vllm_zmq_outputs
 from smg_trio.wire.zmq_transport import RequestType
 

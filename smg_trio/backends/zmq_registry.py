@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from smg_trio.backends.base import ChoiceFinished, EngineStatus, TokenDelta
+from smg_trio.backends.base import EngineStatus
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
@@ -28,8 +28,9 @@ from smg_trio.backends.zmq_codec import (
     RequestStep,
     decode_registration,
 )
-from smg_trio.core.runtime import Runtime
 from smg_trio.errors import BackendError, BackendProtocolError, EngineDead, EngineRejected
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.zmq_transport import (
     HELLO,
     READY,

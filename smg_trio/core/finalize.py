@@ -20,10 +20,10 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams, StopSpec
-from smg_trio.core.runtime import Runtime, Wire, require_adapter
+from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError, UnsupportedRuntime
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire, require_adapter
 
 
 class WorkerTarget(msgspec.Struct, frozen=True, kw_only=True):

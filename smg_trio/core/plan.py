@@ -7,15 +7,9 @@ engine's fields. Everything here is frozen: stages return new values, they never
 
 from __future__ import annotations
 
-import enum
-
 import msgspec
 
-
-class Endpoint(enum.Enum):
-    CHAT = "chat"  # POST /v1/chat/completions
-    COMPLETION = "completion"  # POST /v1/completions
-    GENERATE = "generate"  # POST /generate (SGLang style)
+from smg_trio.neutral.runtime import Endpoint
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):

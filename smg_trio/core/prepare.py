@@ -16,9 +16,10 @@ from typing import Any
 import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate
-from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
+from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire import openai as oa
 from smg_trio.wire import openai_decode as oad
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
-from smg_trio.core.plan import Endpoint, GeneratePlan
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
     CompletionStreamRenderer,
@@ -33,6 +33,7 @@ from smg_trio.core.render import (
 )
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.neutral.runtime import Endpoint
 
 MatchedStop = str | int | None
 

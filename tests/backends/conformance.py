@@ -17,10 +17,12 @@ from typing import Protocol
 
 import trio
 
-from smg_trio.backends.base import Backend, ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.backends.base import Backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams
+from smg_trio.core.plan import GeneratePlan, SamplingParams
 from smg_trio.errors import EngineDead
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.neutral.runtime import Endpoint
 
 ABORT_DEADLINE_S = 0.05
 """Leaving a stream must get the ABORT to the engine within this (the brief's 50 ms)."""

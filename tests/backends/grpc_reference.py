@@ -19,8 +19,8 @@ from grpclib.client import Channel
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
-from smg_trio.core.runtime import Runtime
 from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
 from tests.backends.conformance import EngineFactory, EngineUnderTest

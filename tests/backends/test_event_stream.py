@@ -9,9 +9,9 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smg_trio.backends.base import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
-from smg_trio.backends.event_stream import EngineEventStream, coalesce
+from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.errors import EngineDead
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob, coalesce
 
 
 def finished(choice: int) -> ChoiceFinished:

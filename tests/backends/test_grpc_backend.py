@@ -21,7 +21,6 @@ import trio
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import grpc_generate, open_loop_client, parse_address
 from smg_trio.core.finalize import Finalized
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.errors import (
@@ -31,6 +30,7 @@ from smg_trio.errors import (
     EngineRejected,
     UnsupportedRuntime,
 )
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.wire.grpc_messages import build_sglang_generate
 from tests.backends import conformance
 from tests.backends.conformance import (

@@ -6,7 +6,8 @@ import pytest
 
 from smg_trio.backends.grpc_services import grpc_generate
 from smg_trio.core.finalize import EngineRequest
-from smg_trio.core.plan import Endpoint, SamplingParams
+from smg_trio.core.plan import SamplingParams
+from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire.grpc_messages import build_trtllm_generate, build_vllm_generate
 
 

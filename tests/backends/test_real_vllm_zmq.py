@@ -22,12 +22,12 @@ import httpx
 import pytest
 import trio
 
-from smg_trio.backends.base import ChoiceFinished, TokenDelta
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams
-from smg_trio.core.runtime import Runtime, Wire
+from smg_trio.core.plan import GeneratePlan, SamplingParams
 from smg_trio.model import ModelDir, load_model_dir
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from tests.backends.conformance import collect, finishes_of, tokens_of
 
 VENV: Final = os.environ.get("SMG_TRIO_VLLM_VENV", "")

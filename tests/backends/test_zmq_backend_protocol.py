@@ -14,12 +14,10 @@ import trio
 import trio.testing
 import zmq
 
-from smg_trio.backends.base import ChoiceFinished, TokenDelta
 from smg_trio.backends.zmq_backend import WATCHDOG_PERIOD_S, ZmqBackend, open_zmq_backend
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
 from smg_trio.core.finalize import EngineRequest, Finalized
-from smg_trio.core.plan import Endpoint, SamplingParams, StopSpec
-from smg_trio.core.runtime import Runtime, Wire
+from smg_trio.core.plan import SamplingParams, StopSpec
 from smg_trio.errors import (
     BackendUnavailable,
     ClientError,
@@ -28,6 +26,8 @@ from smg_trio.errors import (
     EngineRejected,
     UnsupportedRuntime,
 )
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutput,

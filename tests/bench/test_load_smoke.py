@@ -41,8 +41,8 @@ from bench.load_workload import (
     request_specs,
 )
 from bench.stop_cost import stop_costs
-from smg_trio.core.runtime import Runtime
 from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.runtime import Runtime
 from tests.e2e.live_server import MODEL, STOP, LiveServer, live_server
 
 STREAMS = 2

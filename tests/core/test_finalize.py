@@ -5,17 +5,18 @@ from __future__ import annotations
 import pytest
 
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import Endpoint, GeneratePlan, SamplingParams, StopSpec
-from smg_trio.core.runtime import (
+from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.errors import ClientError, UnsupportedRuntime
+from smg_trio.neutral.runtime import (
     SUPPORTED_PAIRS,
+    Endpoint,
     Runtime,
     Wire,
     parse_runtime,
     parse_wire,
     require_adapter,
 )
-from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.errors import ClientError, UnsupportedRuntime
 from tests.core.mock_tokenizers import WordMockTokenizer
 
 T1 = WordMockTokenizer()

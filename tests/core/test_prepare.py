@@ -10,11 +10,12 @@ import pytest
 from tokenizers import Tokenizer, processors
 
 from smg_trio.core.chat_template import ChatTemplate
-from smg_trio.core.plan import Endpoint, GeneratePlan
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError
 from smg_trio.hf_tokenizer import ModelTokenizer
 from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire import openai_decode as oad
 
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)

@@ -18,8 +18,8 @@ import trio
 
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.config import GatewayConfig, WorkerSpec
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving, serve
 
 ENGINE_READY_S: Final = 30.0

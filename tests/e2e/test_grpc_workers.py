@@ -17,8 +17,8 @@ import pytest
 import trio
 
 from smg_trio.config import GatewayConfig, WorkerSpec
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving, serve
 from tests.backends.grpc_reference import start_engine, stop_engine
 

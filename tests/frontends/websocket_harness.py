@@ -19,10 +19,10 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
-from smg_trio.core.runtime import Runtime, Wire
 from smg_trio.frontends.websocket import handle_websocket
 from smg_trio.gateway import Gateway, Worker
 from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.runtime import Runtime, Wire
 
 REPLAY_TEXT: Final = "Tokens stream from the engine to you. STOP This part is never shown. "
 ENGINE_READY_S: Final = 30.0

@@ -481,7 +481,7 @@ def test_status_numbers_agree_with_grpclib() -> None:
 def test_neutral_inputs_mirror_the_core_types() -> None:
     """Backends convert core values field for field; these must not drift apart."""
     from smg_trio.core.plan import SamplingParams
-    from smg_trio.core.runtime import Runtime
+    from smg_trio.neutral.runtime import Runtime
 
     assert GrpcSampling.__struct_fields__ == SamplingParams.__struct_fields__
     assert msgspec.structs.asdict(GrpcSampling()) == msgspec.structs.asdict(SamplingParams())

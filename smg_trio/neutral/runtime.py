@@ -1,4 +1,5 @@
-"""Pure. Engine runtimes and wires, and which (runtime, wire) pairs have an adapter.
+"""Pure. Engine runtimes, wires and client endpoints, and which (runtime, wire) pairs have an
+adapter.
 
 A worker's runtime is always explicit. `UNSPECIFIED` exists so that a configuration that forgot
 it can be represented and rejected with a clear message, never silently defaulted.
@@ -23,6 +24,12 @@ class Runtime(enum.Enum):
 class Wire(enum.Enum):
     GRPC = "grpc"
     ZMQ = "zmq"
+
+
+class Endpoint(enum.Enum):
+    CHAT = "chat"  # POST /v1/chat/completions
+    COMPLETION = "completion"  # POST /v1/completions
+    GENERATE = "generate"  # POST /generate (SGLang style)
 
 
 _RUNTIME_ALIASES = {"tensorrt-llm": Runtime.TRTLLM, "tensorrt_llm": Runtime.TRTLLM}
