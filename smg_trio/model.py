@@ -17,7 +17,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,6 @@ class ModelDir:
     tokenizer_eos_ids: tuple[int, ...]
     eos_ids: EosIds
     context_length: int | None
-    add_bos_token: bool | None = None
-    # Named templates when the config lists several ({name, template} dicts); empty otherwise.
-    chat_templates: Mapping[str, str] = field(default_factory=dict)
 
     def prompt_model(self) -> PromptModel:
         """What `core.prepare` needs, with the chat template compiled once."""
@@ -149,12 +146,10 @@ def special_token_text(value: object) -> str | None:
     return None
 
 
-def parse_chat_templates(value: object, source: Path) -> tuple[str | None, dict[str, str]]:
-    """`chat_template` as a string or a list of {name, template} → (default, named)."""
-    if value is None:
-        return None, {}
-    if isinstance(value, str):
-        return value, {}
+def parse_chat_template(value: object, source: Path) -> str | None:
+    """`chat_template` as a string or a list of {name, template} → the default one, if any."""
+    if value is None or isinstance(value, str):
+        return value
     if isinstance(value, list):
         named: dict[str, str] = {}
         for entry in value:
@@ -167,7 +162,7 @@ def parse_chat_templates(value: object, source: Path) -> tuple[str | None, dict[
                     f"{source}: chat_template list entries must be {{name, template}} strings"
                 )
             named[entry["name"]] = entry["template"]
-        return named.get("default"), named
+        return named.get("default")
     raise ConfigError(f"{source}: chat_template must be a string or a list, not {value!r:.80}")
 
 
@@ -274,24 +269,21 @@ def load_model_dir(path: str | os.PathLike[str], *, served_name: str | None = No
     if raw_template is None:
         raw_template = _read_fallback_chat_template(directory)
         template_source = directory
-    chat_template, chat_templates = parse_chat_templates(raw_template, template_source)
+    chat_template = parse_chat_template(raw_template, template_source)
 
     tokens = {
         key: special_token_text(settings[key] if key in settings else specials_map.get(key))
         for key in SPECIAL_TOKEN_KEYS
     }
-    add_bos_token = settings.get("add_bos_token")
     return ModelDir(
         path=directory,
         served_name=served_name or directory.resolve().name,
         tokenizer=ModelTokenizer(hf_tokenizer, eos_token_ids=tokenizer_eos_ids),
         chat_template=chat_template,
-        chat_templates=chat_templates,
         bos_token=tokens["bos_token"],
         eos_token=tokens["eos_token"],
         pad_token=tokens["pad_token"],
         unk_token=tokens["unk_token"],
-        add_bos_token=add_bos_token if isinstance(add_bos_token, bool) else None,
         tokenizer_eos_ids=tokenizer_eos_ids,
         eos_ids=merge_connect_eos_ids(config, generation_config),
         context_length=context_length_of(config, tokenizer_config),

@@ -68,7 +68,6 @@ def test_demo_model_tokens_and_eos() -> None:
     assert demo.eos_ids == EosIds(primary=0, extra=(2,))
     assert (demo.bos_token, demo.eos_token, demo.pad_token) == (None, "<|im_end|>", "<|pad|>")
     assert demo.context_length == 4096
-    assert demo.add_bos_token is False
 
 
 def test_demo_model_has_plain_think_tokens() -> None:

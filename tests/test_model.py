@@ -164,7 +164,6 @@ def test_chat_template_string_form(tmp_path: Path) -> None:
     directory = make_model_dir(tmp_path / "m", tokenizer_config={"chat_template": "{{ x }}"})
     loaded = load_model_dir(directory)
     assert loaded.chat_template == "{{ x }}"
-    assert loaded.chat_templates == {}
 
 
 def test_chat_template_list_form_picks_default(tmp_path: Path) -> None:
@@ -172,7 +171,6 @@ def test_chat_template_list_form_picks_default(tmp_path: Path) -> None:
     directory = make_model_dir(tmp_path / "m", tokenizer_config={"chat_template": templates})
     loaded = load_model_dir(directory)
     assert loaded.chat_template == "D"
-    assert loaded.chat_templates == {"tool_use": "T", "default": "D"}
 
 
 def test_chat_template_list_without_default_has_no_default(tmp_path: Path) -> None:
@@ -181,7 +179,6 @@ def test_chat_template_list_without_default_has_no_default(tmp_path: Path) -> No
         make_model_dir(tmp_path / "m", tokenizer_config={"chat_template": templates})
     )
     assert loaded.chat_template is None
-    assert loaded.chat_templates == {"rag": "R"}
 
 
 def test_malformed_chat_template_list_is_a_config_error(tmp_path: Path) -> None:
@@ -204,7 +201,6 @@ def test_special_tokens_as_strings_dicts_null_or_from_the_map(tmp_path: Path) ->
             "bos_token": {"__type": "AddedToken", "content": "<|im_start|>", "special": True},
             "eos_token": "<|im_end|>",
             "pad_token": None,
-            "add_bos_token": True,
         },
         special_tokens_map={"pad_token": "<|pad|>", "unk_token": {"content": "<|endoftext|>"}},
     )
@@ -212,7 +208,6 @@ def test_special_tokens_as_strings_dicts_null_or_from_the_map(tmp_path: Path) ->
     assert (loaded.bos_token, loaded.eos_token) == ("<|im_start|>", "<|im_end|>")
     assert loaded.pad_token is None  # an explicit null wins over special_tokens_map.json
     assert loaded.unk_token == "<|endoftext|>"
-    assert loaded.add_bos_token is True
 
 
 def test_added_tokens_decoder_can_make_a_token_special(tmp_path: Path) -> None:

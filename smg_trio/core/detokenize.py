@@ -25,7 +25,7 @@ U+FFFD instead of dropping them silently.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from smg_trio.core.tokenizer import TokenizerLike
@@ -97,10 +97,6 @@ class Detokenizer:
         if self._clean and type(piece) is str:
             return piece
         return self._step_pending(piece)
-
-    def step_many(self, token_ids: Iterable[int]) -> str:
-        """`step` each id in order; return the concatenated text."""
-        return "".join([self.step(token_id) for token_id in token_ids])
 
     def flush(self) -> str:
         """End of stream: return everything held, incomplete bytes as U+FFFD; then reset."""

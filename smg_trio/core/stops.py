@@ -170,12 +170,6 @@ class StopScanner:
             return self._stopped("", result)
         return Emit(result) if result else HOLD
 
-    def reset(self) -> None:
-        """Start a new choice with the same spec (non-streaming responses reuse one scanner)."""
-        self._detokenizer.reset()
-        self._held = ""
-        self._stop = None
-
     def _stop_on_token(self, token_id: int, out: str) -> Stop:
         released = self._scan(self._detokenizer.flush(), True)
         if isinstance(released, Stop):
