@@ -230,7 +230,7 @@ async def run_scripted_requests(serving: Serving, host: str, model: str, out: Te
         out.write(json.dumps(json.loads(b"".join(body)), indent=2) + "\n\n")
 
         await trio.sleep(0.05)  # let the engine act on the abort before reading its counters
-        for worker in serving.gateway.workers:
+        for worker in serving.gateway.pool.workers:
             call_utility = getattr(worker.backend, "call_utility", None)
             if call_utility is not None:
                 counters = await call_utility("smg_trio_counters")

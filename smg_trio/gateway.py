@@ -9,22 +9,19 @@ GatewayError for the front end to render; after it, the sink gets a final error 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import time
 import uuid
-from collections.abc import Sequence
 from typing import Final
 
-import msgspec
 import trio
 
-from smg_trio.backends.base import Backend
-from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.finalize import finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
-from smg_trio.errors import BackendUnavailable, ClientError, RequestTimeout
+from smg_trio.errors import ClientError, RequestTimeout
 from smg_trio.model import ModelDir
 from smg_trio.request import ClientSink, SinkState, run_request
+from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
@@ -38,40 +35,25 @@ GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate")
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
 
 
-class Worker(msgspec.Struct, frozen=True):
-    name: str  # the spec as the operator wrote it
-    target: WorkerTarget
-    backend: Backend
-
-
 class Gateway:
-    def __init__(
-        self, model: ModelDir, workers: Sequence[Worker], *, request_timeout_s: float
-    ) -> None:
-        if not workers:
-            raise ValueError("a gateway needs at least one worker")
+    def __init__(self, model: ModelDir, pool: WorkerPool, *, request_timeout_s: float) -> None:
         self.model = model
         self.prompt_model: PromptModel = model.prompt_model()
-        self.workers = tuple(workers)
+        self.pool = pool
         self.request_timeout_s = request_timeout_s
-        self._turn = itertools.cycle(range(len(self.workers)))
         self._created = int(time.time())
 
     @property
     def ready(self) -> bool:
-        return any(w.backend.statistics().ready for w in self.workers)
+        return self.pool.ready
 
     def models_body(self) -> bytes:
         card = ModelCard(id=self.prompt_model.name, created=self._created, owned_by="smg-trio")
         return JSON_ENCODER.encode(ModelList(data=(card,)))
 
     def pick_worker(self) -> Worker:
-        """Round-robin over the workers that are ready now."""
-        for _ in range(len(self.workers)):
-            worker = self.workers[next(self._turn)]
-            if worker.backend.statistics().ready:
-                return worker
-        raise BackendUnavailable("no engine worker is ready; try again shortly")
+        """The worker for one request, as the pool's policy chooses; BackendUnavailable if none."""
+        return self.pool.pick()
 
     async def handle(self, path: str, body: bytes, sink: ClientSink) -> None:
         """Serve one generation request; raise GatewayError only while nothing was sent."""

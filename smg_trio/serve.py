@@ -41,9 +41,10 @@ from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
-from smg_trio.gateway import Gateway, Worker
+from smg_trio.gateway import Gateway
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
+from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
 """How long in-flight requests may go on after shutdown is triggered."""
@@ -86,7 +87,8 @@ async def serve(
             target = WorkerTarget(runtime=spec.runtime, wire=spec.wire)
             workers.append(Worker(name=str(spec), target=target, backend=backend))
             addresses.append(address)
-        gateway = Gateway(model, workers, request_timeout_s=config.request_timeout_s)
+        pool = WorkerPool(workers, RoundRobin())
+        gateway = Gateway(model, pool, request_timeout_s=config.request_timeout_s)
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
         async with trio.open_nursery() as nursery:
             urls: list[str] = await nursery.start(

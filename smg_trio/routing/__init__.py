@@ -1,1 +1,1 @@
-"""I/O. routing."""
+"""Pure. Choosing the engine worker that serves each request (workers.py)."""

@@ -55,7 +55,7 @@ class LiveServer:
         return self.backend_of(0)
 
     def backend_of(self, worker: int) -> ZmqBackend:
-        backend = self.serving.gateway.workers[worker].backend
+        backend = self.serving.gateway.pool.workers[worker].backend
         assert isinstance(backend, ZmqBackend)
         return backend
 
@@ -135,7 +135,7 @@ async def live_server(
                             await trio.lowlevel.open_process(command, stdout=log, stderr=log)
                         )
                     with trio.fail_after(ENGINE_READY_S):
-                        for worker in serving.gateway.workers:
+                        for worker in serving.gateway.pool.workers:
                             await worker.backend.wait_ready()
                 scheme = "http" if tls is None else "https"
                 yield LiveServer(serving, processes, scheme, api_key, step_ms)

@@ -41,7 +41,7 @@ async def grpc_gateway(runtime: Runtime, tmp_path: Path) -> AsyncIterator[str]:
                     partial(serve, config, shutdown_trigger=stop.wait)
                 )
                 with trio.fail_after(READY_S):
-                    await serving.gateway.workers[0].backend.wait_ready()
+                    await serving.gateway.pool.workers[0].backend.wait_ready()
                 try:
                     yield f"http://127.0.0.1:{serving.port}"
                 finally:

@@ -20,9 +20,10 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.frontends.websocket import handle_websocket
-from smg_trio.gateway import Gateway, Worker
+from smg_trio.gateway import Gateway
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
 
 REPLAY_TEXT: Final = "Tokens stream from the engine to you. STOP This part is never shown. "
 ENGINE_READY_S: Final = 30.0
@@ -105,7 +106,8 @@ async def running_gateway(
                     await backend.wait_ready()
                 target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
                 worker = Worker("vllm+zmq://test", target, backend)
-                gateway = Gateway(model, [worker], request_timeout_s=60.0)
+                pool = WorkerPool([worker], RoundRobin())
+                gateway = Gateway(model, pool, request_timeout_s=60.0)
                 config = Config()
                 config.bind = ["127.0.0.1:0"]
                 config.accesslog = None
