@@ -13,7 +13,8 @@
 - Leaving a stream's block before its end sends a cancel; the server aborts that request only.
 - An `error` frame raises `GatewayClientError` from the iteration; an error frame with id null
   (about no live request) is logged and kept in `protocol_errors`.
-- `python -m smg_trio.client ws://127.0.0.1:PORT/v1/ws "prompt"` streams one chat completion.
+- `python -m smg_trio.client ws://127.0.0.1:PORT/v1/ws "prompt" [--stop TEXT ...]` streams one
+  chat completion.
 """
 
 from __future__ import annotations
@@ -248,10 +249,14 @@ def chat_text(chunk: Mapping[str, Any]) -> str:
     return "".join(choice.get("delta", {}).get("content") or "" for choice in chunk["choices"])
 
 
-async def _stream_chat(url: str, prompt: str, max_tokens: int | None, api_key: str | None) -> int:
+async def _stream_chat(
+    url: str, prompt: str, max_tokens: int | None, stops: list[str], api_key: str | None
+) -> int:
     body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}], "stream": True}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
+    if stops:
+        body["stop"] = stops
     async with open_gateway_client(url, api_key=api_key) as client:
         try:
             async with client.stream("/v1/chat/completions", body) as stream:
@@ -273,10 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url", help="for example ws://127.0.0.1:8000/v1/ws")
     parser.add_argument("prompt")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="a stop string (repeat for several); the text ends before it",
+    )
     parser.add_argument("--api-key", default=None, help="sent as Authorization: Bearer KEY")
     args = parser.parse_args(argv)
     try:
-        return trio.run(_stream_chat, args.url, args.prompt, args.max_tokens, args.api_key)
+        return trio.run(
+            _stream_chat, args.url, args.prompt, args.max_tokens, args.stop, args.api_key
+        )
     except (OSError, trio_websocket.HandshakeError) as exc:
         reason = exc.__cause__ or exc  # trio-websocket wraps the OSError in a HandshakeError
         sys.stderr.write(f"error: cannot connect to {args.url}: {reason}\n")

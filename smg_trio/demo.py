@@ -104,7 +104,10 @@ def instructions(base_url: str, ws_url: str, model: str) -> str:
             json.dumps(chat_body(model)),
         ]
     )
-    websocket = shlex.join([sys.executable, "-m", "smg_trio.client", ws_url, PROMPT])
+    # The same stop as the curl body, so both examples end their text before STOP.
+    websocket = shlex.join(
+        [sys.executable, "-m", "smg_trio.client", ws_url, PROMPT, "--stop", STOP_WORD]
+    )
     return (
         f"smg-trio gateway on {base_url} (HTTP/1.1 and h2c), WebSocket on {ws_url}\n\n"
         f"Streaming chat completion with a stop string (drop --http2-prior-knowledge for "

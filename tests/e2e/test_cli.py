@@ -135,6 +135,7 @@ async def test_demo_once_serves_the_example_requests() -> None:
     assert result.returncode == 0, out + result.stderr.decode()
     assert "curl -N --http2-prior-knowledge http://127.0.0.1:" in out
     assert "-m smg_trio.client ws://127.0.0.1:" in out
+    assert "--stop STOP\n" in out  # the WebSocket example stops like the curl one
     assert "finish_reason: stop" in out
     assert '"tokens_after_abort": 0' in out
     assert out.rstrip().endswith("demo OK")

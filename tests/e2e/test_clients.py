@@ -6,6 +6,7 @@ gives the same text and finish fields over every transport."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import ssl
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from openai import OpenAI
 from openai.types import CompletionUsage
 
 from smg_trio.client import open_gateway_client
+from smg_trio.demo import instructions
 from tests.e2e.live_server import (
     API_KEY,
     MODEL,
@@ -210,6 +212,25 @@ async def websocket_outcome(server: LiveServer, body: dict[str, Any]) -> ChatOut
     async with open_gateway_client(url) as client, client.stream(CHAT, body) as stream:
         events: list[dict[str, object] | str] = [chunk async for chunk in stream]
     return chat_outcome([*events, "[DONE]"])
+
+
+async def test_the_demo_websocket_example_stops_like_the_curl_one(tmp_path: Path) -> None:
+    """The WebSocket command `smg-trio demo` prints, run as printed: it asks for the same stop
+    string as the curl example, so its text ends before STOP with finish "stop"."""
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with live_server(tmp_path, api_key=None) as server:
+            ws_url = f"ws://127.0.0.1:{server.port}/v1/ws"
+            printed = instructions(server.base_url, ws_url, MODEL)
+            (line,) = [row.strip() for row in printed.splitlines() if "-m smg_trio.client" in row]
+            assert line.endswith(f"--stop {STOP}")
+            result = await trio.run_process(
+                shlex.split(line), capture_stdout=True, capture_stderr=True, check=False
+            )
+    out = result.stdout.decode()
+    assert result.returncode == 0, out + result.stderr.decode()
+    text, _, status = out.partition("\n[finish: ")
+    assert text == REPLAY_HEAD
+    assert status.startswith("stop;")
 
 
 async def test_websocket_needs_the_api_key(server: LiveServer) -> None:
