@@ -8,9 +8,10 @@ streaming chat request (demo model, `ignore_eos`, fixed `max_tokens`, so all are
 each stream sends its share of the configuration's fixed request count one after another, under
 a time cap.
 
-Two passes: "backend" only counts the tokens of each `TokenDelta`; "pipeline" also feeds every
-event to a `ResponseAssembler` (detokenize, stop scan for two strings that practically never
-match, chat render) and SSE-frames its payloads: the gateway's per-request work without HTTP.
+Two passes: "backend" only counts the tokens of each `TokenDelta`; "pipeline" also feeds each
+batch of events to a `ResponseAssembler` (detokenize, stop scan for two strings that practically
+never match, chat render) and SSE-frames its payloads: the gateway's per-request work without
+HTTP.
 Per run: tokens received through our client, wall time, the client process's CPU time
 (`time.process_time`: all its threads, libzmq's I/O thread too), the engine's output messages
 (its own counter, read with the `smg_trio_counters` utility call) and the engine process's CPU
@@ -32,7 +33,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, assert_never
+from typing import IO, Final
 
 import msgspec
 import trio
@@ -55,7 +56,7 @@ from smg_trio.core.render import sse
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.model import demo_model_path, load_model_dir
-from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.wire.openai_decode import decode_chat_request
 
@@ -190,27 +191,15 @@ async def _run_stream(
             ResponseAssembler(plan, engine.tokenizer, created=0) if workload.pipeline else None
         )
         async with engine.backend.open_stream(finalized) as events:
-            async for event in events:
-                match event:
-                    case TokenDelta(choice_index=index, token_ids=token_ids):
-                        tally.tokens += len(token_ids)
-                        if assembler is not None:
-                            for payload in assembler.on_tokens(index, token_ids):
-                                tally.payload_bytes += len(sse(payload))
-                    case ChoiceFinished():
-                        if assembler is not None:
-                            payloads = assembler.on_engine_finished(
-                                event.choice_index,
-                                event.finish_reason,
-                                event.stop_reason,
-                                event.completion_tokens,
-                            )
-                            for payload in payloads:
-                                tally.payload_bytes += len(sse(payload))
-                    case _:
-                        assert_never(event)
-                if assembler is not None and assembler.done:
-                    break  # a router stop matched: the gateway leaves (and aborts) here too
+            async for batch in events.batches():  # as the gateway takes them
+                for event in batch:
+                    if isinstance(event, TokenDelta):
+                        tally.tokens += len(event.token_ids)
+                if assembler is not None:
+                    for payload in assembler.on_events(batch):
+                        tally.payload_bytes += len(sse(payload))
+                    if assembler.done:
+                        break  # a router stop matched: the gateway leaves (and aborts) here too
         tally.requests_done += 1
 
 

@@ -1,9 +1,10 @@
 """I/O. The gateway's request entry point, shared by every front end (HTTP and WebSocket).
 
 `Gateway.handle(path, body, sink)` decodes and validates the body, prepares and finalizes the
-request for the worker it picks (round-robin over ready workers), and runs the per-request
-nursery under the request deadline. Everything that can go wrong before the first byte raises a
-GatewayError for the front end to render; after it, the sink gets a final error event.
+request for the worker its `routing.workers.WorkerPool` picks, and runs the per-request
+nursery under the request deadline. A request that fails before it reaches a backend raises a
+GatewayError for the front end to hand to its sink; anything later reaches `sink.fail` directly.
+Either way the sink's state decides what the error becomes (an HTTP status or a final event).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError, RequestTimeout
 from smg_trio.model import ModelDir
-from smg_trio.request import ClientSink, SinkState, run_request
+from smg_trio.request import ClientSink, run_request
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
@@ -33,6 +34,8 @@ GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate")
 # Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
 # cannot stall every other stream on the event loop; short ones are cheaper inline.
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
+# How long a request that ran out of time may still spend sending its timeout error.
+TIMEOUT_ERROR_GRACE_S: Final = 1.0
 
 
 class Gateway:
@@ -56,7 +59,12 @@ class Gateway:
         return self.pool.pick()
 
     async def handle(self, path: str, body: bytes, sink: ClientSink) -> None:
-        """Serve one generation request; raise GatewayError only while nothing was sent."""
+        """Serve one generation request to `sink`.
+
+        A request that fails before it reaches a backend (a bad body, no ready worker) raises
+        GatewayError, nothing having been sent; every later failure, the deadline included,
+        ends the response through `sink.fail`.
+        """
         deadline = trio.current_time() + self.request_timeout_s
         try:
             with trio.fail_at(deadline):
@@ -75,11 +83,9 @@ class Gateway:
             error = RequestTimeout(
                 f"the request did not finish within {self.request_timeout_s:g} s"
             )
-            if sink.state is SinkState.IDLE:
-                raise error from None
-            if sink.state is SinkState.STREAMING:
-                with trio.CancelScope(shield=True):
-                    await sink.close_stream(error)
+            # Past the deadline: telling the client gets a short, shielded grace of its own.
+            with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
+                await sink.fail(error)
 
     async def _prepare(self, path: str, body: bytes) -> GeneratePlan:
         if len(body) <= INLINE_PREPARE_MAX_BYTES:

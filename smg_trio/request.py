@@ -1,31 +1,33 @@
-"""I/O. The per-request nursery: backend stream, stop scanner and client writer as three tasks.
+"""I/O. The per-request nursery: the backend stream under the stop scanner, and the client writer.
 
-    pump     engine events ──mailbox──▶ scanner ──mailbox──▶ writer ──▶ client
-     ▲                                    │
-     └──────── cancelled when every choice is done (router stop or engine finish)
+    engine events ──(backend mailbox)──▶ scanner ──chunks mailbox──▶ writer ──▶ client
+                                           │
+       leaves the backend stream when every choice is done (router stop or engine finish)
 
 - `prepare` and `finalize` ran before this: nothing here can fail on request shape.
-- Leaving the backend's `open_stream` block for any reason aborts what the engine is still
-  generating, so a router-side stop or a vanished client costs no more engine time.
-- The tasks hand over through coalescing mailboxes (`put_nowait` never blocks; the consumer
-  takes everything queued in one wake-up): one task switch per hop and batch instead of two per
-  item. The scanner therefore keeps up with the engine whatever the client does, so a stop
+- The scanner (the request's own task) holds the backend's `open_stream` block and takes its
+  events a batch at a time, merged once by the backend stream, straight into the response
+  assembler. Leaving the block for any reason aborts what the engine is still generating, so a
+  router-side stop leaves it at once and a vanished client costs no more engine time.
+- The writer is the scanner's one child: the scanner hands it each batch's payloads through a
+  coalescing mailbox (`put_nowait` never blocks; the writer takes everything queued in one
+  wake-up). The scanner therefore keeps up with the engine whatever the client does, so a stop
   string aborts the engine as soon as its tokens arrive, and a slow client gets the payloads
-  that piled up in one write. Memory is bounded by the request: at most one payload per engine
-  output (max_tokens) plus the closing ones, freed when the nursery ends.
+  that piled up in one write. Memory is bounded by the request: at most one payload list per
+  engine batch (max_tokens), freed when the nursery ends.
 - A client that goes away raises `ClientGone` from the sink; it cancels the nursery and is
-  swallowed here. Engine errors before the first byte propagate (the front end renders an HTTP
-  error); after it they become a final error event and a clean end of stream. A failed task
-  never closes its outgoing mailbox, so nothing downstream mistakes a failure for an end.
-- A non-streaming request has no writer: its body goes out once the nursery ended.
+  swallowed here. Any other failure is the sink's to render (`ClientSink.fail`: an HTTP error
+  while nothing was sent, a final error event after). A failed scanner never closes the chunks
+  mailbox, so the writer never mistakes a failure for an end.
+- A stream ends with the assembler's `StreamEnd` (closing chunks, finish and usage as data); a
+  non-streaming request has no writer and its body goes out once the nursery ended.
 - Deadlines are the caller's (`trio.fail_at` around `run_request`).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from typing import Protocol, assert_never
+from typing import Protocol
 
 import trio
 
@@ -34,22 +36,13 @@ from smg_trio.backends.mailbox import Mailbox
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_assembler import ResponseAssembler
+from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
-from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, coalesce
-
-
-class SinkState(enum.Enum):
-    IDLE = "idle"  # nothing sent: an error can still be an HTTP status
-    STREAMING = "streaming"  # bytes went out: an error is a final event
-    CLOSED = "closed"
 
 
 class ClientSink(Protocol):
-    """Where one request's output goes (an SSE response, a WebSocket stream, a terminal)."""
-
-    @property
-    def state(self) -> SinkState: ...
+    """Where one request's output goes (an SSE response, a WebSocket stream)."""
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         """Streaming payloads, in order (one or more; as one write where the transport
@@ -60,8 +53,12 @@ class ClientSink(Protocol):
         """The whole non-streaming response."""
         ...
 
-    async def close_stream(self, error: GatewayError | None) -> None:
-        """End a stream: an error event when `error` is given, then the end marker."""
+    async def end_stream(self, end: StreamEnd) -> None:
+        """The closing payloads, then the transport's end marker built from `end`."""
+        ...
+
+    async def fail(self, error: GatewayError) -> None:
+        """End the response with `error` in whatever form its state allows."""
         ...
 
 
@@ -74,7 +71,7 @@ async def run_request(
     *,
     created: int,
 ) -> None:
-    """Serve one request to `sink`. Raises GatewayError only while nothing was sent."""
+    """Serve one request to `sink`, its failures included (through `sink.fail`)."""
     assembler = ResponseAssembler(plan, tokenizer, created=created)
     failure: GatewayError | None = None
     client_gone = False
@@ -90,11 +87,9 @@ async def run_request(
     if client_gone:
         return
     if failure is not None:
-        if sink.state is SinkState.IDLE:
-            raise failure
-        await sink.close_stream(failure)
+        await sink.fail(failure)
     elif plan.stream:
-        await sink.close_stream(None)
+        await sink.end_stream(assembler.stream_end())
     else:
         await sink.send_body(assembler.response_body())
 
@@ -106,56 +101,21 @@ async def _run_tasks(
     assembler: ResponseAssembler,
     sink: ClientSink,
 ) -> None:
-    deltas: Mailbox[EngineEvent] = Mailbox()
-    payloads: Mailbox[bytes] | None = Mailbox() if plan.stream else None
+    chunks: Mailbox[list[bytes]] | None = Mailbox() if plan.stream else None
     async with trio.open_nursery() as nursery:
-        pump_scope = trio.CancelScope()
-
-        async def pump() -> None:
-            with pump_scope:
-                async with backend.open_stream(finalized) as events:
-                    async for event in events:
-                        deltas.put_nowait(event)
-            deltas.close()  # the engine finished, or the scanner is done and left already
-
-        async def scan() -> None:
-            async for batch in deltas:
-                for event in coalesce(batch):
-                    chunk = _assemble(assembler, event)
-                    if payloads is not None:
-                        for payload in chunk:
-                            payloads.put_nowait(payload)
-                    if assembler.done:
-                        break
+        if chunks is not None:
+            nursery.start_soon(_write, chunks, sink)
+        async with backend.open_stream(finalized) as events:
+            async for batch in events.batches():
+                payloads = assembler.on_events(batch)
+                if chunks is not None and payloads:
+                    chunks.put_nowait(payloads)
                 if assembler.done:
-                    # Every choice is over: leaving the stream aborts the engine's rest.
-                    pump_scope.cancel()
-                    break
-            if payloads is not None:
-                for payload in assembler.closing_payloads():
-                    payloads.put_nowait(payload)
-                payloads.close()
-
-        async def write(payloads: Mailbox[bytes]) -> None:
-            async for batch in payloads:
-                await sink.send_chunks(batch)
-
-        nursery.start_soon(pump)
-        nursery.start_soon(scan)
-        if payloads is not None:
-            nursery.start_soon(write, payloads)
+                    break  # every choice is over: leaving the stream aborts the engine's rest
+        if chunks is not None:
+            chunks.close()
 
 
-def _assemble(assembler: ResponseAssembler, event: EngineEvent) -> list[bytes]:
-    match event:
-        case TokenDelta(choice_index=index, token_ids=token_ids):
-            return assembler.on_tokens(index, token_ids)
-        case ChoiceFinished(
-            choice_index=index,
-            finish_reason=reason,
-            stop_reason=stop_reason,
-            completion_tokens=tokens,
-        ):
-            return assembler.on_engine_finished(index, reason, stop_reason, tokens)
-        case _:
-            assert_never(event)
+async def _write(chunks: Mailbox[list[bytes]], sink: ClientSink) -> None:
+    async for lists in chunks:
+        await sink.send_chunks(lists[0] if len(lists) == 1 else [p for ps in lists for p in ps])

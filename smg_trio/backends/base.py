@@ -24,6 +24,7 @@ A backend turns one `Finalized` (one engine request per choice) into a stream of
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -67,7 +68,14 @@ class BackendStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EngineStream(Protocol):
-    """What `open_stream` yields: iterate it once to get the engine events."""
+    """What `open_stream` yields; iterate it once, either way.
+
+    `batches()` yields everything that arrived since the previous batch, with each choice's
+    token deltas merged (the request layer's way: one wake-up per batch); `async for event in
+    stream` yields the same events one at a time.
+    """
+
+    def batches(self) -> AsyncIterator[Sequence[EngineEvent]]: ...
 
     def __aiter__(self) -> EngineStream: ...
 

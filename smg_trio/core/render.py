@@ -1,9 +1,9 @@
 """Pure. Renders results as client bytes: OpenAI/SGLang JSON, SSE events, WebSocket frames.
 
 Streaming renderers return the chunk *payload* (one JSON object); `sse` and `websocket_chunk`
-frame it, so both transports carry byte-identical chunks. The per-token paths (`content`,
-`reasoning`, `text`) splice the JSON-encoded text between pre-encoded constant bytes instead of
-building structs: tests pin that the result equals the struct encoding byte for byte.
+frame it, so both transports carry byte-identical chunks. The per-token paths (`content`, `text`)
+splice the JSON-encoded text between pre-encoded constant bytes instead of building structs:
+tests pin that the result equals the struct encoding byte for byte.
 
 Chat `message.content` is `null` only when the choice produced no text at all; whitespace-only
 text is kept (smg turns it into null; we do not throw away what the model generated).
@@ -73,14 +73,13 @@ def _head(request_id: str, object_name: str, created: int, model: str) -> bytes:
 
 
 _CHAT_CONTENT = b',"delta":{"content":'
-_CHAT_REASONING = b',"delta":{"reasoning_content":'
 _CHAT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
 
 
 class ChatStreamRenderer:
     """Chunks of one streaming chat completion (`chat.completion.chunk`)."""
 
-    __slots__ = ("_content", "_created", "_head", "_id", "_model", "_reasoning", "include_usage")
+    __slots__ = ("_content", "_created", "_head", "_id", "_model", "include_usage")
 
     def __init__(self, *, request_id: str, created: int, model: str, include_usage: bool) -> None:
         self._id = request_id
@@ -89,7 +88,6 @@ class ChatStreamRenderer:
         self.include_usage = include_usage
         self._head = _head(request_id, "chat.completion.chunk", created, model)
         self._content: dict[int, bytes] = {}
-        self._reasoning: dict[int, bytes] = {}
 
     def _chunk(self, choices: tuple[ChunkChoice, ...], usage: Usage | None = None) -> bytes:
         chunk = ChatCompletionChunk(
@@ -113,12 +111,6 @@ class ChatStreamRenderer:
         prefix = self._content.get(index)
         if prefix is None:
             prefix = self._content[index] = self._head + b'{"index":%d' % index + _CHAT_CONTENT
-        return prefix + _encode(text) + _CHAT_TAIL
-
-    def reasoning(self, index: int, text: str) -> bytes:
-        prefix = self._reasoning.get(index)
-        if prefix is None:
-            prefix = self._reasoning[index] = self._head + b'{"index":%d' % index + _CHAT_REASONING
         return prefix + _encode(text) + _CHAT_TAIL
 
     def finish(self, index: int, reason: str, matched_stop: MatchedStop | None = None) -> bytes:

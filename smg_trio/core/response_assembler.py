@@ -1,7 +1,8 @@
-"""Pure. One request's client output, assembled from engine events choice by choice.
+"""Pure. One request's client output, assembled from batches of engine events choice by choice.
 
-`ResponseAssembler` owns a `StopScanner` per choice and the endpoint's renderer. The request
-layer feeds it engine events and sends whatever payloads it returns; it decides nothing itself.
+`ResponseAssembler` owns a `StopScanner` per choice and the endpoint's renderer (picked once, in
+the constructor). The request layer hands it each batch of engine events as the backend stream
+yields it and sends whatever chunk payloads it returns; it decides nothing itself.
 
 - A router-side stop ends the choice at once: the text before the stop, then its finish chunk
   (finish "stop"; matched_stop is the string, absent in streaming chat for a token stop). The
@@ -13,6 +14,8 @@ layer feeds it engine events and sends whatever payloads it returns; it decides 
   its stop reason.
 - Usage counts the engine's tokens up to and including the message that stopped a choice, or
   the engine's own count when the engine finished it (spec §3.10, vLLM-shaped streams).
+- A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
+  as data, so no front end has to read its own chunks back.
 Payloads are SSE `data:` bodies without framing, so SSE and WebSocket carry the same bytes.
 """
 
@@ -21,68 +24,58 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
+from smg_trio.core.endpoint_renderers import MatchedStop, renderer_for
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.render import (
-    ChatStreamRenderer,
-    CompletionStreamRenderer,
-    FinishedChoice,
-    GenerateStreamRenderer,
-    chat_completion,
-    completion,
-    generate_response,
-)
+from smg_trio.core.render import FinishedChoice
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
+from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.neutral.runtime import Endpoint
-
-MatchedStop = str | int | None
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 
 
 class _Choice:
-    __slots__ = ("done", "finish_reason", "matched", "output_ids", "parts", "scanner", "tokens")
+    """One choice's progress (an `endpoint_renderers.ChoiceProgress`)."""
 
-    def __init__(self, scanner: StopScanner) -> None:
+    __slots__ = (
+        "done",
+        "finish_reason",
+        "matched",
+        "output_ids",
+        "parts",
+        "scanner",
+        "started",
+        "streamed_match",
+        "tokens",
+    )
+
+    def __init__(self, scanner: StopScanner, echo: str | None, *, stream: bool) -> None:
         self.scanner = scanner
-        self.parts: list[str] = []
+        self.parts: list[str] = [echo] if echo else []  # a completion's echoed prompt first
         self.output_ids: list[int] = []
         self.tokens = 0
+        self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False
         self.finish_reason = ""
         self.matched: MatchedStop = None
+        self.streamed_match: MatchedStop = None
 
-
-def response_id(plan: GeneratePlan) -> str:
-    """The id clients see: OpenAI's prefixes for chat and completions, the rid for /generate."""
-    match plan.endpoint:
-        case Endpoint.CHAT:
-            return f"chatcmpl-{plan.request_id}"
-        case Endpoint.COMPLETION:
-            return f"cmpl-{plan.request_id}"
-        case Endpoint.GENERATE:
-            return plan.request_id
-        case _:
-            assert_never(plan.endpoint)
+    def full_text(self) -> str:
+        return "".join(self.parts)
 
 
 class ResponseAssembler:
     """Turns one request's engine events into client payloads (streaming or not)."""
 
     def __init__(self, plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) -> None:
-        self._plan = plan
-        self._created = created
-        self._id = response_id(plan)
-        self._choices = [_Choice(StopScanner(plan.stop_spec, tokenizer)) for _ in range(plan.n)]
+        self._stream = plan.stream
+        self._prompt_tokens = len(plan.prompt_ids)
+        self._renderer = renderer_for(plan, created=created)
+        self._keeps_ids = self._renderer.keeps_output_ids
+        self._choices = [
+            _Choice(StopScanner(plan.stop_spec, tokenizer), plan.echo_text, stream=plan.stream)
+            for _ in range(plan.n)
+        ]
         self._open = plan.n
-        self._chat = ChatStreamRenderer(
-            request_id=self._id, created=created, model=plan.model, include_usage=plan.include_usage
-        )
-        self._completion = CompletionStreamRenderer(
-            request_id=self._id, created=created, model=plan.model, include_usage=plan.include_usage
-        )
-        self._generate = GenerateStreamRenderer(
-            request_id=self._id, prompt_tokens=len(plan.prompt_ids), n=plan.n
-        )
-        self._started = [False] * plan.n
 
     @property
     def done(self) -> bool:
@@ -93,157 +86,105 @@ class ResponseAssembler:
     def completion_tokens(self) -> int:
         return sum(c.tokens for c in self._choices)
 
-    def on_tokens(self, index: int, token_ids: Sequence[int]) -> list[bytes]:
-        choice = self._choices[index]
-        if choice.done:
-            return []
-        choice.tokens += len(token_ids)
-        outcome = choice.scanner.feed(token_ids)
-        if self._plan.endpoint is Endpoint.GENERATE:
-            choice.output_ids.extend(token_ids)
-        return self._apply(index, choice, outcome, engine_reason=None, engine_stop=None)
+    def on_events(self, events: Sequence[EngineEvent]) -> list[bytes]:
+        """Take one batch of engine events; return the chunk payloads to send, in order.
 
-    def on_engine_finished(
-        self,
-        index: int,
-        finish_reason: str,
-        stop_reason: int | str | None,
-        completion_tokens: int,
-    ) -> list[bytes]:
-        choice = self._choices[index]
-        if choice.done:
-            return []
-        choice.tokens = max(choice.tokens, completion_tokens)
-        return self._apply(
-            index,
-            choice,
-            choice.scanner.finish(),
-            engine_reason=finish_reason,
-            engine_stop=stop_reason,
+        A non-streaming request gets no payloads (its body is `response_body()`). Events of a
+        choice that already finished are ignored.
+        """
+        out: list[bytes] = []
+        choices = self._choices
+        for event in events:
+            match event:
+                case TokenDelta(choice_index=index, token_ids=token_ids):
+                    choice = choices[index]
+                    if choice.done:
+                        continue
+                    choice.tokens += len(token_ids)
+                    if self._keeps_ids:
+                        choice.output_ids.extend(token_ids)
+                    outcome = choice.scanner.feed(token_ids)
+                    if type(outcome) is Emit:  # the common case, ahead of the general match
+                        self._text(index, choice, outcome.text, out)
+                    else:
+                        self._apply(index, choice, outcome, None, out)
+                case ChoiceFinished(choice_index=index):
+                    choice = choices[index]
+                    if choice.done:
+                        continue
+                    choice.tokens = max(choice.tokens, event.completion_tokens)
+                    self._apply(index, choice, choice.scanner.finish(), event, out)
+                case _:
+                    assert_never(event)
+        return out
+
+    def stream_end(self) -> StreamEnd:
+        """After every choice finished: the closing chunks, and the finish and usage as data."""
+        renderer, prompt, completion = self._renderer, self._prompt_tokens, self.completion_tokens
+        usage_chunk = renderer.usage_chunk(prompt, completion)
+        return StreamEnd(
+            payloads=() if usage_chunk is None else (usage_chunk,),
+            finish=tuple(
+                renderer.reported_finish(i, c) for i, c in enumerate(self._choices) if c.done
+            ),
+            usage=renderer.reported_usage(prompt, completion),
         )
-
-    def closing_payloads(self) -> list[bytes]:
-        """After every choice finished: the usage chunk when the client asked for it."""
-        if not self._plan.stream:
-            return []
-        prompt = len(self._plan.prompt_ids)
-        match self._plan.endpoint:
-            case Endpoint.CHAT:
-                usage = self._chat.usage(prompt, self.completion_tokens)
-            case Endpoint.COMPLETION:
-                usage = self._completion.usage(prompt, self.completion_tokens)
-            case Endpoint.GENERATE:
-                usage = None
-            case _:
-                assert_never(self._plan.endpoint)
-        return [] if usage is None else [usage]
 
     def response_body(self) -> bytes:
         """The non-streaming response, once `done`."""
         choices = [
             FinishedChoice(
                 index=i,
-                text=self._full_text(c),
+                text=c.full_text(),
                 finish_reason=c.finish_reason,
                 completion_tokens=c.tokens,
                 matched_stop=c.matched,
-                output_ids=tuple(c.output_ids)
-                if self._plan.endpoint is Endpoint.GENERATE
-                else None,
+                output_ids=tuple(c.output_ids) if self._keeps_ids else None,
             )
             for i, c in enumerate(self._choices)
         ]
-        prompt = len(self._plan.prompt_ids)
-        rid, created, model = self._id, self._created, self._plan.model
-        match self._plan.endpoint:
-            case Endpoint.CHAT:
-                return chat_completion(
-                    request_id=rid,
-                    created=created,
-                    model=model,
-                    prompt_tokens=prompt,
-                    choices=choices,
-                )
-            case Endpoint.COMPLETION:
-                return completion(
-                    request_id=rid,
-                    created=created,
-                    model=model,
-                    prompt_tokens=prompt,
-                    choices=choices,
-                )
-            case Endpoint.GENERATE:
-                return generate_response(request_id=self._id, prompt_tokens=prompt, choices=choices)
-            case _:
-                assert_never(self._plan.endpoint)
-
-    def _full_text(self, choice: _Choice) -> str:
-        text = "".join(choice.parts)
-        if self._plan.echo_text is not None:
-            return self._plan.echo_text + text
-        return text
+        return self._renderer.body(self._prompt_tokens, choices)
 
     def _apply(
         self,
         index: int,
         choice: _Choice,
         outcome: ScanOutcome,
-        *,
-        engine_reason: str | None,
-        engine_stop: int | str | None,
-    ) -> list[bytes]:
+        engine_finish: ChoiceFinished | None,
+        out: list[bytes],
+    ) -> None:
         match outcome:
             case Emit(text=text):
-                out = self._text(index, choice, text)
-                if engine_reason is not None:
-                    out += self._finish(index, choice, engine_reason, engine_stop, engine_stop)
-                return out
+                self._text(index, choice, text, out)
+                if engine_finish is not None:
+                    stop = engine_finish.stop_reason
+                    self._finish(index, choice, engine_finish.finish_reason, stop, stop, out)
             case Hold():
-                if engine_reason is None:
-                    return []
-                return self._finish(index, choice, engine_reason, engine_stop, engine_stop)
+                if engine_finish is not None:
+                    stop = engine_finish.stop_reason
+                    self._finish(index, choice, engine_finish.finish_reason, stop, stop, out)
             case Stop(text=text, matched=matched, token_id=token_id):
-                out = self._text(index, choice, text)
+                self._text(index, choice, text, out)
                 # Streaming chat omits matched_stop for token stops (spec §3.9); a full
                 # response reports the id that stopped the choice.
-                streamed = matched
-                final: MatchedStop = matched if matched is not None else token_id
-                return out + self._finish(index, choice, "stop", streamed, final)
+                final = matched if matched is not None else token_id
+                self._finish(index, choice, "stop", matched, final, out)
             case _:
                 assert_never(outcome)
 
-    def _text(self, index: int, choice: _Choice, text: str) -> list[bytes]:
-        out: list[bytes] = []
-        if self._plan.stream and not self._started[index]:
-            self._started[index] = True
-            out.extend(self._opening(index))
-        if not text:
-            return out
-        choice.parts.append(text)
-        if not self._plan.stream:
-            return out
-        match self._plan.endpoint:
-            case Endpoint.CHAT:
-                out.append(self._chat.content(index, text))
-            case Endpoint.COMPLETION:
-                out.append(self._completion.text(index, text))
-            case Endpoint.GENERATE:
-                out.append(self._generate.chunk(index, self._full_text(choice), choice.tokens))
-            case _:
-                assert_never(self._plan.endpoint)
-        return out
+    def _text(self, index: int, choice: _Choice, text: str, out: list[bytes]) -> None:
+        if not choice.started:
+            self._open_choice(index, choice, out)
+        if text:
+            choice.parts.append(text)
+            if self._stream:
+                out.append(self._renderer.text(index, text, choice))
 
-    def _opening(self, index: int) -> list[bytes]:
-        match self._plan.endpoint:
-            case Endpoint.CHAT:
-                return [self._chat.role(index)]
-            case Endpoint.COMPLETION:
-                echo = self._plan.echo_text
-                return [self._completion.text(index, echo)] if echo else []
-            case Endpoint.GENERATE:
-                return []
-            case _:
-                assert_never(self._plan.endpoint)
+    def _open_choice(self, index: int, choice: _Choice, out: list[bytes]) -> None:
+        choice.started = True
+        opening = self._renderer.opening(index)
+        if opening is not None:
+            out.append(opening)
 
     def _finish(
         self,
@@ -252,30 +193,15 @@ class ResponseAssembler:
         reason: str,
         streamed_match: MatchedStop,
         final_match: MatchedStop,
-    ) -> list[bytes]:
+        out: list[bytes],
+    ) -> None:
         choice.done = True
         choice.finish_reason = reason
         choice.matched = final_match
+        choice.streamed_match = streamed_match
         self._open -= 1
-        if not self._plan.stream:
-            return []
-        out = [] if self._started[index] else self._opening(index)
-        self._started[index] = True
-        match self._plan.endpoint:
-            case Endpoint.CHAT:
-                out.append(self._chat.finish(index, reason, streamed_match))
-            case Endpoint.COMPLETION:
-                out.append(self._completion.finish(index, reason))
-            case Endpoint.GENERATE:
-                out.append(
-                    self._generate.chunk(
-                        index,
-                        self._full_text(choice),
-                        choice.tokens,
-                        finish_reason=reason,
-                        matched_stop=final_match,
-                    )
-                )
-            case _:
-                assert_never(self._plan.endpoint)
-        return out
+        if not self._stream:
+            return
+        if not choice.started:
+            self._open_choice(index, choice, out)
+        out.append(self._renderer.finish(index, choice))

@@ -1,11 +1,7 @@
 """I/O. The HTTP response of one generation request: a server-sent-event stream or a JSON body.
 
-`SseResponse` is the request layer's `ClientSink` over ASGI `send`. Its state decides what an
-error becomes:
-
-    IDLE ──send_chunks─▶ STREAMING ──close_stream──▶ CLOSED
-      │                                                ▲
-      └──────send_body (200 JSON) / fail (error JSON)──┘
+`SseResponse` is the request layer's `ClientSink` over ASGI `send`. Its state follows the table
+every sink shares (`frontends.sink_state`), which also decides what an error becomes:
 
 - IDLE: nothing went out, so an error is an HTTP status with OpenAI error JSON.
 - STREAMING: `200 text/event-stream` went out; an error is a final `data: {"error": ...}`
@@ -23,14 +19,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Final, assert_never
 
 import trio
 
 from smg_trio.core.render import SSE_DONE, sse, sse_error
+from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientGone, GatewayError
 from smg_trio.frontends.responses import Receive, Send, send_error, send_json
-from smg_trio.request import SinkState
+from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +43,12 @@ class SseResponse:
 
     def __init__(self, send: Send) -> None:
         self._send = send
-        self._state = SinkState.IDLE
+        self._lifecycle = SinkLifecycle()
         self._client_gone = False
 
     @property
     def state(self) -> SinkState:
-        return self._state
+        return self._lifecycle.state
 
     @property
     def client_gone(self) -> bool:
@@ -63,9 +60,7 @@ class SseResponse:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:
             raise ClientGone
-        if self._state is SinkState.CLOSED:
-            raise RuntimeError("send_chunks after the response was closed")
-        if self._state is SinkState.IDLE:
+        if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
         body = b"".join(map(sse, payloads))
         await self._send({"type": "http.response.body", "body": body, "more_body": True})
@@ -73,39 +68,42 @@ class SseResponse:
     async def send_body(self, body: bytes) -> None:
         if self._client_gone:
             raise ClientGone
-        if self._state is not SinkState.IDLE:
-            raise RuntimeError(f"send_body in state {self._state.value}")
-        self._state = SinkState.CLOSED
+        self._lifecycle.body()
         await send_json(self._send, 200, body)
 
-    async def close_stream(self, error: GatewayError | None) -> None:
-        if self._client_gone or self._state is SinkState.CLOSED:
+    async def end_stream(self, end: StreamEnd) -> None:
+        if self._client_gone:
             return
-        if self._state is SinkState.IDLE:
-            if error is not None:
-                await self.fail(error)
+        step = self._lifecycle.end()
+        match step:
+            case Step.OPEN_AND_SEND:
+                await self._start_stream()
+            case Step.SEND:
+                pass
+            case Step.NOTHING:
                 return
-            await self._start_stream()
-        tail = SSE_DONE if error is None else sse_error(error) + SSE_DONE
-        self._state = SinkState.CLOSED
+            case _:
+                assert_never(step)
+        tail = b"".join(map(sse, end.payloads)) + SSE_DONE
         await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def fail(self, error: GatewayError) -> None:
         """End the response with `error` in whatever form the current state allows."""
         if self._client_gone:
             return
-        match self._state:
-            case SinkState.IDLE:
-                self._state = SinkState.CLOSED
+        form = self._lifecycle.fail()
+        match form:
+            case ErrorForm.WHOLE_RESPONSE:
                 await send_error(self._send, error)
-            case SinkState.STREAMING:
-                await self.close_stream(error)
-            case SinkState.CLOSED:
+            case ErrorForm.FINAL_EVENT:
+                tail = sse_error(error) + SSE_DONE
+                await self._send({"type": "http.response.body", "body": tail, "more_body": False})
+            case ErrorForm.DROPPED:
                 pass
+            case _:
+                assert_never(form)
 
     async def _start_stream(self) -> None:
-        # The state moves first: once the start may have gone out, a second one must not.
-        self._state = SinkState.STREAMING
         await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
 
 

@@ -30,9 +30,10 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
 
 from smg_trio.core.render import websocket_chunk
+from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
 from smg_trio.gateway import Gateway
-from smg_trio.request import SinkState
 from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
 
 logger = logging.getLogger(__name__)
@@ -67,85 +68,16 @@ _decode_envelope = msgspec.json.Decoder(_Envelope).decode
 _encode = JSON_ENCODER.encode
 
 
-class ChoiceFinish(msgspec.Struct, frozen=True):
-    """One choice's ending in a `done` frame; `matched_stop` is what the chunks carried."""
-
-    index: int
-    reason: str
-    matched_stop: str | int | None
-
-
 class DoneFrame(msgspec.Struct, frozen=True, tag_field="type", tag="done"):
+    """A stream's end: each choice's finish as its chunks reported it, and the stream's usage."""
+
     id: str | int
     finish: tuple[ChoiceFinish, ...]
     usage: Usage | None
 
 
-# The parts of any chunk payload (chat, completion, /generate) that say a choice ended.
-class _ChoiceView(msgspec.Struct, frozen=True):
-    index: int = 0
-    finish_reason: str | None = None
-    matched_stop: str | int | None = None
-
-
-class _GenerateFinishView(msgspec.Struct, frozen=True):
-    type: str
-    matched: str | int | None = None
-
-
-class _MetaView(msgspec.Struct, frozen=True):
-    finish_reason: _GenerateFinishView | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class _ChunkView(msgspec.Struct, frozen=True):
-    choices: tuple[_ChoiceView, ...] = ()
-    usage: Usage | None = None
-    meta_info: _MetaView | None = None
-    index: int = 0
-
-
-_decode_chunk_view = msgspec.json.Decoder(_ChunkView).decode
-# A chunk that ends nothing says so: JSON escaping keeps this out of any generated text.
-_NOTHING_ENDS = b'"finish_reason":null'
-
-
-class FinishTracker:
-    """Collects per-choice finish reasons and usage from the chunk payloads a stream relays."""
-
-    __slots__ = ("_finish", "_generate_tokens", "_prompt_tokens", "_usage")
-
-    def __init__(self) -> None:
-        self._finish: dict[int, ChoiceFinish] = {}
-        self._usage: Usage | None = None
-        self._prompt_tokens: int | None = None
-        self._generate_tokens: dict[int, int] = {}
-
-    def observe(self, payload: bytes) -> None:
-        if _NOTHING_ENDS in payload:
-            return
-        view = _decode_chunk_view(payload)
-        for choice in view.choices:
-            if choice.finish_reason is not None:
-                self._finish[choice.index] = ChoiceFinish(
-                    choice.index, choice.finish_reason, choice.matched_stop
-                )
-        if view.usage is not None:
-            self._usage = view.usage
-        meta = view.meta_info
-        if meta is not None and meta.finish_reason is not None:
-            reason = meta.finish_reason
-            self._finish[view.index] = ChoiceFinish(view.index, reason.type, reason.matched)
-            self._prompt_tokens = meta.prompt_tokens
-            self._generate_tokens[view.index] = meta.completion_tokens
-
-    def done_frame(self, stream_id: str | int) -> bytes:
-        finish = tuple(self._finish[index] for index in sorted(self._finish))
-        usage = self._usage
-        if usage is None and self._prompt_tokens is not None:
-            usage = Usage.of(self._prompt_tokens, sum(self._generate_tokens.values()))
-        return _encode(DoneFrame(stream_id, finish, usage))
+def done_frame(stream_id: str | int, end: StreamEnd) -> bytes:
+    return _encode(DoneFrame(stream_id, end.finish, end.usage))
 
 
 def error_frame(stream_id: str | int | None, err: GatewayError) -> bytes:
@@ -173,39 +105,51 @@ def _protocol_error(
 
 
 class _StreamSink:
-    """The ClientSink of one request id: chunk, response, done and error frames."""
+    """The ClientSink of one request id: chunk, response, done and error frames.
+
+    Its state follows the table every sink shares (`frontends.sink_state`); on a WebSocket an
+    error is the id's error frame in either open state. `ended` turns true once the id's
+    terminal frame is queued (a cancelled send leaves it false, so the id still gets one).
+    """
 
     def __init__(self, socket: _Socket, stream_id: str | int, scope: trio.CancelScope) -> None:
         self._socket = socket
         self._id = stream_id
         self._scope = scope
-        self._state = SinkState.IDLE
-        self._finish = FinishTracker()
-
-    @property
-    def state(self) -> SinkState:
-        return self._state
+        self._lifecycle = SinkLifecycle()
+        self.ended = False
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
-        self._state = SinkState.STREAMING
+        self._lifecycle.chunks()  # a WebSocket stream has no head to open
         for payload in payloads:
-            self._finish.observe(payload)
             await self._socket.send_frame(websocket_chunk(self._id, payload))
 
     async def send_body(self, body: bytes) -> None:
-        await self.end(response_frame(self._id, body))
+        self._lifecycle.body()
+        await self._end(response_frame(self._id, body))
 
-    async def close_stream(self, error: GatewayError | None) -> None:
-        if error is None:
-            await self.end(self._finish.done_frame(self._id))
-        else:
-            await self.end(error_frame(self._id, error))
+    async def end_stream(self, end: StreamEnd) -> None:
+        if self._lifecycle.end() is Step.NOTHING:
+            return
+        for payload in end.payloads:
+            await self._socket.send_frame(websocket_chunk(self._id, payload))
+        await self._end(done_frame(self._id, end))
 
-    async def end(self, frame: bytes) -> None:
+    async def fail(self, error: GatewayError) -> None:
+        form = self._lifecycle.fail()
+        match form:
+            case ErrorForm.WHOLE_RESPONSE | ErrorForm.FINAL_EVENT:
+                await self._end(error_frame(self._id, error))
+            case ErrorForm.DROPPED:
+                pass
+            case _:
+                assert_never(form)
+
+    async def _end(self, frame: bytes) -> None:
         """Send the terminal frame; the id may be reused as soon as it is queued."""
         self._socket.release(self._id, self._scope)
         await self._socket.send_frame(frame)
-        self._state = SinkState.CLOSED
+        self.ended = True
 
 
 class _Socket:
@@ -319,15 +263,14 @@ class _Socket:
                 try:
                     await self._gateway.handle(path, body, sink)
                 except GatewayError as err:  # raised only while nothing was sent
-                    await sink.end(error_frame(stream_id, err))
+                    await sink.fail(err)
                 except ClientGone:
                     raise
                 except Exception:
                     # One request's bug must not end the other streams sharing the socket.
                     logger.exception("request %r on a WebSocket failed", stream_id)
-                    if sink.state is not SinkState.CLOSED:
-                        await sink.end(error_frame(stream_id, GatewayError("internal error")))
-            if scope.cancelled_caught and sink.state is not SinkState.CLOSED:
+                    await sink.fail(GatewayError("internal error"))
+            if scope.cancelled_caught and not sink.ended:
                 await self.send_frame(cancelled_frame(stream_id))
         except ClientGone:
             pass

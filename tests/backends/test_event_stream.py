@@ -1,4 +1,5 @@
-"""EngineEventStream: coalescing never reorders a choice, and the stream ends or fails as told."""
+"""EngineEventStream: coalescing never reorders a choice, batches are what piled up (merged
+once), and the stream ends or fails as told."""
 
 from __future__ import annotations
 
@@ -88,3 +89,30 @@ async def test_a_failed_stream_delivers_what_came_before_then_raises() -> None:
         assert await stream.__anext__() == TokenDelta(0, (1,))
         with pytest.raises(EngineDead, match="gone"):
             await stream.__anext__()
+
+
+async def test_batches_are_what_piled_up_merged_once_then_the_end() -> None:
+    stream = EngineEventStream(("a", "b"))
+    for token in range(3):
+        stream.deliver(TokenDelta(0, (token,)))
+        stream.deliver(TokenDelta(1, (token,)))
+    with trio.fail_after(1):
+        batches = stream.batches()
+        assert await batches.__anext__() == [TokenDelta(0, (0, 1, 2)), TokenDelta(1, (0, 1, 2))]
+        stream.deliver(finished(0))
+        stream.deliver(TokenDelta(1, (3,)))
+        stream.deliver(finished(1))
+        stream.end()
+        assert [batch async for batch in batches] == [
+            [finished(0), TokenDelta(1, (3,)), finished(1)]
+        ]
+
+
+async def test_batches_fail_after_what_came_before() -> None:
+    stream = EngineEventStream(("a",))
+    stream.deliver(TokenDelta(0, (1,)))
+    stream.fail(EngineDead("gone"))
+    with trio.fail_after(1):
+        assert await stream.batches().__anext__() == [TokenDelta(0, (1,))]
+        with pytest.raises(EngineDead, match="gone"):
+            await stream.batches().__anext__()

@@ -1,4 +1,5 @@
-"""ResponseAssembler: spec cases 31, 49-53, 55 (with our divergences) and n > 1."""
+"""ResponseAssembler: spec cases 31, 49-53, 55 (with our divergences), n > 1, batches of events
+and the stream's end as data."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import Any
 
 from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
+from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.wire.openai_responses import Usage
 from tests.core.mock_tokenizers import WordMockTokenizer
 
 T1 = WordMockTokenizer()
@@ -37,6 +41,17 @@ def make(
     return ResponseAssembler(plan, T1, created=1700000000)
 
 
+def tokens(a: ResponseAssembler, index: int, token_ids: list[int]) -> list[bytes]:
+    """One engine message of `token_ids` for choice `index`."""
+    return a.on_events([TokenDelta(index, tuple(token_ids))])
+
+
+def engine_finished(
+    a: ResponseAssembler, index: int, reason: str, stop_reason: int | str | None, count: int
+) -> list[bytes]:
+    return a.on_events([ChoiceFinished(index, reason, stop_reason, 3, count)])
+
+
 def objs(payloads: list[bytes]) -> list[dict[str, Any]]:
     return [json.loads(p) for p in payloads]
 
@@ -59,7 +74,7 @@ def finishes(payloads: list[bytes]) -> list[tuple[str, Any]]:
 def test_case_49_non_stream_stop_beats_engine_token_stop() -> None:
     a = make(stop=("Hello world",), stream=False)
     for token in (3, 1, 2, 4, 999):
-        assert a.on_tokens(0, [token]) == []
+        assert tokens(a, 0, [token]) == []
     assert a.done  # the router stopped at token 2: the caller aborts the engine request
     body = json.loads(a.response_body())
     choice = body["choices"][0]
@@ -73,49 +88,49 @@ def test_case_50_streaming_finish_chunk_is_sent_at_the_stop() -> None:
     a = make(stop=("Hello world",))
     out: list[bytes] = []
     for token in (3, 1, 2):
-        out += a.on_tokens(0, [token])
+        out += tokens(a, 0, [token])
     assert a.done
     first = objs(out)[0]["choices"][0]["delta"]
     assert first == {"role": "assistant", "content": ""}
     assert chat_text(out) == "test "
     assert finishes(out) == [("stop", "Hello world")]
     # Later engine output for the stopped choice produces nothing.
-    assert a.on_tokens(0, [4]) == []
-    assert a.on_engine_finished(0, "stop", 999, 5) == []
+    assert tokens(a, 0, [4]) == []
+    assert engine_finished(a, 0, "stop", 999, 5) == []
 
 
 def test_case_51_local_stop_wins_over_length_and_partial_stop_is_flushed() -> None:
     a = make(stop=(".",))
-    out = a.on_tokens(0, [1, 2, 6])
+    out = tokens(a, 0, [1, 2, 6])
     assert finishes(out) == [("stop", ".")]
     b = make(stop=("world test",))
-    out = b.on_tokens(0, [1, 2]) + b.on_engine_finished(0, "length", None, 2)
+    out = tokens(b, 0, [1, 2]) + engine_finished(b, 0, "length", None, 2)
     assert chat_text(out) == "Hello world"
     assert finishes(out) == [("length", "ABSENT")]
 
 
 def test_case_52_token_stop_streaming_omits_matched_non_stream_reports_id() -> None:
     a = make()
-    out = a.on_tokens(0, [1, 999])
+    out = tokens(a, 0, [1, 999])
     assert finishes(out) == [("stop", "ABSENT")]
     b = make(stream=False)
-    b.on_tokens(0, [1, 999])
+    tokens(b, 0, [1, 999])
     assert json.loads(b.response_body())["choices"][0]["matched_stop"] == 999
 
 
 def test_case_31_stop_at_the_first_token() -> None:
     a = make(stop=(".",))
-    out = a.on_tokens(0, [6, 1])
+    out = tokens(a, 0, [6, 1])
     assert chat_text(out) == ""
     assert finishes(out) == [("stop", ".")]
     b = make(stop=(".",), stream=False)
-    b.on_tokens(0, [6, 1])
+    tokens(b, 0, [6, 1])
     assert json.loads(b.response_body())["choices"][0]["message"]["content"] is None
 
 
 def test_case_53_completion_stream_sends_suffix_then_finish() -> None:
     a = make(Endpoint.COMPLETION, stop=("test",))
-    out = a.on_tokens(0, [1]) + a.on_tokens(0, [2, 3])
+    out = tokens(a, 0, [1]) + tokens(a, 0, [2, 3])
     texts = [o["choices"][0]["text"] for o in objs(out)]
     assert "".join(texts) == "Hello world "
     assert objs(out)[-1]["choices"][0]["finish_reason"] == "stop"
@@ -124,7 +139,7 @@ def test_case_53_completion_stream_sends_suffix_then_finish() -> None:
 
 def test_case_55_generate_reports_the_router_stop() -> None:
     a = make(Endpoint.GENERATE, stop=("world",), stream=False)
-    a.on_tokens(0, [1, 2, 3])
+    tokens(a, 0, [1, 2, 3])
     body = json.loads(a.response_body())
     assert body["text"] == "Hello "
     assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": "world"}
@@ -132,7 +147,7 @@ def test_case_55_generate_reports_the_router_stop() -> None:
 
 def test_generate_stream_chunks_carry_cumulative_text() -> None:
     a = make(Endpoint.GENERATE)
-    out = a.on_tokens(0, [1]) + a.on_tokens(0, [2]) + a.on_engine_finished(0, "length", None, 2)
+    out = tokens(a, 0, [1]) + tokens(a, 0, [2]) + engine_finished(a, 0, "length", None, 2)
     texts = [o["text"] for o in objs(out)]
     assert texts[-1] == "Hello world"
     assert texts == sorted(texts, key=len)
@@ -141,11 +156,11 @@ def test_generate_stream_chunks_carry_cumulative_text() -> None:
 
 def test_n2_choices_finish_independently_and_usage_counts_both() -> None:
     a = make(n=2, stop=("test",), include_usage=True)
-    out = a.on_tokens(0, [1, 3]) + a.on_tokens(1, [2])
+    out = tokens(a, 0, [1, 3]) + tokens(a, 1, [2])
     one_open = a.done
-    out += a.on_engine_finished(1, "length", None, 1)
+    out += engine_finished(a, 1, "length", None, 1)
     assert (one_open, a.done) == (False, True)
-    out += a.closing_payloads()
+    out += a.stream_end().payloads
     assert sorted(f for f in finishes(out)) == [("length", "ABSENT"), ("stop", "test")]
     usage = objs(out)[-1]["usage"]
     assert usage == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
@@ -153,9 +168,78 @@ def test_n2_choices_finish_independently_and_usage_counts_both() -> None:
 
 def test_completion_echo_is_prefixed_in_both_modes() -> None:
     a = make(Endpoint.COMPLETION, stream=False, echo="P:")
-    a.on_tokens(0, [1])
-    a.on_engine_finished(0, "length", None, 1)
+    tokens(a, 0, [1])
+    engine_finished(a, 0, "length", None, 1)
     assert json.loads(a.response_body())["choices"][0]["text"] == "P:Hello"
     b = make(Endpoint.COMPLETION, echo="P:")
-    out = b.on_tokens(0, [1])
+    out = tokens(b, 0, [1])
     assert [o["choices"][0]["text"] for o in objs(out)] == ["P:", "Hello"]
+
+
+def test_one_batch_interleaving_choices_renders_them_in_order_and_ignores_the_finished() -> None:
+    a = make(n=2, stop=("test",))
+    batch: list[EngineEvent] = [
+        TokenDelta(0, (1,)),
+        TokenDelta(1, (2,)),
+        TokenDelta(0, (3,)),  # choice 0 stops here
+        TokenDelta(0, (2,)),  # ignored: choice 0 is over
+        ChoiceFinished(0, "length", None, 3, 3),  # ignored as well
+        ChoiceFinished(1, "length", None, 3, 1),
+    ]
+    out = a.on_events(batch)
+    assert a.done
+    indexed = [
+        (c["index"], c["delta"], c["finish_reason"]) for o in objs(out) for c in o["choices"]
+    ]
+    assert indexed == [
+        (0, {"role": "assistant", "content": ""}, None),
+        (0, {"content": "Hello"}, None),
+        (1, {"role": "assistant", "content": ""}, None),
+        (1, {"content": "world"}, None),
+        (0, {"content": " "}, None),
+        (0, {}, "stop"),
+        (1, {}, "length"),
+    ]
+    assert a.completion_tokens == 3  # choice 0 counted up to its stopping message
+
+
+def test_non_streaming_requests_get_no_payloads() -> None:
+    a = make(stream=False, n=2)
+    assert a.on_events([TokenDelta(0, (1,)), TokenDelta(1, (2, 999))]) == []
+    assert a.on_events([ChoiceFinished(0, "length", None, 3, 1)]) == []
+    assert a.done
+    choices = json.loads(a.response_body())["choices"]
+    assert [(c["message"]["content"], c["finish_reason"]) for c in choices] == [
+        ("Hello", "length"),
+        ("world", "stop"),
+    ]
+    assert choices[1]["matched_stop"] == 999
+
+
+def test_the_stream_end_reports_what_the_chunks_said() -> None:
+    chat = make(n=2, stop=("test",), include_usage=True)
+    chunks = tokens(chat, 0, [1, 3]) + tokens(chat, 1, [2, 999])
+    end = chat.stream_end()
+    # The data says what the finish chunks said (a token stop carries no matched_stop).
+    assert finishes(chunks) == [("stop", "test"), ("stop", "ABSENT")]
+    assert end.finish == (ChoiceFinish(0, "stop", "test"), ChoiceFinish(1, "stop", None))
+    assert end.usage == Usage.of(3, 4)
+    assert [json.loads(p)["usage"] for p in end.payloads] == [
+        {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    ]
+    engine_stop = make()
+    engine_finished(engine_stop, 0, "stop", 151645, 1)
+    assert engine_stop.stream_end() == StreamEnd(finish=(ChoiceFinish(0, "stop", 151645),))
+
+    completion = make(Endpoint.COMPLETION, stop=("world",))
+    tokens(completion, 0, [1, 2])
+    assert completion.stream_end().finish == (ChoiceFinish(0, "stop", None),)
+
+    generate = make(Endpoint.GENERATE, n=2, stop=("world",))
+    tokens(generate, 0, [1, 2])
+    last = objs(tokens(generate, 1, [3]) + engine_finished(generate, 1, "length", None, 4))[-1]
+    end = generate.stream_end()
+    assert end.payloads == ()
+    assert end.finish == (ChoiceFinish(0, "stop", "world"), ChoiceFinish(1, "length", None))
+    assert last["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    assert end.usage == Usage.of(3, 2 + 4)

@@ -9,10 +9,11 @@ from typing import Final
 import pytest
 import trio
 
+from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import BackendUnavailable, ClientError, ClientGone, EngineDead
 from smg_trio.frontends.responses import Message
+from smg_trio.frontends.sink_state import SinkState
 from smg_trio.frontends.sse import SseResponse, respond
-from smg_trio.request import SinkState
 
 TEST_TIMEOUT_S: Final = 5.0
 
@@ -63,14 +64,17 @@ async def test_stream_goes_idle_streaming_closed() -> None:
         await response.send_chunks([b'{"a":1}'])
         states.append(response.state)
         await response.send_chunks([b'{"a":2}'])
-        await response.close_stream(None)
+        await response.end_stream(StreamEnd(payloads=(b'{"usage":3}',)))
         states.append(response.state)
         assert states == [SinkState.IDLE, SinkState.STREAMING, SinkState.CLOSED]
         assert server.status == 200
         assert server.headers[b"content-type"].startswith(b"text/event-stream")
-        assert server.body == b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: [DONE]\n\n'
+        assert server.body == (
+            b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: {"usage":3}\n\ndata: [DONE]\n\n'
+        )
         assert server.complete
-        await response.close_stream(None)  # closing twice sends nothing more
+        await response.end_stream(StreamEnd())  # ending twice sends nothing more
+        await response.fail(EngineDead("late"))  # nor does an error after the end
         assert len(server.sent) == 4
         with pytest.raises(RuntimeError):
             await response.send_chunks([b"{}"])
@@ -115,12 +119,22 @@ async def test_error_after_the_first_byte_is_a_final_event_then_done() -> None:
         assert server.complete
 
 
-async def test_close_stream_with_an_error_while_idle_is_the_http_error() -> None:
+async def test_an_error_while_idle_is_the_http_error_with_its_own_status() -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         server = RecordingServer()
-        await SseResponse(server.send).close_stream(ClientError("bad", status=422, code="x"))
+        await SseResponse(server.send).fail(ClientError("bad", status=422, code="x"))
         assert server.status == 422
         assert json.loads(server.body)["error"]["code"] == "x"
+
+
+async def test_a_stream_that_ends_before_any_chunk_is_still_a_whole_event_stream() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        await SseResponse(server.send).end_stream(StreamEnd())
+        assert server.status == 200
+        assert server.headers[b"content-type"].startswith(b"text/event-stream")
+        assert server.body == b"data: [DONE]\n\n"
+        assert server.complete
 
 
 async def test_non_streaming_body_is_json_200() -> None:
@@ -161,7 +175,8 @@ async def test_disconnect_cancels_the_request_at_once_and_later_chunks_raise() -
             await response.send_chunks([b"{}"])
         with pytest.raises(ClientGone):
             await response.send_body(b"{}")
-        await response.close_stream(EngineDead("x"))  # nothing is sent to a gone client
+        await response.fail(EngineDead("x"))  # nothing is sent to a gone client
+        await response.end_stream(StreamEnd())
         assert len(server.sent) == 2
 
 

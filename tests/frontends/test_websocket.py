@@ -16,11 +16,11 @@ import trio_websocket
 
 from smg_trio import client as client_module
 from smg_trio.client import GatewayClient, GatewayClientError, chat_text, open_gateway_client
+from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
 from smg_trio.frontends import websocket
 from smg_trio.frontends.websocket import handle_websocket
-from smg_trio.request import SinkState
-from smg_trio.wire.openai_responses import error_body
+from smg_trio.wire.openai_responses import Usage, error_body
 from tests.e2e.live_server import API_KEY, REPLAY_HEAD, live_server
 from tests.e2e.live_server import STOP as LIVE_STOP
 from tests.frontends.websocket_harness import REPLAY_TEXT, RunningGateway, running_gateway
@@ -158,6 +158,22 @@ async def test_finish_and_usage_in_the_done_frame(tmp_path: Path) -> None:
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+
+
+def test_the_done_frame_is_built_from_the_stream_end_data() -> None:
+    end = StreamEnd(
+        payloads=(b'{"ignored":true}',),
+        finish=(ChoiceFinish(0, "stop", "STOP"), ChoiceFinish(1, "length", None)),
+        usage=Usage.of(3, 4),
+    )
+    assert websocket.done_frame("s1", end) == (
+        b'{"type":"done","id":"s1","finish":[{"index":0,"reason":"stop","matched_stop":"STOP"},'
+        b'{"index":1,"reason":"length","matched_stop":null}],'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}'
+    )
+    assert websocket.done_frame(7, StreamEnd()) == (
+        b'{"type":"done","id":7,"finish":[],"usage":null}'
+    )
 
 
 async def test_a_non_streaming_request_gets_one_response_frame(tmp_path: Path) -> None:
@@ -319,23 +335,25 @@ class CollectingSink:
     """A ClientSink that keeps what the request layer hands it (what SSE would frame)."""
 
     def __init__(self) -> None:
-        self.state = SinkState.IDLE
         self.payloads: list[bytes] = []
-        self.ending: GatewayError | None = None
+        self.end: StreamEnd | None = None
+        self.failure: GatewayError | None = None
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
-        self.state = SinkState.STREAMING
         self.payloads.extend(payloads)
         await trio.lowlevel.checkpoint()
 
     async def send_body(self, body: bytes) -> None:
-        self.state = SinkState.CLOSED
         self.payloads.append(body)
         await trio.lowlevel.checkpoint()
 
-    async def close_stream(self, error: GatewayError | None) -> None:
-        self.state = SinkState.CLOSED
-        self.ending = error
+    async def end_stream(self, end: StreamEnd) -> None:
+        self.end = end
+        self.payloads.extend(end.payloads)
+        await trio.lowlevel.checkpoint()
+
+    async def fail(self, error: GatewayError) -> None:
+        self.failure = error
         await trio.lowlevel.checkpoint()
 
 
@@ -378,8 +396,14 @@ async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
                 relayed: list[bytes] = []
                 while (message := str(await ws.get_message())).startswith(prefix):
                     relayed.append(message.removeprefix(prefix).removesuffix("}").encode())
-    assert json.loads(message)["type"] == "done"
-    assert sink.ending is None
+    done = json.loads(message)
+    assert done["type"] == "done"
+    assert sink.failure is None
+    assert sink.end is not None
+    assert done["finish"] == [
+        {"index": f.index, "reason": f.reason, "matched_stop": f.matched_stop}
+        for f in sink.end.finish
+    ]
     assert [_normalised(p) for p in relayed] == [_normalised(p) for p in sink.payloads]
     assert len(relayed) > 3
 
