@@ -16,12 +16,13 @@ from typing import Any
 import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
+from smg_trio.neutral.validation import check_context_length
 from smg_trio.wire import openai as oa
-from smg_trio.wire import openai_decode as oad
 
 
 class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -207,7 +208,7 @@ def _max_tokens(
         raise ClientError(f"the {param} is empty after tokenization", param=param)
     if model.context_length is None:
         return requested
-    oad.check_context_length(prompt_len, requested, model.context_length, param)
+    check_context_length(prompt_len, requested, model.context_length, param)
     return requested if requested is not None else model.context_length - prompt_len
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
 from tests.core.mock_tokenizers import WordMockTokenizer
 
 T1 = WordMockTokenizer()

@@ -103,7 +103,7 @@ async def running_gateway(
             try:
                 with trio.fail_after(ENGINE_READY_S):
                     await backend.wait_ready()
-                target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
+                target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
                 worker = Worker("vllm+zmq://test", target, backend)
                 gateway = Gateway(model, [worker], request_timeout_s=60.0)
                 config = Config()
