@@ -42,11 +42,6 @@ def prepare_chat(
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
         )
-    if req.continue_final_message and req.add_generation_prompt:
-        raise ClientError(
-            "continue_final_message and add_generation_prompt cannot both be true",
-            param="continue_final_message",
-        )
     messages = [_message_for_template(m, i) for i, m in enumerate(req.messages)]
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
     text = model.chat_template.render(
