@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.render import ChatStreamRenderer, sse
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stops import Emit, Stop, StopScanner
@@ -30,6 +30,7 @@ from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.events import EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
 
 POSITIONS: Final = (100, 500, 1000, 2000, 5000)
 HALF_WINDOW: Final = 50  # tokens timed on each side of a position

@@ -40,12 +40,13 @@ import trio
 from grpclib.client import Channel
 
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
-from smg_trio.backends.grpc_services import close_channel, grpc_generate
+from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import GeneratePlan, SamplingParams
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire._proto import vllm_engine_grpc, vllm_engine_pb2
 from smg_trio.wire.grpc_messages import build_vllm_generate
 from smg_trio.wire.grpc_responses import GrpcChunk, parse_generate_response
@@ -137,8 +138,7 @@ def reference_engine() -> Iterator[int]:
 def measure_native(port: int, streams: int) -> Run:
     requests = REQUESTS[streams]
     messages = [
-        build_vllm_generate(grpc_generate(finalized_request(i).requests[0], f"n-{i}"))
-        for i in range(requests)
+        build_vllm_generate(finalized_request(i).requests[0], f"n-{i}") for i in range(requests)
     ]
 
     async def main() -> Run:

@@ -27,11 +27,12 @@ from bench.load_workload import ENDPOINT_PATHS, Endpoint, RequestSpec, request_b
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.client import GatewayClient, open_gateway_client
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.model import ModelDir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint as PlanEndpoint
 from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.neutral.sampling import SamplingParams
 
 TransportName = Literal["h2c", "http1", "ws", "direct"]
 TRANSPORTS: Final[tuple[TransportName, ...]] = ("h2c", "http1", "ws", "direct")
@@ -180,8 +181,6 @@ class WebSocketTransport:
 class DirectTransport:
     """Our ZMQ backend in this process; requests finalized for the vLLM ZMQ wire up front."""
 
-    TARGET: Final = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
-
     def __init__(
         self,
         backend: ZmqBackend,
@@ -210,7 +209,8 @@ class DirectTransport:
             stream=True,
             stop_spec=StopSpec(strings=tuple(stops)),
         )
-        return finalize(plan, self.TARGET, model.tokenizer)
+        target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
+        return finalize(plan, target, model.tokenizer)
 
     async def send(self, spec: RequestSpec, meter: StreamMeter) -> None:
         tokens = 0

@@ -72,7 +72,6 @@ READY_TIMEOUT_S: Final = 30.0
 COUNTERS_TIMEOUT_S: Final = 10.0
 STOPS: Final = ("\n\nUser:", "</answer>")
 COMMAND: Final = "python -m bench.zmq_throughput"
-TARGET: Final = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
 
 
 class BenchEngine:
@@ -84,8 +83,10 @@ class BenchEngine:
         process: trio.Process,
         plan: GeneratePlan,
         tokenizer: TokenizerLike,
+        target: WorkerTarget,
     ) -> None:
         self.backend = backend
+        self.target = target
         self.process = process
         self.plan = plan
         self.tokenizer = tokenizer
@@ -129,7 +130,8 @@ def chat_plan(tokenizer_model_path: Path) -> tuple[GeneratePlan, TokenizerLike]:
     now = dt.datetime.now(dt.UTC)
     plan = prepare_chat(request, model.prompt_model(), request_id="bench", now=now)
     # A stop the engine could see (a single-token stop string) would end requests early.
-    engine_stops = finalize(plan, TARGET, model.tokenizer).requests[0].sampling.stop_token_ids
+    target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
+    engine_stops = finalize(plan, target, model.tokenizer).requests[0].sampling.stop_token_ids
     assert not engine_stops, f"bench stops must stay router-side, got ids {engine_stops}"
     return plan, model.tokenizer
 
@@ -166,7 +168,8 @@ async def open_bench_engine(log: IO[bytes]) -> AsyncIterator[BenchEngine]:
         try:
             with trio.fail_after(READY_TIMEOUT_S):
                 await backend.wait_ready()
-            yield BenchEngine(backend, process, plan, tokenizer)
+            target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
+            yield BenchEngine(backend, process, plan, tokenizer, target)
         finally:
             with trio.CancelScope(shield=True):
                 if process.returncode is None:
@@ -186,7 +189,7 @@ async def _run_stream(
 ) -> None:
     for _ in range(requests):
         plan = engine.next_plan(workload.max_tokens)
-        finalized = finalize(plan, TARGET, engine.tokenizer)
+        finalized = finalize(plan, engine.target, engine.tokenizer)
         assembler = (
             ResponseAssembler(plan, engine.tokenizer, created=0) if workload.pipeline else None
         )

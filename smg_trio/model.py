@@ -27,7 +27,7 @@ from smg_trio.core.chat_template import ChatTemplate
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ConfigError
 from smg_trio.hf_tokenizer import ModelTokenizer
-from smg_trio.wire.vllm_zmq import EosIds
+from smg_trio.neutral.sampling import EosIds
 
 logger = logging.getLogger(__name__)
 

@@ -84,7 +84,7 @@ async def serve(
         addresses: list[str] = []
         for spec in config.workers:
             backend, address = await stack.enter_async_context(open_backend(spec, model))
-            target = WorkerTarget(runtime=spec.runtime, wire=spec.wire)
+            target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)
             workers.append(Worker(name=str(spec), target=target, backend=backend))
             addresses.append(address)
         pool = WorkerPool(workers, RoundRobin())

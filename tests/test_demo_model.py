@@ -10,7 +10,7 @@ import minijinja
 import pytest
 
 from smg_trio.model import demo_model_path, load_model_dir
-from smg_trio.wire.vllm_zmq import EosIds
+from smg_trio.neutral.sampling import EosIds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO_ROOT / "scripts"

@@ -24,7 +24,7 @@ from smg_trio.model import (
     merge_tokenizer_eos_ids,
     read_eos_ids,
 )
-from smg_trio.wire.vllm_zmq import EosIds
+from smg_trio.neutral.sampling import EosIds
 
 # The steering repo's shared/ folder lies beside this checkout (here and in CI).
 TINY_LLAMA = Path(__file__).resolve().parents[2] / "shared" / "models" / "tiny-llama"

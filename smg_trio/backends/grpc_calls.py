@@ -22,8 +22,8 @@ import trio
 from smg_trio.backends.asyncio_bridge import BridgeTask
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.errors import BackendError, BackendUnavailable, EngineRejected
-from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
-from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcLogprob
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob
+from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete
 
 logger = logging.getLogger(__name__)
 
@@ -76,19 +76,10 @@ class GrpcCall:
         )
 
     def _deliver_tokens(
-        self, token_ids: tuple[int, ...], logprobs: tuple[GrpcLogprob, ...] | None
+        self, token_ids: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] | None
     ) -> None:
         self.completion_tokens += len(token_ids)
-        positions = None
-        if logprobs is not None and len(logprobs) == len(token_ids):
-            positions = tuple(
-                TokenLogprob(
-                    token_id=p.token_id,
-                    logprob=p.logprob,
-                    top=tuple(TopLogprob(token_id, value) for token_id, value in p.top),
-                )
-                for p in logprobs
-            )
+        positions = logprobs if logprobs is not None and len(logprobs) == len(token_ids) else None
         self.stream.deliver(TokenDelta(self.choice_index, token_ids, positions))
 
 

@@ -10,9 +10,8 @@ Decisions:
 - A refused or failed connection is `BackendUnavailable` (nothing was generated; retryable).
 - A connection lost or closed (GOAWAY) under a live call is `EngineDead`; a single stream reset
   by the engine is an `EngineRejected` 500 for that call only.
-- Each engine request carries the client's endpoint, so the per-engine builders apply their
-  endpoint rules (vLLM chat forces skip_special_tokens; TRT-LLM chat/generate send no stop ids
-  and default max_tokens to 2048) exactly as for the real servicers.
+- The engine requests arrive finalized (every per-runtime rule applied); the per-engine
+  builders only rename them onto each service's GenerateRequest.
 """
 
 from __future__ import annotations
@@ -29,18 +28,18 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.exceptions import ProtocolError as GrpclibProtocolError
 
-from smg_trio.core.finalize import EngineRequest
 from smg_trio.errors import (
     BackendError,
     BackendProtocolError,
     BackendUnavailable,
-    ClientError,
     ConfigError,
     EngineDead,
     EngineRejected,
     UnsupportedRuntime,
 )
 from smg_trio.neutral.runtime import Runtime
+from smg_trio.neutral.sampling import EngineRequest
+from smg_trio.neutral.validation import checked_ids, checked_prompt
 from smg_trio.wire._proto import (
     mlx_engine_grpc,
     mlx_engine_pb2,
@@ -53,16 +52,8 @@ from smg_trio.wire._proto import (
     vllm_engine_grpc,
     vllm_engine_pb2,
 )
-from smg_trio.wire.grpc_messages import (
-    GrpcEndpoint,
-    GrpcEngine,
-    GrpcGenerate,
-    GrpcSampling,
-    build_abort,
-    build_generate,
-)
+from smg_trio.wire.grpc_messages import build_abort, build_generate
 from smg_trio.wire.grpc_responses import GrpcEvent, http_status_for_grpc, parse_generate_response
-from smg_trio.wire.sampling_checks import checked_ids, checked_prompt
 
 TRTLLM_HEALTHY: Final = "OK"  # TRT-LLM's HealthCheckResponse is a status string, not a bool
 CHANNEL_CLOSE_WAIT_S: Final = 1.0
@@ -73,7 +64,7 @@ CHANNEL_CLOSE_POLL_S: Final = 0.001
 class GrpcService:
     """One engine's service: stub class, request classes and response conventions."""
 
-    engine: GrpcEngine
+    runtime: Runtime
     stub_class: Any
     health_request: Any
     model_info_request: Any
@@ -85,7 +76,7 @@ class GrpcService:
 
 _SERVICES: Final = {
     Runtime.VLLM: GrpcService(
-        GrpcEngine.VLLM,
+        Runtime.VLLM,
         vllm_engine_grpc.VllmEngineStub,
         vllm_engine_pb2.HealthCheckRequest,
         vllm_engine_pb2.GetModelInfoRequest,
@@ -93,7 +84,7 @@ _SERVICES: Final = {
         cumulative_complete=False,
     ),
     Runtime.SGLANG: GrpcService(
-        GrpcEngine.SGLANG,
+        Runtime.SGLANG,
         sglang_scheduler_grpc.SglangSchedulerStub,
         sglang_scheduler_pb2.HealthCheckRequest,
         sglang_scheduler_pb2.GetModelInfoRequest,
@@ -101,7 +92,7 @@ _SERVICES: Final = {
         cumulative_complete=True,
     ),
     Runtime.TOKENSPEED: GrpcService(
-        GrpcEngine.TOKENSPEED,
+        Runtime.TOKENSPEED,
         tokenspeed_scheduler_grpc.TokenSpeedSchedulerStub,
         tokenspeed_scheduler_pb2.HealthCheckRequest,
         tokenspeed_scheduler_pb2.GetModelInfoRequest,
@@ -109,7 +100,7 @@ _SERVICES: Final = {
         cumulative_complete=True,
     ),
     Runtime.MLX: GrpcService(
-        GrpcEngine.MLX,
+        Runtime.MLX,
         mlx_engine_grpc.MlxEngineStub,
         mlx_engine_pb2.HealthCheckRequest,
         mlx_engine_pb2.GetModelInfoRequest,
@@ -117,7 +108,7 @@ _SERVICES: Final = {
         cumulative_complete=True,
     ),
     Runtime.TRTLLM: GrpcService(
-        GrpcEngine.TRTLLM,
+        Runtime.TRTLLM,
         trtllm_service_grpc.TrtllmServiceStub,
         trtllm_service_pb2.HealthCheckRequest,
         trtllm_service_pb2.GetModelInfoRequest,
@@ -171,54 +162,20 @@ def engine_info_of(model_info: Any, server_info: Any | None) -> EngineInfo:
     )
 
 
-def grpc_generate(request: EngineRequest, engine_request_id: str) -> GrpcGenerate:
-    """The neutral gRPC request for one engine request."""
-    s = request.sampling
-    return GrpcGenerate(
-        request_id=engine_request_id,
-        prompt_ids=request.prompt_ids,
-        sampling=GrpcSampling(
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            min_p=s.min_p,
-            presence_penalty=s.presence_penalty,
-            frequency_penalty=s.frequency_penalty,
-            repetition_penalty=s.repetition_penalty,
-            seed=s.seed,
-            max_tokens=s.max_tokens,
-            min_tokens=s.min_tokens,
-            logprobs=s.logprobs,
-            ignore_eos=s.ignore_eos,
-            skip_special_tokens=s.skip_special_tokens,
-            no_stop_trim=s.no_stop_trim,
-            stop=s.stop,
-            stop_token_ids=s.stop_token_ids,
-        ),
-        endpoint=GrpcEndpoint(request.endpoint.value),
-        stream=True,
-    )
-
-
 def generate_message(
     service: GrpcService, request: EngineRequest, engine_request_id: str, info: EngineInfo | None
 ) -> Any:
     """The engine's GenerateRequest for one engine request.
 
     Raises `ClientError` for what the engine would refuse: a prompt that leaves no room in the
-    context, a token id outside the vocabulary, string stops for SGLang (its workers run
-    without a tokenizer and answer INVALID_ARGUMENT; finalize never sends them any).
+    context, a token id outside the vocabulary, a value its protobuf field cannot hold.
     """
-    if service.engine is GrpcEngine.SGLANG and request.sampling.stop:
-        raise ClientError(
-            "the SGLang engine takes no stop strings (it runs without a tokenizer)", param="stop"
-        )
     vocab = None if info is None else info.vocab_size
     if info is not None and info.max_model_len is not None:
         checked_prompt(request.prompt_ids, info.max_model_len, vocab)
     else:
         checked_ids(request.prompt_ids, "prompt", vocab)
-    return build_generate(service.engine, grpc_generate(request, engine_request_id))
+    return build_generate(service.runtime, request, engine_request_id)
 
 
 def engine_rejection(error: GRPCError) -> EngineRejected:
@@ -278,7 +235,7 @@ class LoopClient:
 
     async def abort(self, engine_request_ids: list[str]) -> None:
         with translated_errors(self.address):
-            for request in build_abort(self.service.engine, engine_request_ids):
+            for request in build_abort(self.service.runtime, engine_request_ids):
                 await self._stub.Abort(request)
 
     async def health(self) -> tuple[bool, str]:

@@ -52,7 +52,7 @@ from smg_trio.backends.zmq_socket import (
     open_zmq_context,
     private_ipc_dir,
 )
-from smg_trio.core.finalize import EngineRequest, Finalized
+from smg_trio.core.finalize import Finalized
 from smg_trio.errors import (
     BackendError,
     BackendProtocolError,
@@ -61,6 +61,7 @@ from smg_trio.errors import (
     UnsupportedRuntime,
 )
 from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
+from smg_trio.neutral.sampling import EngineRequest, EosIds
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.zmq_transport import RequestType, encode_abort, encode_init, is_engine_dead
 
@@ -91,7 +92,7 @@ class ZmqBackend:
         *,
         runtime: Runtime,
         engine_count: int,
-        eos: vllm_zmq.EosIds,
+        eos: EosIds,
         vocab_size: int | None,
         watchdog_period_s: float,
         rank_policy: RankPolicy,
@@ -217,7 +218,6 @@ class ZmqBackend:
                 request,
                 engine_request_id=engine_request_id,
                 max_model_len=engine.registration.max_model_len,
-                eos=self._eos,
                 vocab_size=self._vocab_size,
                 arrival_time=arrival_time,
             )
@@ -341,7 +341,7 @@ async def open_zmq_backend(
     handshake_address: str = "tcp://127.0.0.1:0",
     data_address: str | None = None,
     engine_count: int = 1,
-    eos_ids: vllm_zmq.EosIds | None = None,
+    eos_ids: EosIds | None = None,
     vocab_size: int | None = None,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
@@ -363,7 +363,7 @@ async def open_zmq_backend(
         )
     if not watchdog_period_s > 0:
         raise ConfigError(f"watchdog_period_s must be positive, got {watchdog_period_s}")
-    eos = vllm_zmq.EosIds() if eos_ids is None else eos_ids
+    eos = EosIds() if eos_ids is None else eos_ids
     with ExitStack() as stack:
         context = stack.enter_context(open_zmq_context())
         if data_address is None:

@@ -1,11 +1,11 @@
 """Pure. The two ZMQ engine dialects (vLLM EngineCore, TokenSpeed) seen through one interface:
 an `EngineRequest` in, the ADD payload out; an output message in, per-request steps out.
 
-`zmq_backend` owns sockets, tasks and routing; this module owns only shapes. It maps the
-engine-neutral `SamplingParams` onto each wire's sampling, folds the model directory's EOS ids
-into vLLM requests (stops-and-finalize.md §2.4), and flattens both output layouts (vLLM's list of
-per-request structs with integer finish reasons and logprob arrays; TokenSpeed's column batch
-with string reasons and cumulative counts) into `RequestStep`s.
+`zmq_backend` owns sockets, tasks and routing; this module owns only shapes. It hands a
+finalized `EngineRequest` and the engine's own facts to the dialect's wire builder, and flattens
+both output layouts (vLLM's list of per-request structs with integer finish reasons and logprob
+arrays; TokenSpeed's column batch with string reasons and cumulative counts) into
+`RequestStep`s.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.core.finalize import EngineRequest
 from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
-from smg_trio.neutral.events import TokenLogprob, TopLogprob
+from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Runtime
+from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import tokenspeed_zmq, vllm_zmq, vllm_zmq_outputs
 from smg_trio.wire.zmq_transport import RequestType
 
@@ -75,66 +75,31 @@ def encode_add(
     *,
     engine_request_id: str,
     max_model_len: int,
-    eos: vllm_zmq.EosIds,
     vocab_size: int | None,
     arrival_time: float,
 ) -> list[bytes]:
     """`[type byte, payload]` of one ADD; raises ClientError for values the engine would refuse."""
-    sampling = request.sampling
     match runtime:
         case Runtime.VLLM:
-            wire_request = vllm_zmq.build_request(
-                request_id=engine_request_id,
-                prompt_ids=request.prompt_ids,
-                sampling=vllm_zmq.VllmSampling(
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    top_k=sampling.top_k,
-                    min_p=sampling.min_p,
-                    presence_penalty=sampling.presence_penalty,
-                    frequency_penalty=sampling.frequency_penalty,
-                    repetition_penalty=sampling.repetition_penalty,
-                    seed=sampling.seed,
-                    max_tokens=sampling.max_tokens,
-                    min_tokens=sampling.min_tokens,
-                    logprobs=sampling.logprobs,
-                    ignore_eos=sampling.ignore_eos,
-                    stop_token_ids=sampling.stop_token_ids,
-                ),
-                eos=eos,
+            vllm_request = vllm_zmq.build_request(
+                request,
+                engine_request_id=engine_request_id,
                 max_model_len=max_model_len,
                 arrival_time=arrival_time,
                 vocab_size=vocab_size,
                 client_index=0,  # one output socket: INIT's outputs[0]
                 external_req_id=request.request_id,
             )
-            return [RequestType.ADD.frame, vllm_zmq.encode_request(wire_request)]
+            return [RequestType.ADD.frame, vllm_zmq.encode_request(vllm_request)]
         case Runtime.TOKENSPEED:
-            ts_request = tokenspeed_zmq.build_request(
-                request_id=engine_request_id,
-                prompt_ids=request.prompt_ids,
-                sampling=tokenspeed_zmq.TokenSpeedSampling(
-                    temperature=sampling.temperature,
-                    top_p=sampling.top_p,
-                    top_k=sampling.top_k,
-                    min_p=sampling.min_p,
-                    presence_penalty=sampling.presence_penalty,
-                    frequency_penalty=sampling.frequency_penalty,
-                    repetition_penalty=sampling.repetition_penalty,
-                    seed=sampling.seed,
-                    max_tokens=sampling.max_tokens,
-                    min_tokens=sampling.min_tokens,
-                    logprobs=sampling.logprobs,
-                    ignore_eos=sampling.ignore_eos,
-                    skip_special_tokens=sampling.skip_special_tokens,
-                    no_stop_trim=sampling.no_stop_trim,
-                    stop_token_ids=sampling.stop_token_ids,
-                ),
+            tokenspeed_request = tokenspeed_zmq.build_request(
+                request,
+                engine_request_id=engine_request_id,
                 max_model_len=max_model_len,
                 vocab_size=vocab_size,
                 stream=True,
             )
-            return [RequestType.ADD.frame, tokenspeed_zmq.encode_request(ts_request)]
+            return [RequestType.ADD.frame, tokenspeed_zmq.encode_request(tokenspeed_request)]
         case _:
             raise UnsupportedRuntime(f"no ZMQ dialect for runtime {runtime.value!r}")
 
@@ -178,16 +143,7 @@ def _vllm_message(
     for output in message.outputs:
         logprobs = None
         if output.new_logprobs is not None:
-            positions = vllm_zmq_outputs.decode_logprobs(output.new_logprobs, frames)
-            logprobs = tuple(
-                TokenLogprob(
-                    token_id=p.token_id,
-                    logprob=p.logprob,
-                    rank=p.rank,
-                    top=tuple(TopLogprob(t.token_id, t.logprob) for t in p.top),
-                )
-                for p in positions
-            )
+            logprobs = vllm_zmq_outputs.decode_logprobs(output.new_logprobs, frames)
             if len(logprobs) != len(output.new_token_ids):
                 raise BackendProtocolError(
                     f"{len(logprobs)} logprob positions for {len(output.new_token_ids)} tokens"

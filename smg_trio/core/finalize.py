@@ -1,14 +1,24 @@
 """Pure. The last request-building step: shape a GeneratePlan for one worker's runtime and wire.
 
 `finalize` is the single polymorphism point over (runtime, wire) (ARCHITECTURE.md §2, spec
-stops-and-finalize.md §1). It decides what the ENGINE is asked to stop on and returns the
-router obligation: the stop strings the engine will never see. What the CLIENT sees is always
-enforced by the router's stop scanner from `plan.stop_spec`, on every runtime.
+stops-and-finalize.md §1): every per-runtime decision about what the ENGINE is asked is made
+here, and the wire builders only rename fields. What the CLIENT sees is always enforced by the
+router's stop scanner from `plan.stop_spec`, on every runtime; `Finalized.router_stops` is the
+part of it no engine will match.
 
 - SGLang gRPC, vLLM ZMQ, TokenSpeed ZMQ are token-only for stops: string stops are stripped;
   each one that encodes to exactly one token becomes a stop token id (dedup, order kept).
-- vLLM ZMQ (a tokenizer-less EngineCore) also gets the tokenizer's EOS ids, unless ignore_eos.
+- vLLM ZMQ (a tokenizer-less EngineCore) also gets the EOS ids (the tokenizer's and the model
+  folder's extra ones) as stop ids, unless ignore_eos, plus `_eos_token_id` (the folder's
+  primary EOS) and `_all_stop_token_ids` (what min_tokens masks).
+- TokenSpeed ZMQ cannot return top logprobs or take a finite top_k of 128 or more, nor a
+  repetition_penalty above 2: the client's error (400 naming the parameter).
 - vLLM gRPC, TokenSpeed gRPC, TRT-LLM gRPC keep their strings: the engine matches them too.
+- vLLM gRPC and SGLang gRPC chat: skip_special_tokens is forced on (the router detokenizes).
+- vLLM gRPC and TRT-LLM completion keep the matched stop in the output when the client asked
+  (no_stop_trim); on their other endpoints they never do.
+- TRT-LLM: chat and generate send no stop ids (the router enforces the client's); max_tokens is
+  required, so an unset one becomes 2048 (chat, generate) or 16 (completion), as smg sends.
 - MLX gRPC has no string-stop field: a request with string stops is the client's error.
 - UNSPECIFIED, or a runtime with no adapter for the wire, raises UnsupportedRuntime.
 n > 1 becomes n engine requests (`<id>-<i>`, seed + i): no engine wire here fans out for us.
@@ -17,38 +27,47 @@ n > 1 becomes n engine requests (`<id>-<i>`, seed + i): no engine wire here fans
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 import msgspec
 
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError, UnsupportedRuntime
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire, require_adapter
+from smg_trio.neutral.sampling import EngineRequest, EosIds, SamplingParams
+
+TRTLLM_DEFAULT_MAX_TOKENS_CHAT: Final = 2048  # chat and generate
+TRTLLM_DEFAULT_MAX_TOKENS_COMPLETION: Final = 16
+TOKENSPEED_TOP_K_LIMIT: Final = 128  # its fused top-k kernel: a finite top_k must be below this
+TOKENSPEED_MAX_REPETITION_PENALTY: Final = 2.0
 
 
 class WorkerTarget(msgspec.Struct, frozen=True, kw_only=True):
-    """What finalize needs to know about the worker a request goes to."""
+    """What finalize needs to know about the worker a request goes to.
+
+    `eos_ids` are the worker's model folder EOS ids; only vLLM over ZMQ uses them (its
+    EngineCore has no tokenizer, so the gateway tells it which ids are EOS).
+    """
 
     runtime: Runtime
     wire: Wire
-
-
-class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """One engine request (one choice). Wire modules encode it for their engine."""
-
-    request_id: str
-    choice_index: int
-    endpoint: Endpoint  # some engines' request builders differ per client endpoint (TRT-LLM, vLLM)
-    prompt_ids: tuple[int, ...]
-    sampling: SamplingParams
+    eos_ids: EosIds = EosIds()
 
 
 class Finalized(msgspec.Struct, frozen=True, kw_only=True):
+    """The engine requests for one worker, and what the router must still enforce itself.
+
+    `router_stops` is the router's obligation beyond the engine: the client's stop strings
+    that this worker's engine never sees (stripped for a token-only engine), so the router's
+    stop scanner is the only thing that can end the choice on them. The scanner enforces the
+    whole `plan.stop_spec` on every runtime; these strings are the part no engine will match.
+    """
+
     runtime: Runtime
     wire: Wire
     requests: tuple[EngineRequest, ...]
-    router_stops: tuple[str, ...]  # the obligation: strings the engine will never see
-    stop_spec: StopSpec  # what the router's scanner enforces for every choice
+    router_stops: tuple[str, ...]
 
 
 def finalize(
@@ -58,21 +77,44 @@ def finalize(
     require_adapter(worker.runtime, worker.wire)
     sampling = plan.sampling
     obligation: tuple[str, ...] = ()
+    chat = plan.endpoint is Endpoint.CHAT
+    completion = plan.endpoint is Endpoint.COMPLETION
     match worker.runtime:
         case Runtime.SGLANG:
             sampling, obligation = _resolve_string_stops(sampling, tokenizer)
+            sampling = _skip_special_tokens_for_chat(sampling, chat)
         case Runtime.VLLM if worker.wire is Wire.ZMQ:
             sampling, obligation = _resolve_string_stops(sampling, tokenizer)
-            sampling = _fold_eos(sampling, tokenizer)
+            sampling = _fold_eos(sampling, tokenizer, worker.eos_ids)
         case Runtime.TOKENSPEED if worker.wire is Wire.ZMQ:
+            _check_tokenspeed_zmq_limits(sampling)
             sampling, obligation = _resolve_string_stops(sampling, tokenizer)
-        case Runtime.VLLM | Runtime.TOKENSPEED:
-            pass  # gRPC: the engine's servicer detokenizes and matches the strings itself
+            sampling = msgspec.structs.replace(
+                sampling, stop_token_ids=tuple(dict.fromkeys(sampling.stop_token_ids))
+            )
+        case Runtime.VLLM:  # gRPC: the servicer detokenizes and matches the strings itself
+            sampling = _skip_special_tokens_for_chat(sampling, chat)
+            sampling = msgspec.structs.replace(
+                sampling, no_stop_trim=completion and sampling.no_stop_trim
+            )
+        case Runtime.TOKENSPEED:
+            pass  # gRPC: the servicer detokenizes and matches the strings itself
         case Runtime.TRTLLM:
-            if plan.endpoint is not Endpoint.COMPLETION:
+            default_max_tokens = (
+                TRTLLM_DEFAULT_MAX_TOKENS_COMPLETION
+                if completion
+                else TRTLLM_DEFAULT_MAX_TOKENS_CHAT
+            )
+            sampling = msgspec.structs.replace(
+                sampling,
                 # TRT-LLM's chat/generate builders send stop words only; the router enforces
                 # the client's ids (spec §1.2, case 18).
-                sampling = msgspec.structs.replace(sampling, stop_token_ids=())
+                stop_token_ids=sampling.stop_token_ids if completion else (),
+                no_stop_trim=completion and sampling.no_stop_trim,
+                max_tokens=(
+                    default_max_tokens if sampling.max_tokens is None else sampling.max_tokens
+                ),
+            )
         case Runtime.MLX:
             if sampling.stop:
                 raise ClientError(
@@ -92,8 +134,39 @@ def finalize(
         wire=worker.wire,
         requests=tuple(_fan_out(plan, sampling)),
         router_stops=obligation,
-        stop_spec=plan.stop_spec,
     )
+
+
+def _skip_special_tokens_for_chat(sampling: SamplingParams, chat: bool) -> SamplingParams:
+    """Chat text is detokenized by the router, never the engine: ask the engine to skip."""
+    if not chat or sampling.skip_special_tokens:
+        return sampling
+    return msgspec.structs.replace(sampling, skip_special_tokens=True)
+
+
+def _check_tokenspeed_zmq_limits(sampling: SamplingParams) -> None:
+    """What TokenSpeed's engine would refuse (or drop without an answer) over ZMQ."""
+    if sampling.logprobs not in (None, 0):
+        raise ClientError(
+            "TokenSpeed over ZMQ returns only the sampled token's logprob; top logprobs "
+            "are not supported",
+            code="start_generation_failed",
+            param="logprobs",
+        )
+    top_k = sampling.top_k
+    if top_k is not None and not -1 <= top_k < TOKENSPEED_TOP_K_LIMIT:
+        raise ClientError(
+            f"top_k must be -1 or 0 (all) or in [1, {TOKENSPEED_TOP_K_LIMIT - 1}] on "
+            f"TokenSpeed, got {top_k}",
+            param="top_k",
+        )
+    penalty = sampling.repetition_penalty
+    if penalty is not None and not 0.0 <= penalty <= TOKENSPEED_MAX_REPETITION_PENALTY:
+        raise ClientError(
+            f"repetition_penalty must be in [0, {TOKENSPEED_MAX_REPETITION_PENALTY:g}] on "
+            f"TokenSpeed, got {penalty}",
+            param="repetition_penalty",
+        )
 
 
 def _resolve_string_stops(
@@ -116,12 +189,25 @@ def _resolve_string_stops(
     return resolved, sampling.stop
 
 
-def _fold_eos(sampling: SamplingParams, tokenizer: TokenizerLike | None) -> SamplingParams:
-    """vLLM EngineCore has no tokenizer: give it the EOS ids, unless the client ignores EOS."""
-    if sampling.ignore_eos or tokenizer is None:
-        return sampling
+def _fold_eos(
+    sampling: SamplingParams, tokenizer: TokenizerLike | None, eos: EosIds
+) -> SamplingParams:
+    """vLLM EngineCore has no tokenizer: tell it the EOS ids (stops-and-finalize.md §2.4).
+
+    Unless `ignore_eos`, the tokenizer's EOS ids, then the folder's extra ones, are appended to
+    the stop ids and the folder's primary EOS becomes `eos_token_id`; `all_stop_token_ids`
+    (masked below min_tokens) is the union of the stop ids and the folder's EOS ids either way.
+    """
+    stop_ids = tuple(dict.fromkeys(sampling.stop_token_ids))
+    if not sampling.ignore_eos:
+        tokenizer_eos = () if tokenizer is None else tokenizer.eos_token_ids
+        stop_ids = _append_missing(stop_ids, (*tokenizer_eos, *eos.extra))
+    folder_eos = (() if eos.primary is None else (eos.primary,)) + eos.extra
     return msgspec.structs.replace(
-        sampling, stop_token_ids=_append_missing(sampling.stop_token_ids, tokenizer.eos_token_ids)
+        sampling,
+        stop_token_ids=stop_ids,
+        eos_token_id=None if sampling.ignore_eos else eos.primary,
+        all_stop_token_ids=tuple(sorted({*stop_ids, *folder_eos})),
     )
 
 
@@ -139,7 +225,6 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
             EngineRequest(
                 request_id=plan.request_id,
                 choice_index=0,
-                endpoint=plan.endpoint,
                 prompt_ids=plan.prompt_ids,
                 sampling=sampling,
             )
@@ -148,7 +233,6 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
         EngineRequest(
             request_id=f"{plan.request_id}-{index}",
             choice_index=index,
-            endpoint=plan.endpoint,
             prompt_ids=plan.prompt_ids,
             sampling=(
                 sampling

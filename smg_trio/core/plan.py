@@ -1,8 +1,9 @@
 """Pure. The typed values that flow from `prepare` to `finalize` to the wire encoders.
 
-`GeneratePlan` is what the client asked for, in engine-neutral terms, after validation,
-templating and tokenization. `SamplingParams` is engine-neutral; a wire encoder maps it onto its
-engine's fields. Everything here is frozen: stages return new values, they never fill in bags.
+`GeneratePlan` is what the client asked for, in engine-neutral terms (its sampling is the
+neutral `SamplingParams`), after validation, templating and tokenization; `StopSpec` is what the
+router's stop scanner enforces. Everything here is frozen: stages return new values, they never
+fill in bags.
 """
 
 from __future__ import annotations
@@ -10,32 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from smg_trio.neutral.runtime import Endpoint
-
-
-class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
-    """Engine-neutral sampling. `None` means "the engine's default" for that knob.
-
-    `stop` and `stop_token_ids` are what the ENGINE is asked to stop on; after `finalize` they
-    may differ from what the client sent (strings stripped, single-token stops converted, EOS
-    folded). What the client sees is governed by `StopSpec`, built from the original request.
-    """
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
-    min_tokens: int = 0
-    logprobs: int | None = None  # top-k logprobs per sampled token; None = none
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    no_stop_trim: bool = False
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
+from smg_trio.neutral.sampling import SamplingParams
 
 
 class StopSpec(msgspec.Struct, frozen=True, kw_only=True):

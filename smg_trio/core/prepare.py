@@ -16,12 +16,13 @@ from typing import Any
 import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
+from smg_trio.neutral.validation import check_context_length
 from smg_trio.wire import openai as oa
-from smg_trio.wire import openai_decode as oad
 
 
 class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,11 +41,6 @@ def prepare_chat(
     if model.chat_template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
-        )
-    if req.continue_final_message and req.add_generation_prompt:
-        raise ClientError(
-            "continue_final_message and add_generation_prompt cannot both be true",
-            param="continue_final_message",
         )
     messages = [_message_for_template(m, i) for i, m in enumerate(req.messages)]
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
@@ -207,7 +203,7 @@ def _max_tokens(
         raise ClientError(f"the {param} is empty after tokenization", param=param)
     if model.context_length is None:
         return requested
-    oad.check_context_length(prompt_len, requested, model.context_length, param)
+    check_context_length(prompt_len, requested, model.context_length, param)
     return requested if requested is not None else model.context_length - prompt_len
 
 

@@ -57,6 +57,7 @@ from smg_trio.engines.wire_adapter import (
     runner_up_ids,
 )
 from smg_trio.errors import BackendProtocolError
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.wire.vllm_zmq import (
     ReadyResponse,
     decode_request,
@@ -67,10 +68,8 @@ from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutput,
     EngineCoreOutputs,
     FinishReason,
-    PositionLogprobs,
     PrefillStats,
     RequestError,
-    TopLogprob,
     UtilityOutput,
     encode_logprobs,
     encode_outputs,
@@ -226,7 +225,7 @@ class VllmWire:
             error=error,
         )
 
-    def _position_logprobs(self, token_id: int, width: int) -> PositionLogprobs:
+    def _position_logprobs(self, token_id: int, width: int) -> TokenLogprob:
         # Rank 1, so the top-k list starts with the sampled token itself.
         runners_up = runner_up_ids(self.model, token_id, max(0, width - 1))
         top = [TopLogprob(token_id=token_id, logprob=SAMPLED_LOGPROB)][:width]
@@ -234,7 +233,7 @@ class VllmWire:
             TopLogprob(token_id=other, logprob=SAMPLED_LOGPROB + RUNNER_UP_LOGPROB * (i + 1))
             for i, other in enumerate(runners_up)
         ]
-        return PositionLogprobs(token_id=token_id, logprob=SAMPLED_LOGPROB, rank=1, top=tuple(top))
+        return TokenLogprob(token_id=token_id, logprob=SAMPLED_LOGPROB, rank=1, top=tuple(top))
 
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes:
         return encode_utility_reply(self.engine_index, call_id, failure, value)

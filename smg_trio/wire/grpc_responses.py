@@ -23,6 +23,7 @@ from typing import Final, TypeAlias, assert_never
 import msgspec
 
 from smg_trio.errors import BackendProtocolError
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.wire._proto import mlx_engine_pb2 as mlx
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
@@ -41,14 +42,6 @@ OutputLogProbs: TypeAlias = (
 )
 
 
-class GrpcLogprob(msgspec.Struct, frozen=True):
-    """One generated position: the sampled token, its logprob, the top candidates if asked."""
-
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), best first
-
-
 class GrpcChunk(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """New tokens of output `index` since its previous chunk (may be empty)."""
 
@@ -57,7 +50,7 @@ class GrpcChunk(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
-    logprobs: tuple[GrpcLogprob, ...] | None = None  # parallel to token_ids when sent
+    logprobs: tuple[TokenLogprob, ...] | None = None  # parallel to token_ids when sent
 
 
 class GrpcComplete(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -186,7 +179,7 @@ def _finish_reason(reason: str) -> str:
     return _FINISH_REASON_ALIASES.get(reason, reason)
 
 
-def _columns_logprobs(logprobs: OutputLogProbs) -> tuple[GrpcLogprob, ...]:
+def _columns_logprobs(logprobs: OutputLogProbs) -> tuple[TokenLogprob, ...]:
     """OutputLogProbs keeps parallel columns; `top_logprobs` is empty unless top-k was asked."""
     ids, values, tops = logprobs.token_ids, logprobs.token_logprobs, logprobs.top_logprobs
     if len(ids) != len(values) or len(tops) not in (0, len(ids)):
@@ -194,23 +187,26 @@ def _columns_logprobs(logprobs: OutputLogProbs) -> tuple[GrpcLogprob, ...]:
             f"engine sent logprob columns of different lengths: {len(ids)} token ids, "
             f"{len(values)} logprobs, {len(tops)} top-k lists"
         )
-    positions: list[GrpcLogprob] = []
+    positions: list[TokenLogprob] = []
     for i, (token_id, logprob) in enumerate(zip(ids, values, strict=True)):
-        top: tuple[tuple[int, float], ...] = ()
+        top: tuple[TopLogprob, ...] = ()
         if tops:
             if len(tops[i].token_ids) != len(tops[i].values):
                 raise BackendProtocolError("engine sent a top-k list with unpaired values")
-            top = tuple(zip(tops[i].token_ids, tops[i].values, strict=True))
-        positions.append(GrpcLogprob(token_id=token_id, logprob=logprob, top=top))
+            top = tuple(
+                TopLogprob(top_id, value)
+                for top_id, value in zip(tops[i].token_ids, tops[i].values, strict=True)
+            )
+        positions.append(TokenLogprob(token_id=token_id, logprob=logprob, top=top))
     return tuple(positions)
 
 
-def _rows_logprobs(rows: Sequence[trtllm.TokenLogprob]) -> tuple[GrpcLogprob, ...]:
+def _rows_logprobs(rows: Sequence[trtllm.TokenLogprob]) -> tuple[TokenLogprob, ...]:
     return tuple(
-        GrpcLogprob(
+        TokenLogprob(
             token_id=row.token_id,
             logprob=row.logprob,
-            top=tuple((top.token_id, top.logprob) for top in row.top_logprobs),
+            top=tuple(TopLogprob(top.token_id, top.logprob) for top in row.top_logprobs),
         )
         for row in rows
     )

@@ -1,30 +1,37 @@
 """Pure. Decoding and validating client request bodies, like OpenAI/vLLM validate them.
 
 Bodies decode with msgspec (unknown fields ignored, as vLLM/SGLang servers do) and are then
-checked; every rejection is a 400 `ClientError` whose `param` names the offending field.
+checked: here, which fields may combine and what shape they take; the value rules (ranges,
+limits) are `neutral.validation`'s, applied to each field as the client spelled it. Every
+rejection is a 400 `ClientError` whose `param` names the offending field.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Protocol
 
 import msgspec
 
 from smg_trio.errors import ClientError
+from smg_trio.neutral.validation import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_CHOICES,
+    MAX_COMPLETION_LOGPROBS,
+    MAX_STOP_STRINGS,
+    MAX_TOP_LOGPROBS,
+    check_at_least,
+    check_between,
+    check_knobs,
+    check_lengths,
+    check_stops,
+)
 from smg_trio.wire.openai import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
-    StopField,
     _SamplingFields,
 )
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-MAX_STOP_STRINGS = 4
-MAX_CHOICES = 128
-MAX_TOP_LOGPROBS = 20
-MAX_COMPLETION_LOGPROBS = 5
 
 _ERROR_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _MISSING_FIELD = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
@@ -48,83 +55,12 @@ def _reject(param: str, message: str) -> ClientError:
     return ClientError(message, param=param)
 
 
-def _check_between(
-    value: float | None, param: str, low: float, high: float, *, low_open: bool = False
-) -> None:
-    if value is None:
-        return
-    too_low = value <= low if low_open else value < low
-    if too_low or value > high:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-        raise _reject(param, f"{param} must be in {interval}, got {value:g}")
-
-
-def _check_at_least(value: int | None, param: str, low: int) -> None:
-    if value is not None and value < low:
-        raise _reject(param, f"{param} must be at least {low}, got {value}")
-
-
-def _check_stops(stop: StopField, param: str, *, max_count: int | None) -> None:
-    if stop is None or isinstance(stop, str):
-        return  # a bare "" means "no stop", as OpenAI treats it
-    if max_count is not None and len(stop) > max_count:
-        raise _reject(param, f"{param} accepts at most {max_count} sequences, got {len(stop)}")
-    if any(s == "" for s in stop):
-        raise _reject(param, f"{param} sequences must not be empty")
-
-
-class _Knobs(Protocol):
-    """The sampling knobs that chat, completions and /generate spell the same way."""
-
-    @property
-    def temperature(self) -> float | None: ...
-    @property
-    def top_p(self) -> float | None: ...
-    @property
-    def top_k(self) -> int | None: ...
-    @property
-    def min_p(self) -> float | None: ...
-    @property
-    def presence_penalty(self) -> float | None: ...
-    @property
-    def frequency_penalty(self) -> float | None: ...
-    @property
-    def repetition_penalty(self) -> float | None: ...
-    @property
-    def stop_token_ids(self) -> tuple[int, ...] | None: ...
-
-
-def _check_knobs(knobs: _Knobs, prefix: str) -> None:
-    """Range checks shared by all endpoints; `prefix` locates nested params in messages."""
-    _check_between(knobs.temperature, prefix + "temperature", 0.0, 2.0)
-    _check_between(knobs.top_p, prefix + "top_p", 0.0, 1.0, low_open=True)
-    # -1 and 0 both mean "all tokens" in vLLM; anything below -1 is meaningless.
-    _check_at_least(knobs.top_k, prefix + "top_k", -1)
-    _check_between(knobs.min_p, prefix + "min_p", 0.0, 1.0)
-    _check_between(knobs.presence_penalty, prefix + "presence_penalty", -2.0, 2.0)
-    _check_between(knobs.frequency_penalty, prefix + "frequency_penalty", -2.0, 2.0)
-    if knobs.repetition_penalty is not None and knobs.repetition_penalty <= 0:
-        param = prefix + "repetition_penalty"
-        raise _reject(param, f"{param} must be greater than 0, got {knobs.repetition_penalty:g}")
-    if knobs.stop_token_ids is not None and any(t < 0 for t in knobs.stop_token_ids):
-        raise _reject(prefix + "stop_token_ids", f"{prefix}stop_token_ids must be non-negative")
-
-
-def _check_lengths(max_tokens: int | None, max_param: str, min_tokens: int, min_param: str) -> None:
-    _check_at_least(max_tokens, max_param, 1)
-    _check_at_least(min_tokens, min_param, 0)
-    if max_tokens is not None and min_tokens > max_tokens:
-        raise _reject(
-            min_param, f"{min_param} ({min_tokens}) must not exceed {max_param} ({max_tokens})"
-        )
-
-
 def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param: str) -> None:
-    _check_knobs(req, "")
-    _check_between(req.n, "n", 1, MAX_CHOICES)
-    _check_between(req.seed, "seed", _INT64_MIN, _INT64_MAX)
-    _check_lengths(max_tokens, max_param, req.min_tokens, "min_tokens")
-    _check_stops(req.stop, "stop", max_count=MAX_STOP_STRINGS)
+    check_knobs(req, "")
+    check_between(req.n, "n", 1, MAX_CHOICES)
+    check_between(req.seed, "seed", INT64_MIN, INT64_MAX)
+    check_lengths(max_tokens, max_param, req.min_tokens, "min_tokens")
+    check_stops(req.stop, "stop", max_count=MAX_STOP_STRINGS)
     if req.stream_options is not None and not req.stream:
         raise _reject("stream_options", "stream_options is only allowed when stream is true")
 
@@ -132,11 +68,11 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
 def validate_chat(req: ChatCompletionRequest) -> None:
     if not req.messages:
         raise _reject("messages", "messages must contain at least one message")
-    _check_at_least(req.max_tokens, "max_tokens", 1)
+    check_at_least(req.max_tokens, "max_tokens", 1)
     max_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     _check_openai_common(req, req.max_new_tokens, max_param)
     if req.top_logprobs is not None:
-        _check_between(req.top_logprobs, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+        check_between(req.top_logprobs, "top_logprobs", 0, MAX_TOP_LOGPROBS)
         if not req.logprobs:
             raise _reject("top_logprobs", "top_logprobs requires logprobs to be true")
     if req.continue_final_message and req.add_generation_prompt:
@@ -160,7 +96,7 @@ def validate_completion(req: CompletionRequest) -> None:
         if isinstance(single, tuple) and (not single or any(t < 0 for t in single)):
             raise _reject("prompt", "prompt token ids must be non-empty and non-negative")
     _check_openai_common(req, req.max_tokens, "max_tokens")
-    _check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if req.best_of is not None and req.best_of != req.num_choices:
         raise _reject("best_of", "best_of is not supported unless it equals n")
 
@@ -171,18 +107,18 @@ def validate_generate(req: GenerateRequest) -> None:
     if req.input_ids is not None and (not req.input_ids or any(t < 0 for t in req.input_ids)):
         raise _reject("input_ids", "input_ids must be non-empty and non-negative")
     sp = req.sampling_params
-    _check_knobs(sp, "sampling_params.")
-    _check_between(sp.n, "sampling_params.n", 1, MAX_CHOICES)
-    _check_between(sp.effective_seed, "sampling_params.seed", _INT64_MIN, _INT64_MAX)
-    _check_lengths(
+    check_knobs(sp, "sampling_params.")
+    check_between(sp.n, "sampling_params.n", 1, MAX_CHOICES)
+    check_between(sp.effective_seed, "sampling_params.seed", INT64_MIN, INT64_MAX)
+    check_lengths(
         sp.max_new_tokens,
         "sampling_params.max_new_tokens",
         sp.min_new_tokens,
         "sampling_params.min_new_tokens",
     )
     # SGLang sets no limit on the number of stop strings; empty ones would match at once.
-    _check_stops(sp.stop, "sampling_params.stop", max_count=None)
-    _check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
+    check_stops(sp.stop, "sampling_params.stop", max_count=None)
+    check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
 
 
 _CHAT_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
@@ -216,23 +152,3 @@ def decode_generate_request(body: bytes) -> GenerateRequest:
         raise _decode_error(exc) from None
     validate_generate(req)
     return req
-
-
-def check_context_length(
-    prompt_len: int, max_tokens: int | None, context_length: int, param: str
-) -> None:
-    """400 when the prompt, or prompt plus requested completion, exceeds the context window.
-
-    `param` is "messages" or "prompt" and names where the input tokens came from.
-    """
-    if prompt_len >= context_length or (
-        max_tokens is not None and prompt_len + max_tokens > context_length
-    ):
-        requested = prompt_len + (max_tokens or 0)
-        raise ClientError(
-            f"This model's maximum context length is {context_length} tokens. However, you "
-            f"requested {requested} tokens ({prompt_len} in the {param}, {max_tokens or 0} in "
-            f"the completion). Please reduce the length of the {param} or completion.",
-            code="context_length_exceeded",
-            param=param,
-        )

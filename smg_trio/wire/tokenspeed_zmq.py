@@ -10,50 +10,20 @@ does not re-derive it. TokenSpeed stops at EOS by itself and never sees stop str
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
 from smg_trio.errors import BackendProtocolError, ClientError
-from smg_trio.wire.sampling_checks import (
-    checked_ids,
-    checked_int,
-    checked_prompt,
-    float_in,
-    positive_float,
-    token_budget,
-)
+from smg_trio.neutral.sampling import EngineRequest
+from smg_trio.neutral.validation import checked_ids, checked_prompt, token_budget
+from smg_trio.wire.msgpack_ints import checked_int
 from smg_trio.wire.zmq_transport import decode_message
 
 TOP_K_DISABLED: Final = 1 << 30  # TokenSpeed's "all tokens" sentinel
-TOP_K_LIMIT: Final = 128  # fused top-k kernel: a finite top_k must be below this
 _GREEDY_BELOW: Final = 1e-6
 FINISH_REASONS: Final = frozenset({"stop", "length", "abort", "error"})
-
-
-class TokenSpeedSampling(msgspec.Struct, frozen=True, kw_only=True):
-    """What the gateway asks of one TokenSpeed request. `None` = the neutral default.
-
-    `logprobs` may only be None or 0 (the sampled token's logprob): TokenSpeed has no top-k.
-    """
-
-    temperature: float | None = None  # < 1e-6: greedy
-    top_p: float | None = None
-    top_k: int | None = None  # 0 or -1: all tokens; otherwise 1..127
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None  # None: the rest of the context window
-    min_tokens: int = 0
-    logprobs: int | None = None
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    no_stop_trim: bool = False
-    stop_token_ids: tuple[int, ...] = ()
 
 
 class TokenSpeedSamplingParams(msgspec.Struct, array_like=True, frozen=True, kw_only=True):
@@ -127,78 +97,64 @@ class TokenizedGenerateReqInput(
 
 
 def build_request(
+    request: EngineRequest,
     *,
-    request_id: str,
-    prompt_ids: Sequence[int],
-    sampling: TokenSpeedSampling,
+    engine_request_id: str,
     max_model_len: int,
     vocab_size: int | None = None,
     stream: bool = True,
 ) -> TokenizedGenerateReqInput:
-    """Validate and shape one ADD in TokenSpeed's normalized form (wire.md §B.4, §E.22).
+    """One ADD for a finalized `request`, in TokenSpeed's normalized form (wire.md §B.4, §E.22).
 
+    Finalize already refused what TokenSpeed cannot do (top logprobs, top_k >= 128); here the
+    values are only spelled TokenSpeed's way and checked against the engine's context.
     `stream=True` makes the engine emit every `stream_interval` tokens; False batches 50.
     """
-    if not request_id:
+    if not engine_request_id:
         raise ClientError("the engine request id must not be empty", param="request_id")
-    prompt = checked_prompt(prompt_ids, max_model_len, vocab_size)
-    if sampling.logprobs not in (None, 0):
-        raise ClientError(
-            "TokenSpeed over ZMQ returns only the sampled token's logprob; top logprobs "
-            "are not supported",
-            code="start_generation_failed",
-            param="logprobs",
-        )
-    stop_ids = checked_ids(sampling.stop_token_ids, "stop_token_ids", vocab_size)
-    params = _checked_sampling(sampling, prompt_len=len(prompt), max_model_len=max_model_len)
-    params = msgspec.structs.replace(params, stop_token_ids=tuple(dict.fromkeys(stop_ids)) or None)
-    return TokenizedGenerateReqInput(
-        rid=request_id,
-        input_ids=prompt,
-        sampling_params=params,
-        return_logprob=sampling.logprobs is not None,
-        stream=stream,
-    )
-
-
-def _checked_sampling(
-    sampling: TokenSpeedSampling, *, prompt_len: int, max_model_len: int
-) -> TokenSpeedSamplingParams:
-    """Enforce TokenSpeed's `verify()` ranges and apply its `normalize()` ourselves."""
+    s = request.sampling
+    prompt = checked_prompt(request.prompt_ids, max_model_len, vocab_size)
     max_tokens, min_tokens = token_budget(
-        sampling.max_tokens, sampling.min_tokens, prompt_len=prompt_len, max_model_len=max_model_len
+        s.max_tokens, s.min_tokens, prompt_len=len(prompt), max_model_len=max_model_len
     )
-    top_k = -1 if sampling.top_k is None else checked_int(sampling.top_k, "top_k")
-    if top_k < -1 or top_k >= TOP_K_LIMIT:
-        raise ClientError(
-            f"top_k must be -1 or 0 (all) or in [1, {TOP_K_LIMIT - 1}] on TokenSpeed, got {top_k}",
-            param="top_k",
-        )
-    temperature = float_in(sampling.temperature, 1.0, "temperature", 0.0, math.inf)
-    seed = None if sampling.seed is None else checked_int(sampling.seed, "seed")
+    top_k = -1 if s.top_k is None else checked_int(s.top_k, "top_k")
+    temperature = 1.0 if s.temperature is None else float(s.temperature)
+    seed = None if s.seed is None else checked_int(s.seed, "seed")
+    # TokenSpeed's normalize(), applied here since we send is_normalized=true: greedy is
+    # spelled top_k=1 with temperature 1 and seed 0 (so that ties break the same every time).
     if temperature < _GREEDY_BELOW:
         temperature, top_k = 1.0, 1
     if top_k == 1:
-        seed = 0  # the engine pins greedy's seed so ties break the same way every time
-    return TokenSpeedSamplingParams(
-        max_new_tokens=max_tokens,
+        seed = 0
+    params = TokenSpeedSamplingParams(
+        max_new_tokens=checked_int(max_tokens, "max_tokens"),
+        stop_token_ids=checked_ids(s.stop_token_ids, "stop_token_ids", vocab_size) or None,
         temperature=temperature,
-        top_p=positive_float(sampling.top_p, 1.0, "top_p", 1.0),
+        top_p=_float(s.top_p, 1.0),
         top_k=TOP_K_DISABLED if top_k in (-1, 0) else top_k,
-        min_p=float_in(sampling.min_p, 0.0, "min_p", 0.0, 1.0),
-        frequency_penalty=float_in(sampling.frequency_penalty, 0.0, "frequency_penalty", -2.0, 2.0),
-        presence_penalty=float_in(sampling.presence_penalty, 0.0, "presence_penalty", -2.0, 2.0),
-        repetition_penalty=float_in(
-            sampling.repetition_penalty, 1.0, "repetition_penalty", 0.0, 2.0
-        ),
-        min_new_tokens=min_tokens,
-        ignore_eos=sampling.ignore_eos,
-        skip_special_tokens=sampling.skip_special_tokens,
-        no_stop_trim=sampling.no_stop_trim,
+        min_p=_float(s.min_p, 0.0),
+        frequency_penalty=_float(s.frequency_penalty, 0.0),
+        presence_penalty=_float(s.presence_penalty, 0.0),
+        repetition_penalty=_float(s.repetition_penalty, 1.0),
+        min_new_tokens=checked_int(min_tokens, "min_tokens"),
+        ignore_eos=s.ignore_eos,
+        skip_special_tokens=s.skip_special_tokens,
+        no_stop_trim=s.no_stop_trim,
         seed=seed,
         stop_strs=[],
         is_normalized=True,
     )
+    return TokenizedGenerateReqInput(
+        rid=engine_request_id,
+        input_ids=prompt,
+        sampling_params=params,
+        return_logprob=s.logprobs is not None,
+        stream=stream,
+    )
+
+
+def _float(value: float | None, default: float) -> float:
+    return default if value is None else float(value)
 
 
 class BatchTokenIDOutSlim(

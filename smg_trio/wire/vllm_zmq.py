@@ -7,60 +7,27 @@ Layouts are the contract. `EngineCoreRequest` and `UtilityCall` are positional a
 of 0.32/0.33 (older engines ignore trailing extras); decoders accept the 9-element required
 prefix and ignore extra trailing elements and unknown map keys.
 
-A malformed ADD can kill EngineCore's input thread, so `build_request` validates every value
-first and raises `ClientError` naming the parameter (wire.md §A.5, §E.12).
+`build_request` renames a finalized neutral request onto these layouts: finalize decided the
+stop ids and EOS fields, the client's values were range-checked at decode. A malformed ADD can
+still kill EngineCore's input thread, so the builder checks what only it can: the prompt against
+the engine's context and vocabulary, and that every integer fits msgpack (wire.md §A.5, §E.12);
+a failure is a `ClientError` naming the parameter.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
 
 from smg_trio.errors import BackendProtocolError, ClientError
-from smg_trio.wire.sampling_checks import (
-    checked_ids,
-    checked_int,
-    checked_prompt,
-    float_in,
-    positive_float,
-    token_budget,
-)
+from smg_trio.neutral.sampling import EngineRequest
+from smg_trio.neutral.validation import checked_ids, checked_prompt, token_budget
+from smg_trio.wire.msgpack_ints import checked_int
 from smg_trio.wire.zmq_transport import decode_message
 
 VLLM_DEFAULT_MAX_TOKENS: Final = 16  # what EngineCore assumes when the key is absent
-MAX_LOGPROBS: Final = 20  # vLLM's default max_logprobs; EngineCore itself does not check it
-
-
-class EosIds(msgspec.Struct, frozen=True):
-    """The model directory's EOS ids (stops-and-finalize.md §2.2): `extra` excludes `primary`."""
-
-    primary: int | None = None
-    extra: tuple[int, ...] = ()
-
-
-class VllmSampling(msgspec.Struct, frozen=True, kw_only=True):
-    """What the gateway asks of one engine request. `None` = vLLM's default for that knob.
-
-    `stop_token_ids` are the ids the engine must stop on (string stops never reach EngineCore).
-    `n` does not exist here: n > 1 is fanned out into separate requests before encoding.
-    """
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None  # 0 or -1: all tokens
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None  # None: the rest of the context window
-    min_tokens: int = 0
-    logprobs: int | None = None  # top-k logprobs per sampled token
-    ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = ()
 
 
 class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -124,11 +91,9 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, frozen=True):
 
 
 def build_request(
+    request: EngineRequest,
     *,
-    request_id: str,
-    prompt_ids: Sequence[int],
-    sampling: VllmSampling,
-    eos: EosIds,
+    engine_request_id: str,
     max_model_len: int,
     arrival_time: float,
     vocab_size: int | None = None,
@@ -138,30 +103,44 @@ def build_request(
     priority: int = 0,
     trace_headers: Mapping[str, str] | None = None,
 ) -> EngineCoreRequest:
-    """Validate and shape one ADD. `max_model_len` comes from the engine's registration map.
+    """One ADD for a finalized `request`. `max_model_len` comes from the engine's registration.
 
-    EOS (stops-and-finalize.md §2.4): unless `ignore_eos`, `eos.primary` becomes `_eos_token_id`
-    and `eos.extra` ids are appended to `stop_token_ids`; `_all_stop_token_ids` (min_tokens
-    masking) is the union of all of them either way. Uniqueness of `request_id` among in-flight
-    requests is the caller's job: a duplicate kills EngineCore.
+    Only renames and byte checks happen here: finalize already decided the stop ids and the EOS
+    fields. An unset max_tokens becomes the rest of the engine's context, as vLLM's frontend
+    sends it. Uniqueness of `engine_request_id` among in-flight requests is the caller's job: a
+    duplicate kills EngineCore.
     """
-    if not request_id:
+    if not engine_request_id:
         raise ClientError("the engine request id must not be empty", param="request_id")
-    prompt = checked_prompt(prompt_ids, max_model_len, vocab_size)
-    stop_ids = list(
-        dict.fromkeys(checked_ids(sampling.stop_token_ids, "stop_token_ids", vocab_size))
+    s = request.sampling
+    prompt = checked_prompt(request.prompt_ids, max_model_len, vocab_size)
+    max_tokens, min_tokens = token_budget(
+        s.max_tokens, s.min_tokens, prompt_len=len(prompt), max_model_len=max_model_len
     )
-    if not sampling.ignore_eos:
-        stop_ids += [token_id for token_id in eos.extra if token_id not in stop_ids]
-    eos_ids = (() if eos.primary is None else (eos.primary,)) + eos.extra
+    max_tokens, min_tokens = (
+        checked_int(max_tokens, "max_tokens"),
+        checked_int(min_tokens, "min_tokens"),
+    )
+    top_k = 0 if s.top_k is None else checked_int(s.top_k, "top_k")
     params = _sparse_sampling(
-        **_checked_sampling(sampling, prompt_len=len(prompt), max_model_len=max_model_len),
-        stop_token_ids=tuple(stop_ids) or None,
-        eos_token_id=None if sampling.ignore_eos else eos.primary,
-        all_stop_token_ids=tuple(sorted({*stop_ids, *eos_ids})),
+        presence_penalty=_float(s.presence_penalty, 0.0),
+        frequency_penalty=_float(s.frequency_penalty, 0.0),
+        repetition_penalty=_float(s.repetition_penalty, 1.0),
+        temperature=_float(s.temperature, 1.0),
+        top_p=_float(s.top_p, 1.0),
+        top_k=max(top_k, 0),  # vLLM spells "all tokens" 0; the neutral -1 means the same
+        min_p=_float(s.min_p, 0.0),
+        seed=None if s.seed is None else checked_int(s.seed, "seed"),
+        stop_token_ids=checked_ids(s.stop_token_ids, "stop_token_ids", vocab_size) or None,
+        ignore_eos=s.ignore_eos,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        logprobs=None if s.logprobs is None else checked_int(s.logprobs, "logprobs"),
+        eos_token_id=s.eos_token_id,
+        all_stop_token_ids=s.all_stop_token_ids,
     )
     return EngineCoreRequest(
-        request_id=request_id,
+        request_id=engine_request_id,
         prompt_token_ids=prompt,
         mm_features=None,
         sampling_params=params,
@@ -177,39 +156,9 @@ def build_request(
     )
 
 
-def _checked_sampling(
-    sampling: VllmSampling, *, prompt_len: int, max_model_len: int
-) -> dict[str, Any]:
-    """Enforce what vLLM's SamplingParams.__post_init__ enforces, before the engine sees it."""
-    max_tokens, min_tokens = token_budget(
-        sampling.max_tokens, sampling.min_tokens, prompt_len=prompt_len, max_model_len=max_model_len
-    )
-    top_k = 0 if sampling.top_k is None else checked_int(sampling.top_k, "top_k")
-    if top_k < -1:
-        raise ClientError(f"top_k must be 0 or -1 (all) or >= 1, got {top_k}", param="top_k")
-    logprobs = None if sampling.logprobs is None else checked_int(sampling.logprobs, "logprobs")
-    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise ClientError(
-            f"logprobs must be in [0, {MAX_LOGPROBS}], got {logprobs}", param="logprobs"
-        )
-    return {
-        "presence_penalty": float_in(sampling.presence_penalty, 0.0, "presence_penalty", -2.0, 2.0),
-        "frequency_penalty": float_in(
-            sampling.frequency_penalty, 0.0, "frequency_penalty", -2.0, 2.0
-        ),
-        "repetition_penalty": positive_float(
-            sampling.repetition_penalty, 1.0, "repetition_penalty", math.inf
-        ),
-        "temperature": float_in(sampling.temperature, 1.0, "temperature", 0.0, 2.0),
-        "top_p": positive_float(sampling.top_p, 1.0, "top_p", 1.0),
-        "top_k": max(top_k, 0),
-        "min_p": float_in(sampling.min_p, 0.0, "min_p", 0.0, 1.0),
-        "seed": None if sampling.seed is None else checked_int(sampling.seed, "seed"),
-        "ignore_eos": sampling.ignore_eos,
-        "max_tokens": max_tokens,
-        "min_tokens": min_tokens,
-        "logprobs": logprobs,
-    }
+def _float(value: float | None, default: float) -> float:
+    """msgpack carries a float: an int the client sent (1) is sent as 1.0, as vLLM's is."""
+    return default if value is None else float(value)
 
 
 _SAMPLING_DEFAULTS: Final = {

@@ -18,6 +18,7 @@ from typing import Any, Final
 import msgspec
 
 from smg_trio.errors import BackendProtocolError
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.wire.msgpack_arrays import WireArray, array_values, inline_array
 from smg_trio.wire.zmq_transport import decode_message
 
@@ -47,22 +48,9 @@ class LogprobsLists(msgspec.Struct, array_like=True, frozen=True):
     cu_num_generated_tokens: tuple[int, ...] | None = None
 
 
-class TopLogprob(msgspec.Struct, frozen=True):
-    token_id: int
-    logprob: float
-
-
-class PositionLogprobs(msgspec.Struct, frozen=True):
-    """One generated position: the sampled token, its logprob and 1-based vocab rank, the top-k."""
-
-    token_id: int
-    logprob: float
-    rank: int
-    top: tuple[TopLogprob, ...] = ()
-
-
-def decode_logprobs(lists: LogprobsLists, frames: Sequence[bytes]) -> tuple[PositionLogprobs, ...]:
-    """Resolve a LogprobsLists against its message's frames (`frames[0]` = payload)."""
+def decode_logprobs(lists: LogprobsLists, frames: Sequence[bytes]) -> tuple[TokenLogprob, ...]:
+    """Resolve a LogprobsLists against its message's frames (`frames[0]` = payload): per
+    position the sampled token, its logprob and 1-based vocab rank, and the top-k."""
     shape = lists.logprob_token_ids.shape
     if len(shape) != 2 or lists.logprobs.shape != shape or shape[1] < 1:
         raise BackendProtocolError(f"logprob arrays have inconsistent shapes {shape}")
@@ -73,7 +61,7 @@ def decode_logprobs(lists: LogprobsLists, frames: Sequence[bytes]) -> tuple[Posi
     if len(ranks) != positions:
         raise BackendProtocolError(f"{len(ranks)} sampled ranks for {positions} positions")
     return tuple(
-        PositionLogprobs(
+        TokenLogprob(
             token_id=int(ids[row * width]),
             logprob=float(values[row * width]),
             rank=int(ranks[row]),
@@ -86,11 +74,14 @@ def decode_logprobs(lists: LogprobsLists, frames: Sequence[bytes]) -> tuple[Posi
     )
 
 
-def encode_logprobs(positions: Sequence[PositionLogprobs]) -> LogprobsLists:
+def encode_logprobs(positions: Sequence[TokenLogprob]) -> LogprobsLists:
     """Engine side: pack positions inline as vLLM's dtypes (int32 ids, float32 logprobs, int64 ranks)."""
     width = 1 + (len(positions[0].top) if positions else 0)
     if any(len(position.top) != width - 1 for position in positions):
         raise ValueError("every position must carry the same number of top logprobs")
+    ranks = [position.rank for position in positions if position.rank is not None]
+    if len(ranks) != len(positions):
+        raise ValueError("vLLM reports every sampled token's rank: each position needs one")
     ids: list[int] = []
     values: list[float] = []
     for position in positions:
@@ -100,7 +91,7 @@ def encode_logprobs(positions: Sequence[PositionLogprobs]) -> LogprobsLists:
     return LogprobsLists(
         logprob_token_ids=inline_array("<i4", shape, ids),
         logprobs=inline_array("<f4", shape, values),
-        sampled_token_ranks=inline_array("<i8", (len(positions),), [p.rank for p in positions]),
+        sampled_token_ranks=inline_array("<i8", (len(positions),), ranks),
     )
 
 

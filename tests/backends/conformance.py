@@ -19,10 +19,11 @@ import trio
 
 from smg_trio.backends.base import Backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import GeneratePlan, SamplingParams
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import EngineDead
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
 
 ABORT_DEADLINE_S = 0.05
 """Leaving a stream must get the ABORT to the engine within this (the brief's 50 ms)."""

@@ -24,10 +24,11 @@ from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import GeneratePlan, SamplingParams
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire._proto import vllm_engine_grpc
 from smg_trio.wire._proto import vllm_engine_pb2 as pb
 from tests.backends.conformance import collect, finishes_of, tokens_of

@@ -24,10 +24,11 @@ import trio
 
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import GeneratePlan, SamplingParams
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import SamplingParams
 from tests.backends.conformance import collect, finishes_of, tokens_of
 
 VENV: Final = os.environ.get("SMG_TRIO_VLLM_VENV", "")
@@ -86,7 +87,8 @@ def greedy_request(model: ModelDir, prompt_ids: tuple[int, ...], **sampling: Any
         prompt_ids=prompt_ids,
         sampling=SamplingParams(temperature=0.0, **sampling),
     )
-    return finalize(plan, WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ), model.tokenizer)
+    target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
+    return finalize(plan, target, model.tokenizer)
 
 
 async def check_abort(backend: ZmqBackend, model: ModelDir, prompt_ids: tuple[int, ...]) -> None:

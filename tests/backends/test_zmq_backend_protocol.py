@@ -16,8 +16,8 @@ import zmq
 
 from smg_trio.backends.zmq_backend import WATCHDOG_PERIOD_S, ZmqBackend, open_zmq_backend
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
-from smg_trio.core.finalize import EngineRequest, Finalized
-from smg_trio.core.plan import SamplingParams, StopSpec
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import (
     BackendUnavailable,
     ClientError,
@@ -28,6 +28,7 @@ from smg_trio.errors import (
 )
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import EosIds, SamplingParams
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutput,
@@ -52,6 +53,7 @@ from tests.backends.conformance import finishes_of, make_request, tokens_of
 
 Context = zmq.Context[zmq.Socket[bytes]]
 MAX_MODEL_LEN = 64
+MODEL_EOS = EosIds(5, (7,))
 TIMEOUT_S = 10
 
 
@@ -128,7 +130,7 @@ async def backend_with_peers(
     async with open_zmq_backend(
         runtime=Runtime.VLLM,
         engine_count=count,
-        eos_ids=vllm_zmq.EosIds(5, (7,)),
+        eos_ids=MODEL_EOS,
         vocab_size=1000,
         **options,  # type: ignore[arg-type]
     ) as backend:
@@ -219,21 +221,15 @@ async def test_add_carries_suffixed_id_eos_merge_and_concrete_max_tokens(
 ) -> None:
     with trio.fail_after(TIMEOUT_S):
         async with backend_with_peers(context) as (backend, (peer,)):
-            finalized = Finalized(
-                runtime=Runtime.VLLM,
-                wire=Wire.ZMQ,
-                requests=(
-                    EngineRequest(
-                        request_id="client-id",
-                        choice_index=0,
-                        endpoint=Endpoint.CHAT,
-                        prompt_ids=(1, 2, 3),
-                        sampling=SamplingParams(stop_token_ids=(7, 9)),
-                    ),
-                ),
-                router_stops=(),
-                stop_spec=StopSpec(),
+            plan = GeneratePlan(
+                request_id="client-id",
+                endpoint=Endpoint.CHAT,
+                model="m",
+                prompt_ids=(1, 2, 3),
+                sampling=SamplingParams(stop_token_ids=(7, 9)),
             )
+            target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=MODEL_EOS)
+            finalized = finalize(plan, target, None)
             async with backend.open_stream(finalized) as stream:
                 add = await peer.next_add()
                 assert stream.engine_request_ids == (add.request_id,)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 import pytest
 
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError, UnsupportedRuntime
 from smg_trio.neutral.runtime import (
@@ -17,9 +20,11 @@ from smg_trio.neutral.runtime import (
     parse_wire,
     require_adapter,
 )
+from smg_trio.neutral.sampling import EosIds, SamplingParams
 from tests.core.mock_tokenizers import WordMockTokenizer
 
 T1 = WordMockTokenizer()
+NO_EOS = EosIds()
 
 
 def plan(
@@ -30,14 +35,17 @@ def plan(
     n: int = 1,
     seed: int | None = None,
     endpoint: Endpoint = Endpoint.CHAT,
+    **sampling: object,
 ) -> GeneratePlan:
     return GeneratePlan(
         request_id="r1",
         endpoint=endpoint,
         model="m",
         prompt_ids=(1, 2),
-        sampling=SamplingParams(
-            stop=stop, stop_token_ids=ids, ignore_eos=ignore_eos, seed=seed, max_tokens=8
+        sampling=msgspec.convert(
+            {"max_tokens": 8, **sampling}
+            | {"stop": stop, "stop_token_ids": ids, "ignore_eos": ignore_eos, "seed": seed},
+            SamplingParams,
         ),
         n=n,
         stop_spec=StopSpec(strings=stop, token_ids=(999, *ids)),
@@ -49,8 +57,9 @@ def run(
     wire: Wire,
     p: GeneratePlan,
     tokenizer: TokenizerLike | None = T1,
+    eos_ids: EosIds = NO_EOS,
 ) -> Finalized:
-    return finalize(p, WorkerTarget(runtime=runtime, wire=wire), tokenizer)
+    return finalize(p, WorkerTarget(runtime=runtime, wire=wire, eos_ids=eos_ids), tokenizer)
 
 
 # The golden table: one request (stop [".", "Hello world"], ids [42]) on every pair.
@@ -91,8 +100,6 @@ def test_golden_table(runtime: Runtime, wire: Wire) -> None:
     out = run(runtime, wire, p)
     (request,) = out.requests
     assert (request.sampling.stop, request.sampling.stop_token_ids, out.router_stops) == expected
-    # The router's own stop rules never depend on the runtime.
-    assert out.stop_spec == p.stop_spec
     assert request.prompt_ids == p.prompt_ids
 
 
@@ -179,10 +186,11 @@ def test_a17_mlx_rejects_string_stops_but_takes_ids() -> None:
 
 
 def test_a18_trtllm_chat_sends_words_not_ids_but_the_router_keeps_them() -> None:
-    out = run(Runtime.TRTLLM, Wire.GRPC, plan(stop=("END",), ids=(5,)))
+    p = plan(stop=("END",), ids=(5,))
+    out = run(Runtime.TRTLLM, Wire.GRPC, p)
     assert out.requests[0].sampling.stop == ("END",)
     assert out.requests[0].sampling.stop_token_ids == ()
-    assert 5 in out.stop_spec.token_ids
+    assert 5 in p.stop_spec.token_ids  # the router's scanner enforces it (finalize leaves it)
     completion = run(Runtime.TRTLLM, Wire.GRPC, plan(ids=(5,), endpoint=Endpoint.COMPLETION))
     assert completion.requests[0].sampling.stop_token_ids == (5,)
 
@@ -220,6 +228,104 @@ def test_parse_unknown_names_the_value() -> None:
 
 
 @pytest.mark.parametrize("endpoint", list(Endpoint))
-def test_every_engine_request_carries_the_client_endpoint(endpoint: Endpoint) -> None:
-    out = run(Runtime.TRTLLM, Wire.GRPC, plan(n=2, endpoint=endpoint))
-    assert {r.endpoint for r in out.requests} == {endpoint}
+def test_chat_forces_skip_special_tokens_on_vllm_and_sglang_grpc(endpoint: Endpoint) -> None:
+    asked = plan(endpoint=endpoint, skip_special_tokens=False)
+    for runtime in (Runtime.VLLM, Runtime.SGLANG):
+        (request,) = run(runtime, Wire.GRPC, asked).requests
+        assert request.sampling.skip_special_tokens is (endpoint is Endpoint.CHAT)
+    for runtime, wire in [(Runtime.TOKENSPEED, Wire.GRPC), (Runtime.VLLM, Wire.ZMQ)]:
+        assert not run(runtime, wire, asked).requests[0].sampling.skip_special_tokens
+
+
+@pytest.mark.parametrize("endpoint", list(Endpoint))
+def test_only_completions_keep_the_stop_in_output_on_vllm_grpc_and_trtllm(
+    endpoint: Endpoint,
+) -> None:
+    asked = plan(endpoint=endpoint, no_stop_trim=True)
+    for runtime in (Runtime.VLLM, Runtime.TRTLLM):
+        (request,) = run(runtime, Wire.GRPC, asked).requests
+        assert request.sampling.no_stop_trim is (endpoint is Endpoint.COMPLETION)
+    # SGLang and TokenSpeed take no_stop_trim on every endpoint.
+    assert run(Runtime.SGLANG, Wire.GRPC, asked).requests[0].sampling.no_stop_trim
+    assert run(Runtime.TOKENSPEED, Wire.ZMQ, asked).requests[0].sampling.no_stop_trim
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "default"),
+    [(Endpoint.CHAT, 2048), (Endpoint.GENERATE, 2048), (Endpoint.COMPLETION, 16)],
+)
+def test_trtllm_always_gets_max_tokens(endpoint: Endpoint, default: int) -> None:
+    unset = run(Runtime.TRTLLM, Wire.GRPC, plan(endpoint=endpoint, max_tokens=None))
+    assert unset.requests[0].sampling.max_tokens == default
+    assert (
+        run(Runtime.TRTLLM, Wire.GRPC, plan(endpoint=endpoint)).requests[0].sampling.max_tokens == 8
+    )
+    # Others leave an unset max_tokens to the wire (vLLM ZMQ: the rest of the context).
+    assert (
+        run(Runtime.VLLM, Wire.GRPC, plan(max_tokens=None)).requests[0].sampling.max_tokens is None
+    )
+
+
+# vLLM over ZMQ: EOS (stops-and-finalize.md §5 cases 13 and 15).
+
+
+def test_case_13_eos_ids_merge_for_the_engine() -> None:
+    eos = EosIds(5, (7,))
+    (request,) = run(Runtime.VLLM, Wire.ZMQ, plan(ids=(7, 9)), None, eos).requests
+    s = request.sampling
+    assert (s.stop_token_ids, s.eos_token_id, s.all_stop_token_ids) == ((7, 9), 5, (5, 7, 9))
+    (ignoring,) = run(Runtime.VLLM, Wire.ZMQ, plan(ids=(9,), ignore_eos=True), None, eos).requests
+    s = ignoring.sampling
+    assert (s.stop_token_ids, s.eos_token_id, s.all_stop_token_ids) == ((9,), None, (5, 7, 9))
+    assert s.ignore_eos
+
+
+def test_case_15_folded_ids_keep_their_order() -> None:
+    p = plan(ids=(9, 5, 7))
+    (request,) = run(Runtime.VLLM, Wire.ZMQ, p, None, EosIds(5, (7, 9))).requests
+    s = request.sampling
+    assert (s.stop_token_ids, s.eos_token_id, s.all_stop_token_ids) == ((9, 5, 7), 5, (5, 7, 9))
+
+
+def test_eos_extra_ids_become_stop_ids_and_no_eos_means_none() -> None:
+    (request,) = run(Runtime.VLLM, Wire.ZMQ, plan(), None, EosIds(2, (7,))).requests
+    assert (request.sampling.stop_token_ids, request.sampling.eos_token_id) == ((7,), 2)
+    (bare,) = run(Runtime.VLLM, Wire.ZMQ, plan(), None).requests
+    assert bare.sampling == plan().sampling
+    # With a tokenizer, its EOS ids (T1: 999) come first, then the folder's extra ones.
+    (both,) = run(Runtime.VLLM, Wire.ZMQ, plan(ids=(9, 9)), T1, EosIds(2, (7,))).requests
+    assert both.sampling.stop_token_ids == (9, 999, 7)
+    # EOS is vLLM-over-ZMQ's alone: no other pair gets the fields.
+    (grpc,) = run(Runtime.VLLM, Wire.GRPC, plan(), None, EosIds(2, (7,))).requests
+    assert (grpc.sampling.eos_token_id, grpc.sampling.all_stop_token_ids) == (None, ())
+
+
+def test_tokenspeed_zmq_dedups_stop_ids() -> None:
+    (request,) = run(Runtime.TOKENSPEED, Wire.ZMQ, plan(ids=(13, 13, 4))).requests
+    assert request.sampling.stop_token_ids == (13, 4)
+
+
+@pytest.mark.parametrize(
+    ("sampling", "param"),
+    [
+        ({"top_k": 128}, "top_k"),
+        ({"top_k": -2}, "top_k"),
+        ({"repetition_penalty": 2.5}, "repetition_penalty"),
+        ({"repetition_penalty": -0.1}, "repetition_penalty"),
+        ({"logprobs": 1}, "logprobs"),
+    ],
+)
+def test_tokenspeed_zmq_limits_are_the_clients_error(sampling: dict[str, Any], param: str) -> None:
+    with pytest.raises(ClientError) as caught:
+        run(Runtime.TOKENSPEED, Wire.ZMQ, plan(**sampling))
+    assert (caught.value.status, caught.value.param) == (400, param)
+    assert param in caught.value.message or param == "logprobs"
+    # Over gRPC TokenSpeed's servicer takes them.
+    run(Runtime.TOKENSPEED, Wire.GRPC, plan(**sampling))
+
+
+def test_tokenspeed_zmq_top_logprobs_are_unsupported() -> None:
+    with pytest.raises(ClientError) as caught:
+        run(Runtime.TOKENSPEED, Wire.ZMQ, plan(logprobs=5))
+    assert (caught.value.code, caught.value.param) == ("start_generation_failed", "logprobs")
+    assert run(Runtime.TOKENSPEED, Wire.ZMQ, plan(logprobs=0)).requests[0].sampling.logprobs == 0

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from smg_trio.core.plan import GeneratePlan, SamplingParams, StopSpec
+from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire.openai_responses import Usage
 from tests.core.mock_tokenizers import WordMockTokenizer
 

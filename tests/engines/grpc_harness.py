@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from grpclib.client import Channel
 
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire._proto import (
     mlx_engine_grpc,
     mlx_engine_pb2,
@@ -35,33 +36,32 @@ from smg_trio.wire._proto import (
     vllm_engine_pb2,
 )
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
-from smg_trio.wire.grpc_messages import GrpcEngine
 from smg_trio.wire.grpc_responses import GrpcEvent, parse_generate_response
 
 START_SECONDS = 15.0
 CALL_SECONDS = 10.0
 T = TypeVar("T")
 
-STUBS: dict[GrpcEngine, Callable[[Channel], Any]] = {
-    GrpcEngine.SGLANG: sglang_scheduler_grpc.SglangSchedulerStub,
-    GrpcEngine.VLLM: vllm_engine_grpc.VllmEngineStub,
-    GrpcEngine.TOKENSPEED: tokenspeed_scheduler_grpc.TokenSpeedSchedulerStub,
-    GrpcEngine.MLX: mlx_engine_grpc.MlxEngineStub,
-    GrpcEngine.TRTLLM: trtllm_service_grpc.TrtllmServiceStub,
+STUBS: dict[Runtime, Callable[[Channel], Any]] = {
+    Runtime.SGLANG: sglang_scheduler_grpc.SglangSchedulerStub,
+    Runtime.VLLM: vllm_engine_grpc.VllmEngineStub,
+    Runtime.TOKENSPEED: tokenspeed_scheduler_grpc.TokenSpeedSchedulerStub,
+    Runtime.MLX: mlx_engine_grpc.MlxEngineStub,
+    Runtime.TRTLLM: trtllm_service_grpc.TrtllmServiceStub,
 }
 
-MESSAGES: dict[GrpcEngine, ModuleType] = {
-    GrpcEngine.SGLANG: sglang_scheduler_pb2,
-    GrpcEngine.VLLM: vllm_engine_pb2,
-    GrpcEngine.TOKENSPEED: tokenspeed_scheduler_pb2,
-    GrpcEngine.MLX: mlx_engine_pb2,
-    GrpcEngine.TRTLLM: trtllm_service_pb2,
+MESSAGES: dict[Runtime, ModuleType] = {
+    Runtime.SGLANG: sglang_scheduler_pb2,
+    Runtime.VLLM: vllm_engine_pb2,
+    Runtime.TOKENSPEED: tokenspeed_scheduler_pb2,
+    Runtime.MLX: mlx_engine_pb2,
+    Runtime.TRTLLM: trtllm_service_pb2,
 }
 
 
 @dataclass
 class Engine:
-    runtime: GrpcEngine
+    runtime: Runtime
     process: subprocess.Popen[bytes]
     port: int
     log: Path
@@ -71,14 +71,14 @@ class Engine:
         return Channel("127.0.0.1", self.port)
 
 
-def engine_command(runtime: GrpcEngine, *flags: str) -> list[str]:
+def engine_command(runtime: Runtime, *flags: str) -> list[str]:
     name = f"{runtime.value}-grpc"
     return [sys.executable, "-m", "smg_trio", "engine", name, "--port", "0", *flags]
 
 
-def start_engines(specs: Sequence[tuple[GrpcEngine, Sequence[str]]], logs: Path) -> list[Engine]:
+def start_engines(specs: Sequence[tuple[Runtime, Sequence[str]]], logs: Path) -> list[Engine]:
     """Start every engine, then wait for each one's port line (all start in parallel)."""
-    started: list[tuple[GrpcEngine, subprocess.Popen[bytes], Path]] = []
+    started: list[tuple[Runtime, subprocess.Popen[bytes], Path]] = []
     try:
         for index, (runtime, flags) in enumerate(specs):
             log = logs / f"{index}-{runtime.value}.log"

@@ -23,20 +23,17 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire._proto import common_pb2 as common
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 from smg_trio.wire._proto import vllm_engine_pb2 as vllm
-from smg_trio.wire.grpc_messages import (
-    GrpcEndpoint,
-    GrpcEngine,
-    GrpcGenerate,
-    GrpcSampling,
-    build_abort,
-    build_generate,
-)
+from smg_trio.wire.grpc_messages import build_abort, build_generate
 from smg_trio.wire.grpc_responses import (
     GrpcChunk,
     GrpcComplete,
@@ -56,7 +53,7 @@ from .grpc_harness import (
     wait_for_counters,
 )
 
-ALL = list(GrpcEngine)
+ALL = [Runtime.SGLANG, Runtime.VLLM, Runtime.TOKENSPEED, Runtime.MLX, Runtime.TRTLLM]
 CONTEXT = 4096
 PROMPT = (400, 401, 402, 403)
 STEP_FLAGS = ("--step-ms", "10")
@@ -68,7 +65,7 @@ EOS = 0  # the demo model's first EOS id: what a replay says after the text
 LAZY_END = REPLAY_IDS.index(TOKENIZER.encode(" lazy", add_special_tokens=False)[0]) + 1
 DOG_IDS = tuple(TOKENIZER.encode(" dog", add_special_tokens=False))
 DOG_END = REPLAY_IDS.index(DOG_IDS[-1]) + 1
-REPLAY_ENGINES = (GrpcEngine.VLLM, GrpcEngine.TRTLLM, GrpcEngine.TOKENSPEED)
+REPLAY_ENGINES = (Runtime.VLLM, Runtime.TRTLLM, Runtime.TOKENSPEED)
 
 
 MODEL = load_engine_model(demo_model_path(), eos_probability=0.0)  # as the random engines
@@ -90,7 +87,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engi
     replay = directory / "replay.txt"
     replay.write_text(REPLAY_TEXT, encoding="utf-8")
     replay_flags = ("--mode", "replay", "--replay-file", str(replay), *STEP_FLAGS)
-    specs: list[tuple[GrpcEngine, Sequence[str]]] = [(runtime, RANDOM_FLAGS) for runtime in ALL]
+    specs: list[tuple[Runtime, Sequence[str]]] = [(runtime, RANDOM_FLAGS) for runtime in ALL]
     specs += [(runtime, replay_flags) for runtime in REPLAY_ENGINES]
     started = start_engines(specs, directory)
     names = [f"random-{r.value}" for r in ALL] + [f"replay-{r.value}" for r in REPLAY_ENGINES]
@@ -101,21 +98,21 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engi
 
 
 def request(
-    runtime: GrpcEngine, request_id: str = "r1", *, stream: bool = True, **sampling: Any
+    runtime: Runtime, request_id: str = "r1", *, stream: bool = True, **sampling: Any
 ) -> Any:
     """The runtime's GenerateRequest as the gateway builds it (completion endpoint: stop ids
     and no_stop_trim reach every engine)."""
     sampling.setdefault("temperature", 0.0)
-    return build_generate(
-        runtime,
-        GrpcGenerate(
-            request_id=request_id,
-            prompt_ids=PROMPT,
-            sampling=GrpcSampling(**sampling),
-            endpoint=GrpcEndpoint.COMPLETION,
-            stream=stream,
-        ),
+    plan = GeneratePlan(
+        request_id=request_id,
+        endpoint=Endpoint.COMPLETION,
+        model="demo",
+        prompt_ids=PROMPT,
+        sampling=SamplingParams(**sampling),
     )
+    target = WorkerTarget(runtime=runtime, wire=Wire.GRPC)
+    (engine_request,) = finalize(plan, target, TOKENIZER).requests
+    return build_generate(runtime, engine_request, request_id, stream=stream)
 
 
 def streamed(events: Sequence[GrpcEvent]) -> tuple[list[int], GrpcComplete]:
@@ -133,7 +130,7 @@ def streamed(events: Sequence[GrpcEvent]) -> tuple[list[int], GrpcComplete]:
 
 @pytest.mark.parametrize("runtime", ALL)
 def test_greedy_tokens_match_the_shared_generation(
-    engines: dict[str, Engine], runtime: GrpcEngine
+    engines: dict[str, Engine], runtime: Runtime
 ) -> None:
     engine = engines[f"random-{runtime.value}"]
     expected = greedy(12)
@@ -144,11 +141,11 @@ def test_greedy_tokens_match_the_shared_generation(
     # What the complete repeats differs per engine (wire.md §C): vLLM, SGLang and TokenSpeed
     # the last delta, TRT-LLM every token, MLX nothing.
     repeated = {
-        GrpcEngine.VLLM: expected[-1:],
-        GrpcEngine.SGLANG: expected[-1:],
-        GrpcEngine.TOKENSPEED: expected[-1:],
-        GrpcEngine.TRTLLM: expected,
-        GrpcEngine.MLX: [],
+        Runtime.VLLM: expected[-1:],
+        Runtime.SGLANG: expected[-1:],
+        Runtime.TOKENSPEED: expected[-1:],
+        Runtime.TRTLLM: expected,
+        Runtime.MLX: [],
     }
     assert list(complete.token_ids) == repeated[runtime]
     (only,) = run(generate(engine, request(runtime, "r2", stream=False, max_tokens=12)))
@@ -158,7 +155,7 @@ def test_greedy_tokens_match_the_shared_generation(
 
 
 @pytest.mark.parametrize("runtime", ALL)
-def test_stop_token_ids_stop_every_engine(engines: dict[str, Engine], runtime: GrpcEngine) -> None:
+def test_stop_token_ids_stop_every_engine(engines: dict[str, Engine], runtime: Runtime) -> None:
     expected = greedy(12)
     stop_at = next(i for i, t in enumerate(expected) if i >= 3 and t not in expected[:i])
     events = run(
@@ -170,7 +167,7 @@ def test_stop_token_ids_stop_every_engine(engines: dict[str, Engine], runtime: G
     tokens, complete = streamed(events)
     assert (complete.finish_reason, complete.stop_reason) == ("stop", expected[stop_at])
     # TokenSpeed and TRT-LLM leave the matched stop token out of the output by default.
-    trims = runtime in (GrpcEngine.TOKENSPEED, GrpcEngine.TRTLLM)
+    trims = runtime in (Runtime.TOKENSPEED, Runtime.TRTLLM)
     assert tokens == expected[: stop_at if trims else stop_at + 1]
 
 
@@ -205,14 +202,14 @@ def test_vllm_matches_stop_strings_on_its_own_text(engines: dict[str, Engine]) -
         events = run(
             generate(
                 engine,
-                request(GrpcEngine.VLLM, stop=("lazy",), max_tokens=40, no_stop_trim=no_stop_trim),
+                request(Runtime.VLLM, stop=("lazy",), max_tokens=40, no_stop_trim=no_stop_trim),
             )
         )
         tokens, complete = streamed(events)
         assert tokens == list(REPLAY_IDS[:LAZY_END])
         assert (complete.finish_reason, complete.stop_reason) == ("stop", "lazy")
     # Without stops the replay ends at EOS, which vLLM adds itself and reports without reason.
-    tokens, complete = streamed(run(generate(engine, request(GrpcEngine.VLLM, max_tokens=40))))
+    tokens, complete = streamed(run(generate(engine, request(Runtime.VLLM, max_tokens=40))))
     assert tokens == [*REPLAY_IDS, EOS]
     assert (complete.finish_reason, complete.stop_reason) == ("stop", None)
 
@@ -220,43 +217,39 @@ def test_vllm_matches_stop_strings_on_its_own_text(engines: dict[str, Engine]) -
 def test_trtllm_matches_stop_words_as_token_sequences(engines: dict[str, Engine]) -> None:
     engine = engines["replay-trtllm"]
     tokens, complete = streamed(
-        run(generate(engine, request(GrpcEngine.TRTLLM, stop=(" dog",), max_tokens=40)))
+        run(generate(engine, request(Runtime.TRTLLM, stop=(" dog",), max_tokens=40)))
     )
     assert (complete.finish_reason, complete.stop_reason) == ("stop", " dog")
     # The stop word's tokens leave the output; its first token was streamed already.
     assert list(complete.token_ids) == list(REPLAY_IDS[: DOG_END - len(DOG_IDS)])
     assert tokens == list(REPLAY_IDS[: DOG_END - 1])
     kept = run(
-        generate(
-            engine, request(GrpcEngine.TRTLLM, stop=(" dog",), max_tokens=40, no_stop_trim=True)
-        )
+        generate(engine, request(Runtime.TRTLLM, stop=(" dog",), max_tokens=40, no_stop_trim=True))
     )
     assert list(streamed(kept)[1].token_ids) == list(REPLAY_IDS[:DOG_END])
     # "lazy" without its space is another token: a token-sequence match never sees it.
     _, unmatched = streamed(
-        run(generate(engine, request(GrpcEngine.TRTLLM, stop=("lazy",), max_tokens=LAZY_END + 2)))
+        run(generate(engine, request(Runtime.TRTLLM, stop=("lazy",), max_tokens=LAZY_END + 2)))
     )
     assert unmatched.finish_reason == "length"
 
 
 def test_tokenspeed_stops_at_eos_itself(engines: dict[str, Engine]) -> None:
     engine = engines["replay-tokenspeed"]
-    tokens, complete = streamed(
-        run(generate(engine, request(GrpcEngine.TOKENSPEED, max_tokens=40)))
-    )
+    tokens, complete = streamed(run(generate(engine, request(Runtime.TOKENSPEED, max_tokens=40))))
     assert (complete.finish_reason, complete.stop_reason) == ("stop", EOS)
     assert tokens == list(REPLAY_IDS)  # the matched EOS is trimmed
     kept, _ = streamed(
-        run(generate(engine, request(GrpcEngine.TOKENSPEED, max_tokens=40, no_stop_trim=True)))
+        run(generate(engine, request(Runtime.TOKENSPEED, max_tokens=40, no_stop_trim=True)))
     )
     assert kept == [*REPLAY_IDS, EOS]
     ignored, past = streamed(
-        run(generate(engine, request(GrpcEngine.TOKENSPEED, max_tokens=22, ignore_eos=True)))
+        run(generate(engine, request(Runtime.TOKENSPEED, max_tokens=22, ignore_eos=True)))
     )
     assert past.finish_reason == "length"
     assert ignored == [*REPLAY_IDS, EOS, *REPLAY_IDS[:2]]
     _, by_string = streamed(
-        run(generate(engine, request(GrpcEngine.TOKENSPEED, stop=("lazy",), max_tokens=40)))
+        run(generate(engine, request(Runtime.TOKENSPEED, stop=("lazy",), max_tokens=40)))
     )
     assert (by_string.finish_reason, by_string.stop_reason) == ("stop", "lazy")
 
@@ -268,7 +261,7 @@ def test_min_tokens_hold_back_every_stop(engines: dict[str, Engine]) -> None:
         run(
             generate(
                 engines["replay-vllm"],
-                request(GrpcEngine.VLLM, stop=("lazy",), min_tokens=LAZY_END + 1, max_tokens=40),
+                request(Runtime.VLLM, stop=("lazy",), min_tokens=LAZY_END + 1, max_tokens=40),
             )
         )
     )
@@ -279,7 +272,7 @@ def test_min_tokens_hold_back_every_stop(engines: dict[str, Engine]) -> None:
         run(
             generate(
                 engines["replay-tokenspeed"],
-                request(GrpcEngine.TOKENSPEED, min_tokens=21, max_tokens=24),
+                request(Runtime.TOKENSPEED, min_tokens=21, max_tokens=24),
             )
         )
     )
@@ -293,7 +286,7 @@ def test_min_tokens_hold_back_every_stop(engines: dict[str, Engine]) -> None:
 
 @pytest.mark.parametrize("runtime", ALL)
 def test_a_cancelled_stream_leaves_the_batch_at_once(
-    engines: dict[str, Engine], runtime: GrpcEngine
+    engines: dict[str, Engine], runtime: Runtime
 ) -> None:
     engine = engines[f"random-{runtime.value}"]
 
@@ -324,7 +317,7 @@ def test_a_cancelled_stream_leaves_the_batch_at_once(
 
 @pytest.mark.parametrize("runtime", ALL)
 def test_the_abort_rpc_ends_a_request_its_engines_way(
-    engines: dict[str, Engine], runtime: GrpcEngine
+    engines: dict[str, Engine], runtime: Runtime
 ) -> None:
     engine = engines[f"random-{runtime.value}"]
 
@@ -357,15 +350,15 @@ def test_the_abort_rpc_ends_a_request_its_engines_way(
     events, failure = run(scenario())
     last = events[-1] if events else None
     match runtime:
-        case GrpcEngine.VLLM | GrpcEngine.SGLANG | GrpcEngine.TRTLLM:
+        case Runtime.VLLM | Runtime.SGLANG | Runtime.TRTLLM:
             assert isinstance(last, GrpcComplete)
             assert failure is None
-            expected = "cancelled" if runtime is GrpcEngine.TRTLLM else "abort"
+            expected = "cancelled" if runtime is Runtime.TRTLLM else "abort"
             assert last.finish_reason == expected
-        case GrpcEngine.MLX:  # the stream just ends
+        case Runtime.MLX:  # the stream just ends
             assert failure is None
             assert not any(isinstance(e, GrpcComplete) for e in events)
-        case GrpcEngine.TOKENSPEED:
+        case Runtime.TOKENSPEED:
             assert failure is Status.INTERNAL
 
 
@@ -377,7 +370,7 @@ def test_concurrent_requests_share_steps(engines: dict[str, Engine]) -> None:
         try:
             before = await counters(channel)
             calls = [
-                generate(engine, request(GrpcEngine.VLLM, f"c{i}", max_tokens=12)) for i in range(3)
+                generate(engine, request(Runtime.VLLM, f"c{i}", max_tokens=12)) for i in range(3)
             ]
             results = await asyncio.gather(*calls)
             return before, await counters(channel), list(results)
@@ -396,7 +389,7 @@ def test_concurrent_requests_share_steps(engines: dict[str, Engine]) -> None:
 
 
 @pytest.mark.parametrize("runtime", ALL)
-def test_health_and_model_info(engines: dict[str, Engine], runtime: GrpcEngine) -> None:
+def test_health_and_model_info(engines: dict[str, Engine], runtime: Runtime) -> None:
     engine = engines[f"random-{runtime.value}"]
 
     async def scenario() -> tuple[Any, Any]:
@@ -411,7 +404,7 @@ def test_health_and_model_info(engines: dict[str, Engine], runtime: GrpcEngine) 
             channel.close()
 
     health, info = run(scenario())
-    if runtime is GrpcEngine.TRTLLM:
+    if runtime is Runtime.TRTLLM:
         assert health.status == "OK"
         assert (info.max_seq_len, info.vocab_size) == (CONTEXT, 4001)
     else:
@@ -427,7 +420,7 @@ def test_unserved_rpcs_are_unimplemented_and_the_tokenizer_ships(
     async def scenario() -> list[common.GetTokenizerChunk]:
         channel = engine.channel()
         try:
-            stub = STUBS[GrpcEngine.VLLM](channel)
+            stub = STUBS[Runtime.VLLM](channel)
             with pytest.raises(GRPCError) as unserved:
                 await stub.Embed(vllm.EmbedRequest(request_id="e"))
             assert unserved.value.status is Status.UNIMPLEMENTED
@@ -444,14 +437,14 @@ def test_unserved_rpcs_are_unimplemented_and_the_tokenizer_ships(
 
 
 def test_sigterm_stops_an_engine_with_open_streams_quickly(tmp_path: Path) -> None:
-    (engine,) = start_engines([(GrpcEngine.SGLANG, RANDOM_FLAGS)], tmp_path)
+    (engine,) = start_engines([(Runtime.SGLANG, RANDOM_FLAGS)], tmp_path)
     try:
 
         async def scenario() -> float:
             channel = engine.channel()
             try:
-                async with STUBS[GrpcEngine.SGLANG](channel).Generate.open() as stream:
-                    await stream.send_message(request(GrpcEngine.SGLANG, max_tokens=3000), end=True)
+                async with STUBS[Runtime.SGLANG](channel).Generate.open() as stream:
+                    await stream.send_message(request(Runtime.SGLANG, max_tokens=3000), end=True)
                     await stream.recv_message()
                     started = time.monotonic()
                     engine.process.send_signal(signal.SIGTERM)

@@ -10,6 +10,7 @@ import msgspec
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Seeded, StopRules
 from smg_trio.model import demo_model_path
+from smg_trio.neutral.sampling import EngineRequest, SamplingParams
 from smg_trio.wire import tokenspeed_zmq
 from smg_trio.wire.tokenspeed_zmq import OutputRow
 from smg_trio.wire.zmq_transport import RequestType, is_engine_dead
@@ -21,11 +22,16 @@ MODEL = load_engine_model(demo_model_path())
 PROMPT = [400, 401, 402, 403]
 
 
+def engine_request(rid: str, sampling: SamplingParams) -> EngineRequest:
+    return EngineRequest(
+        request_id=rid, choice_index=0, prompt_ids=tuple(PROMPT), sampling=sampling
+    )
+
+
 def add(frontend: Frontend, rid: str, stream: bool = True, **sampling: object) -> None:
     request = tokenspeed_zmq.build_request(
-        request_id=rid,
-        prompt_ids=PROMPT,
-        sampling=msgspec.convert(sampling, tokenspeed_zmq.TokenSpeedSampling),
+        engine_request(rid, msgspec.convert(sampling, SamplingParams)),
+        engine_request_id=rid,
         max_model_len=CONTEXT,
         stream=stream,
     )
@@ -123,9 +129,8 @@ def test_stop_token_ids_and_non_streaming_cadence() -> None:
 def test_invalid_requests_finish_with_abort() -> None:
     with running_engine("tokenspeed-zmq") as (frontend, _, _process):
         request = tokenspeed_zmq.build_request(
-            request_id="n2",
-            prompt_ids=PROMPT,
-            sampling=tokenspeed_zmq.TokenSpeedSampling(max_tokens=4),
+            engine_request("n2", SamplingParams(max_tokens=4)),
+            engine_request_id="n2",
             max_model_len=CONTEXT,
         )
         params = msgspec.structs.replace(request.sampling_params, n=2)

@@ -9,16 +9,20 @@ from collections.abc import Callable, Sequence
 import msgspec
 import pytest
 
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import EosIds, SamplingParams
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.vllm_zmq_outputs import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from smg_trio.wire.zmq_transport import RequestType, is_engine_dead
 
 from .zmq_frontend import Frontend, collect_until, running_engine, stop_engine
 
-DEMO_EOS = vllm_zmq.EosIds(primary=0, extra=(2,))  # config.json: 0; generation_config: [2, 0]
+DEMO_EOS = EosIds(primary=0, extra=(2,))  # config.json: 0; generation_config: [2, 0]
 CONTEXT = 4096
 MODEL = load_engine_model(demo_model_path())
 PROMPT_A = [400, 401, 402, 403]
@@ -28,11 +32,19 @@ PROMPT_B = [500, 501]
 def request(
     request_id: str, prompt: Sequence[int], client_index: int = 0, **sampling: object
 ) -> vllm_zmq.EngineCoreRequest:
-    return vllm_zmq.build_request(
+    plan = GeneratePlan(
         request_id=request_id,
-        prompt_ids=prompt,
-        sampling=msgspec.convert(sampling, vllm_zmq.VllmSampling),
-        eos=DEMO_EOS,
+        endpoint=Endpoint.GENERATE,
+        model="demo",
+        prompt_ids=tuple(prompt),
+        sampling=msgspec.convert(sampling, SamplingParams),
+    )
+    # finalize folds the EOS ids in, as the gateway does for every vLLM-over-ZMQ request.
+    target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=DEMO_EOS)
+    (engine_request,) = finalize(plan, target, None).requests
+    return vllm_zmq.build_request(
+        engine_request,
+        engine_request_id=request_id,
         max_model_len=CONTEXT,
         arrival_time=time.time(),
         client_index=client_index,

@@ -104,7 +104,7 @@ async def running_gateway(
             try:
                 with trio.fail_after(ENGINE_READY_S):
                     await backend.wait_ready()
-                target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
+                target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
                 worker = Worker("vllm+zmq://test", target, backend)
                 pool = WorkerPool([worker], RoundRobin())
                 gateway = Gateway(model, pool, request_timeout_s=60.0)

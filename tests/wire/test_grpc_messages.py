@@ -9,25 +9,26 @@ bytes are composed the same way and parsed through the generated classes.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import grpclib.const
-import msgspec
 import pytest
 from google.protobuf.message import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smg_trio.errors import BackendProtocolError, ClientError
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
+from smg_trio.errors import BackendProtocolError, ClientError, UnsupportedRuntime
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import EngineRequest, SamplingParams
 from smg_trio.wire._proto import mlx_engine_pb2 as mlx
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
 from smg_trio.wire._proto import trtllm_service_pb2 as trtllm
 from smg_trio.wire._proto import vllm_engine_pb2 as vllm
 from smg_trio.wire.grpc_messages import (
-    GrpcEndpoint,
-    GrpcEngine,
-    GrpcGenerate,
-    GrpcSampling,
     build_abort,
     build_generate,
     build_mlx_generate,
@@ -39,7 +40,6 @@ from smg_trio.wire.grpc_messages import (
 from smg_trio.wire.grpc_responses import (
     GrpcChunk,
     GrpcComplete,
-    GrpcLogprob,
     GrpcStatus,
     http_status_for_grpc,
     parse_generate_response,
@@ -79,13 +79,22 @@ def packed_f32(field: int, values: list[float]) -> bytes:
     return ld(field, b"".join(struct.pack("<f", v) for v in values))
 
 
-def request(endpoint: GrpcEndpoint, **sampling: object) -> GrpcGenerate:
-    return GrpcGenerate(
+def request(
+    runtime: Runtime, endpoint: Endpoint, prompt: tuple[int, ...] = (1, 2, 3), **sampling: Any
+) -> EngineRequest:
+    """What the gateway hands `runtime`'s builder: the client's sampling, finalized."""
+    plan = GeneratePlan(
         request_id="r1",
-        prompt_ids=(1, 2, 3),
-        sampling=GrpcSampling(**sampling),  # type: ignore[arg-type]
         endpoint=endpoint,
+        model="m",
+        prompt_ids=prompt,
+        sampling=SamplingParams(**sampling),
     )
+    (finalized,) = finalize(plan, WorkerTarget(runtime=runtime, wire=Wire.GRPC), None).requests
+    return finalized
+
+
+GRPC_RUNTIMES = [Runtime.SGLANG, Runtime.VLLM, Runtime.TOKENSPEED, Runtime.MLX, Runtime.TRTLLM]
 
 
 def wire(message: Message) -> bytes:
@@ -99,7 +108,8 @@ def test_vllm_chat_request_golden_bytes() -> None:
     # Chat forces skip_special_tokens on; no_stop_trim only matters for completions.
     built = build_vllm_generate(
         request(
-            GrpcEndpoint.CHAT,
+            Runtime.VLLM,
+            Endpoint.CHAT,
             temperature=0.5,
             top_p=0.9,
             max_tokens=16,
@@ -108,7 +118,8 @@ def test_vllm_chat_request_golden_bytes() -> None:
             skip_special_tokens=False,
             no_stop_trim=True,
             seed=42,
-        )
+        ),
+        "r1",
     )
     sampling = b"".join(
         [
@@ -129,7 +140,8 @@ def test_vllm_chat_request_golden_bytes() -> None:
 
 def test_vllm_completion_maps_no_stop_trim_and_keeps_skip_special_tokens() -> None:
     built = build_vllm_generate(
-        request(GrpcEndpoint.COMPLETION, skip_special_tokens=False, no_stop_trim=True)
+        request(Runtime.VLLM, Endpoint.COMPLETION, skip_special_tokens=False, no_stop_trim=True),
+        "r1",
     )
     assert not built.sampling_params.skip_special_tokens
     assert built.sampling_params.include_stop_str_in_output
@@ -140,7 +152,8 @@ def test_vllm_completion_maps_no_stop_trim_and_keeps_skip_special_tokens() -> No
 def test_sglang_generate_request_golden_bytes() -> None:
     built = build_sglang_generate(
         request(
-            GrpcEndpoint.GENERATE,
+            Runtime.SGLANG,
+            Endpoint.GENERATE,
             max_tokens=8,
             min_tokens=2,
             stop_token_ids=(13,),
@@ -148,7 +161,8 @@ def test_sglang_generate_request_golden_bytes() -> None:
             no_stop_trim=True,
             logprobs=2,
             seed=5,  # SGLang's service has no seed field: not sent
-        )
+        ),
+        "r1",
     )
     sampling = b"".join(
         [
@@ -176,27 +190,32 @@ def test_sglang_generate_request_golden_bytes() -> None:
     )
 
 
-def test_sglang_chat_forces_skip_special_tokens_and_refuses_stop_strings() -> None:
-    built = build_sglang_generate(request(GrpcEndpoint.CHAT, skip_special_tokens=False))
+def test_sglang_chat_forces_skip_special_tokens_and_never_gets_stop_strings() -> None:
+    built = build_sglang_generate(
+        request(Runtime.SGLANG, Endpoint.CHAT, skip_special_tokens=False), "r1"
+    )
     assert built.sampling_params.skip_special_tokens
-    with pytest.raises(ValueError, match="finalize"):
-        build_sglang_generate(request(GrpcEndpoint.CHAT, stop=("x",)))
+    stripped = build_sglang_generate(request(Runtime.SGLANG, Endpoint.CHAT, stop=("x",)), "r1")
+    assert not stripped.sampling_params.stop
+    unresolved = EngineRequest(
+        request_id="r1", choice_index=0, prompt_ids=(1,), sampling=SamplingParams(stop=("x",))
+    )
+    with pytest.raises(AssertionError, match="finalize"):
+        build_sglang_generate(unresolved, "r1")
 
 
 def test_tokenspeed_completion_request_golden_bytes() -> None:
     base = request(
-        GrpcEndpoint.COMPLETION, temperature=0.0, top_k=5, stop=("\n",), seed=9, no_stop_trim=True
+        Runtime.TOKENSPEED,
+        Endpoint.COMPLETION,
+        prompt=(4,),
+        temperature=0.0,
+        top_k=5,
+        stop=("\n",),
+        seed=9,
+        no_stop_trim=True,
     )
-    built = build_tokenspeed_generate(
-        GrpcGenerate(
-            request_id="t1",
-            prompt_ids=(4,),
-            prompt_text="hi",
-            sampling=base.sampling,
-            endpoint=base.endpoint,
-            stream=False,
-        )
-    )
+    built = build_tokenspeed_generate(base, "t1", stream=False, prompt_text="hi")
     sampling = b"".join(
         [
             f32(1, 0.0),  # temperature: optional, so an explicit 0 is on the wire
@@ -215,7 +234,7 @@ def test_tokenspeed_completion_request_golden_bytes() -> None:
 
 def test_mlx_chat_request_golden_bytes() -> None:
     built = build_mlx_generate(
-        request(GrpcEndpoint.CHAT, top_k=-1, stop_token_ids=(2,), logprobs=1)
+        request(Runtime.MLX, Endpoint.CHAT, top_k=-1, stop_token_ids=(2,), logprobs=1), "r1"
     )
     sampling = b"".join(
         [
@@ -229,8 +248,8 @@ def test_mlx_chat_request_golden_bytes() -> None:
 
 
 def test_mlx_refuses_string_stops() -> None:
-    with pytest.raises(ClientError) as caught:
-        build_mlx_generate(request(GrpcEndpoint.CHAT, stop=("x",)))
+    with pytest.raises(ClientError) as caught:  # finalize's refusal, before any builder
+        request(Runtime.MLX, Endpoint.CHAT, stop=("x",))
     assert caught.value.status == 400
     assert caught.value.code == "invalid_request_parameters"
     assert caught.value.param == "stop"
@@ -239,13 +258,15 @@ def test_mlx_refuses_string_stops() -> None:
 def test_trtllm_chat_request_golden_bytes() -> None:
     built = build_trtllm_generate(
         request(
-            GrpcEndpoint.CHAT,
+            Runtime.TRTLLM,
+            Endpoint.CHAT,
             temperature=0.75,
             top_k=0,
             stop=("END",),
             stop_token_ids=(5,),
             no_stop_trim=True,
-        )
+        ),
+        "r1",
     )
     assert wire(built) == b"".join(
         [
@@ -262,7 +283,14 @@ def test_trtllm_chat_request_golden_bytes() -> None:
 
 def test_trtllm_completion_keeps_ids_and_maps_no_stop_trim() -> None:
     built = build_trtllm_generate(
-        request(GrpcEndpoint.COMPLETION, stop_token_ids=(5,), no_stop_trim=True, min_tokens=3)
+        request(
+            Runtime.TRTLLM,
+            Endpoint.COMPLETION,
+            stop_token_ids=(5,),
+            no_stop_trim=True,
+            min_tokens=3,
+        ),
+        "r1",
     )
     assert list(built.stop_token_ids) == [5]
     assert built.include_stop_token_in_output
@@ -271,44 +299,46 @@ def test_trtllm_completion_keeps_ids_and_maps_no_stop_trim() -> None:
 
 
 def test_build_generate_dispatches_to_each_engine() -> None:
-    req = request(GrpcEndpoint.GENERATE, max_tokens=4)
-    assert isinstance(build_generate(GrpcEngine.VLLM, req), vllm.GenerateRequest)
-    assert isinstance(build_generate(GrpcEngine.SGLANG, req), sglang.GenerateRequest)
-    assert isinstance(build_generate(GrpcEngine.TOKENSPEED, req), tokenspeed.GenerateRequest)
-    assert isinstance(build_generate(GrpcEngine.MLX, req), mlx.GenerateRequest)
-    assert isinstance(build_generate(GrpcEngine.TRTLLM, req), trtllm.GenerateRequest)
+    req = request(Runtime.VLLM, Endpoint.GENERATE, max_tokens=4)
+    assert isinstance(build_generate(Runtime.VLLM, req, "r1"), vllm.GenerateRequest)
+    assert isinstance(build_generate(Runtime.SGLANG, req, "r1"), sglang.GenerateRequest)
+    assert isinstance(build_generate(Runtime.TOKENSPEED, req, "r1"), tokenspeed.GenerateRequest)
+    assert isinstance(build_generate(Runtime.MLX, req, "r1"), mlx.GenerateRequest)
+    assert isinstance(build_generate(Runtime.TRTLLM, req, "r1"), trtllm.GenerateRequest)
+    with pytest.raises(UnsupportedRuntime):
+        build_generate(Runtime.UNSPECIFIED, req, "r1")
 
 
 def test_abort_requests() -> None:
-    assert [wire(m) for m in build_abort(GrpcEngine.VLLM, ["a", "b"])] == [ld(1, "a") + ld(1, "b")]
-    assert [wire(m) for m in build_abort(GrpcEngine.MLX, ["a"])] == [ld(1, "a")]
-    for engine in (GrpcEngine.SGLANG, GrpcEngine.TOKENSPEED, GrpcEngine.TRTLLM):
+    assert [wire(m) for m in build_abort(Runtime.VLLM, ["a", "b"])] == [ld(1, "a") + ld(1, "b")]
+    assert [wire(m) for m in build_abort(Runtime.MLX, ["a"])] == [ld(1, "a")]
+    for engine in (Runtime.SGLANG, Runtime.TOKENSPEED, Runtime.TRTLLM):
         assert [wire(m) for m in build_abort(engine, ["a", "b"])] == [ld(1, "a"), ld(1, "b")]
 
 
 @pytest.mark.parametrize(
     ("engine", "field", "value"),
     [
-        (GrpcEngine.VLLM, "seed", 2**31),
-        (GrpcEngine.MLX, "seed", -(2**31) - 1),
-        (GrpcEngine.TOKENSPEED, "seed", -1),
-        (GrpcEngine.TRTLLM, "seed", -1),
-        (GrpcEngine.VLLM, "top_k", -2),
-        (GrpcEngine.SGLANG, "max_tokens", 0),
-        (GrpcEngine.TRTLLM, "max_tokens", 2**32),
-        (GrpcEngine.VLLM, "stop_token_ids", (-1,)),
+        (Runtime.VLLM, "seed", 2**31),
+        (Runtime.MLX, "seed", -(2**31) - 1),
+        (Runtime.TOKENSPEED, "seed", -1),
+        (Runtime.TRTLLM, "seed", -1),
+        (Runtime.VLLM, "top_k", -2),
+        (Runtime.SGLANG, "max_tokens", 0),
+        (Runtime.TRTLLM, "max_tokens", 2**32),
+        (Runtime.VLLM, "stop_token_ids", (-1,)),
     ],
 )
 def test_values_a_field_cannot_hold_are_client_errors(
-    engine: GrpcEngine, field: str, value: object
+    engine: Runtime, field: str, value: Any
 ) -> None:
     with pytest.raises(ClientError) as caught:
-        build_generate(engine, request(GrpcEndpoint.COMPLETION, **{field: value}))
+        build_generate(engine, request(engine, Endpoint.COMPLETION, **{field: value}), "r1")
     assert caught.value.param == field
 
 
 @given(
-    engine=st.sampled_from(list(GrpcEngine)),
+    engine=st.sampled_from(GRPC_RUNTIMES),
     seed=st.none() | st.integers(),
     top_k=st.none() | st.integers(),
     max_tokens=st.none() | st.integers(),
@@ -316,7 +346,7 @@ def test_values_a_field_cannot_hold_are_client_errors(
     logprobs=st.none() | st.integers(),
 )
 def test_any_integer_builds_or_is_a_client_error(
-    engine: GrpcEngine,
+    engine: Runtime,
     seed: int | None,
     top_k: int | None,
     max_tokens: int | None,
@@ -325,7 +355,8 @@ def test_any_integer_builds_or_is_a_client_error(
 ) -> None:
     """protobuf raises ValueError for out-of-range ints: the builders must never let it out."""
     req = request(
-        GrpcEndpoint.COMPLETION,
+        engine,
+        Endpoint.COMPLETION,
         seed=seed,
         top_k=top_k,
         max_tokens=max_tokens,
@@ -333,7 +364,7 @@ def test_any_integer_builds_or_is_a_client_error(
         logprobs=logprobs,
     )
     try:
-        built = build_generate(engine, req)
+        built = build_generate(engine, req, "r1")
     except ClientError:
         return
     assert type(built).FromString(wire(built)) == built
@@ -355,8 +386,8 @@ def test_vllm_chunk_with_logprobs() -> None:
         completion_tokens=2,
         cached_tokens=0,
         logprobs=(
-            GrpcLogprob(7, -0.5, ((7, -0.5), (9, -2.0))),
-            GrpcLogprob(8, -1.0, ((8, -1.0),)),
+            TokenLogprob(7, -0.5, top=(TopLogprob(7, -0.5), TopLogprob(9, -2.0))),
+            TokenLogprob(8, -1.0, top=(TopLogprob(8, -1.0),)),
         ),
     )
 
@@ -427,7 +458,7 @@ def test_trtllm_chunk_and_stop_word_complete() -> None:
         prompt_tokens=3,
         completion_tokens=1,
         cached_tokens=0,
-        logprobs=(GrpcLogprob(4, -0.5, ((4, -0.5),)),),
+        logprobs=(TokenLogprob(4, -0.5, top=(TopLogprob(4, -0.5),)),),
     )
     complete = ld(1, "g1") + ld(3, packed(1, [4, 5]) + ld(3, "stop_word") + ld(4, "</s>"))
     parsed = parse_generate_response(trtllm.GenerateResponse.FromString(complete))
@@ -476,13 +507,3 @@ def test_http_status_for_every_grpc_status() -> None:
 def test_status_numbers_agree_with_grpclib() -> None:
     assert {s.name: s.value for s in grpclib.const.Status} == {s.name: s.value for s in GrpcStatus}
     assert http_status_for_grpc(grpclib.const.Status.UNAVAILABLE) == 503
-
-
-def test_neutral_inputs_mirror_the_core_types() -> None:
-    """Backends convert core values field for field; these must not drift apart."""
-    from smg_trio.core.plan import SamplingParams
-    from smg_trio.neutral.runtime import Runtime
-
-    assert GrpcSampling.__struct_fields__ == SamplingParams.__struct_fields__
-    assert msgspec.structs.asdict(GrpcSampling()) == msgspec.structs.asdict(SamplingParams())
-    assert {engine.value for engine in GrpcEngine} <= {runtime.value for runtime in Runtime}

@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from smg_trio.errors import ClientError, EngineDead, EngineRejected
+from smg_trio.neutral.validation import check_context_length
 from smg_trio.wire.openai import (
     AssistantMessage,
     DeveloperMessage,
@@ -24,7 +25,6 @@ from smg_trio.wire.openai import (
     UserMessage,
 )
 from smg_trio.wire.openai_decode import (
-    check_context_length,
     decode_chat_request,
     decode_completion_request,
     decode_generate_request,

@@ -8,7 +8,6 @@ registration differ and are pinned here.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import msgspec
@@ -16,7 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import BackendProtocolError, ClientError
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire import tokenspeed_zmq as ts
 from smg_trio.wire import zmq_transport as t
 
@@ -135,20 +138,30 @@ FINISHED_ROWS = (
     ),
     ts.OutputRow(rid="r2", output_ids=(), finished_reason="abort", prompt_tokens=5),
 )
-DEFAULT_SAMPLING = ts.TokenSpeedSampling()
+DEFAULT_SAMPLING = SamplingParams()
 
 
 def _request(
-    sampling: ts.TokenSpeedSampling = DEFAULT_SAMPLING,
+    sampling: SamplingParams = DEFAULT_SAMPLING,
     *,
     prompt: tuple[int, ...] = (1, 2, 3),
     max_model_len: int = 100,
     vocab_size: int | None = None,
 ) -> ts.TokenizedGenerateReqInput:
-    return ts.build_request(
+    """The ADD for `sampling` as the gateway sends it: finalized, then built."""
+    plan = GeneratePlan(
         request_id="r1",
+        endpoint=Endpoint.COMPLETION,
+        model="m",
         prompt_ids=prompt,
         sampling=sampling,
+    )
+    (request,) = finalize(
+        plan, WorkerTarget(runtime=Runtime.TOKENSPEED, wire=Wire.ZMQ), None
+    ).requests
+    return ts.build_request(
+        request,
+        engine_request_id="r1",
         max_model_len=max_model_len,
         vocab_size=vocab_size,
     )
@@ -178,7 +191,7 @@ def test_layouts_are_what_the_golden_bytes_hold() -> None:
 
 
 def test_add_golden_bytes_and_round_trip() -> None:
-    request = _request(ts.TokenSpeedSampling(temperature=0.7, max_tokens=8, stop_token_ids=(13,)))
+    request = _request(SamplingParams(temperature=0.7, max_tokens=8, stop_token_ids=(13,)))
     assert ts.encode_request(request) == ADD
     assert ts.decode_request(ADD) == request
 
@@ -270,13 +283,13 @@ def test_request_decoder_accepts_smg_short_layout_and_extras() -> None:
 
 
 def test_case_12_stop_ids_forwarded_and_strings_never_on_the_wire() -> None:
-    wire = _wire_sampling(_request(ts.TokenSpeedSampling(stop_token_ids=(13,))))
+    wire = _wire_sampling(_request(SamplingParams(stop_token_ids=(13,))))
     assert (wire[1], wire[2], wire[26], wire[27]) == (None, [13], [], 0)
     assert _wire_sampling(_request())[2] is None
 
 
 def test_greedy_is_sent_normalized() -> None:
-    wire = _wire_sampling(_request(ts.TokenSpeedSampling(temperature=0.0, seed=5)))
+    wire = _wire_sampling(_request(SamplingParams(temperature=0.0, seed=5)))
     assert (wire[3], wire[5], wire[23], wire[28]) == (1.0, 1, 0, True)
 
 
@@ -284,17 +297,17 @@ def test_greedy_is_sent_normalized() -> None:
     ("top_k", "wire_top_k"), [(None, 1 << 30), (-1, 1 << 30), (0, 1 << 30), (5, 5)]
 )
 def test_top_k_sentinel(top_k: int | None, wire_top_k: int) -> None:
-    assert _wire_sampling(_request(ts.TokenSpeedSampling(top_k=top_k)))[5] == wire_top_k
+    assert _wire_sampling(_request(SamplingParams(top_k=top_k)))[5] == wire_top_k
 
 
 def test_max_tokens_defaults_to_the_rest_of_the_context() -> None:
     assert _wire_sampling(_request())[0] == 97
-    assert _wire_sampling(_request(ts.TokenSpeedSampling(max_tokens=8)))[0] == 8
+    assert _wire_sampling(_request(SamplingParams(max_tokens=8)))[0] == 8
 
 
 def test_flags_and_logprobs_map_to_their_fields() -> None:
     request = _request(
-        ts.TokenSpeedSampling(
+        SamplingParams(
             ignore_eos=True, skip_special_tokens=False, no_stop_trim=True, logprobs=0, seed=9
         )
     )
@@ -349,33 +362,28 @@ def test_case_56_finishing_row_carries_tokens_and_cumulative_counts() -> None:
     ]
 
 
-# Validation: every rejection is a 400 naming its parameter.
+# Validation: every rejection is a 400 naming its parameter. The ranges of the knobs are
+# neutral.validation's (tests/neutral); TokenSpeed's own limits are finalize's (reached here
+# through it); the builder checks bytes and the engine's context and vocabulary.
 
 
 @pytest.mark.parametrize(
     ("sampling", "param"),
     [
-        (ts.TokenSpeedSampling(temperature=-0.5), "temperature"),
-        (ts.TokenSpeedSampling(temperature=math.inf), "temperature"),
-        (ts.TokenSpeedSampling(top_p=0.0), "top_p"),
-        (ts.TokenSpeedSampling(top_p=1.01), "top_p"),
-        (ts.TokenSpeedSampling(top_k=128), "top_k"),
-        (ts.TokenSpeedSampling(top_k=-2), "top_k"),
-        (ts.TokenSpeedSampling(min_p=2.0), "min_p"),
-        (ts.TokenSpeedSampling(frequency_penalty=2.5), "frequency_penalty"),
-        (ts.TokenSpeedSampling(presence_penalty=-2.5), "presence_penalty"),
-        (ts.TokenSpeedSampling(repetition_penalty=2.5), "repetition_penalty"),
-        (ts.TokenSpeedSampling(repetition_penalty=-0.1), "repetition_penalty"),
-        (ts.TokenSpeedSampling(max_tokens=0), "max_tokens"),
-        (ts.TokenSpeedSampling(max_tokens=8.0), "max_tokens"),  # type: ignore[arg-type]
-        (ts.TokenSpeedSampling(max_tokens=4, min_tokens=5), "min_tokens"),
-        (ts.TokenSpeedSampling(seed=-(2**63) - 1), "seed"),
-        (ts.TokenSpeedSampling(logprobs=1), "logprobs"),
-        (ts.TokenSpeedSampling(stop_token_ids=(1000,)), "stop_token_ids"),
+        (SamplingParams(top_k=128), "top_k"),
+        (SamplingParams(top_k=-2), "top_k"),
+        (SamplingParams(repetition_penalty=2.5), "repetition_penalty"),
+        (SamplingParams(repetition_penalty=-0.1), "repetition_penalty"),
+        (SamplingParams(max_tokens=0), "max_tokens"),
+        (SamplingParams(max_tokens=8.0), "max_tokens"),  # type: ignore[arg-type]
+        (SamplingParams(max_tokens=4, min_tokens=5), "min_tokens"),
+        (SamplingParams(seed=-(2**63) - 1), "seed"),
+        (SamplingParams(logprobs=1), "logprobs"),
+        (SamplingParams(stop_token_ids=(1000,)), "stop_token_ids"),
     ],
 )
 def test_invalid_sampling_is_rejected_naming_the_parameter(
-    sampling: ts.TokenSpeedSampling, param: str
+    sampling: SamplingParams, param: str
 ) -> None:
     with pytest.raises(ClientError) as caught:
         _request(sampling, vocab_size=1000)
@@ -385,7 +393,7 @@ def test_invalid_sampling_is_rejected_naming_the_parameter(
 
 def test_top_logprobs_are_unsupported_on_this_wire() -> None:
     with pytest.raises(ClientError) as caught:
-        _request(ts.TokenSpeedSampling(logprobs=5))
+        _request(SamplingParams(logprobs=5))
     assert (caught.value.code, caught.value.param) == ("start_generation_failed", "logprobs")
 
 
@@ -439,7 +447,7 @@ def test_batches_round_trip(rows: list[ts.OutputRow], engine_index: int, load: i
 def test_requests_round_trip(
     temperature: float, top_k: int | None, max_tokens: int | None, stop_ids: tuple[int, ...]
 ) -> None:
-    sampling = ts.TokenSpeedSampling(
+    sampling = SamplingParams(
         temperature=temperature, top_k=top_k, max_tokens=max_tokens, stop_token_ids=stop_ids
     )
     request = _request(sampling, vocab_size=1000)

@@ -7,7 +7,6 @@ renamed key or changed type changes the bytes and fails the test.
 
 from __future__ import annotations
 
-import math
 import struct
 from typing import Any
 
@@ -16,7 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import BackendProtocolError, ClientError
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
+from smg_trio.neutral.sampling import EosIds, SamplingParams
 from smg_trio.wire import vllm_zmq as v
 from smg_trio.wire import vllm_zmq_outputs as o
 from smg_trio.wire.msgpack_arrays import WireArray
@@ -141,24 +145,32 @@ UTILITY_REPLY_LAYOUT: list[Any] = [
 UTILITY_REPLY = bytes.fromhex("990090c0cb4010000000000000932ac092c0c3c0c0c0c0")
 
 
-DEFAULT_SAMPLING = v.VllmSampling()
-MODEL_EOS = v.EosIds(5, (7,))
+DEFAULT_SAMPLING = SamplingParams()
+MODEL_EOS = EosIds(5, (7,))
 
 
 def _request(
-    sampling: v.VllmSampling = DEFAULT_SAMPLING,
+    sampling: SamplingParams = DEFAULT_SAMPLING,
     *,
-    eos: v.EosIds = MODEL_EOS,
+    eos: EosIds = MODEL_EOS,
     prompt: tuple[int, ...] = (1, 2, 3),
     max_model_len: int = 100,
     vocab_size: int | None = None,
     request_id: str = "r1",
 ) -> v.EngineCoreRequest:
-    return v.build_request(
+    """The ADD for `sampling` as the gateway sends it: finalized (EOS folded), then built."""
+    plan = GeneratePlan(
         request_id=request_id,
+        endpoint=Endpoint.COMPLETION,
+        model="m",
         prompt_ids=prompt,
         sampling=sampling,
-        eos=eos,
+    )
+    target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=eos)
+    (request,) = finalize(plan, target, None).requests
+    return v.build_request(
+        request,
+        engine_request_id=request_id,
         max_model_len=max_model_len,
         arrival_time=1.5,
         vocab_size=vocab_size,
@@ -192,7 +204,7 @@ def test_layouts_are_what_the_golden_bytes_hold() -> None:
 
 
 def test_add_golden_bytes_and_round_trip() -> None:
-    request = _request(v.VllmSampling(temperature=0.5, stop_token_ids=(7, 9)))
+    request = _request(SamplingParams(temperature=0.5, stop_token_ids=(7, 9)))
     assert v.encode_request(request) == VLLM_ADD
     assert v.decode_request(VLLM_ADD) == request
 
@@ -243,11 +255,11 @@ def test_outputs_golden_bytes_running() -> None:
 
 
 def test_outputs_golden_bytes_finished_with_logprobs() -> None:
-    position = o.PositionLogprobs(
+    position = TokenLogprob(
         token_id=11,
         logprob=-0.5,
         rank=1,
-        top=(o.TopLogprob(token_id=11, logprob=-0.5), o.TopLogprob(token_id=4, logprob=-1.25)),
+        top=(TopLogprob(token_id=11, logprob=-0.5), TopLogprob(token_id=4, logprob=-1.25)),
     )
     outputs = o.EngineCoreOutputs(
         engine_index=1,
@@ -333,9 +345,7 @@ def test_logprobs_resolve_aux_frames_and_refuse_pickles() -> None:
     ranks = WireArray("<i4", (1,), Ext(3, struct.pack("<i", 2)))
     lists = o.LogprobsLists(ids, values, ranks)
     frames = [b"payload", struct.pack("<2q", 8, 3), struct.pack("<2d", -1.0, -0.25)]
-    assert o.decode_logprobs(lists, frames) == (
-        o.PositionLogprobs(8, -1.0, 2, (o.TopLogprob(3, -0.25),)),
-    )
+    assert o.decode_logprobs(lists, frames) == (TokenLogprob(8, -1.0, 2, (TopLogprob(3, -0.25),)),)
     with pytest.raises(BackendProtocolError, match="aux frame 2"):
         o.decode_logprobs(lists, frames[:2])
     pickled = o.LogprobsLists(ids, values, WireArray("<i4", (1,), Ext(1, b"\x80\x04")))
@@ -352,11 +362,11 @@ def test_logprobs_resolve_aux_frames_and_refuse_pickles() -> None:
 
 
 def test_case_13_eos_ids_merge_at_translate_time() -> None:
-    wire = _wire_sampling(_request(v.VllmSampling(stop_token_ids=(7, 9))))
+    wire = _wire_sampling(_request(SamplingParams(stop_token_ids=(7, 9))))
     assert wire["stop_token_ids"] == [7, 9]
     assert wire["_eos_token_id"] == 5
     assert wire["_all_stop_token_ids"] == [5, 7, 9]
-    ignoring = _wire_sampling(_request(v.VllmSampling(stop_token_ids=(9,), ignore_eos=True)))
+    ignoring = _wire_sampling(_request(SamplingParams(stop_token_ids=(9,), ignore_eos=True)))
     assert ignoring["stop_token_ids"] == [9]
     assert "_eos_token_id" not in ignoring
     assert ignoring["_all_stop_token_ids"] == [5, 7, 9]
@@ -364,34 +374,32 @@ def test_case_13_eos_ids_merge_at_translate_time() -> None:
 
 
 def test_case_15_folded_ids_then_translate() -> None:
-    wire = _wire_sampling(
-        _request(v.VllmSampling(stop_token_ids=(9, 5, 7)), eos=v.EosIds(5, (7, 9)))
-    )
+    wire = _wire_sampling(_request(SamplingParams(stop_token_ids=(9, 5, 7)), eos=EosIds(5, (7, 9))))
     assert wire["stop_token_ids"] == [9, 5, 7]
     assert wire["_eos_token_id"] == 5
     assert wire["_all_stop_token_ids"] == [5, 7, 9]
 
 
 def test_eos_extra_ids_become_stop_ids_and_no_eos_means_no_keys() -> None:
-    wire = _wire_sampling(_request(v.VllmSampling(), eos=v.EosIds(2, (7,))))
+    wire = _wire_sampling(_request(SamplingParams(), eos=EosIds(2, (7,))))
     assert (wire["stop_token_ids"], wire["_eos_token_id"]) == ([7], 2)
-    bare = _wire_sampling(_request(v.VllmSampling(), eos=v.EosIds()))
+    bare = _wire_sampling(_request(SamplingParams(), eos=EosIds()))
     assert bare == {"max_tokens": 97}
 
 
 def test_case_16_max_tokens_defaults_to_the_rest_of_the_context() -> None:
     assert _wire_sampling(_request())["max_tokens"] == 97
-    assert _wire_sampling(_request(v.VllmSampling(max_tokens=8)))["max_tokens"] == 8
+    assert _wire_sampling(_request(SamplingParams(max_tokens=8)))["max_tokens"] == 8
     # 16 is vLLM's default for an absent key: it must still be sent.
-    assert _wire_sampling(_request(v.VllmSampling(max_tokens=16)))["max_tokens"] == 16
+    assert _wire_sampling(_request(SamplingParams(max_tokens=16)))["max_tokens"] == 16
 
 
 def test_sampling_map_is_sparse_and_never_sends_n() -> None:
-    defaults = v.VllmSampling(
+    defaults = SamplingParams(
         temperature=1.0, top_p=1.0, top_k=-1, min_p=0.0, repetition_penalty=1.0, min_tokens=0
     )
-    assert _wire_sampling(_request(defaults, eos=v.EosIds())) == {"max_tokens": 97}
-    full = v.VllmSampling(
+    assert _wire_sampling(_request(defaults, eos=EosIds())) == {"max_tokens": 97}
+    full = SamplingParams(
         temperature=0,
         top_p=0.5,
         top_k=3,
@@ -404,7 +412,7 @@ def test_sampling_map_is_sparse_and_never_sends_n() -> None:
         min_tokens=2,
         logprobs=0,
     )
-    wire = _wire_sampling(_request(full, eos=v.EosIds()))
+    wire = _wire_sampling(_request(full, eos=EosIds()))
     assert wire == {
         "presence_penalty": 1.0,
         "frequency_penalty": -1.5,
@@ -423,7 +431,7 @@ def test_sampling_map_is_sparse_and_never_sends_n() -> None:
 
 def test_case_58_fanned_out_requests_carry_their_own_seed_and_no_n() -> None:
     requests = [
-        _request(v.VllmSampling(seed=7 + i, stop_token_ids=(9,)), request_id=f"r1-{i}")
+        _request(SamplingParams(seed=7 + i, stop_token_ids=(9,)), request_id=f"r1-{i}")
         for i in range(2)
     ]
     wires = [_wire_sampling(request) for request in requests]
@@ -463,41 +471,26 @@ def test_case_57_finish_reasons(code: int | None, text: str | None) -> None:
     assert o.finish_reason_text(code) == text
 
 
-# Validation: every rejection is a 400 naming its parameter.
+# Validation: every rejection is a 400 naming its parameter. The ranges of the knobs are
+# neutral.validation's (tests/neutral); here: bytes, the engine's context and vocabulary.
 
 
 @pytest.mark.parametrize(
     ("sampling", "param"),
     [
-        (v.VllmSampling(temperature=2.5), "temperature"),
-        (v.VllmSampling(temperature=-0.1), "temperature"),
-        (v.VllmSampling(temperature=math.nan), "temperature"),
-        (v.VllmSampling(top_p=0.0), "top_p"),
-        (v.VllmSampling(top_p=1.5), "top_p"),
-        (v.VllmSampling(top_k=-2), "top_k"),
-        (v.VllmSampling(top_k=1.5), "top_k"),  # type: ignore[arg-type]
-        (v.VllmSampling(min_p=1.5), "min_p"),
-        (v.VllmSampling(min_p=-0.1), "min_p"),
-        (v.VllmSampling(presence_penalty=2.5), "presence_penalty"),
-        (v.VllmSampling(frequency_penalty=-3.0), "frequency_penalty"),
-        (v.VllmSampling(repetition_penalty=0.0), "repetition_penalty"),
-        (v.VllmSampling(repetition_penalty=-1.0), "repetition_penalty"),
-        (v.VllmSampling(repetition_penalty=math.inf), "repetition_penalty"),
-        (v.VllmSampling(repetition_penalty="1"), "repetition_penalty"),  # type: ignore[arg-type]
-        (v.VllmSampling(max_tokens=0), "max_tokens"),
-        (v.VllmSampling(max_tokens=16.0), "max_tokens"),  # type: ignore[arg-type]
-        (v.VllmSampling(max_tokens=True), "max_tokens"),
-        (v.VllmSampling(min_tokens=-1), "min_tokens"),
-        (v.VllmSampling(max_tokens=4, min_tokens=5), "min_tokens"),
-        (v.VllmSampling(logprobs=-1), "logprobs"),
-        (v.VllmSampling(logprobs=21), "logprobs"),
-        (v.VllmSampling(seed=2**64), "seed"),
-        (v.VllmSampling(stop_token_ids=(-1,)), "stop_token_ids"),
-        (v.VllmSampling(stop_token_ids=(1000,)), "stop_token_ids"),
+        (SamplingParams(top_k=1.5), "top_k"),  # type: ignore[arg-type]
+        (SamplingParams(max_tokens=0), "max_tokens"),
+        (SamplingParams(max_tokens=16.0), "max_tokens"),  # type: ignore[arg-type]
+        (SamplingParams(max_tokens=True), "max_tokens"),
+        (SamplingParams(min_tokens=-1), "min_tokens"),
+        (SamplingParams(max_tokens=4, min_tokens=5), "min_tokens"),
+        (SamplingParams(seed=2**64), "seed"),
+        (SamplingParams(stop_token_ids=(-1,)), "stop_token_ids"),
+        (SamplingParams(stop_token_ids=(1000,)), "stop_token_ids"),
     ],
 )
 def test_invalid_sampling_is_rejected_naming_the_parameter(
-    sampling: v.VllmSampling, param: str
+    sampling: SamplingParams, param: str
 ) -> None:
     with pytest.raises(ClientError) as caught:
         _request(sampling, vocab_size=1000)
@@ -526,7 +519,7 @@ def test_invalid_request_is_rejected_naming_the_parameter(
 
 
 def test_validation_accepts_the_edges() -> None:
-    edges = v.VllmSampling(
+    edges = SamplingParams(
         temperature=2.0,
         top_p=1.0,
         min_p=1.0,
@@ -549,12 +542,12 @@ f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
 positions = st.integers(min_value=0, max_value=4).flatmap(
     lambda k: st.lists(
         st.builds(
-            o.PositionLogprobs,
+            TokenLogprob,
             token_id=st.integers(0, 2**31 - 1),
             logprob=f32,
             rank=st.integers(1, 2**40),
             top=st.lists(
-                st.builds(o.TopLogprob, token_id=st.integers(0, 2**31 - 1), logprob=f32),
+                st.builds(TopLogprob, token_id=st.integers(0, 2**31 - 1), logprob=f32),
                 min_size=k,
                 max_size=k,
             ).map(tuple),
@@ -602,7 +595,7 @@ def test_outputs_round_trip(
 
 
 @given(positions)
-def test_logprobs_round_trip(values: list[o.PositionLogprobs]) -> None:
+def test_logprobs_round_trip(values: list[TokenLogprob]) -> None:
     lists = o.encode_logprobs(values)
     assert o.decode_logprobs(lists, [b""]) == tuple(values)
 

@@ -1,0 +1,174 @@
+"""Pure. The value rules of a client request, in one place: ranges and types of the sampling
+knobs, choice and stop limits, the token budget and the context window, the vocabulary.
+
+Every failure is a 400 `ClientError` whose `param` names the parameter as the client spelled
+it (`sampling_params.` prefixed for /generate). The body decoders (wire/openai_decode) apply the
+knob rules to what the client sent; prepare checks the model's context window; the wire
+builders apply the rules that need the engine's own facts (its context length and vocabulary,
+known once it registered). Per-runtime limits are finalize's; whether a value fits a field's
+bytes is each wire's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+from smg_trio.errors import ClientError
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+MAX_STOP_STRINGS: Final = 4
+MAX_CHOICES: Final = 128
+MAX_TOP_LOGPROBS: Final = 20  # vLLM's default max_logprobs; its EngineCore does not check it
+MAX_COMPLETION_LOGPROBS: Final = 5
+_TOKEN_ID_END: Final = 2**32  # without a vocab size, ids must still fit the engines' u32
+
+
+def check_between(
+    value: float | None, param: str, low: float, high: float, *, low_open: bool = False
+) -> None:
+    """`value` unset, or a finite number in [low, high] (`(low, high]` when `low_open`)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ClientError(f"{param} must be a number, got {value!r}", param=param)
+    if not math.isfinite(value):
+        raise ClientError(f"{param} must be a finite number, got {value}", param=param)
+    too_low = value <= low if low_open else value < low
+    if too_low or value > high:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise ClientError(f"{param} must be in {interval}, got {value:g}", param=param)
+
+
+def check_at_least(value: int | None, param: str, low: int) -> None:
+    """`value` unset, or an integer of at least `low`."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ClientError(f"{param} must be an integer, got {value!r}", param=param)
+    if value < low:
+        raise ClientError(f"{param} must be at least {low}, got {value}", param=param)
+
+
+def check_stops(stop: str | Sequence[str] | None, param: str, *, max_count: int | None) -> None:
+    if stop is None or isinstance(stop, str):
+        return  # a bare "" means "no stop", as OpenAI treats it
+    if max_count is not None and len(stop) > max_count:
+        raise ClientError(
+            f"{param} accepts at most {max_count} sequences, got {len(stop)}", param=param
+        )
+    if any(s == "" for s in stop):
+        raise ClientError(f"{param} sequences must not be empty", param=param)
+
+
+class SamplingKnobs(Protocol):
+    """The sampling knobs every endpoint spells the same way (and `SamplingParams` has)."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def min_p(self) -> float | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def stop_token_ids(self) -> Sequence[int] | None: ...
+
+
+def check_knobs(knobs: SamplingKnobs, prefix: str) -> None:
+    """The ranges vLLM's SamplingParams enforces; `prefix` locates nested params in messages."""
+    check_between(knobs.temperature, prefix + "temperature", 0.0, 2.0)
+    check_between(knobs.top_p, prefix + "top_p", 0.0, 1.0, low_open=True)
+    # -1 and 0 both mean "all tokens" in vLLM; anything below -1 is meaningless.
+    check_at_least(knobs.top_k, prefix + "top_k", -1)
+    check_between(knobs.min_p, prefix + "min_p", 0.0, 1.0)
+    check_between(knobs.presence_penalty, prefix + "presence_penalty", -2.0, 2.0)
+    check_between(knobs.frequency_penalty, prefix + "frequency_penalty", -2.0, 2.0)
+    penalty, param = knobs.repetition_penalty, prefix + "repetition_penalty"
+    check_between(penalty, param, -math.inf, math.inf)  # a finite number
+    if penalty is not None and penalty <= 0:
+        raise ClientError(f"{param} must be greater than 0, got {penalty:g}", param=param)
+    if knobs.stop_token_ids is not None and any(t < 0 for t in knobs.stop_token_ids):
+        param = prefix + "stop_token_ids"
+        raise ClientError(f"{param} must be non-negative", param=param)
+
+
+def check_lengths(max_tokens: int | None, max_param: str, min_tokens: int, min_param: str) -> None:
+    """max_tokens at least 1 when set; 0 <= min_tokens <= max_tokens."""
+    check_at_least(max_tokens, max_param, 1)
+    check_at_least(min_tokens, min_param, 0)
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise ClientError(
+            f"{min_param} ({min_tokens}) must not exceed {max_param} ({max_tokens})",
+            param=min_param,
+        )
+
+
+def check_context_length(
+    prompt_len: int, max_tokens: int | None, context_length: int, param: str
+) -> None:
+    """400 when the prompt, or prompt plus requested completion, exceeds the context window.
+
+    `param` is "messages" or "prompt" and names where the input tokens came from.
+    """
+    if prompt_len >= context_length or (
+        max_tokens is not None and prompt_len + max_tokens > context_length
+    ):
+        requested = prompt_len + (max_tokens or 0)
+        raise ClientError(
+            f"This model's maximum context length is {context_length} tokens. However, you "
+            f"requested {requested} tokens ({prompt_len} in the {param}, {max_tokens or 0} in "
+            f"the completion). Please reduce the length of the {param} or completion.",
+            code="context_length_exceeded",
+            param=param,
+        )
+
+
+def checked_ids(ids: Sequence[int], param: str, vocab_size: int | None) -> tuple[int, ...]:
+    """Token ids, each in [0, vocab_size) (or [0, 2**32) when the vocab size is unknown)."""
+    end = _TOKEN_ID_END if vocab_size is None else vocab_size
+    for token_id in ids:
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < end:
+            raise ClientError(f"{param}: token id {token_id!r} is not in [0, {end})", param=param)
+    return tuple(ids)
+
+
+def checked_prompt(
+    prompt_ids: Sequence[int], max_model_len: int, vocab_size: int | None
+) -> tuple[int, ...]:
+    """A non-empty prompt in the vocabulary that leaves the engine room for one token."""
+    prompt = checked_ids(prompt_ids, "prompt", vocab_size)
+    if not prompt:
+        raise ClientError("the prompt must contain at least one token", param="prompt")
+    if len(prompt) >= max_model_len:
+        raise ClientError(
+            f"the model's context length is {max_model_len} tokens and the prompt has "
+            f"{len(prompt)}: no room is left for max_tokens",
+            param="prompt",
+        )
+    return prompt
+
+
+def token_budget(
+    max_tokens: int | None, min_tokens: int, *, prompt_len: int, max_model_len: int
+) -> tuple[int, int]:
+    """(max_tokens, min_tokens) for an engine: unset max_tokens is the rest of its context."""
+    if max_tokens is None:
+        max_tokens = max_model_len - prompt_len
+    check_at_least(max_tokens, "max_tokens", 1)
+    check_at_least(min_tokens, "min_tokens", 0)
+    if min_tokens > max_tokens:
+        raise ClientError(
+            f"min_tokens must be in [0, max_tokens={max_tokens}], got {min_tokens}",
+            param="min_tokens",
+        )
+    return max_tokens, min_tokens
