@@ -14,7 +14,8 @@ import trio
 import trio.testing
 import zmq
 
-from smg_trio.backends.zmq_backend import WATCHDOG_PERIOD_S, ZmqBackend, open_zmq_backend
+from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
 from smg_trio.core.finalize import EngineRequest, Finalized
 from smg_trio.core.plan import SamplingParams, StopSpec
