@@ -28,7 +28,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -43,6 +42,7 @@ from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
@@ -99,25 +99,14 @@ def finalized_request(index: int) -> Finalized:
 @contextmanager
 def reference_engine() -> Iterator[int]:
     """The reference vLLM gRPC engine as a subprocess; yields its port."""
-    command = [
-        sys.executable,
-        "-m",
-        "smg_trio",
-        "engine",
+    command = EngineCommand(
         "vllm-grpc",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--model-path",
-        str(demo_model_path()),
-        "--step-ms",
-        "0",
-        "--max-batch",
-        "512",
-        "--log-level",
-        "WARNING",
-    ]
+        host="127.0.0.1",
+        port=0,
+        model_path=demo_model_path(),
+        step_ms=0,
+        max_batch=512,
+    ).argv()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None

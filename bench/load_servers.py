@@ -27,6 +27,8 @@ import msgspec
 import trio
 
 from bench.http1_client import Http1Connection, Http1Error
+from smg_trio.engines.generation import Mode
+from smg_trio.engines.launch import EngineCommand
 
 LOOPBACK: Final = "127.0.0.1"
 STOP_GRACE_S: Final = 10.0
@@ -185,15 +187,21 @@ def reference_engine_command(
     counts_file: Path | None = None,
 ) -> list[str]:
     """Our reference vLLM EngineCore; with `counts_file`, the counted variant."""
-    flags = ["--handshake", handshake, "--model-path", str(model_path)]
-    flags += ["--step-ms", f"{step_ms:g}", "--max-batch", str(max_batch)]
-    if replay_file is not None:
-        flags += ["--mode", "replay", "--replay-file", str(replay_file)]
-    else:
-        flags += ["--mode", "random"]
+    engine = EngineCommand(
+        "vllm-zmq",
+        handshake=handshake,
+        model_path=model_path,
+        step_ms=step_ms,
+        max_batch=max_batch,
+        mode=Mode.RANDOM if replay_file is None else Mode.REPLAY,
+        replay_file=replay_file,
+        log_level=None if counts_file is not None else "WARNING",  # counted_engine has no such flag
+    )
     if counts_file is not None:
-        return python_module("bench.counted_engine", "--counts-file", str(counts_file), *flags)
-    return python_module("smg_trio", "engine", "vllm-zmq", *flags, "--log-level", "WARNING")
+        return python_module(
+            "bench.counted_engine", "--counts-file", str(counts_file), *engine.flags()
+        )
+    return engine.argv()
 
 
 def smg_trio_command(port: int, worker: str, model_path: Path) -> list[str]:

@@ -228,7 +228,6 @@ async def direct_target(
     model_dir = load_model_dir(model_path)
     async with open_zmq_backend(
         runtime=Runtime.VLLM,
-        eos_ids=model_dir.eos_ids,
         vocab_size=model_dir.tokenizer.vocab_size,
     ) as backend:
         port = backend.handshake_port

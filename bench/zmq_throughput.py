@@ -55,6 +55,8 @@ from smg_trio.core.prepare import prepare_chat
 from smg_trio.core.render import sse
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.engines.generation import Mode
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Runtime, Wire
@@ -143,27 +145,16 @@ async def open_bench_engine(log: IO[bytes]) -> AsyncIterator[BenchEngine]:
     model = load_model_dir(model_path)
     plan, tokenizer = chat_plan(model_path)
     async with open_zmq_backend(
-        runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
+        runtime=Runtime.VLLM, vocab_size=model.tokenizer.vocab_size
     ) as backend:
-        command = [
-            sys.executable,
-            "-m",
-            "smg_trio",
-            "engine",
+        command = EngineCommand(
             "vllm-zmq",
-            "--handshake",
-            backend.handshake_address,
-            "--model-path",
-            str(model_path),
-            "--step-ms",
-            "0",
-            "--max-batch",
-            str(ENGINE_MAX_BATCH),
-            "--mode",
-            "random",
-            "--log-level",
-            "WARNING",
-        ]
+            handshake=backend.handshake_address,
+            model_path=model_path,
+            step_ms=0,
+            max_batch=ENGINE_MAX_BATCH,
+            mode=Mode.RANDOM,
+        ).argv()
         process = await trio.lowlevel.open_process(command, stdout=log, stderr=log)
         try:
             with trio.fail_after(READY_TIMEOUT_S):

@@ -197,7 +197,7 @@ PROFILE_AREAS: Final = (
         "backend decode (zmq_codec, wire outputs, msgspec)",
         ("zmq_codec.py", "vllm_zmq_outputs.py", "zmq_transport.py", "msgpack.Decoder"),
     ),
-    ("backend demultiplex (zmq_registry)", ("zmq_registry.py",)),
+    ("backend demultiplex (zmq_registry, in_flight)", ("zmq_registry.py", "in_flight.py")),
     ("backend hand-off (event_stream, mailbox)", ("event_stream.py", "mailbox.py")),
     (
         "pipeline stops + detokenize",

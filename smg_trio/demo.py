@@ -29,6 +29,7 @@ import h11
 import trio
 
 from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.errors import ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving, open_shutdown_signal, serve
@@ -70,25 +71,13 @@ def completion_body(model: str) -> dict[str, Any]:
 
 
 def engine_command(handshake_address: str, model_path: Path, replay: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "smg_trio",
-        "engine",
+    return EngineCommand(
         "vllm-zmq",
-        "--handshake",
-        handshake_address,
-        "--model-path",
-        str(model_path),
-        "--mode",
-        "replay",
-        "--replay-file",
-        str(replay),
-        "--step-ms",
-        str(ENGINE_STEP_MS),
-        "--log-level",
-        "WARNING",
-    ]
+        handshake=handshake_address,
+        model_path=model_path,
+        replay_file=replay,
+        step_ms=ENGINE_STEP_MS,
+    ).argv()
 
 
 def instructions(base_url: str, ws_url: str, model: str) -> str:

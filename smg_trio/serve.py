@@ -141,7 +141,6 @@ async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple
             async with open_zmq_backend(
                 runtime=spec.runtime,
                 handshake_address=f"tcp://{spec.address}",
-                eos_ids=model.eos_ids,
                 vocab_size=model.tokenizer.vocab_size,
             ) as zmq_backend:
                 yield zmq_backend, zmq_backend.handshake_address

@@ -12,8 +12,9 @@ responses are parsed on the loop and pushed, with the task's outcome, through ON
 - a complete message becomes `ChoiceFinished` (after any tokens only it carried); "abort" and
   "error" finishes, and every gRPC status, become `EngineRejected` (grpc_services.py);
 - leaving `open_stream` before a choice finished cancels its task (grpclib sends RST_STREAM)
-  AND sends the Abort RPC, shielded and bounded by `ABORT_GRACE_S`; a finished choice is never
-  aborted. The block is left only after every task of the stream has ended on the loop.
+  AND sends the Abort RPC, shielded and bounded by the in-flight table (in_flight.py, which
+  decides what is unfinished); a finished choice is never aborted. The block is left only
+  after every task of the stream has ended on the loop.
 
 Readiness (`grpc_readiness.py`): a HealthCheck every `health_period_s`, bounded by
 `health_timeout_s`; a passing one fetches model/server info on the way to ready. A lost
@@ -26,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeAlias
 
@@ -41,7 +42,7 @@ from smg_trio.backends.asyncio_bridge import (
 )
 from smg_trio.backends.base import BackendStatistics, EngineStatus
 from smg_trio.backends.event_stream import EngineEventStream
-from smg_trio.backends.grpc_calls import GrpcCall, failure_of, new_engine_request_id
+from smg_trio.backends.grpc_calls import GrpcCall, apply_response, failure_of
 from smg_trio.backends.grpc_readiness import EngineReadiness
 from smg_trio.backends.grpc_services import (
     EngineInfo,
@@ -50,27 +51,16 @@ from smg_trio.backends.grpc_services import (
     open_loop_client,
     parse_address,
 )
+from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S, InFlightTable
 from smg_trio.core.finalize import Finalized
-from smg_trio.errors import (
-    BackendError,
-    BackendUnavailable,
-    ConfigError,
-    EngineDead,
-    UnsupportedRuntime,
-)
-from smg_trio.neutral.events import ChoiceFinished
+from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
 from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)
 
-ABORT_GRACE_S: Final = 1.0
-"""How long leaving a stream waits (shielded) for the Abort RPC and the cancelled calls."""
 HEALTH_PERIOD_S: Final = 5.0
 HEALTH_TIMEOUT_S: Final = 5.0
-WATCHDOG_PERIOD_S: Final = 300.0
-"""Silence, with calls in flight, after which the engine is declared dead (as the ZMQ backend)."""
-_WATCHDOG_CHECKS_PER_PERIOD: Final = 10
 
 _Handed: TypeAlias = tuple[GrpcCall, GrpcEvent | outcome.Outcome[None]]
 
@@ -80,37 +70,26 @@ class GrpcBackend:
 
     def __init__(
         self,
-        *,
         client: LoopClient,
         bridge: AsyncioBridge,
         runtime: Runtime,
+        *,
         health_period_s: float,
         health_timeout_s: float,
-        watchdog_period_s: float,
     ) -> None:
-        self._runtime = runtime
+        self.runtime: Final = runtime
+        self.wire: Final = Wire.GRPC
         self._client = client
         self._bridge = bridge
         self.address = client.address
         self._health_period_s = health_period_s
         self._health_timeout_s = health_timeout_s
-        self._watchdog_period_s = watchdog_period_s
         self._handoff: TrioHandoff[_Handed] = TrioHandoff(self._deliver)
-        self._calls: dict[str, GrpcCall] = {}
-        self._open_streams = 0
+        # The one engine is known by its address.
+        self._in_flight: InFlightTable[str, GrpcCall] = InFlightTable((client.address,))
         self._protocol_errors = 0
         self._info: EngineInfo | None = None
         self._readiness = EngineReadiness(f"{runtime.value} engine at {client.address}")
-        self._heard_at = 0.0
-        self._closing = False
-
-    @property
-    def runtime(self) -> Runtime:
-        return self._runtime
-
-    @property
-    def wire(self) -> Wire:
-        return Wire.GRPC
 
     @property
     def engine_info(self) -> EngineInfo | None:
@@ -128,14 +107,8 @@ class GrpcBackend:
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         stream, calls = self._start_stream(finalized)
-        self._open_streams += 1
-        try:
-            yield stream
-        finally:
-            self._open_streams -= 1
-            if not stream.closed:
-                stream.fail(trio.ClosedResourceError("the stream was left"))
-            await self._leave(calls)
+        async with self._in_flight.hold(stream, calls, self._leave) as events:
+            yield events
 
     async def wait_ready(self) -> None:
         """Return once a health check passed; the caller bounds the wait."""
@@ -144,21 +117,22 @@ class GrpcBackend:
     def statistics(self) -> BackendStatistics:
         ready = self._readiness.ready
         max_len = None if self._info is None else self._info.max_model_len
+        in_flight = len(self._in_flight.requests)
         status = EngineStatus(
             index=0,
             ready=ready,
             max_model_len=max_len,
-            in_flight=len(self._calls),
+            in_flight=in_flight,
             version="" if self._info is None else self._info.version,
             dead_reason=self._readiness.reason,
         )
         return BackendStatistics(
-            runtime=self._runtime,
+            runtime=self.runtime,
             wire=Wire.GRPC,
             ready=ready,
             max_model_len=max_len if ready else None,
-            open_streams=self._open_streams,
-            in_flight=len(self._calls),
+            open_streams=self._in_flight.open_streams,
+            in_flight=in_flight,
             engines=(status,),
             protocol_errors=self._protocol_errors,
         )
@@ -171,40 +145,31 @@ class GrpcBackend:
 
     def _start_stream(self, finalized: Finalized) -> tuple[EngineEventStream, list[GrpcCall]]:
         """Build every request first (a ClientError leaves nothing behind), then start them."""
-        if finalized.runtime is not self._runtime or finalized.wire is not Wire.GRPC:
-            raise UnsupportedRuntime(
-                f"the request was shaped for {finalized.runtime.value} over "
-                f"{finalized.wire.value}; this backend is {self._runtime.value} over grpc"
-            )
-        if self._closing:
-            raise BackendUnavailable("the gRPC backend is shutting down")
+        in_flight = self._in_flight
+        in_flight.admit(finalized, self.runtime, Wire.GRPC)
         if not self._readiness.ready:
             raise BackendUnavailable(
-                f"the {self._runtime.value} engine at {self.address} is not ready: "
+                f"the {self.runtime.value} engine at {self.address} is not ready: "
                 f"{self._readiness.reason or 'no health check has passed yet'}"
             )
         service = self._client.service
         planned: dict[str, tuple[int, int, Any]] = {}
         for request in finalized.requests:
-            taken = (self._calls, planned)
-            engine_request_id = new_engine_request_id(request.request_id, taken)
+            engine_request_id = in_flight.new_engine_request_id(request.request_id, planned)
             message = generate_message(service, request, engine_request_id, self._info)
             planned[engine_request_id] = (request.choice_index, len(request.prompt_ids), message)
-        stream = EngineEventStream(tuple(planned))
-        if not planned:
-            stream.end()
-        if not self._calls:
-            self._heard_at = trio.current_time()  # silence counts from when work was sent
+        stream = in_flight.new_stream(tuple(planned))
         calls = []
         for engine_request_id, (choice_index, prompt_tokens, message) in planned.items():
             call = GrpcCall(
-                engine_request_id,
-                choice_index,
-                stream,
-                prompt_tokens,
+                engine_request_id=engine_request_id,
+                choice_index=choice_index,
+                engine=self.address,
+                stream=stream,
+                prompt_tokens=prompt_tokens,
                 cumulative_complete=service.cumulative_complete,
             )
-            self._calls[engine_request_id] = call
+            in_flight.add(call)
             call.task = self._bridge.start_soon(
                 self._client.generate, message, self._pusher(call), on_done=self._pusher(call)
             )
@@ -220,13 +185,11 @@ class GrpcBackend:
 
         return push_for_call
 
-    async def _leave(self, calls: list[GrpcCall]) -> None:
-        """Cancel and Abort the unfinished calls; wait (shielded, bounded) for every task."""
-        unfinished = [call for call in calls if call.live]
-        for call in unfinished:
-            self._forget(call)
+    async def _leave(self, calls: Sequence[GrpcCall], unfinished: Sequence[GrpcCall]) -> None:
+        """Cancel and Abort the unfinished calls; wait for every task of `calls` (the in-flight
+        table shields and bounds this; at its deadline every task left is cancelled)."""
         _cancel_tasks(unfinished)  # RST_STREAM goes out before the Abort RPC (FIFO on the loop)
-        with trio.move_on_after(ABORT_GRACE_S, shield=True) as scope:
+        try:
             if unfinished and not self._readiness.dead:
                 ids = [call.engine_request_id for call in unfinished]
                 try:
@@ -235,59 +198,33 @@ class GrpcBackend:
                     logger.warning("Abort of %s failed: %s", ids, exc)
             for call in calls:
                 await call.task_done.wait()
-        if scope.cancelled_caught:
-            logger.warning("a stream's calls did not end within %g s", ABORT_GRACE_S)
-            _cancel_tasks(calls)
-
-    def _forget(self, call: GrpcCall) -> None:
-        if call.live:
-            call.live = False
-            del self._calls[call.engine_request_id]
+        finally:
+            _cancel_tasks(calls)  # a no-op unless the grace ran out
 
     async def _shut_down(self) -> None:
         """Fail every open stream, cancel and abort its calls, wait for the tasks (bounded)."""
-        self._closing = True
-        calls = list(self._calls.values())
-        for call in calls:
-            call.stream.fail(BackendUnavailable("the gRPC backend is shutting down"))
-        await self._leave(calls)
+        await self._in_flight.close("the gRPC backend is shutting down", self._leave)
 
     # --- the trio side of the hand-off ---------------------------------------------------------
 
     def _deliver(self, batch: list[_Handed]) -> None:
         """Apply a batch from the loop, in order. Runs in trio from the hand-off's wake-up."""
-        self._heard_at = trio.current_time()
+        now = trio.current_time()
+        in_flight = self._in_flight
+        in_flight.heard_from(self.address, now)
         for call, item in batch:
             if isinstance(item, GrpcChunk | GrpcComplete):
-                self._readiness.engine_answered(self._heard_at)
+                self._readiness.engine_answered(now)
                 if call.live:
-                    self._advance(call, item)
+                    apply_response(in_flight, call, item)
                 continue
             call.task_done.set()
             if call.live:
                 self._call_failed(call, failure_of(call, item))
 
-    def _advance(self, call: GrpcCall, event: GrpcChunk | GrpcComplete) -> None:
-        ending = call.advance(event)
-        if ending is None:
-            return
-        self._forget(call)  # finished: never aborted
-        stream = call.stream
-        if not isinstance(ending, ChoiceFinished):
-            stream.fail(ending)
-            return
-        stream.deliver(ending)
-        calls = self._calls
-        if not any(
-            (other := calls.get(rid)) is not None and other.stream is stream
-            for rid in stream.engine_request_ids
-        ):
-            stream.end()
-
     def _call_failed(self, call: GrpcCall, error: BackendError) -> None:
         """The call ended before its choice finished: fail its stream; judge the engine."""
-        self._forget(call)
-        call.stream.fail(error)
+        self._in_flight.fail(call, error)
         if isinstance(error, EngineDead):
             self._engine_died(error.message)
         elif error.status == 503:  # unreachable or UNAVAILABLE: out until a check passes
@@ -299,12 +236,8 @@ class GrpcBackend:
 
     def _engine_died(self, reason: str) -> None:
         """Fail every call with EngineDead (no Abort: nobody is listening); out until healthy."""
-        message = f"the {self._runtime.value} engine at {self.address} is dead: {reason}"
-        calls = list(self._calls.values())
-        for call in calls:
-            self._forget(call)
-            call.stream.fail(EngineDead(message))
-        _cancel_tasks(calls)
+        message = f"the {self.runtime.value} engine at {self.address} is dead: {reason}"
+        _cancel_tasks(self._in_flight.fail_engine(self.address, message))
         self._readiness.died(reason)
 
     async def _watch_health(self) -> None:
@@ -333,17 +266,8 @@ class GrpcBackend:
                 self._info = info
             readiness.check_passed(info)
 
-    async def _watch_silence(self) -> None:
-        period = self._watchdog_period_s
-        while True:
-            await trio.sleep(period / _WATCHDOG_CHECKS_PER_PERIOD)
-            if self._calls and trio.current_time() - self._heard_at >= period:
-                self._engine_died(
-                    f"no output for {period:g} s with {len(self._calls)} requests in flight"
-                )
 
-
-def _cancel_tasks(calls: list[GrpcCall]) -> None:
+def _cancel_tasks(calls: Sequence[GrpcCall]) -> None:
     for call in calls:
         if call.task is not None and not call.task_done.is_set():
             call.task.cancel()
@@ -379,22 +303,20 @@ async def open_grpc_backend(
     async with open_asyncio_bridge() as bridge:
         client = await bridge.run(open_loop_client, runtime, host, port, tls)
         backend = GrpcBackend(
-            client=client,
-            bridge=bridge,
-            runtime=runtime,
+            client,
+            bridge,
+            runtime,
             health_period_s=health_period_s,
             health_timeout_s=health_timeout_s,
-            watchdog_period_s=watchdog_period_s,
         )
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(backend._watch_health)
-                nursery.start_soon(backend._watch_silence)
-                try:
-                    yield backend
-                finally:
-                    await backend._shut_down()
-                    nursery.cancel_scope.cancel()
+            async with backend._in_flight.serving(
+                [backend._watch_health],
+                watchdog_period_s=watchdog_period_s,
+                engine_silent=lambda _address, reason: backend._engine_died(reason),
+                shut_down=backend._shut_down,
+            ):
+                yield backend
         finally:
             backend._handoff.close()
             with trio.CancelScope(shield=True):

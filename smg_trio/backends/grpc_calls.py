@@ -1,5 +1,6 @@
-"""I/O. One Generate call of the gRPC backend as trio sees it: which choice of which open stream
-it feeds, how its parsed responses become engine events, and what its task's end means.
+"""I/O. One Generate call of the gRPC backend as trio sees it: its task on the asyncio loop, how
+its parsed responses become engine events, and what its task's end means. Which stream and
+choice it feeds, and how its choice ends, is the backend's `InFlightTable` (in_flight.py).
 
 Runs in trio only (the hand-off's deliver callback), so every method is synchronous and cheap.
 Completion tokens are counted here from the chunks: the engines disagree on what the complete
@@ -11,85 +12,58 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import Final
 
 import outcome
 import trio
 
 from smg_trio.backends.asyncio_bridge import BridgeTask
-from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.backends.in_flight import InFlight, InFlightTable
 from smg_trio.errors import BackendError, BackendUnavailable, EngineRejected
-from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob
+from smg_trio.neutral.events import TokenLogprob
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete
 
 logger = logging.getLogger(__name__)
 
-_CLIENT_FINISHES: Final = {"stop": "stop", "length": "length", "tool_calls": "stop"}
 
+@dataclass(eq=False, kw_only=True)
+class GrpcCall(InFlight[str]):
+    """One engine request (its engine is the service address) and its Generate task."""
 
-@dataclass(eq=False)
-class GrpcCall:
-    """One engine request (one choice of an open stream) and its Generate task on the loop."""
-
-    engine_request_id: str
-    choice_index: int
-    stream: EngineEventStream
-    prompt_tokens: int
     cumulative_complete: bool
     task: BridgeTask | None = None
-    completion_tokens: int = 0
-    live: bool = True
-    """Neither finished, failed nor abandoned: leaving its stream must abort it."""
     task_done: trio.Event = field(default_factory=trio.Event)
     """Its asyncio task has ended (its outcome arrived through the hand-off)."""
 
-    def advance(self, event: GrpcChunk | GrpcComplete) -> ChoiceFinished | EngineRejected | None:
-        """Deliver the tokens of `event`; for a complete message, return how the choice ended
-        (the caller delivers it and retires the call)."""
-        if event.prompt_tokens:
-            self.prompt_tokens = event.prompt_tokens
-        if isinstance(event, GrpcChunk):
-            if event.token_ids:
-                self._deliver_tokens(event.token_ids, event.logprobs)
-            return None
-        if self.cumulative_complete:
-            tail = event.token_ids[self.completion_tokens :]
-        else:  # vLLM's complete repeats its last chunk; it carries news only without chunks
-            tail = () if self.completion_tokens else event.token_ids
-        if tail:
-            self._deliver_tokens(tail, None)
-        finish_reason = _CLIENT_FINISHES.get(event.finish_reason)
-        if finish_reason is None:
-            if event.finish_reason == "abort":
-                return EngineRejected("the engine aborted the request", status=503)
-            return EngineRejected(f"the engine finished with {event.finish_reason!r}")
-        return ChoiceFinished(
-            choice_index=self.choice_index,
-            finish_reason=finish_reason,
-            stop_reason=event.stop_reason,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            cached_tokens=event.cached_tokens,
-        )
 
-    def _deliver_tokens(
-        self, token_ids: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] | None
-    ) -> None:
-        self.completion_tokens += len(token_ids)
-        positions = logprobs if logprobs is not None and len(logprobs) == len(token_ids) else None
-        self.stream.deliver(TokenDelta(self.choice_index, token_ids, positions))
+def apply_response(
+    in_flight: InFlightTable[str, GrpcCall], call: GrpcCall, event: GrpcChunk | GrpcComplete
+) -> None:
+    """Deliver the tokens of `event`; a complete message also ends the call's choice."""
+    if event.prompt_tokens:
+        call.prompt_tokens = event.prompt_tokens
+    if isinstance(event, GrpcChunk):
+        if event.token_ids:
+            call.deliver_tokens(event.token_ids, _positions(event.token_ids, event.logprobs))
+        return
+    if call.cumulative_complete:
+        tail = event.token_ids[call.completion_tokens :]
+    else:  # vLLM's complete repeats its last chunk; it carries news only without chunks
+        tail = () if call.completion_tokens else event.token_ids
+    if tail:
+        call.deliver_tokens(tail, None)
+    call.cached_tokens = event.cached_tokens
+    failure = f"the engine finished with {event.finish_reason!r}"
+    in_flight.end_choice(call, event.finish_reason, event.stop_reason, failure=failure)
 
 
-def new_engine_request_id(request_id: str, taken: Iterable[Container[str]]) -> str:
-    """The client's id plus a random suffix, in none of `taken` (as vLLM's frontend does), so
-    a client id never collides with one in flight."""
-    while True:
-        candidate = f"{request_id}-{secrets.token_hex(4)}"
-        if not any(candidate in ids for ids in taken):
-            return candidate
+def _positions(
+    token_ids: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] | None
+) -> tuple[TokenLogprob, ...] | None:
+    """The logprobs of a chunk when the engine sent one per token, else None."""
+    if logprobs is None or len(logprobs) != len(token_ids):
+        return None
+    return logprobs
 
 
 def failure_of(call: GrpcCall, result: outcome.Outcome[None]) -> BackendError:

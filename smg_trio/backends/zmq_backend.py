@@ -13,20 +13,22 @@ requests only once both arrived. One task owns each direction of each socket:
   with `put_nowait`, so one slow consumer never stalls the others;
 - watchdog: an engine with requests in flight that says nothing for `watchdog_period_s` is dead.
 
+What is in flight for which stream, and what leaving a stream aborts, is the registry's
+`InFlightTable` (in_flight.py); this module sends the ADDs and ABORTs it decides on.
+
 Decisions: `open_stream` fails fast with `BackendUnavailable` when no engine is ready (callers
 that want to wait use `wait_ready()` under their own deadline). An engine-dead sentinel, silence,
 or a lost input connection fails every stream on that engine with `EngineDead`, and the engine
 stays out of rotation until it says HELLO again; the sentinel carries no identity, so it takes
 every engine of this socket set out. An engine "abort" or "error" finish raises
-`EngineRejected`. Engine request ids get a random suffix (as vLLM's frontend does) so a client
-id never collides with one in flight; ADDs carry client_index 0 (our single output socket).
+`EngineRejected`. ADDs carry client_index 0 (our single output socket).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -37,6 +39,7 @@ import zmq
 from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
 from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S
 from smg_trio.backends.mailbox import Mailbox
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
@@ -53,27 +56,16 @@ from smg_trio.backends.zmq_socket import (
     private_ipc_dir,
 )
 from smg_trio.core.finalize import Finalized
-from smg_trio.errors import (
-    BackendError,
-    BackendProtocolError,
-    BackendUnavailable,
-    ConfigError,
-    UnsupportedRuntime,
-)
+from smg_trio.errors import BackendError, BackendProtocolError, BackendUnavailable, ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
-from smg_trio.neutral.sampling import EngineRequest, EosIds
+from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.zmq_transport import RequestType, encode_abort, encode_init, is_engine_dead
 
 logger = logging.getLogger(__name__)
 
-ABORT_GRACE_S: Final = 1.0
-"""How long leaving a stream waits (shielded) for its ABORT to reach the socket."""
-WATCHDOG_PERIOD_S: Final = 300.0
-"""Default silence, with requests in flight, after which an engine is declared dead (as smg)."""
 OUTPUT_BATCH_MAX: Final = 256
 """Output messages demultiplexed per reader wake-up before yielding to other tasks."""
-_WATCHDOG_CHECKS_PER_PERIOD: Final = 10  # detection lands within 110 % of the period
 
 
 @dataclass(eq=False)
@@ -92,25 +84,20 @@ class ZmqBackend:
         *,
         runtime: Runtime,
         engine_count: int,
-        eos: EosIds,
         vocab_size: int | None,
-        watchdog_period_s: float,
         rank_policy: RankPolicy,
         sockets: tuple[TrioZmqSocket, TrioZmqSocket, TrioZmqSocket],
         addresses: tuple[str, str, str],
     ) -> None:
         self._runtime = runtime
-        self._eos = eos
         self._vocab_size = vocab_size
-        self._watchdog_period_s = watchdog_period_s
         self._handshake, self._input, self._output = sockets
         self.handshake_address, self.input_address, self.output_address = addresses
         """The bound endpoints (ports resolved): what INIT tells the engines."""
         self._registry = EngineRegistry(engine_count, rank_policy)
+        self._in_flight = self._registry.in_flight
         # Many request tasks put, the writer takes: safe because put_nowait never yields.
         self._outbox: Mailbox[_Outgoing] = Mailbox()
-        self._open_streams = 0
-        self._closing = False
 
     @property
     def runtime(self) -> Runtime:
@@ -136,15 +123,9 @@ class ZmqBackend:
         the engine would refuse (prompt too long, token id outside the vocabulary, ...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        stream = self._start_stream(finalized)
-        self._open_streams += 1
-        try:
-            yield stream
-        finally:
-            self._open_streams -= 1
-            if not stream.closed:
-                stream.fail(trio.ClosedResourceError("the stream was left"))
-            await self._send_aborts(self._registry.take_unfinished(stream))
+        stream, routes = self._start_stream(finalized)
+        async with self._in_flight.hold(stream, routes, self._abort) as events:
+            yield events
 
     async def wait_ready(self, *, all_engines: bool = False) -> None:
         """Return once one engine (or every engine) is ready; the caller bounds the wait."""
@@ -186,21 +167,15 @@ class ZmqBackend:
             wire=Wire.ZMQ,
             ready=any(e.ready for e in engines),
             max_model_len=min(lengths) if lengths else None,
-            open_streams=self._open_streams,
-            in_flight=len(self._registry.routes),
+            open_streams=self._in_flight.open_streams,
+            in_flight=len(self._in_flight.requests),
             engines=engines,
             protocol_errors=self._registry.protocol_errors,
         )
 
-    def _start_stream(self, finalized: Finalized) -> EngineEventStream:
+    def _start_stream(self, finalized: Finalized) -> tuple[EngineEventStream, list[Route]]:
         """Encode every ADD (any ClientError leaves nothing behind), then register and queue."""
-        if finalized.runtime is not self._runtime or finalized.wire is not Wire.ZMQ:
-            raise UnsupportedRuntime(
-                f"the request was shaped for {finalized.runtime.value} over "
-                f"{finalized.wire.value}; this backend is {self._runtime.value} over zmq"
-            )
-        if self._closing:
-            raise BackendUnavailable("the ZMQ backend is shutting down")
+        self._in_flight.admit(finalized, self._runtime, Wire.ZMQ)
         registry = self._registry
         ready = registry.ready_engines()
         if not ready:
@@ -211,7 +186,7 @@ class ZmqBackend:
         for request in finalized.requests:
             engine = registry.pick_engine(ready, load)
             load[engine.index] = load.get(engine.index, 0) + 1
-            engine_request_id = registry.new_engine_request_id(request.request_id, planned)
+            engine_request_id = self._in_flight.new_engine_request_id(request.request_id, planned)
             assert engine.registration is not None  # it is ready
             frames = zmq_codec.encode_add(
                 self._runtime,
@@ -222,21 +197,28 @@ class ZmqBackend:
                 arrival_time=arrival_time,
             )
             planned[engine_request_id] = (request, engine, frames)
-        stream = EngineEventStream(tuple(planned))
-        if not planned:
-            stream.end()
+        stream = self._in_flight.new_stream(tuple(planned))
+        routes = []
         for engine_request_id, (request, engine, frames) in planned.items():
             route = Route(
-                engine_request_id, request.choice_index, engine, stream, len(request.prompt_ids)
+                engine_request_id=engine_request_id,
+                choice_index=request.choice_index,
+                engine=engine,
+                stream=stream,
+                prompt_tokens=len(request.prompt_ids),
             )
-            registry.add(route)
+            self._in_flight.add(route)
+            routes.append(route)
             self._outbox.put_nowait(_Outgoing(engine, [engine.identity, *frames], add_for=route))
-        return stream
+        return stream, routes
 
-    async def _send_aborts(self, ids_by_engine: dict[EngineSlot, list[str]]) -> None:
-        """Queue one ABORT per engine; wait (shielded, bounded) until the writer sent them."""
-        if not ids_by_engine:
-            return
+    async def _abort(self, _given_up: Sequence[Route], unfinished: Sequence[Route]) -> None:
+        """Queue one ABORT per live engine for the unfinished routes whose ADD went out, and
+        wait until the writer sent them (the in-flight table shields and bounds the wait)."""
+        ids_by_engine: dict[EngineSlot, list[str]] = {}
+        for route in unfinished:
+            if route.add_sent and route.engine.dead_reason is None:
+                ids_by_engine.setdefault(route.engine, []).append(route.engine_request_id)
         outgoing = [
             _Outgoing(
                 engine,
@@ -247,19 +229,15 @@ class ZmqBackend:
         ]
         for item in outgoing:
             self._outbox.put_nowait(item)
-        with trio.move_on_after(ABORT_GRACE_S) as scope:
-            scope.shield = True
-            for item in outgoing:
-                assert item.sent is not None
-                await item.sent.wait()
-        if scope.cancelled_caught:
-            logger.warning("ABORT of %s not sent within %g s", ids_by_engine, ABORT_GRACE_S)
+        for item in outgoing:
+            assert item.sent is not None
+            await item.sent.wait()
 
     async def _shut_down(self) -> None:
         """Fail open streams and calls, and abort their engine requests."""
-        self._closing = True
-        error = BackendUnavailable("the ZMQ backend is shutting down")
-        await self._send_aborts(self._registry.take_all(error))
+        reason = "the ZMQ backend is shutting down"
+        self._registry.fail_calls(BackendUnavailable(reason))
+        await self._in_flight.close(reason, self._abort)
 
     # --- socket owners (background tasks) ---------------------------------------------------
 
@@ -295,7 +273,7 @@ class ZmqBackend:
             return
         route = item.add_for
         if route is not None:
-            if not self._registry.is_live(route):
+            if not route.live:
                 return  # its stream ended before the ADD went out: nothing to send or abort
             route.add_sent = True
         try:
@@ -322,17 +300,6 @@ class ZmqBackend:
                     continue
                 registry.dispatch(message, now)
 
-    async def _watch_silence(self) -> None:
-        period = self._watchdog_period_s
-        while True:
-            await trio.sleep(period / _WATCHDOG_CHECKS_PER_PERIOD)
-            for engine in self._registry.silent_engines(trio.current_time(), period):
-                self._registry.engine_died(
-                    engine,
-                    f"no output for {period:g} s with {engine.in_flight} requests "
-                    f"and {engine.pending_calls} calls in flight",
-                )
-
 
 @asynccontextmanager
 async def open_zmq_backend(
@@ -341,7 +308,6 @@ async def open_zmq_backend(
     handshake_address: str = "tcp://127.0.0.1:0",
     data_address: str | None = None,
     engine_count: int = 1,
-    eos_ids: EosIds | None = None,
     vocab_size: int | None = None,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
@@ -352,7 +318,6 @@ async def open_zmq_backend(
     `data_address`: None = a private ipc directory; `ipc://BASE` = `BASE-in.sock`/`BASE-out.sock`;
     `tcp://HOST:0` = two picked ports; `tcp://HOST:PORT` = PORT and PORT+1.
     `engine_count`: data-parallel engines (identities 0..count-1); TokenSpeed supports 1.
-    `eos_ids`: the model directory's EOS ids (vLLM only; TokenSpeed stops at EOS itself).
     `vocab_size`: token ids are checked against it before sending.
     On exit every open stream fails with BackendUnavailable and its engine requests are aborted.
     """
@@ -363,7 +328,6 @@ async def open_zmq_backend(
         )
     if not watchdog_period_s > 0:
         raise ConfigError(f"watchdog_period_s must be positive, got {watchdog_period_s}")
-    eos = EosIds() if eos_ids is None else eos_ids
     with ExitStack() as stack:
         context = stack.enter_context(open_zmq_context())
         if data_address is None:
@@ -390,21 +354,21 @@ async def open_zmq_backend(
         engine = ZmqBackend(
             runtime=runtime,
             engine_count=engine_count,
-            eos=eos,
             vocab_size=vocab_size,
-            watchdog_period_s=watchdog_period_s,
             rank_policy=rank_policy,
             sockets=(sockets[0], sockets[1], sockets[2]),
             addresses=(addresses[0], addresses[1], addresses[2]),
         )
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(engine._serve_handshake)
-            nursery.start_soon(engine._serve_registrations)
-            nursery.start_soon(engine._write_inputs)
-            nursery.start_soon(engine._read_outputs)
-            nursery.start_soon(engine._watch_silence)
-            try:
-                yield engine
-            finally:
-                await engine._shut_down()
-                nursery.cancel_scope.cancel()
+        socket_owners = [
+            engine._serve_handshake,
+            engine._serve_registrations,
+            engine._write_inputs,
+            engine._read_outputs,
+        ]
+        async with engine._in_flight.serving(
+            socket_owners,
+            watchdog_period_s=watchdog_period_s,
+            engine_silent=engine._registry.engine_died,
+            shut_down=engine._shut_down,
+        ):
+            yield engine

@@ -1,6 +1,6 @@
-"""Pure. Management answers several reference gRPC runtimes share: the fields of model info and
-scheduler loads that have the same names across their protos, SGLang-style server info
-structs, the cache flush, timestamps.
+"""Pure. Management answers several reference gRPC runtimes share: the fields of model info
+that have the same names across their protos, GetLoads, SGLang-style server info structs, the
+cache flush, timestamps.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
-from smg_trio.engines.grpc_policy import EngineView
+from smg_trio.engines.grpc_policy import EngineView, UnaryAnswer
 from smg_trio.engines.wire_adapter import BLOCK_SIZE
 from smg_trio.wire._proto import common_pb2 as common
 
@@ -49,6 +50,30 @@ def model_info_fields(view: EngineView) -> dict[str, Any]:
         "pad_token_id": model.config_int("pad_token_id"),
         "bos_token_id": model.config_int("bos_token_id"),
     }
+
+
+def loads_answer(
+    response: type[Message],
+    scheduler_load: type[Message],
+    *,
+    version: str,
+    aggregate: type[Message] | None = None,
+) -> UnaryAnswer:
+    """GetLoads of vLLM, SGLang and TokenSpeed: one data-parallel rank's load, and the
+    `aggregate` metrics where the proto has them (SGLang, TokenSpeed)."""
+
+    def answer(request: Any, view: EngineView) -> Message:
+        fields: dict[str, Any] = {
+            "timestamp": iso8601(view.now),
+            "version": version,
+            "dp_rank_count": 1,
+            "loads": [scheduler_load(**load_fields(view))],
+        }
+        if aggregate is not None:
+            fields["aggregate"] = aggregate(**aggregate_fields(view))
+        return response(**fields)
+
+    return answer
 
 
 def load_fields(view: EngineView) -> dict[str, Any]:

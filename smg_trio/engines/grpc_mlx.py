@@ -15,43 +15,31 @@ servicer serves it over mlx-lm (wire.md §C.5).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
+from smg_trio.engines import grpc_policy
 from smg_trio.engines.generation import EosStop, TokenStop
-from smg_trio.engines.grpc_policy import (
-    MAX_LOGPROBS,
-    AbortEnding,
-    Delivery,
-    EngineView,
-    JobSpec,
-    RuntimePolicy,
-    ServedModel,
-    checked_prompt,
-    columns_logprobs,
-    finish_reason,
-    invalid,
-    sampling_key,
-    stop_rules,
-)
+from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
+from smg_trio.engines.grpc_policy import Ending, EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.wire._proto import mlx_engine_grpc
 from smg_trio.wire._proto import mlx_engine_pb2 as mlx
 
 
 def admit(request: mlx.GenerateRequest, model: ServedModel) -> JobSpec:
     if request.WhichOneof("input") != "tokenized":
-        raise invalid("MLX servicer requires tokenized input")
-    prompt = checked_prompt(request.tokenized.input_ids, model)
+        raise grpc_policy.invalid("MLX servicer requires tokenized input")
+    prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
     p = request.sampling_params
     temperature = p.temperature if p.HasField("temperature") else 1.0
     width = p.logprobs if p.HasField("logprobs") and p.logprobs > 0 else None
     return JobSpec(
         request_id=request.request_id,
         prompt_ids=prompt,
-        key=sampling_key(
+        key=grpc_policy.sampling_key(
             greedy=temperature == 0.0 or p.top_k == 1,
             seed=p.seed if p.HasField("seed") else None,
         ),
-        rules=stop_rules(
+        rules=grpc_policy.stop_rules(
             model,
             len(prompt),
             max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
@@ -59,51 +47,29 @@ def admit(request: mlx.GenerateRequest, model: ServedModel) -> JobSpec:
             ignore_eos=p.ignore_eos,
         ),
         stream=request.stream,
-        logprobs=None if width is None else min(width, MAX_LOGPROBS),
+        logprobs=None if width is None else min(width, grpc_policy.MAX_LOGPROBS),
     )
 
 
-def _logprobs(model: ServedModel, spec: JobSpec, ids: tuple[int, ...]) -> mlx.OutputLogProbs | None:
-    if spec.logprobs is None or not ids:
-        return None
-    result: mlx.OutputLogProbs = columns_logprobs(
-        mlx.OutputLogProbs, mlx.TopLogProbs, model, ids, spec.logprobs
-    )
-    return result
+def _matched(ending: Ending) -> dict[str, Any]:
+    """Only a stop token is reported (MLX has no stop strings)."""
+    if isinstance(ending, EosStop | TokenStop):
+        return {"matched_stop_token_id": ending.token_id}
+    return {}
 
 
-def chunk(model: ServedModel, spec: JobSpec, delivery: Delivery) -> mlx.GenerateResponse:
-    return mlx.GenerateResponse(
-        chunk=mlx.GenerateStreamChunk(
-            token_ids=delivery.new_ids,
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=delivery.generated,
-            output_logprobs=_logprobs(model, spec, delivery.new_ids),
-        )
-    )
-
-
-def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> mlx.GenerateResponse:
-    ending = delivery.ending
-    assert ending is not None
-    ids = () if spec.stream else delivery.output_ids
-    matched = ending.token_id if isinstance(ending, EosStop | TokenStop) else None
-    return mlx.GenerateResponse(
-        complete=mlx.GenerateComplete(
-            output_ids=ids,
-            finish_reason=finish_reason(ending),
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=delivery.generated,
-            output_logprobs=_logprobs(model, spec, ids),
-            matched_stop_token_id=matched,
-        )
-    )
-
-
-def health_check(request: mlx.HealthCheckRequest, view: EngineView) -> mlx.HealthCheckResponse:
-    if view.serving:
-        return mlx.HealthCheckResponse(healthy=True, message="OK")
-    return mlx.HealthCheckResponse(healthy=False, message="servicer shutting down")
+RESPONSES: Final = ColumnsResponses(
+    response=mlx.GenerateResponse,
+    stream_chunk=mlx.GenerateStreamChunk,
+    complete_message=mlx.GenerateComplete,
+    output_logprobs=mlx.OutputLogProbs,
+    top_logprobs=mlx.TopLogProbs,
+    matched=_matched,
+    tags_request_id=False,
+    counts_carried_tokens=False,
+    streamed_complete_repeats_delta=False,  # the complete carries no ids when streaming
+    logprobs_without_tokens=False,
+)
 
 
 def model_info(request: mlx.GetModelInfoRequest, view: EngineView) -> mlx.GetModelInfoResponse:
@@ -136,10 +102,16 @@ POLICY: Final = RuntimePolicy(
     description="a reference MLX engine serving mlx.grpc.engine.MlxEngine",
     service_base=mlx_engine_grpc.MlxEngineBase,
     admit=admit,
-    chunk=chunk,
-    complete=complete,
+    chunk=RESPONSES.chunk,
+    complete=RESPONSES.complete,
     abort_targets=lambda request: tuple(request.request_ids),
     abort_reply=lambda request, ended: mlx.AbortResponse(),
-    abort_ending=AbortEnding.SILENT,
-    unary={"HealthCheck": health_check, "GetModelInfo": model_info, "GetServerInfo": server_info},
+    abort_ending=grpc_policy.AbortEnding.SILENT,
+    unary={
+        "HealthCheck": health_answer(
+            mlx.HealthCheckResponse, healthy="OK", unhealthy="servicer shutting down"
+        ),
+        "GetModelInfo": model_info,
+        "GetServerInfo": server_info,
+    },
 )

@@ -17,37 +17,12 @@ as SGLang's scheduler behind smg's servicer serves it with `skip_tokenizer_init`
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Final
 
-from smg_trio.engines.grpc_management import (
-    WEIGHT_VERSION,
-    aggregate_fields,
-    flush_cache,
-    iso8601,
-    load_fields,
-    max_total_tokens,
-    model_info_fields,
-    scheduler_info_struct,
-    server_args_struct,
-    timestamp,
-)
-from smg_trio.engines.grpc_policy import (
-    MAX_LOGPROBS,
-    AbortEnding,
-    Delivery,
-    EngineView,
-    JobSpec,
-    Rejected,
-    RuntimePolicy,
-    ServedModel,
-    checked_prompt,
-    columns_logprobs,
-    finish_reason,
-    invalid,
-    matched_fields,
-    sampling_key,
-    stop_rules,
-)
+from smg_trio.engines import grpc_management, grpc_policy
+from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
+from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.wire._proto import sglang_scheduler_grpc
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 from smg_trio.wire.grpc_responses import GrpcStatus
@@ -58,19 +33,21 @@ GREEDY_BELOW: Final = 1e-6
 
 def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
     if not request.HasField("tokenized"):
-        raise invalid("tokenized input must be provided")
-    prompt = checked_prompt(request.tokenized.input_ids, model)
+        raise grpc_policy.invalid("tokenized input must be provided")
+    prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
     p = request.sampling_params
     if p.stop:
-        raise invalid(
+        raise grpc_policy.invalid(
             "stop strings need a tokenizer and this server runs with skip_tokenizer_init; "
             "send stop_token_ids instead"
         )
     if p.WhichOneof("constraint") is not None:
-        raise Rejected(GrpcStatus.UNIMPLEMENTED, "constrained decoding is not supported here")
+        raise grpc_policy.Rejected(
+            GrpcStatus.UNIMPLEMENTED, "constrained decoding is not supported here"
+        )
     if p.n > 1:
-        raise invalid(f"this reference engine serves n=1 only, got n={p.n}")
-    rules = stop_rules(
+        raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")
+    rules = grpc_policy.stop_rules(
         model,
         len(prompt),
         max_tokens=p.max_new_tokens if p.HasField("max_new_tokens") else None,
@@ -81,50 +58,27 @@ def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
     return JobSpec(
         request_id=request.request_id,
         prompt_ids=prompt,
-        key=sampling_key(greedy=p.temperature < GREEDY_BELOW or p.top_k == 1, seed=None),
+        key=grpc_policy.sampling_key(
+            greedy=p.temperature < GREEDY_BELOW or p.top_k == 1, seed=None
+        ),
         rules=rules,
         stream=request.stream,
-        logprobs=min(request.top_logprobs_num, MAX_LOGPROBS) if request.return_logprob else None,
+        logprobs=min(request.top_logprobs_num, grpc_policy.MAX_LOGPROBS)
+        if request.return_logprob
+        else None,
     )
 
 
-def _logprobs(
-    model: ServedModel, spec: JobSpec, ids: tuple[int, ...]
-) -> sglang.OutputLogProbs | None:
-    if spec.logprobs is None:
-        return None
-    result: sglang.OutputLogProbs = columns_logprobs(
-        sglang.OutputLogProbs, sglang.TopLogProbs, model, ids, spec.logprobs
-    )
-    return result
-
-
-def chunk(model: ServedModel, spec: JobSpec, delivery: Delivery) -> sglang.GenerateResponse:
-    return sglang.GenerateResponse(
-        request_id=spec.request_id,
-        chunk=sglang.GenerateStreamChunk(
-            token_ids=delivery.new_ids,
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=delivery.generated,
-            output_logprobs=_logprobs(model, spec, delivery.new_ids),
-        ),
-    )
-
-
-def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> sglang.GenerateResponse:
-    assert delivery.ending is not None
-    ids = delivery.new_ids if spec.stream else delivery.output_ids
-    return sglang.GenerateResponse(
-        request_id=spec.request_id,
-        complete=sglang.GenerateComplete(
-            output_ids=ids,
-            finish_reason=finish_reason(delivery.ending),
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=delivery.generated,
-            output_logprobs=_logprobs(model, spec, ids),
-            **matched_fields(delivery.ending, eos_reports_id=True),
-        ),
-    )
+RESPONSES: Final = ColumnsResponses(
+    response=sglang.GenerateResponse,
+    stream_chunk=sglang.GenerateStreamChunk,
+    complete_message=sglang.GenerateComplete,
+    output_logprobs=sglang.OutputLogProbs,
+    top_logprobs=sglang.TopLogProbs,
+    matched=partial(grpc_policy.matched_fields, eos_reports_id=True),
+    tags_request_id=True,
+    counts_carried_tokens=False,
+)
 
 
 def abort_reply(request: sglang.AbortRequest, ended: int) -> sglang.AbortResponse:
@@ -132,21 +86,13 @@ def abort_reply(request: sglang.AbortRequest, ended: int) -> sglang.AbortRespons
     return sglang.AbortResponse(success=True, message=f"Request {request.request_id} aborted")
 
 
-def health_check(
-    request: sglang.HealthCheckRequest, view: EngineView
-) -> sglang.HealthCheckResponse:
-    if view.serving:
-        return sglang.HealthCheckResponse(healthy=True, message="Health check passed")
-    return sglang.HealthCheckResponse(healthy=False, message="Server is shutting down")
-
-
 def model_info(
     request: sglang.GetModelInfoRequest, view: EngineView
 ) -> sglang.GetModelInfoResponse:
     return sglang.GetModelInfoResponse(
-        **model_info_fields(view),
+        **grpc_management.model_info_fields(view),
         is_generation=True,
-        weight_version=WEIGHT_VERSION,
+        weight_version=grpc_management.WEIGHT_VERSION,
         eos_token_ids=view.model.engine.eos_ids,
         max_req_input_len=view.model.engine.max_model_len - 1,
     )
@@ -156,25 +102,17 @@ def server_info(
     request: sglang.GetServerInfoRequest, view: EngineView
 ) -> sglang.GetServerInfoResponse:
     return sglang.GetServerInfoResponse(
-        server_args=server_args_struct(view, skip_tokenizer_init=True, grpc_mode=True),
-        scheduler_info=scheduler_info_struct(view),
+        server_args=grpc_management.server_args_struct(
+            view, skip_tokenizer_init=True, grpc_mode=True
+        ),
+        scheduler_info=grpc_management.scheduler_info_struct(view),
         active_requests=view.running + view.waiting,
         last_receive_timestamp=view.now,
         uptime_seconds=view.now - view.started_at,
         sglang_version=SGLANG_VERSION,
         server_type="grpc",
-        start_time=timestamp(view.started_at),
-        max_total_num_tokens=max_total_tokens(view),
-    )
-
-
-def loads(request: sglang.GetLoadsRequest, view: EngineView) -> sglang.GetLoadsResponse:
-    return sglang.GetLoadsResponse(
-        timestamp=iso8601(view.now),
-        version=SGLANG_VERSION,
-        dp_rank_count=1,
-        loads=[sglang.SchedulerLoad(**load_fields(view))],
-        aggregate=sglang.AggregateMetrics(**aggregate_fields(view)),
+        start_time=grpc_management.timestamp(view.started_at),
+        max_total_num_tokens=grpc_management.max_total_tokens(view),
     )
 
 
@@ -183,17 +121,26 @@ POLICY: Final = RuntimePolicy(
     description="a reference SGLang scheduler serving sglang.grpc.scheduler.SglangScheduler",
     service_base=sglang_scheduler_grpc.SglangSchedulerBase,
     admit=admit,
-    chunk=chunk,
-    complete=complete,
+    chunk=RESPONSES.chunk,
+    complete=RESPONSES.complete,
     abort_targets=lambda request: (request.request_id,),
     abort_reply=abort_reply,
-    abort_ending=AbortEnding.COMPLETE,
+    abort_ending=grpc_policy.AbortEnding.COMPLETE,
     unary={
-        "HealthCheck": health_check,
+        "HealthCheck": health_answer(
+            sglang.HealthCheckResponse,
+            healthy="Health check passed",
+            unhealthy="Server is shutting down",
+        ),
         "GetModelInfo": model_info,
         "GetServerInfo": server_info,
-        "GetLoads": loads,
-        "FlushCache": flush_cache,
+        "GetLoads": grpc_management.loads_answer(
+            sglang.GetLoadsResponse,
+            sglang.SchedulerLoad,
+            version=SGLANG_VERSION,
+            aggregate=sglang.AggregateMetrics,
+        ),
+        "FlushCache": grpc_management.flush_cache,
         "ListLoadedLoRAAdapters": lambda request, view: sglang.ListLoadedLoRAAdaptersResponse(),
     },
 )

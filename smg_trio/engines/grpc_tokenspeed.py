@@ -20,37 +20,12 @@
 from __future__ import annotations
 
 import zlib
+from functools import partial
 from typing import Final
 
-from smg_trio.engines.grpc_management import (
-    WEIGHT_VERSION,
-    aggregate_fields,
-    flush_cache,
-    iso8601,
-    load_fields,
-    max_total_tokens,
-    model_info_fields,
-    scheduler_info_struct,
-    server_args_struct,
-    timestamp,
-)
-from smg_trio.engines.grpc_policy import (
-    MAX_LOGPROBS,
-    AbortEnding,
-    Delivery,
-    EngineView,
-    JobSpec,
-    Rejected,
-    RuntimePolicy,
-    ServedModel,
-    checked_prompt,
-    columns_logprobs,
-    finish_reason,
-    invalid,
-    matched_fields,
-    sampling_key,
-    stop_rules,
-)
+from smg_trio.engines import grpc_management, grpc_policy
+from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
+from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TextStops
 from smg_trio.wire._proto import tokenspeed_scheduler_grpc
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
@@ -62,13 +37,15 @@ GREEDY_BELOW: Final = 1e-6
 
 def admit(request: tokenspeed.GenerateRequest, model: ServedModel) -> JobSpec:
     if not request.HasField("tokenized"):
-        raise invalid("tokenized input must be provided")
-    prompt = checked_prompt(request.tokenized.input_ids, model)
+        raise grpc_policy.invalid("tokenized input must be provided")
+    prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
     p = request.sampling_params
     if p.WhichOneof("constraint") is not None:
-        raise Rejected(GrpcStatus.UNIMPLEMENTED, "constrained decoding is not supported here")
+        raise grpc_policy.Rejected(
+            GrpcStatus.UNIMPLEMENTED, "constrained decoding is not supported here"
+        )
     if p.n > 1:
-        raise invalid(f"this reference engine serves n=1 only, got n={p.n}")
+        raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")
     greedy = (p.HasField("temperature") and p.temperature < GREEDY_BELOW) or (
         p.HasField("top_k") and p.top_k == 1
     )
@@ -88,8 +65,8 @@ def admit(request: tokenspeed.GenerateRequest, model: ServedModel) -> JobSpec:
     return JobSpec(
         request_id=request.request_id,
         prompt_ids=prompt,
-        key=sampling_key(greedy=greedy, seed=seed),
-        rules=stop_rules(
+        key=grpc_policy.sampling_key(greedy=greedy, seed=seed),
+        rules=grpc_policy.stop_rules(
             model,
             len(prompt),
             max_tokens=p.max_new_tokens if p.HasField("max_new_tokens") else None,
@@ -100,47 +77,22 @@ def admit(request: tokenspeed.GenerateRequest, model: ServedModel) -> JobSpec:
         stream=request.stream,
         stops=stops,
         trim_matched_stop=not p.no_stop_trim,
-        logprobs=min(request.top_logprobs_num, MAX_LOGPROBS) if request.return_logprob else None,
+        logprobs=min(request.top_logprobs_num, grpc_policy.MAX_LOGPROBS)
+        if request.return_logprob
+        else None,
     )
 
 
-def _logprobs(
-    model: ServedModel, spec: JobSpec, ids: tuple[int, ...]
-) -> tokenspeed.OutputLogProbs | None:
-    if spec.logprobs is None:
-        return None
-    result: tokenspeed.OutputLogProbs = columns_logprobs(
-        tokenspeed.OutputLogProbs, tokenspeed.TopLogProbs, model, ids, spec.logprobs
-    )
-    return result
-
-
-def chunk(model: ServedModel, spec: JobSpec, delivery: Delivery) -> tokenspeed.GenerateResponse:
-    return tokenspeed.GenerateResponse(
-        request_id=spec.request_id,
-        chunk=tokenspeed.GenerateStreamChunk(
-            token_ids=delivery.new_ids,
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=delivery.generated,
-            output_logprobs=_logprobs(model, spec, delivery.new_ids),
-        ),
-    )
-
-
-def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> tokenspeed.GenerateResponse:
-    assert delivery.ending is not None
-    ids = delivery.new_ids if spec.stream else delivery.output_ids
-    return tokenspeed.GenerateResponse(
-        request_id=spec.request_id,
-        complete=tokenspeed.GenerateComplete(
-            output_ids=ids,
-            finish_reason=finish_reason(delivery.ending),
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=delivery.generated,
-            output_logprobs=_logprobs(model, spec, ids),
-            **matched_fields(delivery.ending, eos_reports_id=True),
-        ),
-    )
+RESPONSES: Final = ColumnsResponses(
+    response=tokenspeed.GenerateResponse,
+    stream_chunk=tokenspeed.GenerateStreamChunk,
+    complete_message=tokenspeed.GenerateComplete,
+    output_logprobs=tokenspeed.OutputLogProbs,
+    top_logprobs=tokenspeed.TopLogProbs,
+    matched=partial(grpc_policy.matched_fields, eos_reports_id=True),
+    tags_request_id=True,
+    counts_carried_tokens=False,  # cumulative, the trimmed stop counted
+)
 
 
 def abort_reply(request: tokenspeed.AbortRequest, ended: int) -> tokenspeed.AbortResponse:
@@ -152,20 +104,12 @@ def abort_reply(request: tokenspeed.AbortRequest, ended: int) -> tokenspeed.Abor
     return tokenspeed.AbortResponse(success=False, message=f"Request {rid} not found")
 
 
-def health_check(
-    request: tokenspeed.HealthCheckRequest, view: EngineView
-) -> tokenspeed.HealthCheckResponse:
-    if view.serving:
-        return tokenspeed.HealthCheckResponse(healthy=True, message="Health check passed")
-    return tokenspeed.HealthCheckResponse(healthy=False, message="Server is shutting down")
-
-
 def model_info(
     request: tokenspeed.GetModelInfoRequest, view: EngineView
 ) -> tokenspeed.GetModelInfoResponse:
     return tokenspeed.GetModelInfoResponse(
-        **model_info_fields(view),
-        weight_version=WEIGHT_VERSION,
+        **grpc_management.model_info_fields(view),
+        weight_version=grpc_management.WEIGHT_VERSION,
         eos_token_ids=view.model.engine.eos_ids,
         max_req_input_len=view.model.engine.max_model_len - 1,
         model_dtype=view.model.engine.dtype,
@@ -176,23 +120,13 @@ def server_info(
     request: tokenspeed.GetServerInfoRequest, view: EngineView
 ) -> tokenspeed.GetServerInfoResponse:
     return tokenspeed.GetServerInfoResponse(
-        server_args=server_args_struct(view),
-        scheduler_info=scheduler_info_struct(view),
+        server_args=grpc_management.server_args_struct(view),
+        scheduler_info=grpc_management.scheduler_info_struct(view),
         active_requests=view.running + view.waiting,
         uptime_seconds=view.now - view.started_at,
-        max_total_num_tokens=max_total_tokens(view),
+        max_total_num_tokens=grpc_management.max_total_tokens(view),
         tokenspeed_version=TOKENSPEED_VERSION,
-        start_time=timestamp(view.started_at),
-    )
-
-
-def loads(request: tokenspeed.GetLoadsRequest, view: EngineView) -> tokenspeed.GetLoadsResponse:
-    return tokenspeed.GetLoadsResponse(
-        timestamp=iso8601(view.now),
-        version=TOKENSPEED_VERSION,
-        dp_rank_count=1,
-        loads=[tokenspeed.SchedulerLoad(**load_fields(view))],
-        aggregate=tokenspeed.AggregateMetrics(**aggregate_fields(view)),
+        start_time=grpc_management.timestamp(view.started_at),
     )
 
 
@@ -203,16 +137,25 @@ POLICY: Final = RuntimePolicy(
     ),
     service_base=tokenspeed_scheduler_grpc.TokenSpeedSchedulerBase,
     admit=admit,
-    chunk=chunk,
-    complete=complete,
+    chunk=RESPONSES.chunk,
+    complete=RESPONSES.complete,
     abort_targets=lambda request: (request.request_id,),
     abort_reply=abort_reply,
-    abort_ending=AbortEnding.STATUS,
+    abort_ending=grpc_policy.AbortEnding.STATUS,
     unary={
-        "HealthCheck": health_check,
+        "HealthCheck": health_answer(
+            tokenspeed.HealthCheckResponse,
+            healthy="Health check passed",
+            unhealthy="Server is shutting down",
+        ),
         "GetModelInfo": model_info,
         "GetServerInfo": server_info,
-        "GetLoads": loads,
-        "FlushCache": flush_cache,
+        "GetLoads": grpc_management.loads_answer(
+            tokenspeed.GetLoadsResponse,
+            tokenspeed.SchedulerLoad,
+            version=TOKENSPEED_VERSION,
+            aggregate=tokenspeed.AggregateMetrics,
+        ),
+        "FlushCache": grpc_management.flush_cache,
     },
 )

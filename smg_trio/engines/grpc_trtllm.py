@@ -23,23 +23,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from smg_trio.engines.grpc_policy import (
-    MAX_LOGPROBS,
-    AbortEnding,
-    Delivery,
-    EngineView,
-    JobSpec,
-    Rejected,
-    RuntimePolicy,
-    ServedModel,
-    checked_prompt,
-    finish_reason,
-    invalid,
-    matched_fields,
-    position_logprobs,
-    sampling_key,
-    stop_rules,
-)
+from smg_trio.engines import grpc_policy
+from smg_trio.engines.grpc_policy import Delivery, EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TokenSequenceStops
 from smg_trio.engines.wire_adapter import SAMPLED_LOGPROB
 from smg_trio.wire._proto import trtllm_service_grpc
@@ -51,15 +36,19 @@ TRTLLM_VERSION: Final = "1.3.0"
 
 def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
     if not request.HasField("tokenized"):
-        raise invalid("Missing tokenized input")
-    prompt = checked_prompt(request.tokenized.input_token_ids, model)
+        raise grpc_policy.invalid("Missing tokenized input")
+    prompt = grpc_policy.checked_prompt(request.tokenized.input_token_ids, model)
     if request.max_tokens < 1:
-        raise invalid("max_tokens is required and must be at least 1")
+        raise grpc_policy.invalid("max_tokens is required and must be at least 1")
     if request.HasField("guided_decoding"):
-        raise Rejected(GrpcStatus.UNIMPLEMENTED, "guided decoding is not supported here")
+        raise grpc_policy.Rejected(
+            GrpcStatus.UNIMPLEMENTED, "guided decoding is not supported here"
+        )
     s = request.sampling_config
     if s.beam_width > 1 or s.num_return_sequences > 1:
-        raise invalid("this reference engine serves one greedy or sampled sequence only")
+        raise grpc_policy.invalid(
+            "this reference engine serves one greedy or sampled sequence only"
+        )
     greedy = (
         (s.HasField("temperature") and s.temperature == 0.0)
         or (s.HasField("top_k") and s.top_k == 1)
@@ -67,12 +56,14 @@ def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
     )
     min_tokens = s.min_tokens if s.HasField("min_tokens") else 0
     out = request.output_config
-    width = max(0, min(out.logprobs, MAX_LOGPROBS)) if out.HasField("logprobs") else None
+    width = (
+        max(0, min(out.logprobs, grpc_policy.MAX_LOGPROBS)) if out.HasField("logprobs") else None
+    )
     return JobSpec(
         request_id=request.request_id,
         prompt_ids=prompt,
-        key=sampling_key(greedy=greedy, seed=s.seed if s.HasField("seed") else 0),
-        rules=stop_rules(
+        key=grpc_policy.sampling_key(greedy=greedy, seed=s.seed if s.HasField("seed") else 0),
+        rules=grpc_policy.stop_rules(
             model,
             len(prompt),
             max_tokens=request.max_tokens,
@@ -97,7 +88,7 @@ def _logprobs(model: ServedModel, spec: JobSpec, ids: tuple[int, ...]) -> list[t
         return []
     rows = []
     for token_id in ids:
-        top = position_logprobs(model, token_id, spec.logprobs)
+        top = grpc_policy.position_logprobs(model, token_id, spec.logprobs)
         rows.append(
             trtllm.TokenLogprob(
                 token_id=token_id,
@@ -127,11 +118,11 @@ def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> trtllm.Ge
         request_id=spec.request_id,
         complete=trtllm.GenerateComplete(
             output_token_ids=delivery.output_ids,
-            finish_reason=finish_reason(delivery.ending, aborted="cancelled"),
+            finish_reason=grpc_policy.finish_reason(delivery.ending, aborted="cancelled"),
             prompt_tokens=len(spec.prompt_ids),
             completion_tokens=len(delivery.output_ids),
             logprobs=_logprobs(model, spec, delivery.output_ids),
-            **matched_fields(delivery.ending, eos_reports_id=False),
+            **grpc_policy.matched_fields(delivery.ending, eos_reports_id=False),
         ),
     )
 
@@ -184,6 +175,6 @@ POLICY: Final = RuntimePolicy(
     complete=complete,
     abort_targets=lambda request: (request.request_id,),
     abort_reply=abort_reply,
-    abort_ending=AbortEnding.COMPLETE,
+    abort_ending=grpc_policy.AbortEnding.COMPLETE,
     unary={"HealthCheck": health_check, "GetModelInfo": model_info, "GetServerInfo": server_info},
 )

@@ -18,26 +18,12 @@ frontend behind smg's servicer serves it (wire.md §C.2).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Final
 
-from smg_trio.engines.grpc_management import flush_cache, iso8601, load_fields, model_info_fields
-from smg_trio.engines.grpc_policy import (
-    AbortEnding,
-    Delivery,
-    EngineView,
-    JobSpec,
-    Rejected,
-    RuntimePolicy,
-    ServedModel,
-    checked_prompt,
-    columns_logprobs,
-    finish_reason,
-    invalid,
-    logprobs_width,
-    matched_fields,
-    sampling_key,
-    stop_rules,
-)
+from smg_trio.engines import grpc_management, grpc_policy
+from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
+from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TextStops
 from smg_trio.engines.wire_adapter import BLOCK_SIZE
 from smg_trio.wire._proto import vllm_engine_grpc
@@ -51,22 +37,24 @@ GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
     match request.WhichOneof("input"):
         case "tokenized":
-            prompt = checked_prompt(request.tokenized.input_ids, model)
+            prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
         case "text":
-            prompt = checked_prompt(
+            prompt = grpc_policy.checked_prompt(
                 model.tokenizer.encode(request.text, add_special_tokens=True), model
             )
         case _:
-            raise invalid("the request carries neither tokenized input nor text")
+            raise grpc_policy.invalid("the request carries neither tokenized input nor text")
     p = request.sampling_params
     if p.WhichOneof("constraint") is not None:
-        raise Rejected(GrpcStatus.UNIMPLEMENTED, "structured outputs are not supported here")
+        raise grpc_policy.Rejected(
+            GrpcStatus.UNIMPLEMENTED, "structured outputs are not supported here"
+        )
     if p.n > 1:
-        raise invalid(f"this reference engine serves n=1 only, got n={p.n}")
+        raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")
     if any(not stop for stop in p.stop):
-        raise invalid("stop cannot contain an empty string")
+        raise grpc_policy.invalid("stop cannot contain an empty string")
     temperature = p.temperature if p.HasField("temperature") else 1.0
-    rules = stop_rules(
+    rules = grpc_policy.stop_rules(
         model,
         len(prompt),
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
@@ -88,65 +76,34 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
     return JobSpec(
         request_id=request.request_id,
         prompt_ids=prompt,
-        key=sampling_key(
+        key=grpc_policy.sampling_key(
             greedy=temperature < GREEDY_BELOW or p.top_k == 1,
             seed=p.seed if p.HasField("seed") else None,
         ),
         rules=rules,
         stream=request.stream,
         stops=stops,
-        logprobs=logprobs_width(p.logprobs if p.HasField("logprobs") else None),
+        logprobs=grpc_policy.logprobs_width(p.logprobs if p.HasField("logprobs") else None),
     )
 
 
-def _logprobs(
-    model: ServedModel, spec: JobSpec, ids: tuple[int, ...]
-) -> vllm.OutputLogProbs | None:
-    if spec.logprobs is None:
-        return None
-    result: vllm.OutputLogProbs = columns_logprobs(
-        vllm.OutputLogProbs, vllm.TopLogProbs, model, ids, spec.logprobs
-    )
-    return result
-
-
-def chunk(model: ServedModel, spec: JobSpec, delivery: Delivery) -> vllm.GenerateResponse:
-    return vllm.GenerateResponse(
-        chunk=vllm.GenerateStreamChunk(
-            token_ids=delivery.new_ids,
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=len(delivery.new_ids),  # the delta's count, as vLLM's servicer
-            output_logprobs=_logprobs(model, spec, delivery.new_ids),
-        )
-    )
-
-
-def complete(model: ServedModel, spec: JobSpec, delivery: Delivery) -> vllm.GenerateResponse:
-    assert delivery.ending is not None
-    ids = delivery.new_ids if spec.stream else delivery.output_ids
-    return vllm.GenerateResponse(
-        complete=vllm.GenerateComplete(
-            output_ids=ids,
-            finish_reason=finish_reason(delivery.ending),
-            prompt_tokens=len(spec.prompt_ids),
-            completion_tokens=len(ids),
-            output_logprobs=_logprobs(model, spec, ids),
-            **matched_fields(delivery.ending, eos_reports_id=False),
-        )
-    )
-
-
-def health_check(request: vllm.HealthCheckRequest, view: EngineView) -> vllm.HealthCheckResponse:
-    if view.serving:
-        return vllm.HealthCheckResponse(healthy=True, message="Health")
-    return vllm.HealthCheckResponse(healthy=False, message="Engine is not alive")
+RESPONSES: Final = ColumnsResponses(
+    response=vllm.GenerateResponse,
+    stream_chunk=vllm.GenerateStreamChunk,
+    complete_message=vllm.GenerateComplete,
+    output_logprobs=vllm.OutputLogProbs,
+    top_logprobs=vllm.TopLogProbs,
+    matched=partial(grpc_policy.matched_fields, eos_reports_id=False),
+    tags_request_id=False,
+    counts_carried_tokens=True,  # each message counts its own tokens, as vLLM's servicer
+)
 
 
 def model_info(request: vllm.GetModelInfoRequest, view: EngineView) -> vllm.GetModelInfoResponse:
     # vLLM reports config.json's eos_token_id (an int or a list), not generation_config's.
     eos = view.model.config.get("eos_token_id")
     return vllm.GetModelInfoResponse(
-        **model_info_fields(view),
+        **grpc_management.model_info_fields(view),
         is_generation=True,
         eos_token_ids=[eos] if isinstance(eos, int) else view.model.engine.eos_ids[:1],
         max_req_input_len=view.model.engine.max_model_len,
@@ -166,30 +123,27 @@ def server_info(request: vllm.GetServerInfoRequest, view: EngineView) -> vllm.Ge
     )
 
 
-def loads(request: vllm.GetLoadsRequest, view: EngineView) -> vllm.GetLoadsResponse:
-    return vllm.GetLoadsResponse(
-        timestamp=iso8601(view.now),
-        version=VLLM_VERSION,
-        dp_rank_count=1,
-        loads=[vllm.SchedulerLoad(**load_fields(view))],
-    )
-
-
 POLICY: Final = RuntimePolicy(
     engine_name="vllm-grpc",
     description="a reference vLLM engine serving vllm.grpc.engine.VllmEngine",
     service_base=vllm_engine_grpc.VllmEngineBase,
     admit=admit,
-    chunk=chunk,
-    complete=complete,
+    chunk=RESPONSES.chunk,
+    complete=RESPONSES.complete,
     abort_targets=lambda request: tuple(request.request_ids),
     abort_reply=lambda request, ended: vllm.AbortResponse(),
-    abort_ending=AbortEnding.COMPLETE,
+    abort_ending=grpc_policy.AbortEnding.COMPLETE,
     unary={
-        "HealthCheck": health_check,
+        "HealthCheck": health_answer(
+            vllm.HealthCheckResponse, healthy="Health", unhealthy="Engine is not alive"
+        ),
         "GetModelInfo": model_info,
         "GetServerInfo": server_info,
-        "GetLoads": loads,
-        "FlushCache": flush_cache,
+        "GetLoads": grpc_management.loads_answer(
+            vllm.GetLoadsResponse,
+            vllm.SchedulerLoad,
+            version=VLLM_VERSION,
+        ),
+        "FlushCache": grpc_management.flush_cache,
     },
 )

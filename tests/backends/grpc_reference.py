@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from grpclib.client import Channel
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire._proto import smg_trio_engine_grpc
@@ -43,23 +43,9 @@ async def start_engine(
     runtime: Runtime, log: IO[bytes], *, port: int = 0, step_ms: float = STEP_MS
 ) -> tuple[trio.Process, int]:
     """Start the engine; return it and its port (from its first stdout line)."""
-    command = [
-        sys.executable,
-        "-m",
-        "smg_trio",
-        "engine",
-        ENGINE_NAMES[runtime],
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--model-path",
-        str(MODEL_PATH),
-        "--step-ms",
-        str(step_ms),
-        "--log-level",
-        "WARNING",
-    ]
+    command = EngineCommand(
+        ENGINE_NAMES[runtime], host="127.0.0.1", port=port, model_path=MODEL_PATH, step_ms=step_ms
+    ).argv()
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=log)
     assert process.stdout is not None
     seen = b""

@@ -118,7 +118,7 @@ async def run_headless(
     model: ModelDir, prompt_ids: tuple[int, ...], log: IO[bytes]
 ) -> tuple[list[int], ChoiceFinished]:
     async with open_zmq_backend(
-        runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
+        runtime=Runtime.VLLM, vocab_size=model.tokenizer.vocab_size
     ) as backend:
         port = backend.handshake_port
         assert port is not None

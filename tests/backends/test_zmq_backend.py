@@ -17,6 +17,7 @@ import trio
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.errors import EngineDead, EngineRejected
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Runtime
@@ -95,30 +96,19 @@ async def reference_engines(
         runtime=runtime,
         engine_count=engine_count,
         data_address=data_address,
-        eos_ids=model.eos_ids,
         vocab_size=model.tokenizer.vocab_size,
         watchdog_period_s=WATCHDOG_S,
     ) as backend:
         processes: list[trio.Process] = []
         try:
             for index in range(engine_count):
-                command = [
-                    sys.executable,
-                    "-m",
-                    "smg_trio",
-                    "engine",
+                command = EngineCommand(
                     ENGINE_NAMES[runtime],
-                    "--handshake",
-                    backend.handshake_address,
-                    "--model-path",
-                    str(MODEL_PATH),
-                    "--step-ms",
-                    str(step_ms),
-                    "--engine-index",
-                    str(index),
-                    "--log-level",
-                    "WARNING",
-                ]
+                    handshake=backend.handshake_address,
+                    model_path=MODEL_PATH,
+                    step_ms=step_ms,
+                    engine_index=index,
+                ).argv()
                 processes.append(await trio.lowlevel.open_process(command, stdout=log, stderr=log))
             yield ReferenceEngines(backend, processes, WATCHDOG_S)
         finally:

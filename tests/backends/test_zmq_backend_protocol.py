@@ -14,7 +14,8 @@ import trio
 import trio.testing
 import zmq
 
-from smg_trio.backends.zmq_backend import WATCHDOG_PERIOD_S, ZmqBackend, open_zmq_backend
+from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S
+from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
@@ -130,7 +131,6 @@ async def backend_with_peers(
     async with open_zmq_backend(
         runtime=Runtime.VLLM,
         engine_count=count,
-        eos_ids=MODEL_EOS,
         vocab_size=1000,
         **options,  # type: ignore[arg-type]
     ) as backend:

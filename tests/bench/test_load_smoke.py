@@ -23,7 +23,7 @@ from bench.load_report import RunReport, runs_table, to_json
 from bench.load_runner import ProcessProbe, run_load
 from bench.load_scenarios import LoadPlan, measure
 from bench.load_sections import ANCHORS_HEADING, GATEWAY_HEADING, REAL_SCENARIO, sections
-from bench.load_servers import LOOPBACK, python_module
+from bench.load_servers import LOOPBACK
 from bench.load_stats import RequestRecord, RunSummary
 from bench.load_targets import ServerEngineLaunch, engine_server, smg_trio_grpc_target
 from bench.load_transports import (
@@ -41,6 +41,7 @@ from bench.load_workload import (
     request_specs,
 )
 from bench.stop_cost import stop_costs
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Runtime
 from tests.e2e.live_server import MODEL, STOP, LiveServer, live_server
@@ -153,21 +154,9 @@ async def test_the_stop_cost_tally_reads_the_counted_engine(
 
 
 def reference_grpc_engine(port: int) -> list[str]:
-    return python_module(
-        "smg_trio",
-        "engine",
-        "vllm-grpc",
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--model-path",
-        str(demo_model_path()),
-        "--step-ms",
-        "0",
-        "--log-level",
-        "WARNING",
-    )
+    return EngineCommand(
+        "vllm-grpc", host=LOOPBACK, port=port, model_path=demo_model_path(), step_ms=0
+    ).argv()
 
 
 async def test_a_gateway_dials_an_engine_server_and_its_rows_reach_the_anchors(

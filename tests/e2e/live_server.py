@@ -18,6 +18,7 @@ import trio
 
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving, serve
@@ -150,23 +151,9 @@ async def live_server(
 
 
 def engine_command(handshake_address: str, replay: Path, step_ms: float) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "smg_trio",
-        "engine",
-        "vllm-zmq",
-        "--handshake",
-        handshake_address,
-        "--mode",
-        "replay",
-        "--replay-file",
-        str(replay),
-        "--step-ms",
-        str(step_ms),
-        "--log-level",
-        "WARNING",
-    ]
+    return EngineCommand(
+        "vllm-zmq", handshake=handshake_address, replay_file=replay, step_ms=step_ms
+    ).argv()
 
 
 SseEvent = dict[str, object] | str

@@ -11,7 +11,6 @@ import asyncio
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from grpclib.client import Channel
 
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire._proto import (
     mlx_engine_grpc,
@@ -72,8 +72,7 @@ class Engine:
 
 
 def engine_command(runtime: Runtime, *flags: str) -> list[str]:
-    name = f"{runtime.value}-grpc"
-    return [sys.executable, "-m", "smg_trio", "engine", name, "--port", "0", *flags]
+    return EngineCommand(f"{runtime.value}-grpc", port=0, extra=flags).argv()
 
 
 def start_engines(specs: Sequence[tuple[Runtime, Sequence[str]]], logs: Path) -> list[Engine]:
@@ -84,7 +83,7 @@ def start_engines(specs: Sequence[tuple[Runtime, Sequence[str]]], logs: Path) ->
             log = logs / f"{index}-{runtime.value}.log"
             with log.open("wb") as sink:
                 process = subprocess.Popen(
-                    engine_command(runtime, "--log-level", "WARNING", *flags),
+                    engine_command(runtime, *flags),
                     stdout=subprocess.PIPE,
                     stderr=sink,
                 )

@@ -11,7 +11,6 @@ import contextlib
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +21,7 @@ from typing import Any
 import msgspec
 import zmq
 
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.vllm_zmq_outputs import EngineCoreOutputs, decode_outputs
 from smg_trio.wire.zmq_transport import (
@@ -161,7 +161,7 @@ def _recv(socket: zmq.Socket[bytes]) -> list[bytes]:
 
 
 def engine_command(wire: str, handshake: str, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "smg_trio", "engine", wire, "--handshake", handshake, *flags]
+    return EngineCommand(wire, handshake=handshake, extra=flags).argv()
 
 
 @contextlib.contextmanager
@@ -171,7 +171,7 @@ def running_engine(
     """A frontend, an engine subprocess dialing it, and the finished handshake."""
     own = frontend or Frontend()
     process = subprocess.Popen(
-        engine_command(wire, own.handshake_address, "--log-level", "WARNING", *flags),
+        engine_command(wire, own.handshake_address, *flags),
         stdout=subprocess.DEVNULL,
     )
     try:

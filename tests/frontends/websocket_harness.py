@@ -19,6 +19,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
+from smg_trio.engines.launch import EngineCommand
 from smg_trio.frontends.websocket import handle_websocket
 from smg_trio.gateway import Gateway
 from smg_trio.model import demo_model_path, load_model_dir
@@ -81,25 +82,14 @@ async def running_gateway(
     log_path = tmp_path / "engine.log"
     with log_path.open("wb") as log:
         async with open_zmq_backend(
-            runtime=Runtime.VLLM, eos_ids=model.eos_ids, vocab_size=model.tokenizer.vocab_size
+            runtime=Runtime.VLLM, vocab_size=model.tokenizer.vocab_size
         ) as backend:
-            command = [
-                sys.executable,
-                "-m",
-                "smg_trio",
-                "engine",
+            command = EngineCommand(
                 "vllm-zmq",
-                "--handshake",
-                f"tcp://127.0.0.1:{backend.handshake_port}",
-                "--step-ms",
-                str(step_ms),
-                "--mode",
-                "replay",
-                "--replay-file",
-                str(replay),
-                "--log-level",
-                "WARNING",
-            ]
+                handshake=f"tcp://127.0.0.1:{backend.handshake_port}",
+                step_ms=step_ms,
+                replay_file=replay,
+            ).argv()
             process = await trio.lowlevel.open_process(command, stdout=log, stderr=log)
             try:
                 with trio.fail_after(ENGINE_READY_S):

@@ -1,0 +1,276 @@
+"""I/O. The engine requests in flight of one backend, whatever its wire (ZMQ or gRPC): where an
+engine request id is allocated, which open stream and choice each id feeds, when a stream ends,
+what is aborted when a stream is left early, what an engine's death fails, and what the silence
+watchdog measures.
+
+A backend keeps one `InFlightTable` and only its wire's I/O. It builds its requests (`InFlight`
+subclasses carrying the wire's own state), registers them with `add`, turns what the engine
+sends into `deliver_tokens` / `end_choice` / `fail` calls, and hands `hold` and `close` a
+`Leave` coroutine that aborts requests on the engine; `serving` runs its tasks and the
+watchdog for the backend's lifetime. Everything but `serving`, `hold`, `close` and
+`watch_silence` is synchronous, so an engine message is applied without yielding.
+
+Invariants: an id is in `requests` exactly while its choice has neither finished, failed nor
+been given up, and its engine's count includes it; a stream ends once every one of its choices
+finished; a finished choice is never aborted.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeAlias, TypeVar
+
+import trio
+
+from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.core.finalize import Finalized
+from smg_trio.errors import BackendUnavailable, EngineDead, EngineRejected, UnsupportedRuntime
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob
+from smg_trio.neutral.runtime import Runtime, Wire
+
+logger = logging.getLogger(__name__)
+
+ABORT_GRACE_S: Final = 1.0
+"""How long leaving a stream waits (shielded) for the wire to abort its unfinished requests."""
+WATCHDOG_PERIOD_S: Final = 300.0
+"""Default silence, with work in flight, after which an engine is declared dead (as smg)."""
+_WATCHDOG_CHECKS_PER_PERIOD: Final = 10  # detection lands within 110 % of the period
+_CLIENT_FINISHES: Final = {"stop": "stop", "length": "length", "tool_calls": "stop"}
+
+E = TypeVar("E", bound=Hashable)
+"""One engine: a data-parallel rank (ZMQ) or the one engine behind a gRPC address."""
+
+
+@dataclass(eq=False, kw_only=True)
+class InFlight(Generic[E]):
+    """One engine request: one choice of an open stream, on one engine."""
+
+    engine_request_id: str
+    choice_index: int
+    engine: E
+    stream: EngineEventStream
+    prompt_tokens: int
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    live: bool = True
+    """Neither finished, failed nor given up: leaving its stream must abort it."""
+
+    def deliver_tokens(
+        self, token_ids: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] | None
+    ) -> None:
+        self.completion_tokens += len(token_ids)
+        self.stream.deliver(TokenDelta(self.choice_index, token_ids, logprobs))
+
+
+R = TypeVar("R", bound=InFlight[Any])
+
+Leave: TypeAlias = Callable[[Sequence[R], Sequence[R]], Awaitable[None]]
+"""The wire's abort: `leave(given_up, unfinished)` gets every request of what is being left
+(a finished one's call may still be ending on the wire) and the unfinished ones, already out of
+the table, to abort on their engines. It runs shielded, bounded by `ABORT_GRACE_S`."""
+
+
+@dataclass(eq=False)
+class _Activity:
+    """What the silence watchdog knows of one engine."""
+
+    requests: int = 0
+    calls: int = 0  # other work awaiting an answer (ZMQ utility calls)
+    heard_at: float = 0.0  # trio clock: its last output, or when it last became busy
+
+    @property
+    def busy(self) -> bool:
+        return self.requests > 0 or self.calls > 0
+
+
+class InFlightTable(Generic[E, R]):
+    """The requests in flight on `engines`, by engine request id. See the module doc."""
+
+    def __init__(self, engines: Sequence[E]) -> None:
+        self.requests: dict[str, R] = {}
+        self.open_streams = 0
+        self._activity = {engine: _Activity() for engine in engines}
+        self._closed_reason: str | None = None
+
+    @asynccontextmanager
+    async def serving(
+        self,
+        background: Sequence[Callable[[], Awaitable[None]]],
+        *,
+        watchdog_period_s: float,
+        engine_silent: Callable[[E, str], None],
+        shut_down: Callable[[], Awaitable[None]],
+    ) -> AsyncIterator[None]:
+        """The backend's lifetime: its `background` tasks (socket owners, health checks) and the
+        silence watchdog run for the block. On leaving, `shut_down()` (which `close`s this table)
+        runs first, while the wire's tasks can still send the aborts; then they stop."""
+        async with trio.open_nursery() as nursery:
+            for task in background:
+                nursery.start_soon(task)
+            nursery.start_soon(self.watch_silence, watchdog_period_s, engine_silent)
+            try:
+                yield
+            finally:
+                await shut_down()
+                nursery.cancel_scope.cancel()
+
+    # --- opening a stream -------------------------------------------------------------------
+
+    def admit(self, finalized: Finalized, runtime: Runtime, wire: Wire) -> None:
+        """Raise unless `finalized` was shaped for this backend and it is not shutting down."""
+        if finalized.runtime is not runtime or finalized.wire is not wire:
+            raise UnsupportedRuntime(
+                f"the request was shaped for {finalized.runtime.value} over "
+                f"{finalized.wire.value}; this backend is {runtime.value} over {wire.value}"
+            )
+        if self._closed_reason is not None:
+            raise BackendUnavailable(self._closed_reason)
+
+    def new_engine_request_id(self, request_id: str, planned: Collection[str]) -> str:
+        """The client's id plus a random suffix (as vLLM's frontend does), unique among the ids
+        in flight and `planned`, so a client id never collides with one in flight."""
+        while True:
+            candidate = f"{request_id}-{secrets.token_hex(4)}"
+            if candidate not in self.requests and candidate not in planned:
+                return candidate
+
+    @staticmethod
+    def new_stream(engine_request_ids: tuple[str, ...]) -> EngineEventStream:
+        """The stream of these ids, one per choice in choice order; none means already ended."""
+        stream = EngineEventStream(engine_request_ids)
+        if not engine_request_ids:
+            stream.end()
+        return stream
+
+    def add(self, request: R) -> None:
+        activity = self._activity[request.engine]
+        self._mark_busy(activity)
+        activity.requests += 1
+        self.requests[request.engine_request_id] = request
+
+    @asynccontextmanager
+    async def hold(
+        self, stream: EngineEventStream, requests: Sequence[R], leave: Leave[R]
+    ) -> AsyncIterator[EngineEventStream]:
+        """Yield `stream`. Leaving for ANY reason (break, exception, cancellation) fails it if
+        it is still open, takes its unfinished requests out and has `leave` abort them."""
+        self.open_streams += 1
+        try:
+            yield stream
+        finally:
+            self.open_streams -= 1
+            if not stream.closed:
+                stream.fail(trio.ClosedResourceError("the stream was left"))
+            await self._give_up(requests, [request for request in requests if request.live], leave)
+
+    async def close(self, reason: str, leave: Leave[R]) -> None:
+        """Shutdown: refuse new streams, fail every open one with `BackendUnavailable(reason)`
+        and have `leave` abort their requests."""
+        self._closed_reason = reason
+        requests = list(self.requests.values())
+        for request in requests:
+            request.stream.fail(BackendUnavailable(reason))
+        await self._give_up(requests, requests, leave)
+
+    async def _give_up(self, requests: Sequence[R], unfinished: list[R], leave: Leave[R]) -> None:
+        for request in unfinished:
+            self._forget(request)
+        with trio.move_on_after(ABORT_GRACE_S, shield=True) as scope:
+            await leave(requests, unfinished)
+        if scope.cancelled_caught:
+            ids = [request.engine_request_id for request in unfinished]
+            logger.warning("aborting %s did not complete within %g s", ids, ABORT_GRACE_S)
+
+    # --- what the engine says ---------------------------------------------------------------
+
+    def heard_from(self, engine: E, now: float) -> None:
+        """`engine` sent something at trio time `now`: it is not silent."""
+        self._activity[engine].heard_at = now
+
+    def end_choice(
+        self, request: R, finish_reason: str, stop_reason: int | str | None, *, failure: str
+    ) -> None:
+        """The engine's terminal word on `request`: a stop or length finish ends the choice;
+        "abort" and any other reason (`failure` says why) fail its stream."""
+        client_finish = _CLIENT_FINISHES.get(finish_reason)
+        if client_finish is None:
+            if finish_reason == "abort":
+                self.fail(request, EngineRejected("the engine aborted the request", status=503))
+            else:
+                self.fail(request, EngineRejected(failure))
+            return
+        self._forget(request)  # finished: never aborted
+        stream = request.stream
+        stream.deliver(
+            ChoiceFinished(
+                choice_index=request.choice_index,
+                finish_reason=client_finish,
+                stop_reason=stop_reason,
+                prompt_tokens=request.prompt_tokens,
+                completion_tokens=request.completion_tokens,
+                cached_tokens=request.cached_tokens,
+            )
+        )
+        if not any(
+            (other := self.requests.get(engine_request_id)) is not None and other.stream is stream
+            for engine_request_id in stream.engine_request_ids
+        ):
+            stream.end()
+
+    def fail(self, request: R, error: BaseException) -> None:
+        """`request` ended without finishing: its stream raises `error`."""
+        self._forget(request)
+        request.stream.fail(error)
+
+    def fail_engine(self, engine: E, message: str) -> list[R]:
+        """`engine` died: every stream with a request on it raises `EngineDead(message)`.
+        Returns those requests (out of the table; nobody is listening to an abort)."""
+        requests = [request for request in self.requests.values() if request.engine == engine]
+        for request in requests:
+            self.fail(request, EngineDead(message))
+        return requests
+
+    def _forget(self, request: R) -> None:
+        if request.live:
+            request.live = False
+            del self.requests[request.engine_request_id]
+            self._activity[request.engine].requests -= 1
+
+    # --- counts and the silence watchdog ----------------------------------------------------
+
+    def count(self, engine: E) -> int:
+        """Requests in flight on `engine`."""
+        return self._activity[engine].requests
+
+    def call_started(self, engine: E) -> None:
+        """Other work (a utility call) now awaits `engine`'s answer: silence counts for it too."""
+        activity = self._activity[engine]
+        self._mark_busy(activity)
+        activity.calls += 1
+
+    def call_ended(self, engine: E) -> None:
+        self._activity[engine].calls -= 1
+
+    @staticmethod
+    def _mark_busy(activity: _Activity) -> None:
+        if not activity.busy:  # silence is only suspicious from the moment work was sent
+            activity.heard_at = trio.current_time()
+
+    async def watch_silence(self, period_s: float, engine_silent: Callable[[E, str], None]) -> None:
+        """Forever: report each busy engine that said nothing for `period_s` to `engine_silent`
+        with the reason (it declares the engine dead)."""
+        while True:
+            await trio.sleep(period_s / _WATCHDOG_CHECKS_PER_PERIOD)
+            now = trio.current_time()
+            for engine, activity in self._activity.items():
+                if activity.busy and now - activity.heard_at >= period_s:
+                    calls = f" and {activity.calls} calls" if activity.calls else ""
+                    engine_silent(
+                        engine,
+                        f"no output for {period_s:g} s with {activity.requests} requests"
+                        f"{calls} in flight",
+                    )
