@@ -7,7 +7,7 @@ stop strings that never match but whose prefixes occur often. Reports the median
 positions 100 ... 5000 of the output (a cost growing with length would show in the ratio), and
 throughput. Writes the table under "## Pure core" in bench/RESULTS.md.
 
-Goals (ARCHITECTURE §8, spec §7): detokenize + 4-stop scan >= 150,000 tokens/s on one core;
+Goals (docs/architecture.md §8, docs/stops-and-finalize.md §7): detokenize + 4-stop scan >= 150,000 tokens/s on one core;
 cost at token 5000 within 20 % of the cost at token 100.
 """
 

@@ -4,7 +4,7 @@
 `generation_config.json` and, when the config has no template, `chat_template.jinja` or
 `chat_template.json`. Weights are never read.
 
-EOS ids follow ../specs/stops-and-finalize.md §2.1 and §2.2, with one deliberate divergence:
+EOS ids follow docs/stops-and-finalize.md §2.1 and §2.2, with one deliberate divergence:
 the spec says a corrupt `config.json` or `generation_config.json` contributes nothing, with a
 warning. We raise `ConfigError` naming the file instead, because a corrupt file in a model
 folder is an operator mistake that should stop startup, not silently change which ids end a
@@ -105,14 +105,14 @@ def eos_id_values(config: Mapping[str, Any] | None) -> list[int]:
 def merge_tokenizer_eos_ids(
     config: Mapping[str, Any] | None, generation_config: Mapping[str, Any] | None
 ) -> tuple[int, ...]:
-    """Spec §2.1: the sorted, deduplicated union of both files' `eos_token_id`."""
+    """docs/stops-and-finalize.md §2.1: the sorted, deduplicated union of both files' `eos_token_id`."""
     return tuple(sorted({*eos_id_values(config), *eos_id_values(generation_config)}))
 
 
 def merge_connect_eos_ids(
     config: Mapping[str, Any] | None, generation_config: Mapping[str, Any] | None
 ) -> EosIds:
-    """Spec §2.2: primary = first of config.json, else of generation_config.json; the rest extra."""
+    """docs/stops-and-finalize.md §2.2: primary = first of config.json, else of generation_config.json; the rest extra."""
     ordered = [*eos_id_values(config), *eos_id_values(generation_config)]
     if not ordered:
         return EosIds()

@@ -1,4 +1,4 @@
-"""Model folder loading: EOS merging (spec §2.1, §2.2, case 14), errors, templates, tokenizer."""
+"""Model folder loading: EOS merging (docs/stops-and-finalize.md §2.1, §2.2, case 14), errors, templates, tokenizer."""
 
 from __future__ import annotations
 

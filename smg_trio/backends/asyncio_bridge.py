@@ -1,8 +1,8 @@
 """I/O. The process's one asyncio event-loop thread, and the hand-offs between it and trio.
 
 grpclib runs only on asyncio, so every gRPC call runs as a task on ONE asyncio loop in a
-dedicated thread, shared by every user in the process (ARCHITECTURE.md §4, measurements in
-ecosystem.md §1):
+dedicated thread, shared by every user in the process (docs/architecture.md §4, measurements in
+docs/ecosystem.md §1):
 
 - `open_asyncio_bridge()` hands out the process's bridge, starting its thread on first use;
   when the last user leaves, every leftover task is cancelled and the thread is joined.
@@ -13,7 +13,7 @@ ecosystem.md §1):
   through a callback on the loop thread; its items travel through a `TrioHandoff`.
 - `TrioHandoff` carries items from the loop thread into trio: a list plus at most ONE pending
   `TrioToken.run_sync_soon` wake-up, so a busy stream costs one trio callback per batch instead
-  of one per item (ecosystem.md §1: 17-19 µs/message against 26-28 µs with one callback each;
+  of one per item (docs/ecosystem.md §1: 17-19 µs/message against 26-28 µs with one callback each;
   this project's numbers are in bench/RESULTS.md, "gRPC backend throughput").
 
 A callback given to `run_sync_soon` must never raise: that is a TrioInternalError which ends

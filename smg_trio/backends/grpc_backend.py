@@ -1,5 +1,5 @@
 """I/O. The gateway's client for one engine's gRPC service (SGLang, vLLM, TokenSpeed, MLX,
-TRT-LLM; wire.md §C): grpclib on the process's asyncio bridge, events handed into trio.
+TRT-LLM; docs/wire.md §C): grpclib on the process's asyncio bridge, events handed into trio.
 
 One grpclib `Channel` per engine, created on the bridge's loop and reused by every call;
 grpclib reconnects lazily, so after an engine restart the next call dials again. Each engine

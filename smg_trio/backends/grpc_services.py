@@ -1,10 +1,10 @@
 """I/O. The asyncio side of the gRPC backend: what differs between the five engines' services
 (grpclib stub, management messages and how to read them), the calls themselves as coroutines
 for the bridge's loop (`LoopClient`), and the exception seam that turns grpclib, h2 and socket
-errors into `smg_trio.errors` (wire.md §C, stops-and-finalize.md §1.4).
+errors into `smg_trio.errors` (docs/wire.md §C, docs/stops-and-finalize.md §1.4).
 
 Decisions:
-- Every gRPC status becomes `EngineRejected` carrying the HTTP status of §1.4 (INVALID_ARGUMENT
+- Every gRPC status becomes `EngineRejected` carrying the HTTP status of docs/stops-and-finalize.md §1.4 (INVALID_ARGUMENT
   is a 400 `EngineRejected`, not a `ClientError`): the engine refused, in its own words, and a
   router must not retry a 4xx elsewhere. `ClientError` stays for what WE reject before sending.
 - A refused or failed connection is `BackendUnavailable` (nothing was generated; retryable).
@@ -179,7 +179,7 @@ def generate_message(
 
 
 def engine_rejection(error: GRPCError) -> EngineRejected:
-    """A gRPC status from the engine as the error the front end renders (§1.4 statuses)."""
+    """A gRPC status from the engine as the error the front end renders (docs/stops-and-finalize.md §1.4)."""
     name = getattr(error.status, "name", str(error.status))
     reason = f"{name}: {error.message}" if error.message else name
     return EngineRejected(reason, status=http_status_for_grpc(error.status))

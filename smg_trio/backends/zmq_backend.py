@@ -1,4 +1,4 @@
-"""I/O. The gateway's client for vLLM EngineCore and TokenSpeed engines over ZMQ (wire.md §A, §B).
+"""I/O. The gateway's client for vLLM EngineCore and TokenSpeed engines over ZMQ (docs/wire.md §A, §B).
 
 We bind three sockets and the engines dial in: a handshake ROUTER (tcp), an input ROUTER and an
 output PULL (private ipc dir by default). Each engine says HELLO, gets INIT with the data
@@ -135,7 +135,7 @@ class ZmqBackend:
         await trio.lowlevel.checkpoint()
 
     async def call_utility(self, method: str, *args: Any, engine_index: int = 0) -> Any:
-        """vLLM UTILITY call (wire.md §A.9): run `method(*args)` on one engine, return its value.
+        """vLLM UTILITY call (docs/wire.md §A.9): run `method(*args)` on one engine, return its value.
 
         Raises `EngineRejected` with the engine's failure message, `EngineDead` if the engine
         dies first. The caller bounds the wait. A real TokenSpeed engine drops UTILITY frames

@@ -1,7 +1,7 @@
 """Pure. Incremental detokenization: one token id in, the text it safely adds out.
 
 A `Detokenizer` turns engine output ids into text increments whose concatenation equals decoding
-all ids at once (spec stops-and-finalize.md §3.3), with three guarantees:
+all ids at once (docs/stops-and-finalize.md §3.3), with three guarantees:
 - a character whose bytes are split over several tokens is never emitted half: text is held
   while the decoded tail ends in U+FFFD or while UTF-8 bytes are still incomplete;
 - special tokens are dropped or kept per request (`skip_special_tokens`);
@@ -16,7 +16,7 @@ Two paths with identical output, token by token:
 - **window path** — any other `TokenizerLike`: the prefix-offset algorithm over a small window
   of recent ids, decoding the window and diffing against the text already emitted. The split
   point moves back to a character boundary when the new decode does not extend the old one
-  (spec §5 case 44); the window is cut after every emission, so it stays small.
+  (docs/stops-and-finalize.md §5 case 44); the window is cut after every emission, so it stays small.
 
 Our divergence from smg: `flush()` at the end of a stream renders incomplete trailing bytes as
 U+FFFD instead of dropping them silently.
@@ -153,7 +153,7 @@ class Detokenizer:
         self._clean = True
         return text
 
-    # -- window path (prefix-offset algorithm, spec §3.3) -------------------------------------
+    # -- window path (prefix-offset algorithm, docs/stops-and-finalize.md §3.3) -------------------------------------
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special_tokens)
@@ -189,7 +189,7 @@ def _text_after(decoded: str, prefix: str) -> str:
 
     Usually `decoded` extends `prefix`. When it does not (a later token re-merged earlier bytes
     into a different character), cut at the prefix's UTF-8 length moved back to a character
-    boundary, so a character is emitted whole rather than split (spec §6 bug class 2).
+    boundary, so a character is emitted whole rather than split (docs/stops-and-finalize.md §6 bug class 2).
     """
     if decoded.startswith(prefix):
         return decoded[len(prefix) :]

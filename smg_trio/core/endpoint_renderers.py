@@ -36,7 +36,7 @@ class ChoiceProgress(Protocol):
     matched: MatchedStop
     """What a full response reports: the stop string, or the stop token id."""
     streamed_match: MatchedStop
-    """What a stream reports: the stop string; None for a router token stop (spec §3.9)."""
+    """What a stream reports: the stop string; None for a router token stop (docs/stops-and-finalize.md §3.9)."""
 
     def full_text(self) -> str: ...
 

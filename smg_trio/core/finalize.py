@@ -1,7 +1,7 @@
 """Pure. The last request-building step: shape a GeneratePlan for one worker's runtime and wire.
 
-`finalize` is the single polymorphism point over (runtime, wire) (ARCHITECTURE.md §2, spec
-stops-and-finalize.md §1): every per-runtime decision about what the ENGINE is asked is made
+`finalize` is the single polymorphism point over (runtime, wire) (docs/architecture.md §2, spec
+docs/stops-and-finalize.md §1): every per-runtime decision about what the ENGINE is asked is made
 here, and the wire builders only rename fields. What the CLIENT sees is always enforced by the
 router's stop scanner from `plan.stop_spec`, on every runtime; `Finalized.router_stops` is the
 part of it no engine will match.
@@ -108,7 +108,7 @@ def finalize(
             sampling = msgspec.structs.replace(
                 sampling,
                 # TRT-LLM's chat/generate builders send stop words only; the router enforces
-                # the client's ids (spec §1.2, case 18).
+                # the client's ids (docs/stops-and-finalize.md §1.2, case 18).
                 stop_token_ids=sampling.stop_token_ids if completion else (),
                 no_stop_trim=completion and sampling.no_stop_trim,
                 max_tokens=(
@@ -172,7 +172,7 @@ def _check_tokenspeed_zmq_limits(sampling: SamplingParams) -> None:
 def _resolve_string_stops(
     sampling: SamplingParams, tokenizer: TokenizerLike | None
 ) -> tuple[SamplingParams, tuple[str, ...]]:
-    """Strip every string stop; convert the single-token ones to stop ids (spec §1.3 step 2)."""
+    """Strip every string stop; convert the single-token ones to stop ids (docs/stops-and-finalize.md §1.3 step 2)."""
     if not sampling.stop:
         return sampling, ()
     ids = list(sampling.stop_token_ids)
@@ -192,7 +192,7 @@ def _resolve_string_stops(
 def _fold_eos(
     sampling: SamplingParams, tokenizer: TokenizerLike | None, eos: EosIds
 ) -> SamplingParams:
-    """vLLM EngineCore has no tokenizer: tell it the EOS ids (stops-and-finalize.md §2.4).
+    """vLLM EngineCore has no tokenizer: tell it the EOS ids (docs/stops-and-finalize.md §2.4).
 
     Unless `ignore_eos`, the tokenizer's EOS ids, then the folder's extra ones, are appended to
     the stop ids and the folder's primary EOS becomes `eos_token_id`; `all_stop_token_ids`

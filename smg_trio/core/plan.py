@@ -15,7 +15,7 @@ from smg_trio.neutral.sampling import SamplingParams
 
 
 class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """What the router's stop scanner enforces for one choice (spec §3.1).
+    """What the router's stop scanner enforces for one choice (docs/stops-and-finalize.md §3.1).
 
     Strings are hidden stops (trimmed), or visible ones when `no_stop_trim`. `token_ids` are
     the tokenizer's EOS ids (unless `ignore_eos`) followed by the client's `stop_token_ids`;

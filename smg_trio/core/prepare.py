@@ -135,7 +135,7 @@ def prepare_generate(
 
 
 def stop_spec_for(sampling: SamplingParams, tokenizer: TokenizerLike) -> StopSpec:
-    """The router's stop rules for a request, from what the client asked (spec §2.5, §3.1).
+    """The router's stop rules for a request, from what the client asked (docs/stops-and-finalize.md §2.5, §3.1).
 
     Built before finalize rewrites the engine's stops, so it is the same on every runtime.
     """

@@ -136,7 +136,7 @@ _COMPLETION_TAIL = b',"logprobs":null,"finish_reason":null}]}'
 class CompletionStreamRenderer:
     """Chunks of one streaming completion (`text_completion`, as OpenAI streams them).
 
-    `matched_stop` is not sent in completion chunks (spec §3.9).
+    `matched_stop` is not sent in completion chunks (docs/stops-and-finalize.md §3.9).
     """
 
     __slots__ = ("_created", "_head", "_id", "_model", "_text_prefix", "include_usage")

@@ -13,7 +13,7 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   by the flush still wins) and reports the engine's reason and, when the router did not stop,
   its stop reason.
 - Usage counts the engine's tokens up to and including the message that stopped a choice, or
-  the engine's own count when the engine finished it (spec §3.10, vLLM-shaped streams).
+  the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10, vLLM-shaped streams).
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
 Payloads are SSE `data:` bodies without framing, so SSE and WebSocket carry the same bytes.
@@ -165,7 +165,7 @@ class ResponseAssembler:
                     self._finish(index, choice, engine_finish.finish_reason, stop, stop, out)
             case Stop(text=text, matched=matched, token_id=token_id):
                 self._text(index, choice, text, out)
-                # Streaming chat omits matched_stop for token stops (spec §3.9); a full
+                # Streaming chat omits matched_stop for token stops (docs/stops-and-finalize.md §3.9); a full
                 # response reports the id that stopped the choice.
                 final = matched if matched is not None else token_id
                 self._finish(index, choice, "stop", matched, final, out)

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A `StopScanner` enforces one choice's `StopSpec` (spec stops-and-finalize.md §3.4-§3.7) on the
+A `StopScanner` enforces one choice's `StopSpec` (docs/stops-and-finalize.md §3.4-§3.7) on the
 engine's output ids. `feed(ids)` handles one engine message; each id, in order:
 
 1. **Token stops** are checked before decoding. A hidden stop id is never decoded; a visible one
@@ -70,7 +70,7 @@ class Stop(msgspec.Struct, frozen=True, kw_only=True):
 
     `matched` is the stop string that matched; None for a token stop, whose id is `token_id`
     (streaming omits matched_stop for token stops; a non-streaming response may report the
-    engine's instead — spec §3.9).
+    engine's instead — docs/stops-and-finalize.md §3.9).
     """
 
     text: str

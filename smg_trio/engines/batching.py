@@ -6,9 +6,9 @@ iteration drains every pending input frame (ADD / ABORT / UTILITY), admits waiti
 to `max_batch`, and, once `step_seconds` have passed since the last step, generates one token
 for every active request and sends ONE message per output socket carrying all of them. While
 idle it blocks in poll. SIGTERM/SIGINT wake the poll through a wakeup pipe and end the loop
-cleanly; any other exception sends the ENGINE_CORE_DEAD sentinel (wire.md §A.10) and exits 1.
+cleanly; any other exception sends the ENGINE_CORE_DEAD sentinel (docs/wire.md §A.10) and exits 1.
 
-Utility calls (vLLM's mechanism, §A.9) are answered here for a few real method names plus
+Utility calls (vLLM's mechanism, docs/wire.md §A.9) are answered here for a few real method names plus
 `smg_trio_counters`, which returns `Counters.snapshot()` so tests can read the engine's counters
 through the normal sockets.
 """

@@ -12,7 +12,7 @@ change what a request generates. Modes:
   them, are skipped so an echo does not stop on the first `<|im_end|>`); never emits EOS.
 - `replay`: a text's token ids, then the model's first EOS id, cycling. Useful for stop strings.
 
-Stops follow vLLM's `check_stop` order (wire.md §A.6.1): an EOS id, then a stop token id (its id
+Stops follow vLLM's `check_stop` order (docs/wire.md §A.6.1): an EOS id, then a stop token id (its id
 is the stop reason), then the length caps (`max_model_len` on prompt + output, `max_tokens` on
 output). `min_tokens` is honoured the way vLLM's sampler does it: while the output is shorter, the
 stop ids are masked, i.e. a drawn one is replaced by another ordinary token.

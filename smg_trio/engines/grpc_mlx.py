@@ -1,5 +1,5 @@
 """Pure. The reference MLX gRPC engine's runtime policy: `mlx.grpc.engine.MlxEngine` as smg's MLX
-servicer serves it over mlx-lm (wire.md §C.5).
+servicer serves it over mlx-lm (docs/wire.md §C.5).
 
 - Input: token ids only (text input is INVALID_ARGUMENT). The request has no string-stop
   field, no min_tokens and no n. Unset temperature is 1.0; temperature 0 or top_k 1 is greedy;

@@ -1,5 +1,5 @@
 """Pure. The reference SGLang gRPC engine's runtime policy: `sglang.grpc.scheduler.SglangScheduler`
-as SGLang's scheduler behind smg's servicer serves it with `skip_tokenizer_init` (wire.md §C.3).
+as SGLang's scheduler behind smg's servicer serves it with `skip_tokenizer_init` (docs/wire.md §C.3).
 
 - Input: token ids only. Without a tokenizer the engine cannot match stop strings: a request
   carrying any `stop` string is refused with INVALID_ARGUMENT, as SGLang's sampling-parameter

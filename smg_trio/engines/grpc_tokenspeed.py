@@ -1,6 +1,6 @@
 """Pure. The reference TokenSpeed gRPC engine's runtime policy:
 `tokenspeed.grpc.scheduler.TokenSpeedScheduler` as TokenSpeed behind smg's servicer serves it
-(wire.md §C.4).
+(docs/wire.md §C.4).
 
 - Input: token ids only. Scalars are `optional`: unset temperature is 1.0; temperature below
   1e-6 or top_k 1 is greedy; `sampling_seed` keys sampling, unseeded requests use crc32 of

@@ -1,5 +1,5 @@
 """Pure. The reference TensorRT-LLM gRPC engine's runtime policy: `trtllm.TrtllmService` as
-TRT-LLM's own gRPC servicer serves it (wire.md §C.6).
+TRT-LLM's own gRPC servicer serves it (docs/wire.md §C.6).
 
 - Input: token ids only; `max_tokens` is required (at least 1). Greedy when temperature is 0,
   top_k is 1, or none of temperature/top_k/top_p is set (TRT-LLM's default); `seed` keys

@@ -1,5 +1,5 @@
 """Pure. The reference vLLM gRPC engine's runtime policy: `vllm.grpc.engine.VllmEngine` as vLLM's
-frontend behind smg's servicer serves it (wire.md §C.2).
+frontend behind smg's servicer serves it (docs/wire.md §C.2).
 
 - Input: token ids, or text the engine tokenizes itself. Unset temperature is 1.0; temperature
   below 1e-5 or top_k 1 is greedy; `seed` keys sampling (unseeded: a fresh seed per request).

@@ -1,4 +1,4 @@
-"""I/O. A reference engine's side of the ZMQ handshake (wire.md §A.3, §B.1) and the data sockets it
+"""I/O. A reference engine's side of the ZMQ handshake (docs/wire.md §A.3, §B.1) and the data sockets it
 leaves connected: dial the frontend's handshake ROUTER, say HELLO, take INIT, connect the input
 DEALERs (which register) and output PUSHes, say READY, in the order the engine's wire uses.
 """
@@ -60,7 +60,7 @@ def connect(
     target: HandshakeTarget,
     sockets: EngineSockets,
 ) -> None:
-    """HELLO → INIT → data sockets and READY, in the order the adapter's engine uses (§A.3, §B.1).
+    """HELLO → INIT → data sockets and READY, in the order the adapter's engine uses (docs/wire.md §A.3, §B.1).
 
     Data sockets are added to `sockets` as they are made, so the caller closes them on failure.
     """

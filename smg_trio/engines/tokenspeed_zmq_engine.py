@@ -1,4 +1,4 @@
-"""I/O. A reference TokenSpeed scheduler speaking its real ZMQ wire (wire.md §B), for tests, the
+"""I/O. A reference TokenSpeed scheduler speaking its real ZMQ wire (docs/wire.md §B), for tests, the
 demo and benchmarks: `smg-trio engine tokenspeed-zmq --handshake tcp://HOST:PORT`.
 
 As TokenSpeed 0.1.1 in `--zmq-msgpack` mode: HELLO/READY with all four keys; READY right after
@@ -77,7 +77,7 @@ HANDSHAKE_TIMEOUT_SECONDS: Final = 600.0
 
 
 class TokenSpeedWire:
-    """`WireAdapter` for TokenSpeed (§B.1-B.6)."""
+    """`WireAdapter` for TokenSpeed (docs/wire.md §B.1-B.6)."""
 
     ready_before_registration = True
     handshake_timeout_seconds = HANDSHAKE_TIMEOUT_SECONDS

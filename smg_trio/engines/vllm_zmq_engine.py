@@ -1,4 +1,4 @@
-"""I/O. A reference vLLM EngineCore speaking the real ZMQ wire (wire.md §A), for tests, the demo
+"""I/O. A reference vLLM EngineCore speaking the real ZMQ wire (docs/wire.md §A), for tests, the demo
 and benchmarks: `smg-trio engine vllm-zmq --handshake tcp://HOST:PORT`.
 
 It behaves like a headless `vllm serve --headless` engine 0.33 as far as a frontend can see:
@@ -91,7 +91,7 @@ _GENERIC: Final = msgspec.msgpack.Decoder()
 
 
 class VllmWire:
-    """`WireAdapter` for vLLM EngineCore (§A.3-A.10)."""
+    """`WireAdapter` for vLLM EngineCore (docs/wire.md §A.3-A.10)."""
 
     ready_before_registration = False
     handshake_timeout_seconds = HANDSHAKE_TIMEOUT_SECONDS

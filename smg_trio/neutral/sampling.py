@@ -59,7 +59,7 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class EosIds(msgspec.Struct, frozen=True):
-    """A model folder's EOS ids (stops-and-finalize.md §2.2): `extra` excludes `primary`."""
+    """A model folder's EOS ids (docs/stops-and-finalize.md §2.2): `extra` excludes `primary`."""
 
     primary: int | None = None
     extra: tuple[int, ...] = ()

@@ -2,7 +2,7 @@
 
 One builder per engine renames a finalized `EngineRequest` (one choice: fanned out to n=1, and
 every per-runtime decision already taken by finalize: stops, skip_special_tokens, no_stop_trim,
-TRT-LLM's stop ids and max_tokens) onto that engine's protobuf `GenerateRequest` (wire.md §C).
+TRT-LLM's stop ids and max_tokens) onto that engine's protobuf `GenerateRequest` (docs/wire.md §C).
 What differs per engine here is only spelling:
 
 - vLLM: `no_stop_trim` is `include_stop_str_in_output`.

@@ -1,7 +1,7 @@
 """Pure. The engines' gRPC Generate stream messages as neutral events, and gRPC status → HTTP.
 
 `parse_generate_response` takes one streamed `GenerateResponse` of any of the five engines
-(wire.md §C) and returns a `GrpcChunk` (new tokens of one output) or a `GrpcComplete` (that
+(docs/wire.md §C) and returns a `GrpcChunk` (new tokens of one output) or a `GrpcComplete` (that
 output finished). What it does NOT smooth over, because it needs the request's context:
 
 - With `stream=true` the tokens of an output are the concatenation of its chunks; the complete
@@ -255,7 +255,7 @@ _HTTP_STATUS: Final = {
 
 
 def http_status_for_grpc(status: int | enum.Enum) -> int:
-    """The HTTP status for a gRPC status (stops-and-finalize.md §1.4); anything else is 500.
+    """The HTTP status for a gRPC status (docs/stops-and-finalize.md §1.4); anything else is 500.
 
     Takes a code number, our `GrpcStatus`, or grpclib's `Status` (a plain Enum of the codes).
     """

@@ -2,7 +2,7 @@
 
 `data` is either msgpack ext type 3 holding the raw little-endian bytes inline, or an integer
 index into the message's frames, counted from the payload frame (= 0): the first aux frame is 1
-(wire.md §A.4, §A.7.5, §A.12). `dtype` is a numpy typestr (`"<i4"`, `"<f4"`, ...) for arrays
+(docs/wire.md §A.4, §A.7.5, §A.12). `dtype` is a numpy typestr (`"<i4"`, `"<f4"`, ...) for arrays
 or a torch dtype name (`"int64"`, `"float32"`, ...) for tensors. Ext types 1 and 2 are pickles
 and are refused. We never hand out numpy: values come back as flat row-major tuples.
 """

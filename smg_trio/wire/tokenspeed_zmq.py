@@ -1,4 +1,4 @@
-"""Pure. TokenSpeed 0.1.1's msgpack data plane over the shared ZMQ transport (wire.md §B): the
+"""Pure. TokenSpeed 0.1.1's msgpack data plane over the shared ZMQ transport (docs/wire.md §B): the
 tagged `TokenizedGenerateReqInput` ADD with its 29-element sampling array, the column-batched
 `BatchTokenIDOutSlim` outputs, and TokenSpeed's handshake and registration maps.
 
@@ -104,7 +104,7 @@ def build_request(
     vocab_size: int | None = None,
     stream: bool = True,
 ) -> TokenizedGenerateReqInput:
-    """One ADD for a finalized `request`, in TokenSpeed's normalized form (wire.md §B.4, §E.22).
+    """One ADD for a finalized `request`, in TokenSpeed's normalized form (docs/wire.md §B.4, §E.22).
 
     Finalize already refused what TokenSpeed cannot do (top logprobs, top_k >= 128); here the
     values are only spelled TokenSpeed's way and checked against the engine's context.

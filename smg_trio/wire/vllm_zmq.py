@@ -1,4 +1,4 @@
-"""Pure. vLLM EngineCore's inbound msgpack (vLLM 0.32/0.33, wire.md §A.3-A.6, §A.9): the ADD
+"""Pure. vLLM EngineCore's inbound msgpack (vLLM 0.32/0.33, docs/wire.md §A.3-A.6, §A.9): the ADD
 request and its sampling map, UTILITY calls, and the registration map the engine sends first.
 The outputs stream is in `vllm_zmq_outputs`; frames and the handshake in `zmq_transport`.
 
@@ -10,7 +10,7 @@ prefix and ignore extra trailing elements and unknown map keys.
 `build_request` renames a finalized neutral request onto these layouts: finalize decided the
 stop ids and EOS fields, the client's values were range-checked at decode. A malformed ADD can
 still kill EngineCore's input thread, so the builder checks what only it can: the prompt against
-the engine's context and vocabulary, and that every integer fits msgpack (wire.md §A.5, §E.12);
+the engine's context and vocabulary, and that every integer fits msgpack (docs/wire.md §A.5, §E.12);
 a failure is a `ClientError` naming the parameter.
 """
 

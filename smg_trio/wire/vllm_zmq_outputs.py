@@ -1,4 +1,4 @@
-"""Pure. vLLM EngineCore's output stream (vLLM 0.32/0.33, wire.md §A.7, §A.9 replies): the
+"""Pure. vLLM EngineCore's output stream (vLLM 0.32/0.33, docs/wire.md §A.7, §A.9 replies): the
 `EngineCoreOutputs` messages on the PULL socket, per-request `EngineCoreOutput` steps, finish
 reasons, sample logprobs and utility replies. Decoders for the gateway, encoders for our
 reference engine.

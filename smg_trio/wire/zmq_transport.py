@@ -1,4 +1,4 @@
-"""Pure. The ZMQ transport both engine wires share (vLLM EngineCore and TokenSpeed, wire.md §A.1-A.4,
+"""Pure. The ZMQ transport both engine wires share (vLLM EngineCore and TokenSpeed, docs/wire.md §A.1-A.4,
 §A.8, §A.10, §B.1-B.2): engine identities, request-type frames, the HELLO/INIT/READY handshake
 maps, ABORT payloads and the engine-dead sentinel.
 

@@ -1,4 +1,4 @@
-"""Reference tokenizers for tests (spec stops-and-finalize.md §5): T1, T2 and a trained BPE.
+"""Reference tokenizers for tests (docs/stops-and-finalize.md §5): T1, T2 and a trained BPE.
 
 - `WordMockTokenizer` (T1 "word mock"): a dozen whole words; decode joins token texts with one
   space. Unknown ids are a hard decode error. It records every decode call, so a test can prove

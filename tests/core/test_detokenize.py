@@ -1,4 +1,4 @@
-"""The incremental detokenizer: spec stops-and-finalize.md §3.3, §5 cases 24, 38, 44, 45."""
+"""The incremental detokenizer: docs/stops-and-finalize.md §3.3, §5 cases 24, 38, 44, 45."""
 
 from __future__ import annotations
 

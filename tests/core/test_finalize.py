@@ -1,4 +1,4 @@
-"""finalize: the runtime x wire matrix (spec stops-and-finalize.md §1, cases A1-A11, A17, A18)."""
+"""finalize: the runtime x wire matrix (docs/stops-and-finalize.md §1, cases A1-A11, A17, A18)."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def test_trtllm_always_gets_max_tokens(endpoint: Endpoint, default: int) -> None
     )
 
 
-# vLLM over ZMQ: EOS (stops-and-finalize.md §5 cases 13 and 15).
+# vLLM over ZMQ: EOS (docs/stops-and-finalize.md §5 cases 13 and 15).
 
 
 def test_case_13_eos_ids_merge_for_the_engine() -> None:

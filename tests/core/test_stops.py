@@ -1,4 +1,4 @@
-"""The router stop scanner: spec stops-and-finalize.md §3.4-§3.8 and §5 B (cases 25-48).
+"""The router stop scanner: docs/stops-and-finalize.md §3.4-§3.8 and §5 B (cases 25-48).
 
 Expected values compare the concatenated text and the stop fields, not chunk boundaries, except
 where our holdback rule (only a possible stop prefix is held) is itself the assertion. Our

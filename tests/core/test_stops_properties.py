@@ -1,4 +1,4 @@
-"""Hypothesis properties of the stop scanner (ARCHITECTURE §8, spec stops-and-finalize.md §3.5).
+"""Hypothesis properties of the stop scanner (docs/architecture.md §8, docs/stops-and-finalize.md §3.5).
 
 The oracle: decode everything, then cut at the stop with the earliest end (ties: the longest).
 Over T2 any byte string is representable, multibyte characters and broken UTF-8 included.

@@ -138,7 +138,7 @@ def test_greedy_tokens_match_the_shared_generation(
     assert tokens == expected
     assert complete.finish_reason == "length"
     assert complete.stop_reason is None
-    # What the complete repeats differs per engine (wire.md §C): vLLM, SGLang and TokenSpeed
+    # What the complete repeats differs per engine (docs/wire.md §C): vLLM, SGLang and TokenSpeed
     # the last delta, TRT-LLM every token, MLX nothing.
     repeated = {
         Runtime.VLLM: expected[-1:],

@@ -1,7 +1,7 @@
 """gRPC Generate requests and stream messages: golden bytes per engine, per-runtime rules, parsing.
 
 Every golden byte string is composed with the small protobuf encoder below from the field
-numbers and types of wire.md §C, never through the generated classes: a renumbered field, a
+numbers and types of docs/wire.md §C, never through the generated classes: a renumbered field, a
 changed type or a missing explicit default changes the bytes and fails the test. Response
 bytes are composed the same way and parsed through the generated classes.
 """

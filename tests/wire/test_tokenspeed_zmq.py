@@ -1,6 +1,6 @@
 """TokenSpeed wire: golden bytes for every message, decode tolerance, validation, spec cases.
 
-Each golden hex literal was derived by msgpack-encoding the layout of wire.md §B as plain Python
+Each golden hex literal was derived by msgpack-encoding the layout of docs/wire.md §B as plain Python
 lists and dicts (shown next to it as `*_LAYOUT`), never through our structs. ABORT, INIT and the
 dead sentinel are the shared transport's (test_zmq_transport.py); TokenSpeed's HELLO/READY and
 registration differ and are pinned here.
@@ -279,7 +279,7 @@ def test_request_decoder_accepts_smg_short_layout_and_extras() -> None:
         ts.decode_request(msgspec.msgpack.encode(["GenerateReqInput", *ADD_LAYOUT[1:]]))
 
 
-# Spec cases (stops-and-finalize.md §5) and the normalized sampling form (wire.md §B.4).
+# Spec cases (docs/stops-and-finalize.md §5) and the normalized sampling form (docs/wire.md §B.4).
 
 
 def test_case_12_stop_ids_forwarded_and_strings_never_on_the_wire() -> None:

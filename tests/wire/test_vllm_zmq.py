@@ -1,6 +1,6 @@
 """vLLM EngineCore wire: golden bytes for every message, decode tolerance, validation, spec cases.
 
-Each golden hex literal was derived by msgpack-encoding the layout of wire.md §A as plain Python
+Each golden hex literal was derived by msgpack-encoding the layout of docs/wire.md §A as plain Python
 lists and dicts (shown next to it as `*_LAYOUT`), never through our structs: a moved field,
 renamed key or changed type changes the bytes and fails the test.
 """
@@ -358,7 +358,7 @@ def test_logprobs_resolve_aux_frames_and_refuse_pickles() -> None:
         o.decode_logprobs(o.LogprobsLists(ids, values, WireArray("<c8", (1,), 1)), frames)
 
 
-# Spec cases (stops-and-finalize.md §5).
+# Spec cases (docs/stops-and-finalize.md §5).
 
 
 def test_case_13_eos_ids_merge_at_translate_time() -> None:

@@ -1,5 +1,5 @@
 """The transport both ZMQ engines share: golden bytes for HELLO, READY, INIT and ABORT (derived
-from the plain map/array layouts of wire.md §A.3/§A.8, shown beside them), identities,
+from the plain map/array layouts of docs/wire.md §A.3/§A.8, shown beside them), identities,
 request-type frames and the dead sentinel."""
 
 from __future__ import annotations
