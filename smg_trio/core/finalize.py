@@ -1,6 +1,6 @@
 """Pure. The last request-building step: shape a GeneratePlan for one worker's runtime and wire.
 
-`finalize` is the single polymorphism point over (runtime, wire) (docs/architecture.md §2, spec
+`finalize` is the single polymorphism point over (runtime, wire) (docs/architecture.md §2,
 docs/stops-and-finalize.md §1): every per-runtime decision about what the ENGINE is asked is made
 here, and the wire builders only rename fields. What the CLIENT sees is always enforced by the
 router's stop scanner from `plan.stop_spec`, on every runtime; `Finalized.router_stops` is the
