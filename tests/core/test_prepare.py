@@ -86,12 +86,19 @@ def test_unset_max_tokens_becomes_the_rest_of_the_context() -> None:
     assert chat_plan(max_completion_tokens=6, max_tokens=5).sampling.max_tokens == 6
 
 
-def test_context_overflow_is_a_400_naming_messages() -> None:
+def test_max_tokens_over_the_context_is_capped_to_the_room_left() -> None:
+    """vLLM 0.32: min(max_tokens, context - prompt); only a prompt with no room is a 400."""
+    plan = chat_plan(max_tokens=4096)
+    assert plan.sampling.max_tokens == 4096 - len(plan.prompt_ids)
+    full = msgspec.structs.replace(MODEL, context_length=len(plan.prompt_ids))
+    req = oad.decode_chat_request(
+        msgspec.json.encode({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    )
     with pytest.raises(ClientError) as info:
-        chat_plan(max_tokens=4096)
+        prepare_chat(req, full, request_id="r1", now=NOW)
     assert info.value.status == 400
     assert info.value.param == "messages"
-    assert "maximum context length is 4096" in info.value.message
+    assert f"maximum context length is {len(plan.prompt_ids)}" in info.value.message
 
 
 def test_stop_spec_has_eos_then_user_ids_and_strings() -> None:
