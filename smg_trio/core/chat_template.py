@@ -53,6 +53,8 @@ class ChatTemplate:
 
     def __init__(self, source: str, *, special_tokens: Mapping[str, str | None]) -> None:
         self._special_tokens = {k: v for k, v in special_tokens.items() if v is not None}
+        # vLLM renders a `developer` message as `system` for templates with no developer role.
+        self.has_developer_role = "developer" in source
         self._env = minijinja.Environment(
             trim_blocks=True,
             lstrip_blocks=True,
@@ -91,6 +93,10 @@ class ChatTemplate:
         except TemplateRaised as exc:
             raise ClientError(str(exc), param="messages") from exc
         except minijinja.TemplateError as exc:
+            # str(exc) quotes the template's source around the failure: the operator's template
+            # is not the client's business, so only the error's kind, line and detail go out.
             raise ClientError(
-                f"the chat template failed to render: {exc}", param="messages"
+                f"the chat template failed to render ({exc.kind}, line {exc.line}): "
+                f"{exc.detail or 'no detail'}",
+                param="messages",
             ) from exc

@@ -6,8 +6,13 @@ here, and the wire builders only rename fields. What the CLIENT sees is always e
 router's stop scanner from `plan.stop_spec`, on every runtime; `Finalized.router_stops` is the
 part of it no engine will match.
 
+- Structured outputs, logit_bias, allowed_token_ids, bad_words and min_tokens: carried where the
+  engine takes them, else a 400 naming the parameter (`core/engine_fields.py`,
+  docs/request-fields.md).
 - SGLang gRPC, vLLM ZMQ, TokenSpeed ZMQ are token-only for stops: string stops are stripped;
-  each one that encodes to exactly one token becomes a stop token id (dedup, order kept).
+  each one that encodes to exactly one token becomes a stop token id (dedup, order kept) —
+  unless min_tokens is set: the engine would mask that id below min_tokens and so change what
+  it samples, so the strings stay router obligations, matched after min_tokens tokens.
 - vLLM ZMQ (a tokenizer-less EngineCore) also gets the EOS ids (the tokenizer's and the model
   folder's extra ones) as stop ids, unless ignore_eos, plus `_eos_token_id` (the folder's
   primary EOS) and `_all_stop_token_ids` (what min_tokens masks).
@@ -31,6 +36,7 @@ from typing import Final
 
 import msgspec
 
+from smg_trio.core.engine_fields import shape_engine_fields
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError, UnsupportedRuntime
@@ -75,7 +81,7 @@ def finalize(
 ) -> Finalized:
     """Shape `plan` for `worker`; raise before any I/O when the worker cannot take it."""
     require_adapter(worker.runtime, worker.wire)
-    sampling = plan.sampling
+    sampling = shape_engine_fields(plan.sampling, worker.runtime, worker.wire, tokenizer)
     obligation: tuple[str, ...] = ()
     chat = plan.endpoint is Endpoint.CHAT
     completion = plan.endpoint is Endpoint.COMPLETION
@@ -176,7 +182,9 @@ def _resolve_string_stops(
     if not sampling.stop:
         return sampling, ()
     ids = list(sampling.stop_token_ids)
-    if tokenizer is not None:
+    # With min_tokens the engine masks its stop ids until then: a stop string turned into an id
+    # would change the sampled text (vLLM never does it); the scanner alone enforces them.
+    if tokenizer is not None and not sampling.min_tokens:
         for text in sampling.stop:
             if not text:
                 continue

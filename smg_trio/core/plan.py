@@ -19,10 +19,12 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     Strings are hidden stops (trimmed), or visible ones when `no_stop_trim`. `token_ids` are
     the tokenizer's EOS ids (unless `ignore_eos`) followed by the client's `stop_token_ids`;
-    they are hidden, or visible when `no_stop_trim`.
+    they are hidden, or visible when `no_stop_trim`. Strings match only text that ends in a
+    token after the first `min_tokens` ones, as vLLM's detokenizer checks them.
     """
 
     strings: tuple[str, ...] = ()
+    min_tokens: int = 0
     token_ids: tuple[int, ...] = ()
     skip_special_tokens: bool = True
     no_stop_trim: bool = False

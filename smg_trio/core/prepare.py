@@ -21,8 +21,13 @@ from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
-from smg_trio.neutral.validation import check_context_length
+from smg_trio.neutral.validation import (
+    check_context_length,
+    checked_allowed_token_ids,
+    checked_logit_bias,
+)
 from smg_trio.wire import openai as oa
+from smg_trio.wire.openai_decode import requested_constraint
 
 
 class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,14 +47,23 @@ def prepare_chat(
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
         )
-    messages = [_message_for_template(m, i) for i, m in enumerate(req.messages)]
+    template = model.chat_template
+    messages = [
+        _message_for_template(m, i, developer_role=template.has_developer_role)
+        for i, m in enumerate(req.messages)
+    ]
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
-    text = model.chat_template.render(
+    extra = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        # vLLM hands reasoning_effort to the template (request-fields.md §3); the client's own
+        # chat_template_kwargs win.
+        extra.setdefault("reasoning_effort", req.reasoning_effort)
+    text = template.render(
         messages,
         add_generation_prompt=req.add_generation_prompt,
         now=now,
         tools=tools,
-        extra=req.chat_template_kwargs,
+        extra=extra or None,
     )
     if req.continue_final_message:
         text = _cut_after_final_message(text, messages[-1])
@@ -148,6 +162,7 @@ def stop_spec_for(sampling: SamplingParams, tokenizer: TokenizerLike) -> StopSpe
         token_ids=tuple(token_ids),
         skip_special_tokens=sampling.skip_special_tokens,
         no_stop_trim=sampling.no_stop_trim,
+        min_tokens=sampling.min_tokens,
     )
 
 
@@ -163,6 +178,14 @@ def _plan(
     logprobs: int | None,
     echo_text: str | None,
 ) -> GeneratePlan:
+    prompt_ids = _truncated(prompt_ids, req.truncate_prompt_tokens, model)
+    max_tokens = _max_tokens(len(prompt_ids), max_tokens, model, prompt_param)
+    if max_tokens is not None and req.min_tokens > max_tokens:
+        raise ClientError(
+            f"min_tokens ({req.min_tokens}) must not exceed max_tokens ({max_tokens}), the "
+            "room the context leaves",
+            param="min_tokens",
+        )
     sampling = SamplingParams(
         temperature=req.temperature,
         top_p=req.top_p,
@@ -172,14 +195,21 @@ def _plan(
         frequency_penalty=req.frequency_penalty,
         repetition_penalty=req.repetition_penalty,
         seed=req.seed,
-        max_tokens=_max_tokens(len(prompt_ids), max_tokens, model, prompt_param),
+        max_tokens=max_tokens,
         min_tokens=req.min_tokens,
         logprobs=logprobs,
         ignore_eos=req.ignore_eos,
         skip_special_tokens=req.skip_special_tokens,
+        spaces_between_special_tokens=req.spaces_between_special_tokens,
         no_stop_trim=req.keep_stop_text,
         stop=req.stop_strings,
         stop_token_ids=tuple(req.stop_token_ids or ()),
+        constraint=requested_constraint(req),
+        logit_bias=checked_logit_bias(req.logit_bias, "logit_bias", model.vocab_size),
+        allowed_token_ids=checked_allowed_token_ids(
+            req.allowed_token_ids, "allowed_token_ids", model.vocab_size
+        ),
+        bad_words=tuple(req.bad_words or ()),
     )
     return GeneratePlan(
         request_id=request_id,
@@ -198,13 +228,34 @@ def _plan(
 def _max_tokens(
     prompt_len: int, requested: int | None, model: PromptModel, param: str
 ) -> int | None:
-    """Check the context window; an unset limit becomes "the rest of the context" (as vLLM)."""
+    """The room the context leaves caps max_tokens, and an unset one is all of it (as vLLM:
+    min(requested, context - prompt)); a prompt that leaves no room at all is a 400."""
     if prompt_len == 0:
         raise ClientError(f"the {param} is empty after tokenization", param=param)
     if model.context_length is None:
         return requested
     check_context_length(prompt_len, requested, model.context_length, param)
-    return requested if requested is not None else model.context_length - prompt_len
+    room = model.context_length - prompt_len
+    return room if requested is None else min(requested, room)
+
+
+def _truncated(
+    prompt_ids: tuple[int, ...], keep: int | None, model: PromptModel
+) -> tuple[int, ...]:
+    """vLLM's truncate_prompt_tokens: keep the prompt's last `keep` tokens (-1: the context)."""
+    if keep is None:
+        return prompt_ids
+    limit = model.context_length
+    if keep == -1:
+        if limit is None:
+            return prompt_ids
+        keep = limit
+    elif limit is not None and keep > limit:
+        raise ClientError(
+            f"truncate_prompt_tokens ({keep}) must not exceed the model's context length ({limit})",
+            param="truncate_prompt_tokens",
+        )
+    return prompt_ids[-keep:]
 
 
 def _checked_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
@@ -217,13 +268,23 @@ def _checked_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, 
     return tuple(ids)
 
 
-def _message_for_template(message: oa.ChatMessage, index: int) -> dict[str, Any]:
-    """A message as transformers templates expect it: content flattened to one string."""
+def _message_for_template(
+    message: oa.ChatMessage, index: int, *, developer_role: bool
+) -> dict[str, Any]:
+    """A message as transformers templates expect it: content flattened to one string.
+
+    As vLLM renders them: a null content (an assistant turn with tool_calls) is "", and a
+    `developer` message is a `system` one unless the template knows the developer role.
+    """
     out: dict[str, Any] = {
         key: value for key, value in msgspec.to_builtins(message).items() if value is not None
     }
+    if not developer_role and out["role"] == "developer":
+        out["role"] = "system"
     content = getattr(message, "content", None)
-    if content is not None and not isinstance(content, str):
+    if content is None:
+        out["content"] = ""
+    elif not isinstance(content, str):
         texts: list[str] = []
         for part in content:
             if not isinstance(part, oa.TextPart):

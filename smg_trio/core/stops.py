@@ -12,7 +12,9 @@ engine's output ids. `feed(ids)` handles one engine message; each id, in order:
 2. Otherwise the `Detokenizer` turns the id into text that is safe to emit (possibly "").
 3. **String stops** (non-empty ones; none → token-only fast path, nothing is ever held): the new
    text is appended to `held` and searched; on no match, the text that cannot begin a stop is
-   emitted and the rest stays held.
+   emitted and the rest stays held. The first `min_tokens` tokens' text is never searched, as
+   vLLM's detokenizer checks stops only beyond min_tokens: it is held back only as far as a stop
+   ending in a later token could begin in it (docs/stops-and-finalize.md §3).
 
 Invariants (what the tests check):
 - I1 `held` is the longest suffix of the decoded text that is a proper prefix of some stop: never
@@ -90,11 +92,13 @@ class StopScanner:
     __slots__ = (
         "_detokenizer",
         "_held",
+        "_longest",
         "_patterns",
         "_skip_special_tokens",
         "_stop",
         "_stop_token_ids",
         "_tokenizer",
+        "_unchecked",
         "_visible",
     )
 
@@ -108,6 +112,8 @@ class StopScanner:
         self._patterns: tuple[_Pattern, ...] = tuple(
             (stop, len(stop), stop[0]) for stop in dict.fromkeys(spec.strings) if stop
         )
+        self._longest = max((length for _, length, _ in self._patterns), default=0)
+        self._unchecked = spec.min_tokens  # tokens left whose text no string stop may end in
         self._held = ""
         self._stop: Stop | None = None  # once stopped: the inert outcome repeated by `feed`
 
@@ -146,6 +152,10 @@ class StopScanner:
             if token_id in stop_token_ids:
                 return self._stop_on_token(token_id, out)
             text = step(token_id)
+            if self._unchecked:
+                self._unchecked -= 1
+                out += self._hold_tail(text) if searching else text
+                continue
             if not text:
                 continue
             if not searching:
@@ -165,6 +175,9 @@ class StopScanner:
         """
         if self._stop is not None:
             return self._stop
+        if self._unchecked:  # ended within min_tokens: nothing may match
+            text, self._held = self._held + self._detokenizer.flush(), ""
+            return Emit(text) if text else HOLD
         result = self._scan(self._detokenizer.flush(), True)
         if isinstance(result, Stop):
             return self._stopped("", result)
@@ -180,6 +193,13 @@ class StopScanner:
                 (token_id,), skip_special_tokens=self._skip_special_tokens
             )
         return self._stopped("", Stop(text=text, token_id=token_id))
+
+    def _hold_tail(self, new: str) -> str:
+        """Within min_tokens: emit all but the tail a later stop could still begin in."""
+        buf = self._held + new
+        keep = min(len(buf), self._longest - 1)
+        self._held = buf[len(buf) - keep :]
+        return buf[: len(buf) - keep]
 
     def _stopped(self, out: str, stop: Stop) -> Stop:
         self._held = ""

@@ -12,7 +12,8 @@ as SGLang's scheduler behind smg's servicer serves it with `skip_tokenizer_init`
   request ends the complete repeats the last delta. Non-streaming: one complete with every
   token. Abort RPC: always answers success; the stream gets an empty chunk, then a complete
   with finish "abort".
-- Unsupported here: n > 1 (INVALID_ARGUMENT), constraints and LoRA loading (UNIMPLEMENTED).
+- Unsupported here: n > 1 (INVALID_ARGUMENT) and LoRA loading (UNIMPLEMENTED). A constraint is
+  taken but not applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.wire._proto import sglang_scheduler_grpc
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
-from smg_trio.wire.grpc_responses import GrpcStatus
 
 SGLANG_VERSION: Final = "0.5.21"
 GREEDY_BELOW: Final = 1e-6
@@ -40,10 +40,6 @@ def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
         raise grpc_policy.invalid(
             "stop strings need a tokenizer and this server runs with skip_tokenizer_init; "
             "send stop_token_ids instead"
-        )
-    if p.WhichOneof("constraint") is not None:
-        raise grpc_policy.Rejected(
-            GrpcStatus.UNIMPLEMENTED, "constrained decoding is not supported here"
         )
     if p.n > 1:
         raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")

@@ -14,7 +14,8 @@
   complete repeats the last delta. Non-streaming: one complete with every token. Abort RPC:
   answers whether the id was known; the stream ends with status INTERNAL, as TokenSpeed's
   servicer turns an abort finish into an error.
-- Unsupported here: n > 1 (INVALID_ARGUMENT), constraints (UNIMPLEMENTED).
+- Unsupported here: n > 1 (INVALID_ARGUMENT). A constraint is taken but not applied: the
+  scripted model has no grammar (docs/request-fields.md §2).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, Ser
 from smg_trio.engines.grpc_stops import TextStops
 from smg_trio.wire._proto import tokenspeed_scheduler_grpc
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
-from smg_trio.wire.grpc_responses import GrpcStatus
 
 TOKENSPEED_VERSION: Final = "0.1.1"
 GREEDY_BELOW: Final = 1e-6
@@ -40,10 +40,6 @@ def admit(request: tokenspeed.GenerateRequest, model: ServedModel) -> JobSpec:
         raise grpc_policy.invalid("tokenized input must be provided")
     prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
     p = request.sampling_params
-    if p.WhichOneof("constraint") is not None:
-        raise grpc_policy.Rejected(
-            GrpcStatus.UNIMPLEMENTED, "constrained decoding is not supported here"
-        )
     if p.n > 1:
         raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")
     greedy = (p.HasField("temperature") and p.temperature < GREEDY_BELOW) or (

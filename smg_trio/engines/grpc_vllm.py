@@ -13,7 +13,8 @@ frontend behind smg's servicer serves it (docs/wire.md §C.2).
   length; when the request ends a complete follows that repeats the last delta only.
   Non-streaming: one complete with every token. Abort RPC: an empty chunk, then a complete
   with finish "abort".
-- Unsupported here (INVALID_ARGUMENT / UNIMPLEMENTED): n > 1, structured-output constraints.
+- Unsupported here (INVALID_ARGUMENT): n > 1. A structured-output constraint is taken but not
+  applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from smg_trio.engines.grpc_stops import TextStops
 from smg_trio.engines.wire_adapter import BLOCK_SIZE
 from smg_trio.wire._proto import vllm_engine_grpc
 from smg_trio.wire._proto import vllm_engine_pb2 as vllm
-from smg_trio.wire.grpc_responses import GrpcStatus
 
 VLLM_VERSION: Final = "0.33.0"
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
@@ -45,10 +45,6 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
         case _:
             raise grpc_policy.invalid("the request carries neither tokenized input nor text")
     p = request.sampling_params
-    if p.WhichOneof("constraint") is not None:
-        raise grpc_policy.Rejected(
-            GrpcStatus.UNIMPLEMENTED, "structured outputs are not supported here"
-        )
     if p.n > 1:
         raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")
     if any(not stop for stop in p.stop):

@@ -10,7 +10,33 @@ carry it in the builders of the wires whose engine takes it, validate it, test i
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
+
+
+class ConstraintKind(enum.StrEnum):
+    """What a structured-output constraint says the text must be (vLLM's StructuredOutputsParams
+    keys; docs/request-fields.md §2)."""
+
+    JSON_SCHEMA = "json"  # `text` is the JSON schema, serialized
+    JSON_OBJECT = "json_object"  # any JSON object; `text` is empty
+    REGEX = "regex"
+    CHOICE = "choice"  # exactly one of `choices`
+    GRAMMAR = "grammar"  # an EBNF/GBNF grammar, as vLLM's `grammar` and SGLang's `ebnf`
+
+
+class StructuredConstraint(msgspec.Struct, frozen=True, kw_only=True):
+    """The one constraint a request puts on its output, whichever field the client used.
+
+    `param` is that field as the client spelled it (`response_format`, `structured_outputs`,
+    `guided_json`, ...): a runtime that cannot honour the constraint names it in its 400.
+    """
+
+    kind: ConstraintKind
+    param: str
+    text: str = ""
+    choices: tuple[str, ...] = ()
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -27,6 +53,10 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     - `max_tokens`: set where the engine requires one (TRT-LLM).
     - `eos_token_id`, `all_stop_token_ids`: only for an engine without a tokenizer (vLLM over
       ZMQ): the EOS it stops on without a stop reason, and every id it masks below min_tokens.
+    - `constraint`: rewritten to a kind the engine's grammar support takes (a choice becomes a
+      regex alternation, JSON mode a permissive schema) where it has no native spelling.
+    - `bad_words_token_ids`: only for vLLM over ZMQ, whose EngineCore cannot tokenize
+      `bad_words`; finalize tokenizes them as vLLM's frontend does and clears `bad_words`.
     """
 
     temperature: float | None = None
@@ -42,11 +72,17 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: int | None = None  # top-k logprobs per sampled token; None = none
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     eos_token_id: int | None = None
     all_stop_token_ids: tuple[int, ...] = ()
+    constraint: StructuredConstraint | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in [-100, 100])
+    allowed_token_ids: tuple[int, ...] | None = None  # None: every token
+    bad_words: tuple[str, ...] = ()
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = ()
 
 
 class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):

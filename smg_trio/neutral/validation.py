@@ -12,10 +12,14 @@ bytes is each wire's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
+import msgspec
+
 from smg_trio.errors import ClientError
+from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
@@ -23,6 +27,7 @@ MAX_STOP_STRINGS: Final = 4
 MAX_CHOICES: Final = 128
 MAX_TOP_LOGPROBS: Final = 20  # vLLM's default max_logprobs; its EngineCore does not check it
 MAX_COMPLETION_LOGPROBS: Final = 5
+MAX_LOGIT_BIAS: Final = 100.0  # OpenAI's documented range is [-100, 100]
 _TOKEN_ID_END: Final = 2**32  # without a vocab size, ids must still fit the engines' u32
 
 
@@ -116,13 +121,12 @@ def check_lengths(max_tokens: int | None, max_param: str, min_tokens: int, min_p
 def check_context_length(
     prompt_len: int, max_tokens: int | None, context_length: int, param: str
 ) -> None:
-    """400 when the prompt, or prompt plus requested completion, exceeds the context window.
+    """400 when the prompt alone leaves no room for one token in the context window.
 
+    A larger max_tokens is not an error: as vLLM does, prepare caps it to the room left.
     `param` is "messages" or "prompt" and names where the input tokens came from.
     """
-    if prompt_len >= context_length or (
-        max_tokens is not None and prompt_len + max_tokens > context_length
-    ):
+    if prompt_len >= context_length:
         requested = prompt_len + (max_tokens or 0)
         raise ClientError(
             f"This model's maximum context length is {context_length} tokens. However, you "
@@ -172,3 +176,92 @@ def token_budget(
             param="min_tokens",
         )
     return max_tokens, min_tokens
+
+
+def checked_logit_bias(
+    bias: Mapping[str, float] | None, param: str, vocab_size: int | None
+) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `logit_bias` (token ids as string keys) as (id, bias) pairs, in the client's order.
+
+    Keys must be token ids in the vocabulary, values numbers in [-100, 100] (OpenAI's range).
+    """
+    if not bias:
+        return ()
+    pairs: list[tuple[int, float]] = []
+    for key, value in bias.items():
+        try:
+            token_id = int(key)
+        except ValueError:
+            raise ClientError(f"{param} keys must be token ids, got {key!r}", param=param) from None
+        checked_ids((token_id,), param, vocab_size)
+        check_between(value, param, -MAX_LOGIT_BIAS, MAX_LOGIT_BIAS)
+        pairs.append((token_id, float(value)))
+    return tuple(pairs)
+
+
+def checked_allowed_token_ids(
+    ids: Sequence[int] | None, param: str, vocab_size: int | None
+) -> tuple[int, ...] | None:
+    """vLLM's `allowed_token_ids`: unset, or a non-empty list of ids in the vocabulary."""
+    if ids is None:
+        return None
+    if not ids:
+        raise ClientError(f"{param} must not be empty when given", param=param)
+    return checked_ids(ids, param, vocab_size)
+
+
+def check_truncate_prompt_tokens(value: int | None, param: str) -> None:
+    """vLLM's `truncate_prompt_tokens`: -1 (the model's context length) or at least 1."""
+    if value is not None and value != -1:
+        check_at_least(value, param, 1)
+
+
+def checked_constraint(
+    candidates: Sequence[StructuredConstraint],
+) -> StructuredConstraint | None:
+    """The request's one structured-output constraint, its value checked (request-fields.md §2).
+
+    More than one (across `response_format`, `structured_outputs` and `guided_*`, or inside
+    `structured_outputs`) is a 400 naming them all, as vLLM allows exactly one.
+    """
+    if not candidates:
+        return None
+    if len(candidates) > 1:
+        names = ", ".join(c.param for c in candidates)
+        raise ClientError(
+            f"only one structured-output constraint may be given, got {names}",
+            param=candidates[0].param,
+        )
+    constraint = candidates[0]
+    match constraint.kind:
+        case ConstraintKind.JSON_SCHEMA:
+            _check_schema(constraint.text, constraint.param)
+        case ConstraintKind.REGEX:
+            try:
+                re.compile(constraint.text)
+            except re.error as exc:
+                raise ClientError(
+                    f"{constraint.param} is not a valid regular expression: {exc}",
+                    param=constraint.param,
+                ) from None
+        case ConstraintKind.CHOICE:
+            if not constraint.choices:
+                raise ClientError(
+                    f"{constraint.param} must be a non-empty list of strings",
+                    param=constraint.param,
+                )
+        case ConstraintKind.GRAMMAR:
+            if not constraint.text.strip():
+                raise ClientError(f"{constraint.param} must not be empty", param=constraint.param)
+        case ConstraintKind.JSON_OBJECT:
+            pass
+    return constraint
+
+
+def _check_schema(text: str, param: str) -> None:
+    try:
+        schema = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise ClientError(f"{param} is not valid JSON", param=param) from None
+    if not isinstance(schema, dict):
+        raise ClientError(f"{param} must be a JSON schema object", param=param)

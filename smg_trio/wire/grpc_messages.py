@@ -30,6 +30,13 @@ from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
 from smg_trio.wire._proto import trtllm_service_pb2 as trtllm
 from smg_trio.wire._proto import vllm_engine_pb2 as vllm
+from smg_trio.wire.grpc_constraints import (
+    int_keys,
+    set_sglang_constraint,
+    set_vllm_constraint,
+    string_keys,
+    trtllm_guide,
+)
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -128,13 +135,15 @@ def build_vllm_generate(
         stop=s.stop,
         stop_token_ids=_ids(s.stop_token_ids),
         skip_special_tokens=s.skip_special_tokens,
-        spaces_between_special_tokens=True,  # vLLM's own default; proto3's would be false
+        spaces_between_special_tokens=s.spaces_between_special_tokens,
         ignore_eos=s.ignore_eos,
         n=1,
         logprobs=_optional(s.logprobs, "logprobs", 0, INT32_MAX),
         seed=_optional(s.seed, "seed", INT32_MIN, INT32_MAX),
         include_stop_str_in_output=s.no_stop_trim,
+        logit_bias=int_keys(s.logit_bias),
     )
+    set_vllm_constraint(params, s.constraint)
     return vllm.GenerateRequest(
         request_id=engine_request_id,
         tokenized=vllm.TokenizedInput(
@@ -161,12 +170,14 @@ def build_sglang_generate(
         max_new_tokens=_optional(s.max_tokens, "max_tokens", 1, UINT32_MAX),
         stop_token_ids=_ids(s.stop_token_ids),
         skip_special_tokens=s.skip_special_tokens,
-        spaces_between_special_tokens=True,
+        spaces_between_special_tokens=s.spaces_between_special_tokens,
         n=1,
         min_new_tokens=_ranged(s.min_tokens, "min_tokens", 0, UINT32_MAX),
         ignore_eos=s.ignore_eos,
         no_stop_trim=s.no_stop_trim,
+        logit_bias=string_keys(s.logit_bias),
     )
+    set_sglang_constraint(params, s.constraint)
     return sglang.GenerateRequest(
         request_id=engine_request_id,
         tokenized=sglang.TokenizedInput(
@@ -197,11 +208,13 @@ def build_tokenspeed_generate(
         stop_token_ids=_ids(s.stop_token_ids),
         ignore_eos=s.ignore_eos,
         skip_special_tokens=s.skip_special_tokens,
-        spaces_between_special_tokens=True,
+        spaces_between_special_tokens=s.spaces_between_special_tokens,
         n=1,
         no_stop_trim=s.no_stop_trim,
         sampling_seed=_optional(s.seed, "seed", 0, UINT64_MAX),
+        logit_bias=string_keys(s.logit_bias),
     )
+    set_sglang_constraint(params, s.constraint)
     return tokenspeed.GenerateRequest(
         request_id=engine_request_id,
         tokenized=tokenspeed.TokenizedInput(
@@ -232,6 +245,7 @@ def build_mlx_generate(
         ignore_eos=s.ignore_eos,
         logprobs=_optional(s.logprobs, "logprobs", 0, INT32_MAX),
         seed=_optional(s.seed, "seed", INT32_MIN, INT32_MAX),
+        logit_bias=int_keys(s.logit_bias),
     )
     return mlx.GenerateRequest(
         request_id=engine_request_id,
@@ -274,6 +288,8 @@ def build_trtllm_generate(
         stop_token_ids=_ids(s.stop_token_ids),
         ignore_eos=s.ignore_eos,
         include_stop_token_in_output=s.no_stop_trim,
+        bad=s.bad_words,
+        guided_decoding=trtllm_guide(s.constraint),
     )
 
 

@@ -129,6 +129,21 @@ class JsonSchemaFormat(msgspec.Struct, frozen=True, tag_field="type", tag="json_
 ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
 
 
+class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True):
+    """vLLM's `structured_outputs` extra: exactly one constraint, plus backend options."""
+
+    json: str | dict[str, Any] | None = None
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: str | None = None
+    disable_fallback: bool = False
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+
+
 class StreamOptions(msgspec.Struct, frozen=True):
     include_usage: bool | None = None
 
@@ -165,6 +180,16 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     include_stop_str_in_output: bool = False
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words: tuple[str, ...] | None = None
+    truncate_prompt_tokens: int | None = None
+    # Structured outputs: OpenAI's response_format and vLLM's extras (one constraint in all).
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: tuple[str, ...] | None = None
+    guided_grammar: str | None = None
 
     @property
     def num_choices(self) -> int:
@@ -201,7 +226,6 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     tools: tuple[Tool, ...] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
     reasoning_effort: str | None = None
     # vLLM / SGLang chat extensions
     echo: bool = False

@@ -4,15 +4,21 @@ Bodies decode with msgspec (unknown fields ignored, as vLLM/SGLang servers do) a
 checked: here, which fields may combine and what shape they take; the value rules (ranges,
 limits) are `neutral.validation`'s, applied to each field as the client spelled it. Every
 rejection is a 400 `ClientError` whose `param` names the offending field.
+
+Decoding is lax the way vLLM's pydantic models are (`strict=False`): an integral float such as
+`"max_tokens": 16.0` is the integer 16, a non-integral one is a 400. Which known fields a
+request may carry without a parser or engine support is docs/request-fields.md's table.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any, Final
 
 import msgspec
 
 from smg_trio.errors import ClientError
+from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 from smg_trio.neutral.validation import (
     INT64_MAX,
     INT64_MIN,
@@ -25,12 +31,27 @@ from smg_trio.neutral.validation import (
     check_knobs,
     check_lengths,
     check_stops,
+    check_truncate_prompt_tokens,
+    checked_allowed_token_ids,
+    checked_constraint,
+    checked_logit_bias,
 )
 from smg_trio.wire.openai import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    StructuredOutputs,
+    ToolChoiceFunction,
     _SamplingFields,
+)
+
+# vLLM's server without --enable-auto-tool-choice/--tool-call-parser: the gateway has no tool
+# parser, so a tool_choice that asks for tool calls cannot be honoured (request-fields.md §3).
+NO_TOOL_PARSER: Final = (
+    "tool_choice {choice} requires a tool call parser (vLLM: --enable-auto-tool-choice and "
+    '--tool-call-parser); this gateway has none, so only tool_choice "none" is supported'
 )
 
 _ERROR_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
@@ -63,6 +84,80 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
     check_stops(req.stop, "stop", max_count=MAX_STOP_STRINGS)
     if req.stream_options is not None and not req.stream:
         raise _reject("stream_options", "stream_options is only allowed when stream is true")
+    checked_logit_bias(req.logit_bias, "logit_bias", None)
+    checked_allowed_token_ids(req.allowed_token_ids, "allowed_token_ids", None)
+    check_truncate_prompt_tokens(req.truncate_prompt_tokens, "truncate_prompt_tokens")
+    requested_constraint(req)
+
+
+def requested_constraint(req: _SamplingFields) -> StructuredConstraint | None:
+    """The one structured-output constraint of `req`, whichever field carried it (or None)."""
+    found: list[StructuredConstraint] = []
+    fmt = req.response_format
+    if isinstance(fmt, JsonObjectFormat):
+        found.append(StructuredConstraint(kind=ConstraintKind.JSON_OBJECT, param="response_format"))
+    elif isinstance(fmt, JsonSchemaFormat):
+        schema = fmt.json_schema.json_schema
+        param = "response_format.json_schema.schema"
+        if schema is None:
+            raise _reject(param, "response_format json_schema needs a schema")
+        found.append(_json_schema(schema, param))
+    if req.structured_outputs is not None:
+        found.extend(_structured_outputs(req.structured_outputs))
+    if req.guided_json is not None:
+        found.append(_json_schema(req.guided_json, "guided_json"))
+    if req.guided_regex is not None:
+        found.append(_text(ConstraintKind.REGEX, req.guided_regex, "guided_regex"))
+    if req.guided_choice is not None:
+        found.append(_choice(req.guided_choice, "guided_choice"))
+    if req.guided_grammar is not None:
+        found.append(_text(ConstraintKind.GRAMMAR, req.guided_grammar, "guided_grammar"))
+    return checked_constraint(found)
+
+
+def _structured_outputs(so: StructuredOutputs) -> list[StructuredConstraint]:
+    prefix = "structured_outputs."
+    if so.structural_tag is not None:
+        raise _reject(prefix + "structural_tag", "structural_tag is not supported")
+    options = {
+        "disable_fallback": so.disable_fallback,
+        "disable_any_whitespace": so.disable_any_whitespace,
+        "disable_additional_properties": so.disable_additional_properties,
+        "whitespace_pattern": so.whitespace_pattern is not None,
+    }
+    for name, given in options.items():
+        if given:
+            raise _reject(prefix + name, f"structured_outputs.{name} is not supported")
+    found: list[StructuredConstraint] = []
+    if so.json is not None:
+        found.append(_json_schema(so.json, prefix + "json"))
+    if so.regex is not None:
+        found.append(_text(ConstraintKind.REGEX, so.regex, prefix + "regex"))
+    if so.choice is not None:
+        found.append(_choice(so.choice, prefix + "choice"))
+    if so.grammar is not None:
+        found.append(_text(ConstraintKind.GRAMMAR, so.grammar, prefix + "grammar"))
+    if so.json_object:
+        found.append(
+            StructuredConstraint(kind=ConstraintKind.JSON_OBJECT, param=prefix + "json_object")
+        )
+    if not found:
+        raise _reject("structured_outputs", "structured_outputs needs one constraint")
+    return found
+
+
+def _json_schema(schema: str | dict[str, Any], param: str) -> StructuredConstraint:
+    # A dict is serialized once, compactly; a string is passed as the client wrote it.
+    text = schema if isinstance(schema, str) else msgspec.json.encode(schema).decode()
+    return StructuredConstraint(kind=ConstraintKind.JSON_SCHEMA, param=param, text=text)
+
+
+def _text(kind: ConstraintKind, text: str, param: str) -> StructuredConstraint:
+    return StructuredConstraint(kind=kind, param=param, text=text)
+
+
+def _choice(choices: tuple[str, ...], param: str) -> StructuredConstraint:
+    return StructuredConstraint(kind=ConstraintKind.CHOICE, param=param, choices=choices)
 
 
 def validate_chat(req: ChatCompletionRequest) -> None:
@@ -75,6 +170,14 @@ def validate_chat(req: ChatCompletionRequest) -> None:
         check_between(req.top_logprobs, "top_logprobs", 0, MAX_TOP_LOGPROBS)
         if not req.logprobs:
             raise _reject("top_logprobs", "top_logprobs requires logprobs to be true")
+    choice = req.tool_choice
+    if choice is not None and choice != "none":
+        shown = (
+            f"{{'function': {choice.function.name!r}}}"
+            if isinstance(choice, ToolChoiceFunction)
+            else repr(choice)
+        )
+        raise _reject("tool_choice", NO_TOOL_PARSER.format(choice=shown))
     if req.continue_final_message and req.add_generation_prompt:
         raise _reject(
             "continue_final_message",
@@ -97,6 +200,8 @@ def validate_completion(req: CompletionRequest) -> None:
             raise _reject("prompt", "prompt token ids must be non-empty and non-negative")
     _check_openai_common(req, req.max_tokens, "max_tokens")
     check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    if req.suffix is not None:
+        raise _reject("suffix", "suffix is not supported: no engine behind this gateway fills in")
     if req.best_of is not None and req.best_of != req.num_choices:
         raise _reject("best_of", "best_of is not supported unless it equals n")
 
@@ -121,9 +226,10 @@ def validate_generate(req: GenerateRequest) -> None:
     check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
 
 
-_CHAT_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
-_COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
-_GENERATE_DECODER = msgspec.json.Decoder(GenerateRequest)
+# Lax like vLLM's pydantic models: integral floats are ints ("max_tokens": 16.0).
+_CHAT_DECODER = msgspec.json.Decoder(ChatCompletionRequest, strict=False)
+_COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest, strict=False)
+_GENERATE_DECODER = msgspec.json.Decoder(GenerateRequest, strict=False)
 
 
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:

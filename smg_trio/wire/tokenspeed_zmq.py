@@ -16,7 +16,7 @@ from typing import Any, Final
 import msgspec
 
 from smg_trio.errors import BackendProtocolError, ClientError
-from smg_trio.neutral.sampling import EngineRequest
+from smg_trio.neutral.sampling import ConstraintKind, EngineRequest, StructuredConstraint
 from smg_trio.neutral.validation import checked_ids, checked_prompt, token_budget
 from smg_trio.wire.msgpack_ints import checked_int
 from smg_trio.wire.zmq_transport import decode_message
@@ -139,9 +139,14 @@ def build_request(
         min_new_tokens=checked_int(min_tokens, "min_tokens"),
         ignore_eos=s.ignore_eos,
         skip_special_tokens=s.skip_special_tokens,
+        spaces_between_special_tokens=s.spaces_between_special_tokens,
         no_stop_trim=s.no_stop_trim,
+        logit_bias=_logit_bias(s.logit_bias, vocab_size),
         seed=seed,
         stop_strs=[],
+        json_schema=_constraint(s.constraint, ConstraintKind.JSON_SCHEMA),
+        regex=_constraint(s.constraint, ConstraintKind.REGEX),
+        ebnf=_constraint(s.constraint, ConstraintKind.GRAMMAR),
         is_normalized=True,
     )
     return TokenizedGenerateReqInput(
@@ -155,6 +160,22 @@ def build_request(
 
 def _float(value: float | None, default: float) -> float:
     return default if value is None else float(value)
+
+
+def _logit_bias(
+    pairs: tuple[tuple[int, float], ...], vocab_size: int | None
+) -> dict[str, float] | None:
+    """TokenSpeed's logit_bias map takes string token-id keys (wire.md §B.4)."""
+    if not pairs:
+        return None
+    checked_ids([token_id for token_id, _ in pairs], "logit_bias", vocab_size)
+    return {str(token_id): bias for token_id, bias in pairs}
+
+
+def _constraint(constraint: StructuredConstraint | None, kind: ConstraintKind) -> str | None:
+    """The constraint's text in the field of its kind; finalize rewrote choices and JSON mode
+    to a schema or a regex, the only kinds TokenSpeed takes besides EBNF."""
+    return constraint.text if constraint is not None and constraint.kind is kind else None
 
 
 class BatchTokenIDOutSlim(

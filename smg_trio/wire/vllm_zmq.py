@@ -17,17 +17,31 @@ a failure is a `ClientError` naming the parameter.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
 from smg_trio.errors import BackendProtocolError, ClientError
-from smg_trio.neutral.sampling import EngineRequest
+from smg_trio.neutral.sampling import ConstraintKind, EngineRequest, StructuredConstraint
 from smg_trio.neutral.validation import checked_ids, checked_prompt, token_budget
 from smg_trio.wire.msgpack_ints import checked_int
 from smg_trio.wire.zmq_transport import decode_message
 
 VLLM_DEFAULT_MAX_TOKENS: Final = 16  # what EngineCore assumes when the key is absent
+# The grammar backend EngineCore compiles a constraint with. vLLM's frontend resolves its
+# default "auto" to xgrammar and writes the result here; EngineCore never resolves it itself.
+VLLM_GRAMMAR_BACKEND: Final = "xgrammar"
+
+
+class VllmStructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """vLLM's StructuredOutputsParams map (wire.md §A.6.2): exactly one constraint key set."""
+
+    json: str | None = None  # the JSON schema, serialized
+    regex: str | None = None
+    choice: tuple[str, ...] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    backend: str | None = msgspec.field(default=None, name="_backend")
 
 
 class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -36,7 +50,7 @@ class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_default
     `build_request` leaves out every key equal to its default but always sends a concrete
     `max_tokens`. Decoding (the reference engine's side) accepts an absent `max_tokens`, as
     vLLM's own frontend omits it when it is 16: read it with `effective_max_tokens`. Decoding
-    ignores keys we do not model (structured outputs, logit bias, ...) and fills vLLM's defaults.
+    ignores keys we do not model (LoRA, extra args, ...) and fills vLLM's defaults.
     """
 
     n: int = 1
@@ -54,6 +68,12 @@ class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_default
     min_tokens: int = 0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    structured_outputs: VllmStructuredOutputs | None = None
+    logit_bias: dict[int, float] | None = None  # integer token-id keys
+    allowed_token_ids: tuple[int, ...] | None = None
+    bad_words_token_ids: tuple[tuple[int, ...], ...] | None = msgspec.field(
+        default=None, name="_bad_words_token_ids"
+    )
     eos_token_id: int | None = msgspec.field(default=None, name="_eos_token_id")
     all_stop_token_ids: tuple[int, ...] = msgspec.field(default=(), name="_all_stop_token_ids")
 
@@ -136,6 +156,17 @@ def build_request(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         logprobs=None if s.logprobs is None else checked_int(s.logprobs, "logprobs"),
+        structured_outputs=_structured_outputs(s.constraint),
+        logit_bias=_logit_bias(s.logit_bias, vocab_size),
+        allowed_token_ids=(
+            None
+            if s.allowed_token_ids is None
+            else checked_ids(s.allowed_token_ids, "allowed_token_ids", vocab_size)
+        ),
+        bad_words_token_ids=tuple(
+            checked_ids(ids, "bad_words", vocab_size) for ids in s.bad_words_token_ids
+        )
+        or None,
         eos_token_id=s.eos_token_id,
         all_stop_token_ids=s.all_stop_token_ids,
     )
@@ -154,6 +185,35 @@ def build_request(
         trace_headers=None if trace_headers is None else dict(trace_headers),
         external_req_id=external_req_id,
     )
+
+
+def _structured_outputs(constraint: StructuredConstraint | None) -> VllmStructuredOutputs | None:
+    """The neutral constraint under vLLM's key for its kind, with the backend set."""
+    if constraint is None:
+        return None
+    kind, backend = constraint.kind, VLLM_GRAMMAR_BACKEND
+    match kind:
+        case ConstraintKind.JSON_SCHEMA:
+            return VllmStructuredOutputs(json=constraint.text, backend=backend)
+        case ConstraintKind.REGEX:
+            return VllmStructuredOutputs(regex=constraint.text, backend=backend)
+        case ConstraintKind.CHOICE:
+            return VllmStructuredOutputs(choice=constraint.choices, backend=backend)
+        case ConstraintKind.GRAMMAR:
+            return VllmStructuredOutputs(grammar=constraint.text, backend=backend)
+        case ConstraintKind.JSON_OBJECT:
+            return VllmStructuredOutputs(json_object=True, backend=backend)
+        case _:  # pragma: no cover - exhaustive
+            assert_never(kind)
+
+
+def _logit_bias(
+    pairs: tuple[tuple[int, float], ...], vocab_size: int | None
+) -> dict[int, float] | None:
+    if not pairs:
+        return None
+    checked_ids([token_id for token_id, _ in pairs], "logit_bias", vocab_size)
+    return dict(pairs)
 
 
 def _float(value: float | None, default: float) -> float:

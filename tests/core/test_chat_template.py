@@ -189,3 +189,25 @@ def test_client_kwargs_cannot_override_messages() -> None:
 def test_jinja2_oracle_is_the_sandboxed_one() -> None:
     with pytest.raises(jinja2.exceptions.SecurityError):
         _oracle("{{ ''.__class__.__mro__ }}", [], add_generation_prompt=False)
+
+
+def test_a_render_error_never_quotes_the_template_source() -> None:
+    """The TINY_LLAMA template concatenates content: a missing one fails in jinja2 too."""
+    messages = [{"role": "assistant"}]
+    with pytest.raises(ClientError, match="failed to render") as info:
+        _ours(TINY_LLAMA, messages, add_generation_prompt=False)
+    assert "message['role']" not in info.value.message
+    assert "{{" not in info.value.message
+    with pytest.raises(jinja2.UndefinedError):
+        _oracle(TINY_LLAMA, messages, add_generation_prompt=False)
+
+
+def test_empty_content_for_a_tool_call_turn_renders_as_jinja2_does() -> None:
+    """prepare passes a null content as "" (vLLM); HF templates then render it like jinja2."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]},
+    ]
+    for source in (TINY_LLAMA, TOOLS, CHATML):
+        ours = _ours(source, messages, add_generation_prompt=True)
+        assert ours == _oracle(source, messages, add_generation_prompt=True)

@@ -16,6 +16,7 @@ from smg_trio.errors import ClientError
 from smg_trio.hf_tokenizer import ModelTokenizer
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 from smg_trio.wire import openai_decode as oad
 
 NOW = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
@@ -86,12 +87,19 @@ def test_unset_max_tokens_becomes_the_rest_of_the_context() -> None:
     assert chat_plan(max_completion_tokens=6, max_tokens=5).sampling.max_tokens == 6
 
 
-def test_context_overflow_is_a_400_naming_messages() -> None:
+def test_max_tokens_over_the_context_is_capped_to_the_room_left() -> None:
+    """vLLM 0.32: min(max_tokens, context - prompt); only a prompt with no room is a 400."""
+    plan = chat_plan(max_tokens=4096)
+    assert plan.sampling.max_tokens == 4096 - len(plan.prompt_ids)
+    full = msgspec.structs.replace(MODEL, context_length=len(plan.prompt_ids))
+    req = oad.decode_chat_request(
+        msgspec.json.encode({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    )
     with pytest.raises(ClientError) as info:
-        chat_plan(max_tokens=4096)
+        prepare_chat(req, full, request_id="r1", now=NOW)
     assert info.value.status == 400
     assert info.value.param == "messages"
-    assert "maximum context length is 4096" in info.value.message
+    assert f"maximum context length is {len(plan.prompt_ids)}" in info.value.message
 
 
 def test_stop_spec_has_eos_then_user_ids_and_strings() -> None:
@@ -227,3 +235,83 @@ def test_generate_maps_sglang_sampling_params() -> None:
     assert plan.stop_spec.strings == ("x",)
     assert plan.stop_spec.no_stop_trim
     assert plan.stop_spec.token_ids == ()  # ignore_eos
+
+
+def test_developer_renders_as_system_for_a_template_without_that_role() -> None:
+    """vLLM's rendering: the demo ChatML template knows no developer role."""
+    plan = chat_plan(messages=[{"role": "developer", "content": "be brief"}])
+    text = DEMO.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nbe brief<|im_end|>")
+    assert "developer" not in text
+
+
+def test_assistant_tool_call_turn_with_null_content_renders_as_empty() -> None:
+    plan = chat_plan(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            {"role": "user", "content": "go on"},
+        ]
+    )
+    text = DEMO.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
+    assert "<|im_start|>assistant\n<|im_end|>" in text
+
+
+def test_reasoning_effort_reaches_the_template_unless_the_client_set_it() -> None:
+    template = ChatTemplate(
+        "{{ reasoning_effort | default('unset') }}", special_tokens={"eos_token": "</s>"}
+    )
+    model = msgspec.structs.replace(MODEL, chat_template=template)
+    high = chat({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high"}, model)
+    assert DEMO.tokenizer.decode(high.prompt_ids, skip_special_tokens=False) == "high"
+    kept = chat(
+        {
+            "messages": [{"role": "user", "content": "x"}],
+            "reasoning_effort": "high",
+            "chat_template_kwargs": {"reasoning_effort": "low"},
+        },
+        model,
+    )
+    assert DEMO.tokenizer.decode(kept.prompt_ids, skip_special_tokens=False) == "low"
+
+
+def test_truncate_prompt_tokens_keeps_the_last_tokens() -> None:
+    req = oad.decode_completion_request(b'{"prompt":[5,6,7,8],"truncate_prompt_tokens":2}')
+    assert prepare_completion(req, MODEL, request_id="c").prompt_ids == (7, 8)
+    too_many = oad.decode_completion_request(b'{"prompt":[5,6],"truncate_prompt_tokens":5000}')
+    with pytest.raises(ClientError) as info:
+        prepare_completion(too_many, MODEL, request_id="c")
+    assert info.value.param == "truncate_prompt_tokens"
+
+
+def test_integral_float_max_tokens_is_accepted_as_vllm_does() -> None:
+    req = oad.decode_completion_request(b'{"prompt":"hi","max_tokens":16.0}')
+    assert prepare_completion(req, MODEL, request_id="c").sampling.max_tokens == 16
+
+
+def test_logit_bias_ids_outside_the_vocabulary_are_400s() -> None:
+    plan = chat_plan(logit_bias={"5": 100, "6": -100.0})
+    assert plan.sampling.logit_bias == ((5, 100.0), (6, -100.0))
+    with pytest.raises(ClientError) as info:
+        chat_plan(logit_bias={str(MODEL.vocab_size): 1})
+    assert info.value.param == "logit_bias"
+
+
+def test_the_structured_output_constraint_lands_on_sampling() -> None:
+    plan = chat_plan(
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "s", "schema": {"type": "object"}},
+        }
+    )
+    assert plan.sampling.constraint == StructuredConstraint(
+        kind=ConstraintKind.JSON_SCHEMA,
+        param="response_format.json_schema.schema",
+        text='{"type":"object"}',
+    )

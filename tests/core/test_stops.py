@@ -328,3 +328,28 @@ def test_stop_completed_by_text_released_at_the_end(tokenizer: TokenizerLike, en
     scan = scanner(tokenizer, [stop], [BPE_EOS])
     result = run(scan, per_token(ids))
     assert result == Run(text="ab" + whole[: whole.rindex(stop)], stopped=True, matched=stop)
+
+
+def test_string_stops_match_only_text_ending_after_min_tokens() -> None:
+    """vLLM checks stop strings once more than min_tokens tokens were generated: a stop inside
+    the first min_tokens tokens is ordinary text, and one ending later still matches even when
+    it began earlier."""
+    t1 = WordMockTokenizer()
+    spec = StopSpec(strings=("Hello",), min_tokens=2)
+    early = StopScanner(spec, t1)
+    # "Hello world Hello": the first Hello (token 1 of 2) must not stop the choice.
+    first, second, third = early.feed([1]), early.feed([2]), early.feed([1])
+    assert isinstance(first, Emit)
+    assert isinstance(second, Emit)
+    assert isinstance(third, Stop)
+    assert third.matched == "Hello"
+    assert first.text + second.text + third.text == "Hello world "
+    spanning = StopScanner(StopSpec(strings=("Hello world",), min_tokens=1), t1)
+    assert spanning.feed([1]) == HOLD  # held: a later token may complete the stop
+    assert spanning.feed([2]) == Stop(text="", matched="Hello world")
+
+
+def test_a_stream_ending_within_min_tokens_releases_its_held_text() -> None:
+    scan = StopScanner(StopSpec(strings=("Hello world",), min_tokens=5), WordMockTokenizer())
+    assert scan.feed([1]) == HOLD
+    assert scan.finish() == Emit("Hello")

@@ -96,5 +96,5 @@ def test_nested_params_are_named_with_their_prefix() -> None:
 def test_context_length_names_where_the_tokens_came_from() -> None:
     check_context_length(90, 10, 100, "messages")
     with pytest.raises(ClientError) as caught:
-        check_context_length(91, 10, 100, "prompt")
+        check_context_length(100, 10, 100, "prompt")
     assert (caught.value.param, caught.value.code) == ("prompt", "context_length_exceeded")

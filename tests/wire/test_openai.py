@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from smg_trio.errors import ClientError, EngineDead, EngineRejected
+from smg_trio.neutral.sampling import ConstraintKind
 from smg_trio.neutral.validation import check_context_length
 from smg_trio.wire.openai import (
     AssistantMessage,
@@ -20,7 +21,6 @@ from smg_trio.wire.openai import (
     JsonSchemaFormat,
     SystemMessage,
     TextPart,
-    ToolChoiceFunction,
     ToolMessage,
     UserMessage,
 )
@@ -28,6 +28,7 @@ from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
     decode_generate_request,
+    requested_constraint,
 )
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
@@ -94,7 +95,7 @@ def test_full_chat_request_decodes_every_role_and_structural_field() -> None:
             {"role": "tool", "content": "42", "tool_call_id": "c1"},
         ],
         tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-        tool_choice={"type": "function", "function": {"name": "f"}},
+        tool_choice="none",
         response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
         stream=True,
         stream_options={"include_usage": True},
@@ -113,7 +114,7 @@ def test_full_chat_request_decodes_every_role_and_structural_field() -> None:
     assert isinstance(user.content, tuple)
     assert isinstance(user.content[0], TextPart)
     assert isinstance(user.content[1], ImagePart)
-    assert isinstance(req.tool_choice, ToolChoiceFunction)
+    assert req.tool_choice == "none"
     assert isinstance(req.response_format, JsonSchemaFormat)
     assert req.response_format.json_schema.json_schema == {}
     assert req.include_usage
@@ -156,7 +157,7 @@ def test_nulls_mean_not_given() -> None:
         (b"", None, "not valid JSON"),
         (b"[]", None, "Expected `object`"),
         (json.dumps({"model": "m"}).encode(), "messages", "missing required field"),
-        (chat(max_tokens="10"), "max_tokens", "Expected `int | null`"),
+        (chat(max_tokens=10.5), "max_tokens", "Expected `int | null`"),
         (chat(messages=[{"role": "function", "content": "x"}]), "messages[0].role", "function"),
         (chat(messages=[{"role": "user"}]), "messages[0].content", "missing required field"),
         (
@@ -323,9 +324,9 @@ def test_completion_rejects_naming_the_param(fields: dict[str, Any], param: str)
 
 def test_completion_defaults_and_extensions() -> None:
     req = decode_completion_request(
-        completion(echo=True, suffix="!", logprobs=5, n=2, best_of=2, ignore_eos=True)
+        completion(echo=True, logprobs=5, n=2, best_of=2, ignore_eos=True)
     )
-    assert (req.max_tokens, req.echo, req.suffix, req.logprobs) == (16, True, "!", 5)
+    assert (req.max_tokens, req.echo, req.suffix, req.logprobs) == (16, True, None, 5)
     assert (req.num_choices, req.ignore_eos, req.skip_special_tokens) == (2, True, True)
     assert decode_completion_request(completion(max_tokens=None)).max_tokens is None
 
@@ -393,14 +394,15 @@ def test_generate_rejects_naming_the_param(fields: dict[str, Any], param: str) -
 # --- context length ------------------------------------------------------------------------
 
 
-def test_context_length_fits_exactly() -> None:
+def test_context_length_fits_when_the_prompt_leaves_room() -> None:
     check_context_length(90, 10, 100, "messages")
     check_context_length(99, None, 100, "prompt")
+    check_context_length(91, 10, 100, "prompt")  # as vLLM: prepare caps max_tokens to 9
 
 
 @pytest.mark.parametrize(
     ("prompt_len", "max_tokens", "requested", "completion_part"),
-    [(91, 10, 101, "10 in the completion"), (100, None, 100, "0 in the completion")],
+    [(100, 10, 110, "10 in the completion"), (100, None, 100, "0 in the completion")],
 )
 def test_context_length_overflow_says_what_was_requested(
     prompt_len: int, max_tokens: int | None, requested: int, completion_part: str
@@ -530,3 +532,108 @@ def test_openai_sdk_requests_decode_with_our_structs() -> None:
     req = decode_chat_request(seen[0])
     assert (req.max_new_tokens, req.stop_strings, req.seed, req.top_k) == (5, ("\n",), 3, 20)
     assert req.ignore_eos
+
+
+# --- structured outputs, tools and other known fields (docs/request-fields.md) -----------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "kind", "param"),
+    [
+        (
+            {"response_format": {"type": "json_object"}},
+            ConstraintKind.JSON_OBJECT,
+            "response_format",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "s", "schema": {"type": "object"}},
+                }
+            },
+            ConstraintKind.JSON_SCHEMA,
+            "response_format.json_schema.schema",
+        ),
+        ({"structured_outputs": {"regex": "a+"}}, ConstraintKind.REGEX, "structured_outputs.regex"),
+        (
+            {"structured_outputs": {"choice": ["x"]}},
+            ConstraintKind.CHOICE,
+            "structured_outputs.choice",
+        ),
+        (
+            {"structured_outputs": {"grammar": 'root ::= "a"'}},
+            ConstraintKind.GRAMMAR,
+            "structured_outputs.grammar",
+        ),
+        (
+            {"structured_outputs": {"json": '{"type":"object"}'}},
+            ConstraintKind.JSON_SCHEMA,
+            "structured_outputs.json",
+        ),
+        ({"guided_json": {"type": "object"}}, ConstraintKind.JSON_SCHEMA, "guided_json"),
+        ({"guided_regex": "[0-9]+"}, ConstraintKind.REGEX, "guided_regex"),
+        ({"guided_choice": ["a", "b"]}, ConstraintKind.CHOICE, "guided_choice"),
+        ({"guided_grammar": 'root ::= "a"'}, ConstraintKind.GRAMMAR, "guided_grammar"),
+    ],
+)
+def test_every_structured_output_spelling_is_one_constraint(
+    fields: dict[str, Any], kind: ConstraintKind, param: str
+) -> None:
+    for decode, body in (
+        (decode_chat_request, chat(**fields)),
+        (decode_completion_request, completion(**fields)),
+    ):
+        found = requested_constraint(decode(body))
+        assert found is not None
+        assert (found.kind, found.param) == (kind, param)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_regex"),
+        ({"response_format": {"type": "json_object"}, "guided_json": {}}, "response_format"),
+        ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs.regex"),
+        ({"structured_outputs": {}}, "structured_outputs"),
+        (
+            {"structured_outputs": {"regex": "a", "disable_fallback": True}},
+            "structured_outputs.disable_fallback",
+        ),
+        ({"guided_json": [1, 2]}, "guided_json"),
+        ({"guided_json": "not json"}, "guided_json"),
+        ({"guided_regex": "(unclosed"}, "guided_regex"),
+        ({"guided_choice": []}, "guided_choice"),
+        ({"guided_grammar": " "}, "guided_grammar"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"1": 101}}, "logit_bias"),
+        ({"allowed_token_ids": []}, "allowed_token_ids"),
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+    ],
+)
+def test_bad_constraints_and_sampling_fields_are_400s_naming_them(
+    fields: dict[str, Any], param: str
+) -> None:
+    assert rejected(decode_chat_request, chat(**fields)).param == param
+
+
+@pytest.mark.parametrize(
+    "choice", ["auto", "required", {"type": "function", "function": {"name": "f"}}]
+)
+def test_tool_choice_that_needs_a_parser_is_a_400(choice: Any) -> None:
+    err = rejected(decode_chat_request, chat(tool_choice=choice))
+    assert err.param == "tool_choice"
+    assert "--tool-call-parser" in err.message
+    assert (
+        decode_chat_request(chat(tool_choice="none", parallel_tool_calls=False)).tool_choice
+        == "none"
+    )
+
+
+def test_completion_suffix_is_a_400() -> None:
+    assert rejected(decode_completion_request, completion(suffix="!")).param == "suffix"
+
+
+def test_integral_floats_are_integers_as_in_vllm() -> None:
+    assert decode_completion_request(completion(max_tokens=16.0)).max_tokens == 16
+    assert rejected(decode_completion_request, completion(max_tokens=16.5)).param == "max_tokens"

@@ -333,7 +333,7 @@ def test_request_decoder_tolerates_short_and_long_arrays() -> None:
 
 
 def test_sampling_map_ignores_unknown_keys_from_other_senders() -> None:
-    sampling = {"max_tokens": 4, "structured_outputs": {"json": "{}"}, "n": 1}
+    sampling = {"max_tokens": 4, "extra_args": {"k": "v"}, "logits_processors": None, "n": 1}
     layout: list[Any] = ["r1", [1], None, sampling, None, 1.0, None, None, None]
     decoded = v.decode_request(msgspec.msgpack.encode(layout))
     assert decoded.sampling_params == v.VllmSamplingParams(max_tokens=4)
