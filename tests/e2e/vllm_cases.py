@@ -41,6 +41,7 @@ class Greedy:
     multi_token_stop: str  # tokens 2..3 of the output: two tokens, matched mid-stream
     single_token_stop: str  # a whole token that occurs before MIN_TOKENS
     inside_first_token: str  # a substring of the first token's text, not a prefix
+    first_token_prefix: str  # the first token's first two characters: the answer is ""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def learn_facts(vllm_url: str, model: ModelDir) -> Facts:
         )
         first = text(ids[:1])
         assert len(first) >= 2, f"the first token {first!r} is too short to stop inside"
-        return Greedy(ids, multi, single, first[1:])
+        return Greedy(ids, multi, single, first[1:], first[:2])
 
     unit = "def hello(world):\n    return world\n"
     per_unit = len(tokenizer.encode(unit, add_special_tokens=False))
@@ -176,6 +177,10 @@ CASES: Final[list[Case]] = [
     *both(
         "stop_inside_first_token",
         lambda path, facts: base(path, stop=[facts.greedy(path).inside_first_token]),
+    ),
+    *both(
+        "stop_at_first_token_start",
+        lambda path, facts: base(path, stop=[facts.greedy(path).first_token_prefix]),
     ),
     *both(
         "stop_token_ids",
