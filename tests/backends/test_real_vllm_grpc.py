@@ -4,7 +4,7 @@ the same venv on the same model; leaving a stream early aborts the request in th
 
 Needs `SMG_TRIO_VLLM_VENV` (a venv with vllm and smg-grpc-servicer 0.14.0, e.g.
 /opt/venvs/vllm) and `SMG_TRIO_VLLM_MODEL` (e.g. /work/shared/models/tiny-llama); see
-/work/shared/specs/real-engines.md. The two servers run one after the other. Takes minutes:
+docs/real-engines.md. The two servers run one after the other. Takes minutes:
     SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
         .venv/bin/pytest tests/backends/test_real_vllm_grpc.py -m real_engine -s
 """

@@ -2,7 +2,7 @@
 those of vLLM's own HTTP server run from the same venv on the same model.
 
 Needs `SMG_TRIO_VLLM_VENV` (a venv with vllm, e.g. /opt/venvs/vllm) and `SMG_TRIO_VLLM_MODEL`
-(e.g. /work/shared/models/tiny-llama); see /work/shared/specs/real-engines.md. Takes minutes:
+(e.g. /work/shared/models/tiny-llama); see docs/real-engines.md. Takes minutes:
     SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
         .venv/bin/pytest tests/backends/test_real_vllm_zmq.py -m real_engine -s
 """

@@ -1,0 +1,143 @@
+"""Pure. Field-by-field comparison of an OpenAI-style answer from vLLM's own server with smg-trio's
+answer to the same request (the differential harness, docs/real-engines.md).
+
+A streamed answer is folded into the shape of a non-streamed one first (chunk boundaries are not
+part of the contract, the concatenated text, logprobs, finish and usage are). What is NOT
+compared is listed here, nowhere else:
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+# Keys whose values differ run to run, or are wording rather than contract.
+IGNORED_KEYS: Final = frozenset(
+    {
+        "id",  # request ids: "chatcmpl-..." / "cmpl-..." are random on both sides
+        "created",  # a clock
+        "system_fingerprint",  # vLLM sends null; not a behaviour
+        "message",  # only in an error: its wording; status, type, code and param are compared
+    }
+)
+# Where both sides answer, these must match exactly: the rest of a float tree within 1e-4.
+FLOAT_TOLERANCE: Final = 1e-4
+# An absent key, null, [] and {} are the same answer to the `openai` SDK (vLLM sends many
+# null/[] extension fields: `stop_reason`, `prompt_logprobs`, `kv_transfer_params`, ...).
+EMPTY: Final[tuple[object, ...]] = (None, [], {})
+MISSING: Final = "<absent>"
+
+
+@dataclass
+class Answer:
+    """One HTTP exchange: the status, the JSON body (or the folded stream) and, for streams, the
+    raw chunks (kept for the report)."""
+
+    status: int
+    body: Any
+    chunks: list[Any] = field(default_factory=list)
+    done: bool = False  # saw `data: [DONE]`
+
+    def as_report(self) -> dict[str, Any]:
+        report: dict[str, Any] = {"status": self.status, "body": self.body}
+        if self.chunks:
+            report["chunks"] = self.chunks
+            report["done"] = self.done
+        return report
+
+
+@dataclass(frozen=True)
+class Divergence:
+    path: str
+    vllm: Any
+    ours: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: vLLM {json.dumps(self.vllm)} / smg-trio {json.dumps(self.ours)}"
+
+
+def diff(vllm: Any, ours: Any, path: str = "$") -> list[Divergence]:
+    if isinstance(vllm, Mapping) and isinstance(ours, Mapping):
+        found: list[Divergence] = []
+        for key in sorted(set(vllm) | set(ours)):
+            error_level = path == "$" or path.endswith(".error")  # vLLM's two error shapes
+            if key in IGNORED_KEYS and (key != "message" or error_level):
+                continue
+            left, right = vllm.get(key, MISSING), ours.get(key, MISSING)
+            if _empty(left) and _empty(right):
+                continue
+            found.extend(diff(left, right, f"{path}.{key}"))
+        return found
+    if _is_list(vllm) and _is_list(ours):
+        found = (
+            [] if len(vllm) == len(ours) else [Divergence(f"{path}.length", len(vllm), len(ours))]
+        )
+        for index, (left, right) in enumerate(zip(vllm, ours, strict=False)):
+            found.extend(diff(left, right, f"{path}[{index}]"))
+        return found
+    if _is_float_pair(vllm, ours):
+        close = math.isclose(vllm, ours, rel_tol=0.0, abs_tol=FLOAT_TOLERANCE)
+        return [] if close else [Divergence(path, vllm, ours)]
+    if type(vllm) is not type(ours) or vllm != ours:
+        return [Divergence(path, vllm, ours)]
+    return []
+
+
+def _empty(value: Any) -> bool:
+    return value == MISSING or any(value == empty and type(value) is type(empty) for empty in EMPTY)
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def _is_float_pair(left: Any, right: Any) -> bool:
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    return number(left) and number(right) and (isinstance(left, float) or isinstance(right, float))
+
+
+def fold_stream(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The non-streamed shape of a stream: per choice index the concatenated text (or content)
+    and logprobs, the last finish_reason and stop_reason; the last usage; and how many chunks
+    carried usage (continuous_usage_stats puts it on every one)."""
+    folded: dict[str, Any] = {"choices": {}, "usage": None, "chunks_with_usage": 0}
+    for chunk in chunks:
+        for key in ("object", "model"):
+            folded.setdefault(key, chunk.get(key))
+        if chunk.get("usage") is not None:
+            folded["usage"] = chunk["usage"]
+            folded["chunks_with_usage"] += 1
+        for choice in chunk.get("choices") or []:
+            _fold_choice(folded["choices"].setdefault(choice["index"], {}), choice)
+    folded["choices"] = [folded["choices"][index] for index in sorted(folded["choices"])]
+    return folded
+
+
+def _fold_choice(into: dict[str, Any], choice: Mapping[str, Any]) -> None:
+    for key in ("finish_reason", "stop_reason"):
+        if choice.get(key) is not None:
+            into[key] = choice[key]
+    delta = choice.get("delta")
+    if delta is not None:  # chat
+        if delta.get("role") is not None:
+            into.setdefault("role", delta["role"])
+        if delta.get("content") is not None:
+            into["content"] = into.get("content", "") + delta["content"]
+        if delta.get("tool_calls"):
+            into.setdefault("tool_calls", []).extend(delta["tool_calls"])
+        logprobs = choice.get("logprobs")
+        if logprobs is not None:
+            into.setdefault("logprobs", []).extend(logprobs.get("content") or [])
+        return
+    if choice.get("text") is not None:  # completions
+        into["text"] = into.get("text", "") + choice["text"]
+    logprobs = choice.get("logprobs")
+    if logprobs is not None:
+        merged = into.setdefault("logprobs", {})
+        for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            merged.setdefault(key, []).extend(logprobs.get(key) or [])

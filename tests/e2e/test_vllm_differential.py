@@ -1,0 +1,179 @@
+"""Opt-in differential harness: the same greedy requests to vLLM's own OpenAI server and to
+smg-trio in front of a real vLLM engine (headless EngineCore over ZMQ, then `vllm serve --grpc`),
+on the same tiny model; the answers must agree field by field (`differential.py` lists what is
+not compared). Streaming and non-streaming. docs/real-engines.md explains the setup.
+
+    SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
+        .venv/bin/pytest -m real_engine tests/e2e/test_vllm_differential.py
+
+Set SMG_TRIO_DIFF_DIR=DIR to also write each case's two answers and divergences as JSON.
+Each server starts once per module (vLLM takes 30-45 s); a test never starts one itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import pytest
+import trio
+
+from smg_trio.model import ModelDir, load_model_dir
+from tests.e2e import real_vllm
+from tests.e2e.differential import Answer, Divergence, diff, fold_stream
+from tests.e2e.real_vllm import MODEL, SERVED_NAME, SKIP_REASON, VENV
+from tests.e2e.vllm_cases import CASES, CHAT, COMPLETIONS, Case, Facts, learn_facts
+
+REQUEST_S: Final = 120.0
+CONCURRENT: Final = 8
+DIFF_DIR: Final = os.environ.get("SMG_TRIO_DIFF_DIR", "")
+
+pytestmark = [
+    pytest.mark.real_engine,
+    pytest.mark.skipif(not (VENV and MODEL), reason=SKIP_REASON),
+    pytest.mark.timeout(900),  # the first test of a module also waits for the servers
+]
+
+
+@pytest.fixture(scope="module")
+def model() -> ModelDir:
+    return load_model_dir(MODEL, served_name=SERVED_NAME)
+
+
+@pytest.fixture(scope="module")
+def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with real_vllm.vllm_http_server(tmp_path_factory.mktemp("vllm-http")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=["zmq", "grpc"])
+def ours_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    wire: str = request.param
+    with real_vllm.smg_trio_in_front_of_vllm(wire, tmp_path_factory.mktemp(f"smg-{wire}")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def facts(vllm_url: str, model: ModelDir) -> Facts:
+    return learn_facts(vllm_url, model)
+
+
+async def exchange(base_url: str, case_path: str, body: dict[str, Any], stream: bool) -> Answer:
+    sent = dict(body, stream=stream)
+    if stream:
+        sent["stream_options"] = {"include_usage": True, **body.get("stream_options", {})}
+    async with httpx.AsyncClient(base_url=base_url, timeout=REQUEST_S) as client:
+        with trio.fail_after(REQUEST_S):
+            if not stream:
+                response = await client.post(case_path, json=sent)
+                return Answer(response.status_code, response.json())
+            async with client.stream("POST", case_path, json=sent) as response:
+                if response.status_code != 200:
+                    return Answer(response.status_code, json.loads(await response.aread()))
+                chunks: list[Any] = []
+                done = False
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line.removeprefix("data: ")
+                    if data == "[DONE]":
+                        done = True
+                        continue
+                    chunks.append(json.loads(data))
+                return Answer(200, fold_stream(chunks), chunks, done)
+
+
+def compare(name: str, vllm: Answer, ours: Answer, request: dict[str, Any]) -> list[Divergence]:
+    if vllm.status == ours.status:
+        found = diff(vllm.body, ours.body)
+    else:  # one line for the status, one for the two whole bodies: field diffs would be noise
+        found = [
+            Divergence("status", vllm.status, ours.status),
+            Divergence("$", vllm.body, ours.body),
+        ]
+    if vllm.done != ours.done:
+        found.append(Divergence("[DONE]", vllm.done, ours.done))
+    if DIFF_DIR:
+        record = {
+            "request": request,
+            "vllm": vllm.as_report(),
+            "smg_trio": ours.as_report(),
+            "divergences": [
+                {"path": each.path, "vllm": each.vllm, "smg_trio": each.ours} for each in found
+            ],
+        }
+        Path(DIFF_DIR).mkdir(parents=True, exist_ok=True)
+        file_name = name.replace("/", "_")  # a test id may hold a URL path
+        (Path(DIFF_DIR) / f"{file_name}.json").write_text(json.dumps(record, indent=1))
+    return found
+
+
+def assert_same(divergences: list[Divergence]) -> None:
+    assert not divergences, "smg-trio differs from vLLM:\n" + "\n".join(map(str, divergences))
+
+
+def case_id(case: Case, stream: bool) -> str:
+    return f"{case.name}-{'stream' if stream else 'json'}"
+
+
+CASE_MODES: Final = [
+    pytest.param(case, stream, id=case_id(case, stream)) for case in CASES for stream in case.modes
+]
+
+
+@pytest.mark.parametrize(("case", "stream"), CASE_MODES)
+async def test_same_answer_as_vllm(
+    case: Case, stream: bool, facts: Facts, vllm_url: str, ours_url: str, request: Any
+) -> None:
+    body = case.body(facts)
+    vllm = await exchange(vllm_url, case.path, body, stream)
+    assert vllm.status == case.vllm_status, f"the harness expects vLLM to answer {vllm.body}"
+    ours = await exchange(ours_url, case.path, body, stream)
+    divergences = compare(request.node.name, vllm, ours, body)
+    if case.check is not None:
+        case.check(vllm.body)  # the property holds for vLLM's own answer: the case is sound
+        if ours.status == 200:
+            case.check(ours.body)
+    assert_same(divergences)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS], ids=["chat", "completions"])
+async def test_multi_token_stop_usage_under_concurrent_load(
+    path: str, stream: bool, facts: Facts, vllm_url: str, ours_url: str, request: Any
+) -> None:
+    """CONCURRENT identical requests at once: the engine keeps generating after the stop until
+    the abort lands, and those tokens must not be counted (vLLM counts up to the stop's own)."""
+    body = facts.multi_token_stop_body(path, max_tokens=64)
+
+    async def all_at_once(base_url: str) -> list[Answer]:
+        answers: list[Answer] = [Answer(0, None)] * CONCURRENT
+
+        async def one(index: int) -> None:
+            answers[index] = await exchange(base_url, path, body, stream)
+
+        async with trio.open_nursery() as nursery:
+            for index in range(CONCURRENT):
+                nursery.start_soon(one, index)
+        return answers
+
+    vllm_answers = await all_at_once(vllm_url)
+    ours_answers = await all_at_once(ours_url)
+    divergences: list[Divergence] = []
+    for index, (vllm, ours) in enumerate(zip(vllm_answers, ours_answers, strict=True)):
+        divergences.extend(compare(f"{request.node.name}-{index}", vllm, ours, body))
+    assert_same(divergences)
+
+
+async def test_models_list_names_the_served_model(vllm_url: str, ours_url: str) -> None:
+    async with httpx.AsyncClient(timeout=REQUEST_S) as client:
+        vllm = (await client.get(f"{vllm_url}/v1/models")).json()
+        ours = (await client.get(f"{ours_url}/v1/models")).json()
+    assert [each["id"] for each in ours["data"]] == [each["id"] for each in vllm["data"]]
+    assert ours["object"] == vllm["object"] == "list"
