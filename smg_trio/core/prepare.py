@@ -38,6 +38,33 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
 def prepare_chat(
     req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
 ) -> GeneratePlan:
+    prompt_ids = chat_prompt_ids(req, model, now=now)
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return _plan(
+        req,
+        model,
+        endpoint=Endpoint.CHAT,
+        request_id=request_id,
+        prompt_ids=prompt_ids,
+        prompt_param="messages",
+        max_tokens=req.max_new_tokens,
+        logprobs=logprobs,
+        echo_text=None,
+    )
+
+
+def chat_prompt_ids(
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    *,
+    now: _dt.datetime,
+    add_special_tokens: bool = False,
+) -> tuple[int, ...]:
+    """The prompt ids of a chat request: its messages templated, then encoded.
+
+    The one place chat prompts are built: `prepare_chat` sends these to the engine and
+    /v1/tokenize returns them (`add_special_tokens` is tokenize's option; chat never adds).
+    """
     if model.chat_template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
@@ -53,19 +80,7 @@ def prepare_chat(
     )
     if req.continue_final_message:
         text = _cut_after_final_message(text, messages[-1])
-    prompt_ids = tuple(model.tokenizer.encode(text, add_special_tokens=False))
-    logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return _plan(
-        req,
-        model,
-        endpoint=Endpoint.CHAT,
-        request_id=request_id,
-        prompt_ids=prompt_ids,
-        prompt_param="messages",
-        max_tokens=req.max_new_tokens,
-        logprobs=logprobs,
-        echo_text=None,
-    )
+    return tuple(model.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
 def prepare_completion(
@@ -76,7 +91,7 @@ def prepare_completion(
         prompt_ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
         echo_text = prompt if req.echo else None
     else:
-        prompt_ids = _checked_ids(prompt, model.vocab_size, "prompt")
+        prompt_ids = checked_prompt_ids(prompt, model.vocab_size, "prompt")
         echo_text = (
             model.tokenizer.decode(prompt_ids, skip_special_tokens=False) if req.echo else None
         )
@@ -98,7 +113,7 @@ def prepare_generate(
 ) -> GeneratePlan:
     params = req.sampling_params
     if req.input_ids is not None:
-        prompt_ids = _checked_ids(req.input_ids, model.vocab_size, "input_ids")
+        prompt_ids = checked_prompt_ids(req.input_ids, model.vocab_size, "input_ids")
         param = "input_ids"
     else:
         prompt_ids = tuple(model.tokenizer.encode(req.text or "", add_special_tokens=True))
@@ -207,7 +222,7 @@ def _max_tokens(
     return requested if requested is not None else model.context_length - prompt_len
 
 
-def _checked_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
+def checked_prompt_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
     for token_id in ids:
         if not 0 <= token_id < vocab_size:
             raise ClientError(
