@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate
-from smg_trio.core.plan import GeneratePlan, StopSpec
+from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
@@ -86,26 +86,47 @@ def chat_prompt_ids(
 def prepare_completion(
     req: oa.CompletionRequest, model: PromptModel, *, request_id: str
 ) -> GeneratePlan:
-    prompt = req.single_prompt
-    if isinstance(prompt, str):
-        prompt_ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
-        echo_text = prompt if req.echo else None
-    else:
-        prompt_ids = checked_prompt_ids(prompt, model.vocab_size, "prompt")
-        echo_text = (
-            model.tokenizer.decode(prompt_ids, skip_special_tokens=False) if req.echo else None
-        )
-    return _plan(
+    parts = tuple(_completion_prompt(p, bool(req.echo), model) for p in _prompt_list(req.prompt))
+    for part in parts:  # each prompt of a batch must fit the context on its own
+        _max_tokens(len(part.ids), req.max_tokens, model, "prompt")
+    # The longest prompt leaves the least room: an unset max_tokens is the room it leaves.
+    longest = max(parts, key=lambda part: len(part.ids))
+    plan = _plan(
         req,
         model,
         endpoint=Endpoint.COMPLETION,
         request_id=request_id,
-        prompt_ids=prompt_ids,
+        prompt_ids=longest.ids,
         prompt_param="prompt",
         max_tokens=req.max_tokens,
         logprobs=req.logprobs,
-        echo_text=echo_text,
+        echo_text=longest.echo_text,
     )
+    first = parts[0]
+    return msgspec.structs.replace(
+        plan,
+        prompt_ids=first.ids,
+        echo_text=first.echo_text,
+        batch_prompts=parts if len(parts) > 1 else (),
+    )
+
+
+def _prompt_list(prompt: str | tuple[str | int | tuple[int, ...], ...]) -> list[str | list[int]]:
+    """A completions `prompt` as its prompts: a string, a token id list, or a list of either."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if all(isinstance(p, int) for p in prompt):
+        return [[p for p in prompt if isinstance(p, int)]]
+    return [p if isinstance(p, str) else list(p) for p in prompt if not isinstance(p, int)]
+
+
+def _completion_prompt(prompt: str | list[int], echo: bool, model: PromptModel) -> PromptPart:
+    if isinstance(prompt, str):
+        ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
+        return PromptPart(ids=ids, echo_text=prompt if echo else None)
+    ids = checked_prompt_ids(prompt, model.vocab_size, "prompt")
+    text = model.tokenizer.decode(ids, skip_special_tokens=False) if echo else None
+    return PromptPart(ids=ids, echo_text=text)
 
 
 def prepare_generate(
