@@ -32,6 +32,9 @@ class TokenizeOptions(msgspec.Struct, frozen=True, kw_only=True):
     prompt: str | None = None
     add_special_tokens: bool | None = None
     return_token_strs: bool = False
+    # vLLM's chat-form options this gateway cannot honour: refused, never ignored.
+    chat_template: str | None = None
+    mm_processor_kwargs: dict[str, object] | None = None
 
 
 class TokenizePromptRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +83,16 @@ def decode_tokenize_request(body: bytes) -> TokenizeRequest:
         options = _OPTIONS_DECODER.decode(body)
     except msgspec.DecodeError as exc:
         raise decode_error(exc) from None
+    if options.chat_template is not None:
+        raise ClientError(
+            "chat_template is not supported: the model folder's own template is used",
+            param="chat_template",
+        )
+    if options.mm_processor_kwargs:
+        raise ClientError(
+            "mm_processor_kwargs is not supported: this gateway's models take text only",
+            param="mm_processor_kwargs",
+        )
     if bytes(options.messages) not in (b"", b"null"):
         return TokenizeChatRequest(
             chat=decode_chat_request(body),

@@ -280,12 +280,17 @@ async def test_tokenize_prompt_form_and_detokenize_round_trip(server: LiveServer
             back = await http.post("/v1/detokenize", json={"tokens": plain["tokens"]})
             outside = await http.post("/v1/detokenize", json={"tokens": [10**9]})
             neither = await http.post("/v1/tokenize", json={"model": ALIASES[0]})
+            template = await http.post(
+                "/v1/tokenize", json={"messages": MESSAGES, "chat_template": "{{ 1 }}"}
+            )
     assert tokenized["tokens"] == tokenizer.encode(text, add_special_tokens=True)
     assert plain["tokens"] == tokenizer.encode(text, add_special_tokens=False)
     assert completion["usage"]["prompt_tokens"] == tokenized["count"]
     assert back.json() == {"prompt": text}
     assert (outside.status_code, outside.json()["error"]["param"]) == (400, "tokens")
     assert (neither.status_code, neither.json()["error"]["param"]) == (400, "prompt")
+    # A known vLLM field the gateway cannot honour is refused, never ignored.
+    assert (template.status_code, template.json()["error"]["param"]) == (400, "chat_template")
 
 
 async def test_tokenize_and_detokenize_over_the_websocket(server: LiveServer) -> None:
