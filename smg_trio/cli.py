@@ -1,7 +1,7 @@
 """I/O. The `smg-trio` command line: one subcommand per component.
 
     smg-trio serve --model-path DIR --worker RUNTIME+WIRE://HOST:PORT [--worker ...] [--host H]
-        [--port P] [--served-model-name N] [--config FILE.toml] [--api-key KEY]
+        [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
@@ -24,12 +24,13 @@ from smg_trio.config import DEFAULT_HOST, DEFAULT_PORT, GatewayConfig, config_fr
 from smg_trio.engines.cli import add_engine_commands
 from smg_trio.errors import ConfigError
 from smg_trio.model import demo_model_path
+from smg_trio.request_ids import RequestIdLogFilter
 
 # Flag destinations that map one-to-one onto GatewayConfig fields.
 _CONFIG_FLAGS = (
     "host",
     "port",
-    "served_name",
+    "served_model_names",
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
@@ -87,11 +88,13 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    handler = logging.StreamHandler(sys.stderr)
+    # Every line names the request it was logged for (`-` outside any request).
+    handler.addFilter(RequestIdLogFilter())
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s")
     )
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,7 +119,11 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--port", type=int, metavar="P", help=f"listen port (default {DEFAULT_PORT})"
     )
     serve.add_argument(
-        "--served-model-name", dest="served_name", metavar="NAME", help="model name clients use"
+        "--served-model-name",
+        dest="served_model_names",
+        action="append",
+        metavar="NAME",
+        help="a model name clients use (repeat for aliases; default: the model folder's name)",
     )
     serve.add_argument(
         "--api-key", metavar="KEY", help="require `Authorization: Bearer KEY` (not on /health)"

@@ -37,7 +37,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     workers: tuple[WorkerSpec, ...]
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    served_name: str | None = None
+    # The names clients may put in `model` (`--served-model-name`, repeatable); the first is
+    # the one responses and /v1/models lead with. Empty: the model folder's name.
+    served_model_names: tuple[str, ...] = ()
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
@@ -107,6 +109,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"port must be in 0..65535, got {config.port}")
     if config.max_body_bytes < 1024:
         raise ConfigError(f"max_body_bytes must be at least 1024, got {config.max_body_bytes}")
+    if any(not name for name in config.served_model_names):
+        raise ConfigError("a served model name must not be empty")
     if not config.request_timeout_s > 0:
         raise ConfigError(f"request_timeout_s must be positive, got {config.request_timeout_s}")
     return config

@@ -5,32 +5,53 @@ request for the worker its `routing.workers.WorkerPool` picks, and runs the per-
 nursery under the request deadline. A request that fails before it reaches a backend raises a
 GatewayError for the front end to hand to its sink; anything later reaches `sink.fail` directly.
 Either way the sink's state decides what the error becomes (an HTTP status or a final event).
+
+- `model` must be one of the served names (`--served-model-name`, repeatable); a missing one
+  means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
+  `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
+- /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
+  so HTTP and the WebSocket protocol serve them alike.
+- The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
+  response id and the engine request id's stem, and it is set as the current request id for
+  the log lines of the request (`request_ids`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
-import uuid
-from typing import Final
+from collections.abc import Callable
+from functools import partial
+from typing import Final, TypeVar
 
 import trio
 
 from smg_trio.core.finalize import finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
+from smg_trio.core.tokenize import detokenize_body, tokenize_body
 from smg_trio.errors import ClientError, RequestTimeout
 from smg_trio.model import ModelDir
 from smg_trio.request import ClientSink, run_request
+from smg_trio.request_ids import current_request_id, new_request_id
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
     decode_generate_request,
 )
-from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList
+from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
+from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate")
+TOKENIZE_PATH: Final = "/v1/tokenize"
+DETOKENIZE_PATH: Final = "/v1/detokenize"
+# Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
+HANDLED_PATHS: Final = (*GENERATE_PATHS, TOKENIZE_PATH, DETOKENIZE_PATH)
 # Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
 # cannot stall every other stream on the event loop; short ones are cheaper inline.
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
@@ -38,12 +59,36 @@ INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
 TIMEOUT_ERROR_GRACE_S: Final = 1.0
 
 
+class ModelNotFound(ClientError):
+    """A `model` that is none of the served names: vLLM's 404 (message, type and param)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"The model `{model}` does not exist.",
+            status=404,
+            code="model_not_found",
+            param="model",
+        )
+
+    @property
+    def error_type(self) -> str:
+        return "NotFoundError"
+
+
 class Gateway:
-    def __init__(self, model: ModelDir, pool: WorkerPool, *, request_timeout_s: float) -> None:
+    def __init__(
+        self,
+        model: ModelDir,
+        pool: WorkerPool,
+        *,
+        request_timeout_s: float,
+        served_model_names: tuple[str, ...] = (),
+    ) -> None:
         self.model = model
         self.prompt_model: PromptModel = model.prompt_model()
         self.pool = pool
         self.request_timeout_s = request_timeout_s
+        self.served_model_names = served_model_names or (model.served_name,)
         self._created = int(time.time())
 
     @property
@@ -51,24 +96,60 @@ class Gateway:
         return self.pool.ready
 
     def models_body(self) -> bytes:
-        card = ModelCard(id=self.prompt_model.name, created=self._created, owned_by="smg-trio")
-        return JSON_ENCODER.encode(ModelList(data=(card,)))
+        """/v1/models: one vLLM-shaped card per served name, all for the one model folder."""
+        cards = tuple(
+            ModelCard(
+                id=name,
+                created=self._created,
+                root=str(self.model.path),
+                max_model_len=self.prompt_model.context_length,
+                permission=(
+                    ModelPermission(id=f"modelperm-{new_request_id()}", created=self._created),
+                ),
+            )
+            for name in self.served_model_names
+        )
+        return JSON_ENCODER.encode(ModelList(data=cards))
+
+    def check_model(self, model: str | None) -> None:
+        """A request may name any served model, or none (vLLM takes the first then)."""
+        if model is not None and model not in self.served_model_names:
+            raise ModelNotFound(model)
 
     def pick_worker(self) -> Worker:
         """The worker for one request, as the pool's policy chooses; BackendUnavailable if none."""
         return self.pool.pick()
 
-    async def handle(self, path: str, body: bytes, sink: ClientSink) -> None:
-        """Serve one generation request to `sink`.
+    async def handle(
+        self, path: str, body: bytes, sink: ClientSink, *, request_id: str | None = None
+    ) -> None:
+        """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
         A request that fails before it reaches a backend (a bad body, no ready worker) raises
         GatewayError, nothing having been sent; every later failure, the deadline included,
         ends the response through `sink.fail`.
         """
+        request_id = request_id or new_request_id()
+        token = current_request_id.set(request_id)
+        logger.debug("%s: started", path)
+        try:
+            await self._handle(path, body, sink, request_id)
+        finally:
+            logger.debug("%s: finished", path)
+            current_request_id.reset(token)
+
+    async def _handle(self, path: str, body: bytes, sink: ClientSink, request_id: str) -> None:
+        if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
+            await sink.send_body(
+                await self._off_loop_if_large(partial(self._tokenize_now, path, body), body)
+            )
+            return
         deadline = trio.current_time() + self.request_timeout_s
         try:
             with trio.fail_at(deadline):
-                plan = await self._prepare(path, body)
+                plan = await self._off_loop_if_large(
+                    partial(self._prepare_now, path, body, request_id), body
+                )
                 worker = self.pick_worker()
                 finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
                 await run_request(
@@ -87,21 +168,35 @@ class Gateway:
             with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                 await sink.fail(error)
 
-    async def _prepare(self, path: str, body: bytes) -> GeneratePlan:
+    @staticmethod
+    async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
         if len(body) <= INLINE_PREPARE_MAX_BYTES:
-            return self._prepare_now(path, body)
-        return await trio.to_thread.run_sync(self._prepare_now, path, body)
+            return work()
+        return await trio.to_thread.run_sync(work)
 
-    def _prepare_now(self, path: str, body: bytes) -> GeneratePlan:
-        request_id = uuid.uuid4().hex
+    def _prepare_now(self, path: str, body: bytes, request_id: str) -> GeneratePlan:
         model = self.prompt_model
         if path == "/v1/chat/completions":
-            return prepare_chat(
-                decode_chat_request(body), model, request_id=request_id, now=dt.datetime.now(dt.UTC)
-            )
+            chat = decode_chat_request(body)
+            self.check_model(chat.model)
+            return prepare_chat(chat, model, request_id=request_id, now=dt.datetime.now(dt.UTC))
         if path == "/v1/completions":
-            return prepare_completion(decode_completion_request(body), model, request_id=request_id)
+            completion = decode_completion_request(body)
+            self.check_model(completion.model)
+            return prepare_completion(completion, model, request_id=request_id)
         if path == "/generate":
             generate = decode_generate_request(body)
+            self.check_model(generate.model)
             return prepare_generate(generate, model, request_id=generate.rid or request_id)
         raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
+
+    def _tokenize_now(self, path: str, body: bytes) -> bytes:
+        if path == TOKENIZE_PATH:
+            tokenize = decode_tokenize_request(body)
+            self.check_model(tokenize.model)
+            return tokenize_body(
+                tokenize, self.prompt_model, self.model.tokenizer, now=dt.datetime.now(dt.UTC)
+            )
+        detokenize = decode_detokenize_request(body)
+        self.check_model(detokenize.model)
+        return detokenize_body(detokenize, self.prompt_model)

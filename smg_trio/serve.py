@@ -76,7 +76,8 @@ async def serve(
     """Serve `config` until `shutdown_trigger` returns (or until cancelled). See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
-    model = load_model_dir(config.model_path, served_name=config.served_name)
+    names = config.served_model_names
+    model = load_model_dir(config.model_path, served_name=names[0] if names else None)
     http_config = hypercorn_config(config)
     check_listener(config, http_config)
     async with AsyncExitStack() as stack:
@@ -88,7 +89,12 @@ async def serve(
             workers.append(Worker(name=str(spec), target=target, backend=backend))
             addresses.append(address)
         pool = WorkerPool(workers, RoundRobin())
-        gateway = Gateway(model, pool, request_timeout_s=config.request_timeout_s)
+        gateway = Gateway(
+            model,
+            pool,
+            request_timeout_s=config.request_timeout_s,
+            served_model_names=names or (model.served_name,),
+        )
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
         async with trio.open_nursery() as nursery:
             urls: list[str] = await nursery.start(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from smg_trio.cli import build_parser, config_from_args
 from smg_trio.config import config_from_toml, parse_worker_spec
 from smg_trio.errors import ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire
@@ -83,3 +84,32 @@ def test_bad_toml_is_a_config_error(tmp_path: Path, text: str, message: str) -> 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         config_from_toml(tmp_path / "absent.toml")
+
+
+def test_served_model_names_repeat_on_the_command_line_and_in_toml(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--model-path",
+            str(tmp_path),
+            "--worker",
+            "vllm+zmq://127.0.0.1:1",
+            "--served-model-name",
+            "a",
+            "--served-model-name",
+            "b",
+        ]
+    )
+    assert config_from_args(args).served_model_names == ("a", "b")
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nserved_model_names = ["x", "y"]\n',
+        encoding="utf-8",
+    )
+    assert config_from_toml(path).served_model_names == ("x", "y")
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nserved_model_names = [""]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="must not be empty"):
+        config_from_toml(path)

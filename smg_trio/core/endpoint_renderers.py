@@ -146,11 +146,12 @@ class CompletionRenderer:
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
     keeps_output_ids = False
-    __slots__ = ("_chunks", "_created", "_echo", "_id", "_model")
+    __slots__ = ("_chunks", "_created", "_echoes", "_id", "_model")
 
     def __init__(self, plan: GeneratePlan, request_id: str, created: int) -> None:
         self._id, self._created, self._model = request_id, created, plan.model
-        self._echo = plan.echo_text
+        # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
+        self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
         self._chunks = CompletionStreamRenderer(
             request_id=request_id,
             created=created,
@@ -159,7 +160,8 @@ class CompletionRenderer:
         )
 
     def opening(self, index: int) -> bytes | None:
-        return self._chunks.text(index, self._echo) if self._echo else None
+        echo = self._echoes[index]
+        return self._chunks.text(index, echo) if echo else None
 
     def text(self, index: int, text: str, choice: ChoiceProgress) -> bytes:
         return self._chunks.text(index, text)

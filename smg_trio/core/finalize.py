@@ -26,7 +26,8 @@ part of it no engine will match.
   required, so an unset one becomes 2048 (chat, generate) or 16 (completion), as smg sends.
 - MLX gRPC has no string-stop field: a request with string stops is the client's error.
 - UNSPECIFIED, or a runtime with no adapter for the wire, raises UnsupportedRuntime.
-n > 1 becomes n engine requests (`<id>-<i>`, seed + i): no engine wire here fans out for us.
+n > 1 becomes n engine requests (`<id>-<i>`, seed + i): no engine wire here fans out for us;
+a batched completion does that for each of its prompts (choice i * n + j).
 """
 
 from __future__ import annotations
@@ -228,7 +229,9 @@ def _append_missing(ids: Sequence[int], extra: Iterable[int]) -> tuple[int, ...]
 
 
 def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest]:
-    if plan.n == 1:
+    """One engine request per choice; prompt i's choice j is choice i * n + j (a batched
+    completion's prompts each get `n`, seeded as that prompt alone would be)."""
+    if plan.choice_count == 1:
         return [
             EngineRequest(
                 request_id=plan.request_id,
@@ -239,14 +242,15 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
         ]
     return [
         EngineRequest(
-            request_id=f"{plan.request_id}-{index}",
-            choice_index=index,
-            prompt_ids=plan.prompt_ids,
+            request_id=f"{plan.request_id}-{prompt_index * plan.n + index}",
+            choice_index=prompt_index * plan.n + index,
+            prompt_ids=prompt.ids,
             sampling=(
                 sampling
                 if sampling.seed is None
                 else msgspec.structs.replace(sampling, seed=sampling.seed + index)
             ),
         )
+        for prompt_index, prompt in enumerate(plan.prompts)
         for index in range(plan.n)
     ]

@@ -30,6 +30,13 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
     no_stop_trim: bool = False
 
 
+class PromptPart(msgspec.Struct, frozen=True, kw_only=True):
+    """One prompt of a batched completion: its ids, and its text when `echo` asks for it."""
+
+    ids: tuple[int, ...]
+    echo_text: str | None = None
+
+
 class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     """A validated, templated, tokenized client request, ready to be finalized for a worker."""
 
@@ -43,3 +50,17 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     include_usage: bool = False
     echo_text: str | None = None  # completions `echo`: the prompt text to prepend
     stop_spec: StopSpec = StopSpec()
+    # Completions `prompt` given as a list: every prompt, in order (the first is also
+    # `prompt_ids`/`echo_text`). Prompt i's choice j is choice i * n + j, as vLLM numbers them.
+    # Empty for a single prompt.
+    batch_prompts: tuple[PromptPart, ...] = ()
+
+    @property
+    def prompts(self) -> tuple[PromptPart, ...]:
+        """Every prompt of the request (one unless batched)."""
+        return self.batch_prompts or (PromptPart(ids=self.prompt_ids, echo_text=self.echo_text),)
+
+    @property
+    def choice_count(self) -> int:
+        """Choices across every prompt: `n` per prompt."""
+        return max(1, len(self.batch_prompts)) * self.n

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate
-from smg_trio.core.plan import GeneratePlan, StopSpec
+from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
@@ -43,6 +43,33 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
 def prepare_chat(
     req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
 ) -> GeneratePlan:
+    prompt_ids = chat_prompt_ids(req, model, now=now)
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return _plan(
+        req,
+        model,
+        endpoint=Endpoint.CHAT,
+        request_id=request_id,
+        prompt_ids=prompt_ids,
+        prompt_param="messages",
+        max_tokens=req.max_new_tokens,
+        logprobs=logprobs,
+        echo_text=None,
+    )
+
+
+def chat_prompt_ids(
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    *,
+    now: _dt.datetime,
+    add_special_tokens: bool = False,
+) -> tuple[int, ...]:
+    """The prompt ids of a chat request: its messages templated, then encoded.
+
+    The one place chat prompts are built: `prepare_chat` sends these to the engine and
+    /v1/tokenize returns them (`add_special_tokens` is tokenize's option; chat never adds).
+    """
     if model.chat_template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
@@ -67,44 +94,53 @@ def prepare_chat(
     )
     if req.continue_final_message:
         text = _cut_after_final_message(text, messages[-1])
-    prompt_ids = tuple(model.tokenizer.encode(text, add_special_tokens=False))
-    logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return _plan(
-        req,
-        model,
-        endpoint=Endpoint.CHAT,
-        request_id=request_id,
-        prompt_ids=prompt_ids,
-        prompt_param="messages",
-        max_tokens=req.max_new_tokens,
-        logprobs=logprobs,
-        echo_text=None,
-    )
+    return tuple(model.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
 def prepare_completion(
     req: oa.CompletionRequest, model: PromptModel, *, request_id: str
 ) -> GeneratePlan:
-    prompt = req.single_prompt
-    if isinstance(prompt, str):
-        prompt_ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
-        echo_text = prompt if req.echo else None
-    else:
-        prompt_ids = _checked_ids(prompt, model.vocab_size, "prompt")
-        echo_text = (
-            model.tokenizer.decode(prompt_ids, skip_special_tokens=False) if req.echo else None
-        )
-    return _plan(
+    parts = tuple(_completion_prompt(p, bool(req.echo), model) for p in _prompt_list(req.prompt))
+    for part in parts:  # each prompt of a batch must fit the context on its own
+        _max_tokens(len(part.ids), req.max_tokens, model, "prompt")
+    # The longest prompt leaves the least room: an unset max_tokens is the room it leaves.
+    longest = max(parts, key=lambda part: len(part.ids))
+    plan = _plan(
         req,
         model,
         endpoint=Endpoint.COMPLETION,
         request_id=request_id,
-        prompt_ids=prompt_ids,
+        prompt_ids=longest.ids,
         prompt_param="prompt",
         max_tokens=req.max_tokens,
         logprobs=req.logprobs,
-        echo_text=echo_text,
+        echo_text=longest.echo_text,
     )
+    first = parts[0]
+    return msgspec.structs.replace(
+        plan,
+        prompt_ids=first.ids,
+        echo_text=first.echo_text,
+        batch_prompts=parts if len(parts) > 1 else (),
+    )
+
+
+def _prompt_list(prompt: str | tuple[str | int | tuple[int, ...], ...]) -> list[str | list[int]]:
+    """A completions `prompt` as its prompts: a string, a token id list, or a list of either."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if all(isinstance(p, int) for p in prompt):
+        return [[p for p in prompt if isinstance(p, int)]]
+    return [p if isinstance(p, str) else list(p) for p in prompt if not isinstance(p, int)]
+
+
+def _completion_prompt(prompt: str | list[int], echo: bool, model: PromptModel) -> PromptPart:
+    if isinstance(prompt, str):
+        ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
+        return PromptPart(ids=ids, echo_text=prompt if echo else None)
+    ids = checked_prompt_ids(prompt, model.vocab_size, "prompt")
+    text = model.tokenizer.decode(ids, skip_special_tokens=False) if echo else None
+    return PromptPart(ids=ids, echo_text=text)
 
 
 def prepare_generate(
@@ -112,7 +148,7 @@ def prepare_generate(
 ) -> GeneratePlan:
     params = req.sampling_params
     if req.input_ids is not None:
-        prompt_ids = _checked_ids(req.input_ids, model.vocab_size, "input_ids")
+        prompt_ids = checked_prompt_ids(req.input_ids, model.vocab_size, "input_ids")
         param = "input_ids"
     else:
         prompt_ids = tuple(model.tokenizer.encode(req.text or "", add_special_tokens=True))
@@ -258,7 +294,7 @@ def _truncated(
     return prompt_ids[-keep:]
 
 
-def _checked_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
+def checked_prompt_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
     for token_id in ids:
         if not 0 <= token_id < vocab_size:
             raise ClientError(

@@ -68,14 +68,16 @@ class ResponseAssembler:
 
     def __init__(self, plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) -> None:
         self._stream = plan.stream
-        self._prompt_tokens = len(plan.prompt_ids)
+        # A batched completion counts every prompt once (as vLLM sums them).
+        self._prompt_tokens = sum(len(prompt.ids) for prompt in plan.prompts)
         self._renderer = renderer_for(plan, created=created)
         self._keeps_ids = self._renderer.keeps_output_ids
         self._choices = [
-            _Choice(StopScanner(plan.stop_spec, tokenizer), plan.echo_text, stream=plan.stream)
+            _Choice(StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream)
+            for prompt in plan.prompts
             for _ in range(plan.n)
         ]
-        self._open = plan.n
+        self._open = len(self._choices)
 
     @property
     def done(self) -> bool:

@@ -1,7 +1,8 @@
 """I/O. The gateway's ASGI application (no framework): routing, auth, body limits, JSON errors.
 
     POST /v1/chat/completions, /v1/completions, /generate   → Gateway.handle (SSE or JSON)
-    GET  /v1/models                                        → the served model
+    POST /v1/tokenize, /v1/detokenize                      → Gateway.handle (JSON)
+    GET  /v1/models                                        → the served model names
     GET  /health                                           → 200 while a worker is ready, else 503
     GET  /v1/ws (WebSocket)                                → frontends.websocket
 
@@ -15,6 +16,9 @@
   into memory past the limit.
 - The content type is not checked: clients send JSON as `application/json`, with a charset,
   as `text/plain`, or with none at all; the body either decodes or is a 400.
+- Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
+  the client's own, or the one generated for the request (`request_ids`); the same id is the
+  request's id in the gateway, its engine requests and its log lines.
 - The lifespan scope is answered at once (the backends are opened by `serve` around the app).
 """
 
@@ -36,7 +40,13 @@ from smg_trio.frontends.responses import (
     send_json,
 )
 from smg_trio.frontends.sse import SseResponse, respond
-from smg_trio.gateway import GENERATE_PATHS, Gateway
+from smg_trio.gateway import HANDLED_PATHS, Gateway
+from smg_trio.request_ids import (
+    REQUEST_ID_HEADER,
+    current_request_id,
+    new_request_id,
+    request_id_from_header,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +54,7 @@ WEBSOCKET_PATH: Final = "/v1/ws"
 HEALTH_PATH: Final = "/health"
 MODELS_PATH: Final = "/v1/models"
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
-    **dict.fromkeys(GENERATE_PATHS, ("POST",)),
+    **dict.fromkeys(HANDLED_PATHS, ("POST",)),
     MODELS_PATH: ("GET", "HEAD"),
     HEALTH_PATH: ("GET", "HEAD"),
     WEBSOCKET_PATH: ("GET",),
@@ -57,15 +67,18 @@ WebSocketHandler = Callable[[Gateway, Scope, Receive, Send], Awaitable[None]]
 
 
 class _ResponseStarted:
-    """Wraps `send` to remember whether a response began (then no error status can follow)."""
+    """Wraps `send` to remember whether a response began (then no error status can follow),
+    and to put the request's `x-request-id` on that response, whoever starts it."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, request_id: str) -> None:
         self._send = send
+        self._id_header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
         self.started = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started = True
+            message = {**message, "headers": [*message.get("headers", ()), self._id_header]}
         await self._send(message)
 
 
@@ -89,9 +102,26 @@ class GatewayApp:
                 raise ValueError(f"unknown ASGI scope type {other!r}")
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tracked = _ResponseStarted(send)
+        header = _header_map(scope).get(REQUEST_ID_HEADER)
         try:
-            await self._route(scope, receive, tracked)
+            request_id = request_id_from_header(header)
+        except ClientError as error:
+            request_id = new_request_id()
+            tracked = _ResponseStarted(send, request_id)
+            await send_error_discarding_body(receive, tracked, error)
+            return
+        tracked = _ResponseStarted(send, request_id)
+        token = current_request_id.set(request_id)
+        try:
+            await self._serve_http(scope, receive, tracked, request_id)
+        finally:
+            current_request_id.reset(token)
+
+    async def _serve_http(
+        self, scope: Scope, receive: Receive, tracked: _ResponseStarted, request_id: str
+    ) -> None:
+        try:
+            await self._route(scope, receive, tracked, request_id)
         except ClientGone:
             return
         except GatewayError as error:
@@ -104,7 +134,7 @@ class GatewayApp:
                     receive, tracked, GatewayError("internal error while serving the request")
                 )
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = _header_map(scope)
@@ -127,10 +157,14 @@ class GatewayApp:
             )
         else:
             body = await self._read_body(receive, headers)
-            await respond(lambda response: self._generate(path, body, response), receive, send)
+            await respond(
+                lambda response: self._generate(path, body, response, request_id), receive, send
+            )
 
-    async def _generate(self, path: str, body: bytes, response: SseResponse) -> None:
-        await self.gateway.handle(path, body, response)
+    async def _generate(
+        self, path: str, body: bytes, response: SseResponse, request_id: str
+    ) -> None:
+        await self.gateway.handle(path, body, response, request_id=request_id)
 
     async def _health(self, send: Send) -> None:
         if self.gateway.ready:

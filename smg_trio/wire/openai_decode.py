@@ -193,10 +193,13 @@ def validate_completion(req: CompletionRequest) -> None:
         kinds = {type(p) for p in prompt}
         if len(kinds) != 1:
             raise _reject("prompt", "prompt must be a string, strings, token ids or token id lists")
-        if kinds != {int} and len(prompt) > 1:
-            raise _reject("prompt", "batched prompts are not supported; send one per request")
-        single = req.single_prompt
-        if isinstance(single, tuple) and (not single or any(t < 0 for t in single)):
+        # A list of strings or of token id lists is a batch: one choice set per prompt.
+        id_lists: list[tuple[int, ...]] = (
+            [tuple(p for p in prompt if isinstance(p, int))]
+            if kinds == {int}
+            else [p for p in prompt if isinstance(p, tuple)]
+        )
+        if any(not ids or any(t < 0 for t in ids) for ids in id_lists):
             raise _reject("prompt", "prompt token ids must be non-empty and non-negative")
     _check_openai_common(req, req.max_tokens, "max_tokens")
     check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)

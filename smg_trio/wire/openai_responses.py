@@ -129,13 +129,34 @@ class ErrorResponse(msgspec.Struct, frozen=True):
     error: ErrorDetail
 
 
+class ModelPermission(msgspec.Struct, frozen=True, kw_only=True):
+    """vLLM's permission entry of a model card (every served name gets one)."""
+
+    id: str
+    object: Literal["model_permission"] = "model_permission"
+    created: int
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(msgspec.Struct, frozen=True, kw_only=True):
+    """One served name in /v1/models, with vLLM's fields (`root` is the model folder)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "smg-trio"
-    root: str | UnsetType = UNSET
-    max_model_len: int | UnsetType = UNSET
+    root: str | None = None
+    parent: str | None = None
+    max_model_len: int | None = None
+    permission: tuple[ModelPermission, ...] = ()
 
 
 class ModelList(msgspec.Struct, frozen=True, kw_only=True):

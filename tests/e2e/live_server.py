@@ -107,6 +107,7 @@ async def live_server(
     replay_text: str = REPLAY_TEXT,
     workers: int = 1,
     engine_args: Sequence[str] = (),
+    served_model_names: tuple[str, ...] = (),
 ) -> AsyncIterator[LiveServer]:
     config = GatewayConfig(
         model_path=demo_model_path(),
@@ -117,6 +118,7 @@ async def live_server(
         max_body_bytes=max_body_bytes,
         certfile=None if tls is None else tls[0],
         keyfile=None if tls is None else tls[1],
+        served_model_names=served_model_names,
     )
     replay = tmp_path / "replay.txt"
     replay.write_text(replay_text, encoding="utf-8")

@@ -298,8 +298,6 @@ COMPLETION_REJECTED = [
     ({"prompt": []}, "prompt"),
     ({"prompt": ["a", 1]}, "prompt"),
     ({"prompt": [[1], 2]}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
-    ({"prompt": [[1], [2]]}, "prompt"),
     ({"prompt": [[]]}, "prompt"),
     ({"prompt": [1, -5]}, "prompt"),
     ({"prompt": [[-1]]}, "prompt"),
