@@ -100,7 +100,10 @@ def chat_prompt_ids(
 def prepare_completion(
     req: oa.CompletionRequest, model: PromptModel, *, request_id: str
 ) -> GeneratePlan:
-    parts = tuple(_completion_prompt(p, bool(req.echo), model) for p in _prompt_list(req.prompt))
+    parts = tuple(
+        msgspec.structs.replace(part, ids=_truncated(part.ids, req.truncate_prompt_tokens, model))
+        for part in (_completion_prompt(p, bool(req.echo), model) for p in _prompt_list(req.prompt))
+    )
     for part in parts:  # each prompt of a batch must fit the context on its own
         _max_tokens(len(part.ids), req.max_tokens, model, "prompt")
     # The longest prompt leaves the least room: an unset max_tokens is the room it leaves.
