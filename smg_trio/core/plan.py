@@ -39,5 +39,6 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     n: int = 1
     stream: bool = False
     include_usage: bool = False
-    echo_text: str | None = None  # completions `echo`: the prompt text to prepend
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
+    echo_text: str | None = None  # `echo`: the prompt (completions) or last message (chat) text
     stop_spec: StopSpec = StopSpec()

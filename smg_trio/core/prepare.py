@@ -64,8 +64,20 @@ def prepare_chat(
         prompt_param="messages",
         max_tokens=req.max_new_tokens,
         logprobs=logprobs,
-        echo_text=None,
+        echo_text=_echoed_message(req) if req.echo else None,
     )
+
+
+def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
+    """Chat `echo` (vLLM): the last message's text is prefixed to the output when that message
+    is the assistant's (the role the response speaks in); otherwise nothing is echoed."""
+    last = req.messages[-1]
+    if not isinstance(last, oa.AssistantMessage) or last.content is None:
+        return None
+    if isinstance(last.content, str):
+        return last.content or None
+    text = "\n".join(part.text for part in last.content if isinstance(part, oa.TextPart))
+    return text or None
 
 
 def prepare_completion(
@@ -190,6 +202,7 @@ def _plan(
         n=req.num_choices,
         stream=req.is_stream,
         include_usage=req.include_usage,
+        continuous_usage=req.continuous_usage,
         echo_text=echo_text,
         stop_spec=stop_spec_for(sampling, model.tokenizer),
     )

@@ -96,6 +96,7 @@ class StopScanner:
         "_stop_token_ids",
         "_tokenizer",
         "_visible",
+        "consumed",
     )
 
     def __init__(self, spec: StopSpec, tokenizer: TokenizerLike) -> None:
@@ -110,6 +111,8 @@ class StopScanner:
         )
         self._held = ""
         self._stop: Stop | None = None  # once stopped: the inert outcome repeated by `feed`
+        self.consumed = 0
+        """Ids of the last `feed` call taken up to and including the one that stopped."""
 
     @property
     def is_stopped(self) -> bool:
@@ -142,8 +145,9 @@ class StopScanner:
         stop_token_ids = self._stop_token_ids
         searching = bool(self._patterns)
         out = ""
-        for token_id in token_ids:
+        for position, token_id in enumerate(token_ids, 1):
             if token_id in stop_token_ids:
+                self.consumed = position
                 return self._stop_on_token(token_id, out)
             text = step(token_id)
             if not text:
@@ -153,6 +157,7 @@ class StopScanner:
                 continue
             result = self._scan(text, False)
             if isinstance(result, Stop):
+                self.consumed = position
                 return self._stopped(out, result)
             out += result
         return Emit(out) if out else HOLD

@@ -131,6 +131,7 @@ ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
 
 class StreamOptions(msgspec.Struct, frozen=True):
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM: usage on every chunk (with include_usage)
 
 
 StopField = str | tuple[str, ...] | None
@@ -178,6 +179,13 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     def include_usage(self) -> bool:
         """Streaming only: whether a final usage chunk was asked for."""
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's `continuous_usage_stats`: usage on every chunk, only with `include_usage`."""
+        return self.include_usage and bool(
+            self.stream_options and self.stream_options.continuous_usage_stats
+        )
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

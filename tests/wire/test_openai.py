@@ -303,7 +303,7 @@ COMPLETION_REJECTED = [
     ({"prompt": [1, -5]}, "prompt"),
     ({"prompt": [[-1]]}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt"),
-    ({"logprobs": 6}, "logprobs"),
+    ({"logprobs": 21}, "logprobs"),  # vLLM max_logprobs (20)
     ({"logprobs": -1}, "logprobs"),
     ({"best_of": 2}, "best_of"),
     ({"n": 2, "best_of": 3}, "best_of"),

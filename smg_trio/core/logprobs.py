@@ -1,0 +1,122 @@
+"""Pure. Engine token logprobs in OpenAI's response shapes, field by field as vLLM's server
+renders them.
+
+- A token's string is its id decoded alone with special tokens kept (vLLM decodes each logprob
+  token the same way), so a character split over byte-level tokens shows as U+FFFD; `bytes`
+  are that string's UTF-8 bytes.
+- The candidates of one position are vLLM's logprob dict: the sampled token first, then the
+  engine's top-k without the sampled token. Chat shows the first `top_logprobs` of them (none
+  for 0); completions show the first `logprobs + 1` (the sampled one alone for 0).
+- Logprobs below -9999.0 (and -inf) are reported as -9999.0, as vLLM clamps them for JSON.
+- Completions' `text_offset` starts at the text already sent for the choice and advances by each
+  token string's length (vLLM's rule; it is not a position in the trimmed text).
+
+Token strings are decoded once per tokenizer and id: the per-token render must stay cheap with 20
+alternatives per position (bench/core_pipeline.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+from weakref import WeakKeyDictionary
+
+from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.neutral.events import TokenLogprob
+from smg_trio.wire.openai_responses import (
+    ChoiceLogprobs,
+    CompletionLogprobs,
+    TopLogprob,
+)
+from smg_trio.wire.openai_responses import (
+    TokenLogprob as ChatTokenLogprob,
+)
+
+LOWEST_LOGPROB: Final = -9999.0
+
+_Entry = tuple[str, tuple[int, ...]]  # a token's string and its UTF-8 bytes
+_STRINGS: WeakKeyDictionary[TokenizerLike, dict[int, _Entry]] = WeakKeyDictionary()
+
+
+class TokenStrings:
+    """Each token id decoded alone, memoised per tokenizer."""
+
+    __slots__ = ("_cache", "_tokenizer")
+
+    def __init__(self, tokenizer: TokenizerLike) -> None:
+        self._tokenizer = tokenizer
+        cache = _STRINGS.get(tokenizer)
+        if cache is None:
+            cache = _STRINGS[tokenizer] = {}
+        self._cache = cache
+
+    def entry(self, token_id: int) -> _Entry:
+        found = self._cache.get(token_id)
+        if found is None:
+            text = self._tokenizer.decode((token_id,), skip_special_tokens=False)
+            found = self._cache[token_id] = (text, tuple(text.encode("utf-8", "replace")))
+        return found
+
+
+def _clamped(logprob: float) -> float:
+    return logprob if logprob >= LOWEST_LOGPROB else LOWEST_LOGPROB
+
+
+def candidates(position: TokenLogprob) -> list[tuple[int, float]]:
+    """vLLM's logprob dict of one position, in order: the sampled token, then the top-k."""
+    sampled = position.token_id
+    out = [(sampled, position.logprob)]
+    out.extend((top.token_id, top.logprob) for top in position.top if top.token_id != sampled)
+    return out
+
+
+class LogprobFormatter:
+    """Renders released positions for one request (`top`: the client's top-k width)."""
+
+    __slots__ = ("_strings", "_top")
+
+    def __init__(self, tokenizer: TokenizerLike, top: int) -> None:
+        self._strings = TokenStrings(tokenizer)
+        self._top = top
+
+    def chat(self, positions: Sequence[TokenLogprob]) -> ChoiceLogprobs:
+        entry = self._strings.entry
+        width = self._top
+        content = []
+        for position in positions:
+            text, raw = entry(position.token_id)
+            tops: tuple[TopLogprob, ...] = ()
+            if width:
+                tops = tuple(
+                    TopLogprob(entry(token_id)[0], _clamped(logprob), entry(token_id)[1])
+                    for token_id, logprob in candidates(position)[:width]
+                )
+            content.append(ChatTokenLogprob(text, _clamped(position.logprob), raw, tops))
+        return ChoiceLogprobs(content=tuple(content))
+
+    def completion(
+        self, positions: Sequence[TokenLogprob], initial_offset: int
+    ) -> CompletionLogprobs:
+        entry = self._strings.entry
+        keep = self._top + 1
+        tokens: list[str] = []
+        offsets: list[int] = []
+        offset = initial_offset
+        tops: list[dict[str, float] | None] = []
+        for position in positions:
+            text = entry(position.token_id)[0]
+            tokens.append(text)
+            offsets.append(offset)
+            offset += len(text)
+            tops.append(
+                {
+                    entry(token_id)[0]: _clamped(logprob)
+                    for token_id, logprob in candidates(position)[:keep]
+                }
+            )
+        return CompletionLogprobs(
+            tokens=tuple(tokens),
+            token_logprobs=tuple(_clamped(p.logprob) for p in positions),
+            top_logprobs=tuple(tops),
+            text_offset=tuple(offsets),
+        )
