@@ -166,6 +166,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     include_stop_str_in_output: bool = False
+    prompt_logprobs: int | None = None  # vLLM: refused until an engine path carries them
 
     @property
     def num_choices(self) -> int:

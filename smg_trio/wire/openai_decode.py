@@ -63,6 +63,8 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
     check_stops(req.stop, "stop", max_count=MAX_STOP_STRINGS)
     if req.stream_options is not None and not req.stream:
         raise _reject("stream_options", "stream_options is only allowed when stream is true")
+    if req.prompt_logprobs is not None:
+        raise _reject("prompt_logprobs", "prompt_logprobs are not supported yet")
 
 
 def validate_chat(req: ChatCompletionRequest) -> None:
@@ -97,6 +99,9 @@ def validate_completion(req: CompletionRequest) -> None:
             raise _reject("prompt", "prompt token ids must be non-empty and non-negative")
     _check_openai_common(req, req.max_tokens, "max_tokens")
     check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    if req.echo and req.logprobs is not None:
+        # vLLM answers with the prompt's logprobs too; no engine path carries them yet.
+        raise _reject("echo", "echo with logprobs (prompt logprobs) is not supported yet")
     if req.best_of is not None and req.best_of != req.num_choices:
         raise _reject("best_of", "best_of is not supported unless it equals n")
 
