@@ -169,9 +169,10 @@ class ChatRenderer(_OpenAIRenderer):
         return role, self._chunks.content(index, self._echo, None, usage)
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        return self._chunks.content(
-            index, text, self._logprobs(positions), self._running_usage(choice)
-        )
+        logprobs = None
+        if self._formatter is not None and positions:
+            logprobs = self._formatter.chat_json(positions)  # the per-token path: spliced
+        return self._chunks.content(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(

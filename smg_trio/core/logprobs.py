@@ -24,6 +24,7 @@ from weakref import WeakKeyDictionary
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import TokenLogprob
 from smg_trio.wire.openai_responses import (
+    JSON_ENCODER,
     ChoiceLogprobs,
     CompletionLogprobs,
     TopLogprob,
@@ -34,8 +35,11 @@ from smg_trio.wire.openai_responses import (
 
 LOWEST_LOGPROB: Final = -9999.0
 
-_Entry = tuple[str, tuple[int, ...]]  # a token's string and its UTF-8 bytes
+# A token's string, its UTF-8 bytes, and its chat JSON entry split around the logprob value:
+# `{"token":T,"logprob":` and `,"bytes":[...]`.
+_Entry = tuple[str, tuple[int, ...], bytes, bytes]
 _STRINGS: WeakKeyDictionary[TokenizerLike, dict[int, _Entry]] = WeakKeyDictionary()
+_encode = JSON_ENCODER.encode
 
 
 class TokenStrings:
@@ -54,7 +58,9 @@ class TokenStrings:
         found = self._cache.get(token_id)
         if found is None:
             text = self._tokenizer.decode((token_id,), skip_special_tokens=False)
-            found = self._cache[token_id] = (text, tuple(text.encode("utf-8", "replace")))
+            raw = tuple(text.encode("utf-8", "replace"))
+            head = b'{"token":' + _encode(text) + b',"logprob":'
+            found = self._cache[token_id] = (text, raw, head, b',"bytes":' + _encode(raw))
         return found
 
 
@@ -84,7 +90,7 @@ class LogprobFormatter:
         width = self._top
         content = []
         for position in positions:
-            text, raw = entry(position.token_id)
+            text, raw, _, _ = entry(position.token_id)
             tops: tuple[TopLogprob, ...] = ()
             if width:
                 tops = tuple(
@@ -93,6 +99,34 @@ class LogprobFormatter:
                 )
             content.append(ChatTokenLogprob(text, _clamped(position.logprob), raw, tops))
         return ChoiceLogprobs(content=tuple(content))
+
+    def chat_json(self, positions: Sequence[TokenLogprob]) -> bytes:
+        """`chat(positions)` JSON-encoded, spliced from per-token pieces (the streaming path;
+        tests pin that it equals the struct encoding byte for byte). The candidate rule of
+        `candidates` is inlined: this runs for every token."""
+        entry = self._strings.entry
+        encode = _encode
+        width = self._top
+        lowest = LOWEST_LOGPROB
+        parts = []
+        for position in positions:
+            sampled = position.token_id
+            _, _, head, tail = entry(sampled)
+            value = position.logprob if position.logprob >= lowest else lowest
+            encoded = encode(value)
+            if not width:
+                parts.append(head + encoded + tail + b',"top_logprobs":[]}')
+                continue
+            tops = [head + encoded + tail + b"}"]
+            for top in position.top:
+                if len(tops) == width:
+                    break
+                if top.token_id != sampled:
+                    _, _, top_head, top_tail = entry(top.token_id)
+                    logprob = top.logprob if top.logprob >= lowest else lowest
+                    tops.append(top_head + encode(logprob) + top_tail + b"}")
+            parts.append(head + encoded + tail + b',"top_logprobs":[' + b",".join(tops) + b"]}")
+        return b'{"content":[' + b",".join(parts) + b"]}"
 
     def completion(
         self, positions: Sequence[TokenLogprob], initial_offset: int

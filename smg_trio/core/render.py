@@ -76,6 +76,8 @@ def _head(request_id: str, object_name: str, created: int, model: str) -> bytes:
 
 _CHAT_CONTENT = b',"delta":{"content":'
 _CHAT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
+_CHAT_LOGPROBS = b'},"logprobs":'
+_CHAT_LOGPROBS_TAIL = b',"finish_reason":null}]}'
 
 
 class ChatStreamRenderer:
@@ -110,16 +112,21 @@ class ChatStreamRenderer:
         self,
         index: int,
         text: str,
-        logprobs: ChoiceLogprobs | None = None,
+        logprobs: ChoiceLogprobs | bytes | None = None,
         usage: Usage | None = None,
     ) -> bytes:
-        if logprobs is not None or usage is not None:
+        """A content chunk; `logprobs` as the struct or already JSON-encoded (spliced in)."""
+        if usage is not None:
+            raw = msgspec.Raw(logprobs) if isinstance(logprobs, bytes) else logprobs
             delta = ChoiceDelta(content=text)
-            return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=logprobs),), usage)
+            return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=raw),), usage)
         prefix = self._content.get(index)
         if prefix is None:
             prefix = self._content[index] = self._head + b'{"index":%d' % index + _CHAT_CONTENT
-        return prefix + _encode(text) + _CHAT_TAIL
+        if logprobs is None:
+            return prefix + _encode(text) + _CHAT_TAIL
+        encoded = logprobs if isinstance(logprobs, bytes) else _encode(logprobs)
+        return prefix + _encode(text) + _CHAT_LOGPROBS + encoded + _CHAT_LOGPROBS_TAIL
 
     def finish(
         self,

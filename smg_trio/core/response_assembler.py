@@ -209,25 +209,35 @@ class ResponseAssembler:
             if type(outcome) is Emit:
                 text += outcome.text
             emitted = choice.emitted + len(text)
-            choice.decoded = emitted + len(scanner.held_text)
-            choice.pending.append((position, choice.decoded))
-            self._release(choice, emitted, final=False)
+            decoded = choice.decoded = emitted + len(scanner.held_text)
+            if decoded == emitted and not choice.pending:
+                choice.released.append(position)  # the common case: its text is out
+            else:
+                choice.pending.append((position, decoded))
+                self._release(choice, emitted, final=False)
         self._text(index, choice, text, out)
 
     @staticmethod
     def _release(choice: _Choice, emitted: int, *, final: bool) -> None:
         """Move pending positions whose whole text is out (`emitted` characters) to `released`.
 
-        At a stop or finish (`final`) the rest are dropped: they are a hidden stop's tokens
-        (one whose text only partly went out began the stop).
+        Ends never decrease, so those are a prefix. At a stop or finish (`final`) the rest are
+        dropped: they are a hidden stop's tokens (one whose text only partly went out began
+        the stop).
         """
-        keep: list[_Pending] = []
-        for pending in choice.pending:
-            if pending[1] <= emitted:
-                choice.released.append(pending[0])
-            elif not final:
-                keep.append(pending)
-        choice.pending = keep
+        pending = choice.pending
+        if not pending:
+            return
+        count = len(pending)
+        if pending[-1][1] > emitted:
+            count = 0
+            while pending[count][1] <= emitted:
+                count += 1
+        choice.released.extend([p[0] for p in pending[:count]])
+        if final:
+            pending.clear()
+        else:
+            del pending[:count]
 
     def _apply(
         self,

@@ -63,7 +63,7 @@ class ChoiceDelta(msgspec.Struct, frozen=True, kw_only=True):
 class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     delta: ChoiceDelta
-    logprobs: ChoiceLogprobs | None = None
+    logprobs: ChoiceLogprobs | msgspec.Raw | None = None  # Raw: pre-encoded ChoiceLogprobs
     finish_reason: str | None = None
     matched_stop: MatchedStop | UnsetType = UNSET
 

@@ -9,13 +9,17 @@ from typing import Any
 
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from smg_trio.core.logprobs import LOWEST_LOGPROB, LogprobFormatter
 from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
+from smg_trio.wire.openai_responses import JSON_ENCODER
 from tests.core.mock_tokenizers import ByteMockTokenizer, WordMockTokenizer
 
 T1 = WordMockTokenizer()
@@ -237,3 +241,33 @@ def test_chat_echo_prefixes_the_last_message() -> None:
         {"content": "Sure, "},
         {"content": "Hello"},
     ]
+
+
+top_logprob = st.builds(
+    TopLogprob,
+    st.integers(0, 256),
+    st.floats(allow_nan=False, max_value=0.0, width=32) | st.just(float("-inf")),
+)
+
+
+@given(
+    st.lists(
+        st.builds(
+            TokenLogprob,
+            token_id=st.integers(0, 256),
+            logprob=st.floats(allow_nan=False, max_value=0.0) | st.just(float("-inf")),
+            rank=st.none() | st.integers(1, 100),
+            top=st.lists(top_logprob, max_size=6).map(tuple),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 20),
+)
+def test_spliced_chat_logprobs_equal_the_struct_encoding(
+    positions: list[TokenLogprob], width: int
+) -> None:
+    formatter = LogprobFormatter(ByteMockTokenizer(), width)
+    spliced = formatter.chat_json(positions)
+    assert spliced == JSON_ENCODER.encode(formatter.chat(positions))
+    assert all(entry["logprob"] >= LOWEST_LOGPROB for entry in json.loads(spliced)["content"])
