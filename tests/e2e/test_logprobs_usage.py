@@ -44,6 +44,9 @@ def chat_logprobs(client: OpenAI) -> None:
     # The stop's tokens never appear; every other token does, in order.
     assert REPLAY_HEAD.startswith("".join(tokens))
     assert len("".join(tokens)) >= len(REPLAY_HEAD) - len(" ")
+    # The reference engine's logprobs differ per token (and are logprobs: below 0).
+    assert len({entry.logprob for entry in content}) > 1
+    assert all(entry.logprob < 0 for entry in content)
     for entry in content:
         assert entry.bytes == list(entry.token.encode())
         assert len(entry.top_logprobs) == 3
