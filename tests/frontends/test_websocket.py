@@ -374,8 +374,19 @@ def _normalised(payload: bytes) -> bytes:
             GENERATE,
             {"text": "p", "rid": "fixed", "stream": True, "sampling_params": {"stop": "STOP"}},
         ),
+        (
+            CHAT,
+            chat(
+                "p",
+                stop=["STOP"],
+                logprobs=True,
+                top_logprobs=2,
+                stream_options={"include_usage": True, "continuous_usage_stats": True},
+            ),
+        ),
+        (COMPLETIONS, {"prompt": "p", "stream": True, "max_tokens": 12, "logprobs": 3}),
     ],
-    ids=["chat", "completions", "generate"],
+    ids=["chat", "completions", "generate", "chat-logprobs-usage", "completions-logprobs"],
 )
 async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
     tmp_path: Path, path: str, body: dict[str, Any]
@@ -406,6 +417,11 @@ async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
     ]
     assert [_normalised(p) for p in relayed] == [_normalised(p) for p in sink.payloads]
     assert len(relayed) > 3
+    if "logprobs" in body:  # issue 11: the frames carry logprobs (and usage when asked)
+        chunks = [json.loads(p) for p in relayed]
+        assert any(c["logprobs"] for chunk in chunks for c in chunk["choices"])
+        if "stream_options" in body:
+            assert all("usage" in chunk for chunk in chunks)
 
 
 async def test_requests_beyond_the_per_socket_limit_get_an_error(
