@@ -3,7 +3,9 @@ renders them.
 
 - A token's string is its id decoded alone with special tokens kept (vLLM decodes each logprob
   token the same way), so a character split over byte-level tokens shows as U+FFFD; `bytes`
-  are that string's UTF-8 bytes.
+  are that string's UTF-8 bytes. SentencePiece tokenizers drop a piece's leading "▁" when it is
+  decoded alone; the spaces it stood for are put back (as vLLM does), so " world" stays
+  " world".
 - The candidates of one position are vLLM's logprob dict: the sampled token first, then the
   engine's top-k without the sampled token. Chat shows the first `top_logprobs` of them (none
   for 0); completions show the first `logprobs + 1` (the sampled one alone for 0).
@@ -17,7 +19,7 @@ alternatives per position (bench/core_pipeline.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 from weakref import WeakKeyDictionary
 
@@ -40,15 +42,27 @@ LOWEST_LOGPROB: Final = -9999.0
 _Entry = tuple[str, tuple[int, ...], bytes, bytes]
 _STRINGS: WeakKeyDictionary[TokenizerLike, dict[int, _Entry]] = WeakKeyDictionary()
 _encode = JSON_ENCODER.encode
+SENTENCEPIECE_SPACE: Final = "\u2581"
+
+
+def _with_leading_spaces(text: str, piece: str | None) -> str:
+    """`text` with the leading spaces its SentencePiece `piece` has and decoding dropped."""
+    if not piece or not piece.startswith(SENTENCEPIECE_SPACE):
+        return text
+    markers = len(piece) - len(piece.lstrip(SENTENCEPIECE_SPACE))
+    missing = markers - (len(text) - len(text.lstrip(" ")))
+    return " " * missing + text if missing > 0 else text
 
 
 class TokenStrings:
     """Each token id decoded alone, memoised per tokenizer."""
 
-    __slots__ = ("_cache", "_tokenizer")
+    __slots__ = ("_cache", "_piece", "_tokenizer")
 
     def __init__(self, tokenizer: TokenizerLike) -> None:
         self._tokenizer = tokenizer
+        # The vocabulary piece of an id, when the tokenizer can tell (SentencePiece spaces).
+        self._piece: Callable[[int], str | None] | None = getattr(tokenizer, "id_to_token", None)
         cache = _STRINGS.get(tokenizer)
         if cache is None:
             cache = _STRINGS[tokenizer] = {}
@@ -58,6 +72,8 @@ class TokenStrings:
         found = self._cache.get(token_id)
         if found is None:
             text = self._tokenizer.decode((token_id,), skip_special_tokens=False)
+            if self._piece is not None:
+                text = _with_leading_spaces(text, self._piece(token_id))
             raw = tuple(text.encode("utf-8", "replace"))
             head = b'{"token":' + _encode(text) + b',"logprob":'
             found = self._cache[token_id] = (text, raw, head, b',"bytes":' + _encode(raw))

@@ -70,9 +70,12 @@ def prepare_chat(
 
 def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
     """Chat `echo` (vLLM): the last message's text is prefixed to the output when that message
-    is the assistant's (the role the response speaks in); otherwise nothing is echoed."""
+    speaks in the response's role: the assistant's with a generation prompt, any role without
+    one (vLLM then answers in the last message's role)."""
     last = req.messages[-1]
-    if not isinstance(last, oa.AssistantMessage) or last.content is None:
+    if req.add_generation_prompt and not isinstance(last, oa.AssistantMessage):
+        return None
+    if last.content is None:
         return None
     if isinstance(last.content, str):
         return last.content or None

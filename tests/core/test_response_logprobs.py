@@ -4,25 +4,33 @@ scanner; usage counting what the client got."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from typing import Any
+from typing import Any, Final
 
 import openai
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from smg_trio.core.logprobs import LOWEST_LOGPROB, LogprobFormatter
+from smg_trio.core.logprobs import LOWEST_LOGPROB, LogprobFormatter, TokenStrings
 from smg_trio.core.plan import GeneratePlan, StopSpec
+from smg_trio.core.prepare import prepare_chat
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.hf_tokenizer import ModelTokenizer
+from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
+from smg_trio.wire.openai_decode import decode_chat_request
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from tests.core.mock_tokenizers import ByteMockTokenizer, WordMockTokenizer
 
 T1 = WordMockTokenizer()
+DEMO: Final = load_model_dir(demo_model_path())
+NOW: Final = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 
 
 def make(
@@ -271,3 +279,32 @@ def test_spliced_chat_logprobs_equal_the_struct_encoding(
     spliced = formatter.chat_json(positions)
     assert spliced == JSON_ENCODER.encode(formatter.chat(positions))
     assert all(entry["logprob"] >= LOWEST_LOGPROB for entry in json.loads(spliced)["content"])
+
+
+def test_sentencepiece_tokens_keep_the_leading_spaces_decoding_alone_drops() -> None:
+    """vLLM puts back the spaces a "▁" stood for; a byte-level piece is left as decoded."""
+    vocab = {"\u2581Hello": 0, "\u2581world": 1, "<unk>": 2, "\u2581\u2581x": 3}
+    hf = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    hf.pre_tokenizer = pre_tokenizers.Metaspace()
+    hf.decoder = decoders.Metaspace()
+    tokenizer = ModelTokenizer(hf)
+    assert tokenizer.decode((1,), skip_special_tokens=False) == "world"  # what vLLM corrects
+    strings = TokenStrings(tokenizer)
+    assert [strings.entry(i)[0] for i in (0, 1, 3)] == [" Hello", " world", "  x"]
+    assert strings.entry(1)[1] == tuple(b" world")
+
+
+def test_chat_echo_takes_the_last_message_in_the_responses_role() -> None:
+    def plan(messages: list[dict[str, str]], **extra: object) -> GeneratePlan:
+        body = {"messages": messages, "echo": True, **extra}
+        request = decode_chat_request(json.dumps(body).encode())
+        return prepare_chat(request, DEMO.prompt_model(), request_id="r", now=NOW)
+
+    user = {"role": "user", "content": "Hi"}
+    assistant = {"role": "assistant", "content": "Sure, "}
+    assert plan([user, assistant], add_generation_prompt=False).echo_text == "Sure, "
+    assert plan([user, assistant]).echo_text == "Sure, "
+    # With a generation prompt the response speaks as the assistant: a user turn is not echoed.
+    assert plan([user]).echo_text is None
+    # Without one, vLLM answers in the last message's role and echoes it.
+    assert plan([user], add_generation_prompt=False).echo_text == "Hi"
