@@ -274,6 +274,8 @@ class ResponseAssembler:
         choice.parts.append(text)
         choice.chars += len(text)
         choice.emitted += len(text)
+        if choice.pending:  # e.g. held text flushed at the engine's finish: its tokens go with it
+            self._release(choice, choice.emitted, final=False)
         if self._stream:
             out.append(self._renderer.text(index, text, choice, choice.released))
             choice.released = []

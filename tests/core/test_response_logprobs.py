@@ -308,3 +308,14 @@ def test_chat_echo_takes_the_last_message_in_the_responses_role() -> None:
     assert plan([user]).echo_text is None
     # Without one, vLLM answers in the last message's role and echoes it.
     assert plan([user], add_generation_prompt=False).echo_text == "Hi"
+
+
+def test_held_text_flushed_at_the_engine_finish_carries_its_logprobs() -> None:
+    a = make(stop=("world test",))
+    out = a.on_events([delta([1]), delta([2])])
+    assert chat_positions(out) == [["Hello"]]
+    out = a.on_events([ChoiceFinished(0, "length", None, 3, 2)])
+    chunks = [c["choices"][0] for c in objs(out)]
+    assert [(c["delta"], c["logprobs"]) for c in chunks][1] == ({}, None)  # the finish chunk
+    assert chunks[0]["delta"] == {"content": "world"}
+    assert chat_positions(out) == [["world"]]
