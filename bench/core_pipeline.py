@@ -7,8 +7,9 @@ stop strings that never match but whose prefixes occur often. Reports the median
 positions 100 ... 5000 of the output (a cost growing with length would show in the ratio), and
 throughput. Writes the table under "## Pure core" in bench/RESULTS.md.
 
-Goals (docs/architecture.md §8, docs/stops-and-finalize.md §7): detokenize + 4-stop scan >= 150,000 tokens/s on one core;
-cost at token 5000 within 20 % of the cost at token 100.
+Goals (docs/architecture.md §8, docs/stops-and-finalize.md §7): detokenize + 4-stop scan >= 150,000
+tokens/s on one core; cost at token 5000 within 20 % of the cost at token 100; with logprobs on
+(top-5 per token, rendered into the chat chunks through the assembler) >= 100,000 tokens/s.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stops import Emit, Stop, StopScanner
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.model import demo_model_path, load_model_dir
-from smg_trio.neutral.events import EngineEvent, TokenDelta
+from smg_trio.neutral.events import EngineEvent, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 
@@ -41,6 +42,8 @@ STOP_SETS: Final[dict[int, tuple[str, ...]]] = {
     4: ("\n\nUser:", "</answer>", " the end.", "### Observation"),
 }
 GOAL_TOKENS_PER_S: Final = 150_000
+GOAL_LOGPROBS_TOKENS_PER_S: Final = 100_000  # issue 11: detok + scan + logprob render
+BENCH_TOP_LOGPROBS: Final = 5
 GOAL_GROWTH: Final = 1.20
 CORPUS_DIR: Final = Path(__file__).resolve().parent.parent / "scripts" / "demo_corpus"
 RESULTS: Final = Path(__file__).resolve().parent / "RESULTS.md"
@@ -97,15 +100,32 @@ def pipeline(tokenizer: TokenizerLike, stops: tuple[str, ...], *, render: bool) 
     return run
 
 
-def assembled(tokenizer: TokenizerLike, stops: tuple[str, ...]) -> Pipeline:
+def positions(message: Sequence[int], width: int) -> tuple[TokenLogprob, ...]:
+    """Engine logprobs for each id of `message`: the sampled id first, then `width - 1`
+    neighbouring ids below it (as the reference engines report greedy positions)."""
+    return tuple(
+        TokenLogprob(
+            token_id=token_id,
+            logprob=-0.25,
+            rank=1,
+            top=tuple(TopLogprob(token_id + i, -0.25 - i) for i in range(width)),
+        )
+        for token_id in message
+    )
+
+
+def assembled(
+    tokenizer: TokenizerLike, stops: tuple[str, ...], logprobs: int | None = None
+) -> Pipeline:
     """The request's per-token path: one `TokenDelta` batch per engine message into a fresh
-    `ResponseAssembler` (streaming chat), each payload SSE-framed."""
+    `ResponseAssembler` (streaming chat), each payload SSE-framed; with `logprobs`, each token
+    carries that many top logprobs and the chunks render them."""
     plan = GeneratePlan(
         request_id="bench",
         endpoint=Endpoint.CHAT,
         model="demo",
         prompt_ids=(1,),
-        sampling=SamplingParams(stop=stops),
+        sampling=SamplingParams(stop=stops, logprobs=logprobs),
         stream=True,
         stop_spec=StopSpec(strings=stops),
     )
@@ -113,7 +133,16 @@ def assembled(tokenizer: TokenizerLike, stops: tuple[str, ...]) -> Pipeline:
 
     def run(messages: Sequence[Sequence[int]], boundaries: list[int]) -> None:
         if not batches:
-            batches.extend([TokenDelta(0, tuple(message))] for message in messages)
+            batches.extend(
+                [
+                    TokenDelta(
+                        0,
+                        tuple(message),
+                        None if logprobs is None else positions(message, logprobs),
+                    )
+                ]
+                for message in messages
+            )
         assembler = ResponseAssembler(plan, tokenizer, created=0)
         on_events = assembler.on_events
         clock = time.perf_counter_ns
@@ -160,10 +189,17 @@ def main() -> None:
     rows: list[str] = []
     throughput: dict[tuple[int, str], float] = {}
     growth: dict[tuple[int, str], float] = {}
-    stages = ("detok + scan", "detok + scan + render", "events → assembler → SSE")
+    stages = (
+        "detok + scan",
+        "detok + scan + render",
+        "events → assembler → SSE",
+        f"same + top-{BENCH_TOP_LOGPROBS} logprobs",
+    )
     for stage in stages:
         for count, stops in STOP_SETS.items():
-            if stage == stages[2]:
+            if stage == stages[3]:
+                run = assembled(tokenizer, stops, BENCH_TOP_LOGPROBS)
+            elif stage == stages[2]:
                 run = assembled(tokenizer, stops)
             else:
                 run = pipeline(tokenizer, stops, render=stage == stages[1])
@@ -183,10 +219,14 @@ def main() -> None:
         ]
     )
     fast_enough = throughput[4, stages[0]] >= GOAL_TOKENS_PER_S
+    logprobs_fast = throughput[4, stages[3]] >= GOAL_LOGPROBS_TOKENS_PER_S
     flat = all(ratio <= GOAL_GROWTH for ratio in growth.values())
     verdict = (
         f"Goals: detok + 4-stop scan {throughput[4, stages[0]]:,.0f} tokens/s "
         f"(goal >= {GOAL_TOKENS_PER_S:,}: {'met' if fast_enough else 'NOT met'}); "
+        f"with top-{BENCH_TOP_LOGPROBS} logprobs through the assembler "
+        f"{throughput[4, stages[3]]:,.0f} tokens/s "
+        f"(goal >= {GOAL_LOGPROBS_TOKENS_PER_S:,}: {'met' if logprobs_fast else 'NOT met'}); "
         f"worst @5000/@100 {max(growth.values()):.2f} "
         f"(goal <= {GOAL_GROWTH:.2f}: {'met' if flat else 'NOT met'})."
     )
@@ -202,7 +242,9 @@ def main() -> None:
             "position; stop strings never match. tokens/s = median over the whole generation; "
             "render = chat SSE content chunk per emitted text; events → assembler → SSE = the "
             "request's own path (one TokenDelta batch per message into a ResponseAssembler, "
-            "its payloads SSE-framed). Early positions also pay the "
+            "its payloads SSE-framed); the logprobs row is the same path with every token "
+            f"carrying top-{BENCH_TOP_LOGPROBS} logprobs, rendered into each chunk "
+            "(token strings decoded once per tokenizer and id). Early positions also pay the "
             "per-request warm-up of the detokenizer's piece table (each distinct id is looked "
             "up once per request), so cost falls slightly with position. The machine is shared "
             "with other work: absolute numbers varied up to 2x between runs, the ratios far less.",

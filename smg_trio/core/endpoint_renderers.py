@@ -4,6 +4,11 @@
 decides what that looks like for chat, completions or /generate: the chunk bytes (spliced by
 `core.render`), the finish and usage a stream reports as data (`core.stream_end`), and the
 non-streaming body. The assembler never looks at the endpoint again after `renderer_for`.
+
+Logprobs arrive as the positions the assembler released with a piece of text (or, for tokens
+whose text went out earlier, with the finish); the renderer formats them (`core.logprobs`).
+With `stream_options.continuous_usage_stats` every chat/completions chunk of a choice carries
+usage with that choice's tokens so far, as vLLM's server sends it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, assert_never
 
+from smg_trio.core.logprobs import LogprobFormatter
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
@@ -22,16 +28,23 @@ from smg_trio.core.render import (
     generate_response,
 )
 from smg_trio.core.stream_end import ChoiceFinish
+from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Endpoint
-from smg_trio.wire.openai_responses import Usage
+from smg_trio.wire.openai_responses import ChoiceLogprobs, CompletionLogprobs, Usage
 
 MatchedStop = str | int | None
+Positions = Sequence[TokenLogprob]
+RenderedLogprobs = ChoiceLogprobs | CompletionLogprobs
 
 
 class ChoiceProgress(Protocol):
     """What a renderer may read of one choice (the assembler's record of it)."""
 
     tokens: int
+    """Engine tokens counted for the choice so far (usage)."""
+    chars: int
+    """Characters of text sent so far, echo included."""
     finish_reason: str
     matched: MatchedStop
     """What a full response reports: the stop string, or the stop token id."""
@@ -47,15 +60,15 @@ class EndpointRenderer(Protocol):
         """Non-streaming bodies carry the generated ids (/generate)."""
         ...
 
-    def opening(self, index: int) -> bytes | None:
-        """The chunk that opens a choice's stream, if the endpoint has one."""
+    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        """The chunks that open a choice's stream (role, echoed text), if any."""
         ...
 
-    def text(self, index: int, text: str, choice: ChoiceProgress) -> bytes:
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
         """The chunk for `text`, which the choice just produced (already in `full_text`)."""
         ...
 
-    def finish(self, index: int, choice: ChoiceProgress) -> bytes:
+    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         """The chunk that ends a finished choice."""
         ...
 
@@ -63,11 +76,15 @@ class EndpointRenderer(Protocol):
         """What that finish chunk says, as data."""
         ...
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes | None: ...
+    def usage_chunk(self, usage: Usage) -> bytes | None: ...
 
-    def reported_usage(self, prompt_tokens: int, completion_tokens: int) -> Usage | None: ...
+    def reported_usage(self, usage: Usage) -> Usage | None: ...
 
-    def body(self, prompt_tokens: int, choices: Sequence[FinishedChoice]) -> bytes:
+    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+        """A non-streaming choice's logprobs (None when the client asked for none)."""
+        ...
+
+    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         """The non-streaming response."""
         ...
 
@@ -85,28 +102,52 @@ def response_id(plan: GeneratePlan) -> str:
             assert_never(plan.endpoint)
 
 
-def renderer_for(plan: GeneratePlan, *, created: int) -> EndpointRenderer:
+def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) -> EndpointRenderer:
     """The renderer of `plan`'s endpoint, for the whole request."""
     rid = response_id(plan)
     match plan.endpoint:
         case Endpoint.CHAT:
-            return ChatRenderer(plan, rid, created)
+            return ChatRenderer(plan, tokenizer, rid, created)
         case Endpoint.COMPLETION:
-            return CompletionRenderer(plan, rid, created)
+            return CompletionRenderer(plan, tokenizer, rid, created)
         case Endpoint.GENERATE:
             return GenerateRenderer(plan, rid)
         case _:
             assert_never(plan.endpoint)
 
 
-class ChatRenderer:
+class _OpenAIRenderer:
+    """What chat and completions share: logprob formatting and continuous usage."""
+
+    __slots__ = ("_continuous", "_created", "_formatter", "_id", "_model", "_prompt_tokens")
+
+    def __init__(
+        self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
+    ) -> None:
+        self._id, self._created, self._model = request_id, created, plan.model
+        self._prompt_tokens = len(plan.prompt_ids)
+        width = plan.sampling.logprobs
+        self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
+        self._continuous = plan.include_usage and plan.continuous_usage
+
+    def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
+        """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
+        if not self._continuous:
+            return None
+        return Usage.of(self._prompt_tokens, 0 if choice is None else choice.tokens)
+
+
+class ChatRenderer(_OpenAIRenderer):
     """`chat.completion.chunk`s: a role chunk, content chunks, a finish chunk per choice."""
 
     keeps_output_ids = False
-    __slots__ = ("_chunks", "_created", "_id", "_model")
+    __slots__ = ("_chunks", "_echo")
 
-    def __init__(self, plan: GeneratePlan, request_id: str, created: int) -> None:
-        self._id, self._created, self._model = request_id, created, plan.model
+    def __init__(
+        self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
+    ) -> None:
+        super().__init__(plan, tokenizer, request_id, created)
+        self._echo = plan.echo_text
         self._chunks = ChatStreamRenderer(
             request_id=request_id,
             created=created,
@@ -114,42 +155,66 @@ class ChatRenderer:
             include_usage=plan.include_usage,
         )
 
-    def opening(self, index: int) -> bytes | None:
-        return self._chunks.role(index)
+    def _logprobs(self, positions: Positions) -> ChoiceLogprobs | None:
+        if self._formatter is None or not positions:
+            return None
+        return self._formatter.chat(positions)
 
-    def text(self, index: int, text: str, choice: ChoiceProgress) -> bytes:
-        return self._chunks.content(index, text)
+    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        usage = self._running_usage(None)
+        role = self._chunks.role(index, usage)
+        if not self._echo:
+            return (role,)
+        # vLLM streams the echoed last message as its own content chunk after the role.
+        return role, self._chunks.content(index, self._echo, None, usage)
 
-    def finish(self, index: int, choice: ChoiceProgress) -> bytes:
-        return self._chunks.finish(index, choice.finish_reason, choice.streamed_match)
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        logprobs = None
+        if self._formatter is not None and positions:
+            logprobs = self._formatter.chat_json(positions)  # the per-token path: spliced
+        return self._chunks.content(index, text, logprobs, self._running_usage(choice))
+
+    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
+        return self._chunks.finish(
+            index,
+            choice.finish_reason,
+            choice.streamed_match,
+            self._logprobs(positions),
+            self._running_usage(choice),
+        )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
         return ChoiceFinish(index, choice.finish_reason, choice.streamed_match)
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
-        return self._chunks.usage(prompt_tokens, completion_tokens)
+    def usage_chunk(self, usage: Usage) -> bytes | None:
+        return self._chunks.usage(usage)
 
-    def reported_usage(self, prompt_tokens: int, completion_tokens: int) -> Usage | None:
-        return Usage.of(prompt_tokens, completion_tokens) if self._chunks.include_usage else None
+    def reported_usage(self, usage: Usage) -> Usage | None:
+        return usage if self._chunks.include_usage else None
 
-    def body(self, prompt_tokens: int, choices: Sequence[FinishedChoice]) -> bytes:
+    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+        return None if self._formatter is None else self._formatter.chat(positions)
+
+    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return chat_completion(
             request_id=self._id,
             created=self._created,
             model=self._model,
-            prompt_tokens=prompt_tokens,
+            usage=usage,
             choices=choices,
         )
 
 
-class CompletionRenderer:
+class CompletionRenderer(_OpenAIRenderer):
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
     keeps_output_ids = False
-    __slots__ = ("_chunks", "_created", "_echoes", "_id", "_model")
+    __slots__ = ("_chunks", "_echoes")
 
-    def __init__(self, plan: GeneratePlan, request_id: str, created: int) -> None:
-        self._id, self._created, self._model = request_id, created, plan.model
+    def __init__(
+        self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
+    ) -> None:
+        super().__init__(plan, tokenizer, request_id, created)
         # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
         self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
         self._chunks = CompletionStreamRenderer(
@@ -159,31 +224,48 @@ class CompletionRenderer:
             include_usage=plan.include_usage,
         )
 
-    def opening(self, index: int) -> bytes | None:
+    def _logprobs(self, positions: Positions, offset: int) -> CompletionLogprobs | None:
+        if self._formatter is None or not positions:
+            return None
+        return self._formatter.completion(positions, offset)
+
+    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         echo = self._echoes[index]
-        return self._chunks.text(index, echo) if echo else None
+        if not echo:
+            return ()
+        return (self._chunks.text(index, echo, None, self._running_usage(None)),)
 
-    def text(self, index: int, text: str, choice: ChoiceProgress) -> bytes:
-        return self._chunks.text(index, text)
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        logprobs = self._logprobs(positions, choice.chars - len(text))
+        return self._chunks.text(index, text, logprobs, self._running_usage(choice))
 
-    def finish(self, index: int, choice: ChoiceProgress) -> bytes:
-        return self._chunks.finish(index, choice.finish_reason)
+    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
+        return self._chunks.finish(
+            index,
+            choice.finish_reason,
+            logprobs=self._logprobs(positions, choice.chars),
+            usage=self._running_usage(choice),
+        )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
         return ChoiceFinish(index, choice.finish_reason, None)  # chunks carry no matched_stop
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
-        return self._chunks.usage(prompt_tokens, completion_tokens)
+    def usage_chunk(self, usage: Usage) -> bytes | None:
+        return self._chunks.usage(usage)
 
-    def reported_usage(self, prompt_tokens: int, completion_tokens: int) -> Usage | None:
-        return Usage.of(prompt_tokens, completion_tokens) if self._chunks.include_usage else None
+    def reported_usage(self, usage: Usage) -> Usage | None:
+        return usage if self._chunks.include_usage else None
 
-    def body(self, prompt_tokens: int, choices: Sequence[FinishedChoice]) -> bytes:
+    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+        # Offsets count from the start of the generated text (vLLM's non-streaming rule).
+        return None if self._formatter is None else self._formatter.completion(positions, 0)
+
+    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return completion(
             request_id=self._id,
             created=self._created,
             model=self._model,
-            prompt_tokens=prompt_tokens,
+            usage=usage,
             choices=choices,
         )
 
@@ -192,21 +274,22 @@ class GenerateRenderer:
     """SGLang /generate: every chunk carries the cumulative text and `meta_info` counts."""
 
     keeps_output_ids = True
-    __slots__ = ("_chunks", "_id")
+    __slots__ = ("_chunks", "_id", "_prompt_tokens")
 
     def __init__(self, plan: GeneratePlan, request_id: str) -> None:
         self._id = request_id
+        self._prompt_tokens = len(plan.prompt_ids)
         self._chunks = GenerateStreamRenderer(
             request_id=request_id, prompt_tokens=len(plan.prompt_ids), n=plan.n
         )
 
-    def opening(self, index: int) -> bytes | None:
-        return None
+    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        return ()
 
-    def text(self, index: int, text: str, choice: ChoiceProgress) -> bytes:
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.chunk(index, choice.full_text(), choice.tokens)
 
-    def finish(self, index: int, choice: ChoiceProgress) -> bytes:
+    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.chunk(
             index,
             choice.full_text(),
@@ -220,11 +303,16 @@ class GenerateRenderer:
         matched = choice.matched if choice.finish_reason == "stop" else None
         return ChoiceFinish(index, choice.finish_reason, matched)
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
+    def usage_chunk(self, usage: Usage) -> bytes | None:
         return None  # every chunk carries its counts
 
-    def reported_usage(self, prompt_tokens: int, completion_tokens: int) -> Usage | None:
-        return Usage.of(prompt_tokens, completion_tokens)
+    def reported_usage(self, usage: Usage) -> Usage | None:
+        return usage
 
-    def body(self, prompt_tokens: int, choices: Sequence[FinishedChoice]) -> bytes:
-        return generate_response(request_id=self._id, prompt_tokens=prompt_tokens, choices=choices)
+    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+        return None  # /generate's meta_info logprobs are not rendered (the request says so)
+
+    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
+        return generate_response(
+            request_id=self._id, prompt_tokens=self._prompt_tokens, choices=choices
+        )

@@ -48,7 +48,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     n: int = 1
     stream: bool = False
     include_usage: bool = False
-    echo_text: str | None = None  # completions `echo`: the prompt text to prepend
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats: usage on every chunk
+    echo_text: str | None = None  # `echo`: the prompt (completions) or last message (chat) text
     stop_spec: StopSpec = StopSpec()
     # Completions `prompt` given as a list: every prompt, in order (the first is also
     # `prompt_ids`/`echo_text`). Prompt i's choice j is choice i * n + j, as vLLM numbers them.

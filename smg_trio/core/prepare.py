@@ -54,7 +54,7 @@ def prepare_chat(
         prompt_param="messages",
         max_tokens=req.max_new_tokens,
         logprobs=logprobs,
-        echo_text=None,
+        echo_text=_echoed_message(req) if req.echo else None,
     )
 
 
@@ -95,6 +95,21 @@ def chat_prompt_ids(
     if req.continue_final_message:
         text = _cut_after_final_message(text, messages[-1])
     return tuple(model.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+
+def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
+    """Chat `echo` (vLLM): the last message's text is prefixed to the output when that message
+    speaks in the response's role: the assistant's with a generation prompt, any role without
+    one (vLLM then answers in the last message's role)."""
+    last = req.messages[-1]
+    if req.add_generation_prompt and not isinstance(last, oa.AssistantMessage):
+        return None
+    if last.content is None:
+        return None
+    if isinstance(last.content, str):
+        return last.content or None
+    text = "\n".join(part.text for part in last.content if isinstance(part, oa.TextPart))
+    return text or None
 
 
 def prepare_completion(
@@ -259,6 +274,7 @@ def _plan(
         n=req.num_choices,
         stream=req.is_stream,
         include_usage=req.include_usage,
+        continuous_usage=req.continuous_usage,
         echo_text=echo_text,
         stop_spec=stop_spec_for(sampling, model.tokenizer),
     )

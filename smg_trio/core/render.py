@@ -5,8 +5,9 @@ frame it, so both transports carry byte-identical chunks. The per-token paths (`
 splice the JSON-encoded text between pre-encoded constant bytes instead of building structs:
 tests pin that the result equals the struct encoding byte for byte.
 
-Chat `message.content` is `null` only when the choice produced no text at all; whitespace-only
-text is kept (smg turns it into null; we do not throw away what the model generated).
+Chat `message.content` is the choice's text, `""` when it produced none (vLLM's server answers
+`""` too, e.g. for a stop matched inside the first token; smg turns whitespace-only text into
+null; we do not throw away what the model generated).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from smg_trio.wire.openai_responses import (
     ChunkChoice,
     Completion,
     CompletionChoice,
+    CompletionLogprobs,
     GenerateFinishReason,
     GenerateMetaInfo,
     GenerateResponse,
@@ -74,6 +76,8 @@ def _head(request_id: str, object_name: str, created: int, model: str) -> bytes:
 
 _CHAT_CONTENT = b',"delta":{"content":'
 _CHAT_TAIL = b'},"logprobs":null,"finish_reason":null}]}'
+_CHAT_LOGPROBS = b'},"logprobs":'
+_CHAT_LOGPROBS_TAIL = b',"finish_reason":null}]}'
 
 
 class ChatStreamRenderer:
@@ -99,35 +103,55 @@ class ChatStreamRenderer:
         )
         return _encode(chunk)
 
-    def role(self, index: int) -> bytes:
+    def role(self, index: int, usage: Usage | None = None) -> bytes:
         """The first chunk of a choice: role "assistant" and empty content."""
         delta = ChoiceDelta(role="assistant", content="")
-        return self._chunk((ChunkChoice(index=index, delta=delta),))
+        return self._chunk((ChunkChoice(index=index, delta=delta),), usage)
 
-    def content(self, index: int, text: str, logprobs: ChoiceLogprobs | None = None) -> bytes:
-        if logprobs is not None:
+    def content(
+        self,
+        index: int,
+        text: str,
+        logprobs: ChoiceLogprobs | bytes | None = None,
+        usage: Usage | None = None,
+    ) -> bytes:
+        """A content chunk; `logprobs` as the struct or already JSON-encoded (spliced in)."""
+        if usage is not None:
+            raw = msgspec.Raw(logprobs) if isinstance(logprobs, bytes) else logprobs
             delta = ChoiceDelta(content=text)
-            return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=logprobs),))
+            return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=raw),), usage)
         prefix = self._content.get(index)
         if prefix is None:
             prefix = self._content[index] = self._head + b'{"index":%d' % index + _CHAT_CONTENT
-        return prefix + _encode(text) + _CHAT_TAIL
+        if logprobs is None:
+            return prefix + _encode(text) + _CHAT_TAIL
+        encoded = logprobs if isinstance(logprobs, bytes) else _encode(logprobs)
+        return prefix + _encode(text) + _CHAT_LOGPROBS + encoded + _CHAT_LOGPROBS_TAIL
 
-    def finish(self, index: int, reason: str, matched_stop: MatchedStop | None = None) -> bytes:
-        """The last chunk of a choice: empty delta, `finish_reason`, and `matched_stop` if any."""
+    def finish(
+        self,
+        index: int,
+        reason: str,
+        matched_stop: MatchedStop | None = None,
+        logprobs: ChoiceLogprobs | None = None,
+        usage: Usage | None = None,
+    ) -> bytes:
+        """The last chunk of a choice: empty delta, `finish_reason`, and `matched_stop` if any;
+        `logprobs` of tokens released without text of their own (their text came earlier)."""
         choice = ChunkChoice(
             index=index,
             delta=ChoiceDelta(),
+            logprobs=logprobs,
             finish_reason=reason,
             matched_stop=msgspec.UNSET if matched_stop is None else matched_stop,
         )
-        return self._chunk((choice,))
+        return self._chunk((choice,), usage)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
+    def usage(self, usage: Usage) -> bytes | None:
         """The usage chunk (`choices: []`) when the client asked for it, else None."""
         if not self.include_usage:
             return None
-        return self._chunk((), Usage.of(prompt_tokens, completion_tokens))
+        return self._chunk((), usage)
 
 
 _COMPLETION_TAIL = b',"logprobs":null,"finish_reason":null}]}'
@@ -159,18 +183,35 @@ class CompletionStreamRenderer:
         )
         return _encode(chunk)
 
-    def text(self, index: int, text: str) -> bytes:
+    def text(
+        self,
+        index: int,
+        text: str,
+        logprobs: CompletionLogprobs | None = None,
+        usage: Usage | None = None,
+    ) -> bytes:
+        if logprobs is not None or usage is not None:
+            choice = CompletionChoice(text=text, index=index, logprobs=logprobs)
+            return self._chunk((choice,), usage)
         return b"".join(
             (self._text_prefix, _encode(text), b',"index":%d' % index, _COMPLETION_TAIL)
         )
 
-    def finish(self, index: int, reason: str, text: str = "") -> bytes:
-        return self._chunk((CompletionChoice(text=text, index=index, finish_reason=reason),))
+    def finish(
+        self,
+        index: int,
+        reason: str,
+        text: str = "",
+        logprobs: CompletionLogprobs | None = None,
+        usage: Usage | None = None,
+    ) -> bytes:
+        choice = CompletionChoice(text=text, index=index, logprobs=logprobs, finish_reason=reason)
+        return self._chunk((choice,), usage)
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes | None:
+    def usage(self, usage: Usage) -> bytes | None:
         if not self.include_usage:
             return None
-        return self._chunk((), Usage.of(prompt_tokens, completion_tokens))
+        return self._chunk((), usage)
 
 
 class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -187,10 +228,8 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     matched_stop: MatchedStop | None = None
     reasoning: str | None = None
     output_ids: tuple[int, ...] | None = None
-
-
-def _usage(prompt_tokens: int, choices: Sequence[FinishedChoice]) -> Usage:
-    return Usage.of(prompt_tokens, sum(c.completion_tokens for c in choices))
+    logprobs: ChoiceLogprobs | CompletionLogprobs | None = None
+    """Chat's or completions' logprobs of the released tokens, when the client asked."""
 
 
 def _matched(choice: FinishedChoice) -> MatchedStop | msgspec.UnsetType:
@@ -202,28 +241,25 @@ def chat_completion(
     request_id: str,
     created: int,
     model: str,
-    prompt_tokens: int,
+    usage: Usage,
     choices: Sequence[FinishedChoice],
 ) -> bytes:
-    """A non-streaming `chat.completion`; usage sums the choices' completion tokens."""
+    """A non-streaming `chat.completion`."""
     rendered = tuple(
         ChatChoice(
             index=c.index,
             message=ResponseMessage(
-                content=c.text or None,
+                content=c.text,
                 reasoning_content=msgspec.UNSET if c.reasoning is None else c.reasoning,
             ),
+            logprobs=c.logprobs if isinstance(c.logprobs, ChoiceLogprobs) else None,
             finish_reason=c.finish_reason,
             matched_stop=_matched(c),
         )
         for c in choices
     )
     response = ChatCompletion(
-        id=request_id,
-        created=created,
-        model=model,
-        choices=rendered,
-        usage=_usage(prompt_tokens, choices),
+        id=request_id, created=created, model=model, choices=rendered, usage=usage
     )
     return _encode(response)
 
@@ -233,22 +269,22 @@ def completion(
     request_id: str,
     created: int,
     model: str,
-    prompt_tokens: int,
+    usage: Usage,
     choices: Sequence[FinishedChoice],
 ) -> bytes:
     """A non-streaming `text_completion`."""
     rendered = tuple(
         CompletionChoice(
-            text=c.text, index=c.index, finish_reason=c.finish_reason, matched_stop=_matched(c)
+            text=c.text,
+            index=c.index,
+            logprobs=c.logprobs if isinstance(c.logprobs, CompletionLogprobs) else None,
+            finish_reason=c.finish_reason,
+            matched_stop=_matched(c),
         )
         for c in choices
     )
     response = Completion(
-        id=request_id,
-        created=created,
-        model=model,
-        choices=rendered,
-        usage=_usage(prompt_tokens, choices),
+        id=request_id, created=created, model=model, choices=rendered, usage=usage
     )
     return _encode(response)
 

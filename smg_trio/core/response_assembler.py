@@ -12,8 +12,16 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
 - An engine finish flushes the scanner (a held partial stop is ordinary text; a stop completed
   by the flush still wins) and reports the engine's reason and, when the router did not stop,
   its stop reason.
-- Usage counts the engine's tokens up to and including the message that stopped a choice, or
-  the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10, vLLM-shaped streams).
+- Usage counts the engine's tokens up to and including the token that stopped a choice (not the
+  rest of a coalesced batch: what the engine made before the abort landed is not the client's),
+  or the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10,
+  as vLLM counts).
+- Logprobs (when asked) are held with their tokens: a token's position is released with the
+  text that completes it, so tokens held back by the stop scanner carry their logprobs when
+  their text goes out. At a hidden stop only tokens whose whole text went out are released: a
+  stop string's own tokens never appear (nor the token where it began), nor a hidden stop
+  token; a visible stop's tokens do. Each token is then fed to the scanner alone, to know
+  where its text ends.
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
 Payloads are SSE `data:` bodies without framing, so SSE and WebSocket carry the same bytes.
@@ -30,18 +38,28 @@ from smg_trio.core.render import FinishedChoice
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
+from smg_trio.wire.openai_responses import Usage
+
+# A token position waiting for its text: its logprobs, and where its text ends in the choice's
+# decoded output (characters, echo excluded).
+_Pending = tuple[TokenLogprob, int]
 
 
 class _Choice:
     """One choice's progress (an `endpoint_renderers.ChoiceProgress`)."""
 
     __slots__ = (
+        "chars",
+        "decoded",
         "done",
+        "emitted",
         "finish_reason",
         "matched",
         "output_ids",
         "parts",
+        "pending",
+        "released",
         "scanner",
         "started",
         "streamed_match",
@@ -50,7 +68,8 @@ class _Choice:
 
     def __init__(self, scanner: StopScanner, echo: str | None, *, stream: bool) -> None:
         self.scanner = scanner
-        self.parts: list[str] = [echo] if echo else []  # a completion's echoed prompt first
+        self.parts: list[str] = [echo] if echo else []  # the echoed prompt/message first
+        self.chars = len(echo) if echo else 0
         self.output_ids: list[int] = []
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
@@ -58,6 +77,10 @@ class _Choice:
         self.finish_reason = ""
         self.matched: MatchedStop = None
         self.streamed_match: MatchedStop = None
+        self.emitted = 0  # generated characters sent (echo excluded)
+        self.decoded = 0  # generated characters decoded (sent + held by the scanner)
+        self.pending: list[_Pending] = []
+        self.released: list[TokenLogprob] = []  # released positions not yet in a chunk
 
     def full_text(self) -> str:
         return "".join(self.parts)
@@ -70,8 +93,11 @@ class ResponseAssembler:
         self._stream = plan.stream
         # A batched completion counts every prompt once (as vLLM sums them).
         self._prompt_tokens = sum(len(prompt.ids) for prompt in plan.prompts)
-        self._renderer = renderer_for(plan, created=created)
+        self._cached_tokens = 0
+        self._renderer = renderer_for(plan, tokenizer, created=created)
         self._keeps_ids = self._renderer.keeps_output_ids
+        self._logprobs = plan.sampling.logprobs is not None
+        self._visible_stop = plan.stop_spec.no_stop_trim
         self._choices = [
             _Choice(StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream)
             for prompt in plan.prompts
@@ -88,6 +114,10 @@ class ResponseAssembler:
     def completion_tokens(self) -> int:
         return sum(c.tokens for c in self._choices)
 
+    @property
+    def usage(self) -> Usage:
+        return Usage.of(self._prompt_tokens, self.completion_tokens, self._cached_tokens)
+
     def on_events(self, events: Sequence[EngineEvent]) -> list[bytes]:
         """Take one batch of engine events; return the chunk payloads to send, in order.
 
@@ -102,15 +132,22 @@ class ResponseAssembler:
                     choice = choices[index]
                     if choice.done:
                         continue
-                    choice.tokens += len(token_ids)
                     if self._keeps_ids:
                         choice.output_ids.extend(token_ids)
+                    if self._logprobs and event.logprobs is not None:
+                        self._feed_positions(index, choice, token_ids, event.logprobs, out)
+                        continue
                     outcome = choice.scanner.feed(token_ids)
                     if type(outcome) is Emit:  # the common case, ahead of the general match
+                        choice.tokens += len(token_ids)
                         self._text(index, choice, outcome.text, out)
                     else:
+                        # Usage counts up to the stopping token, not the rest of the batch.
+                        used = choice.scanner.consumed if type(outcome) is Stop else None
+                        choice.tokens += len(token_ids) if used is None else used
                         self._apply(index, choice, outcome, None, out)
                 case ChoiceFinished(choice_index=index):
+                    self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
                     choice = choices[index]
                     if choice.done:
                         continue
@@ -122,18 +159,19 @@ class ResponseAssembler:
 
     def stream_end(self) -> StreamEnd:
         """After every choice finished: the closing chunks, and the finish and usage as data."""
-        renderer, prompt, completion = self._renderer, self._prompt_tokens, self.completion_tokens
-        usage_chunk = renderer.usage_chunk(prompt, completion)
+        renderer, usage = self._renderer, self.usage
+        usage_chunk = renderer.usage_chunk(usage)
         return StreamEnd(
             payloads=() if usage_chunk is None else (usage_chunk,),
             finish=tuple(
                 renderer.reported_finish(i, c) for i, c in enumerate(self._choices) if c.done
             ),
-            usage=renderer.reported_usage(prompt, completion),
+            usage=renderer.reported_usage(usage),
         )
 
     def response_body(self) -> bytes:
         """The non-streaming response, once `done`."""
+        renderer = self._renderer
         choices = [
             FinishedChoice(
                 index=i,
@@ -142,10 +180,67 @@ class ResponseAssembler:
                 completion_tokens=c.tokens,
                 matched_stop=c.matched,
                 output_ids=tuple(c.output_ids) if self._keeps_ids else None,
+                logprobs=renderer.final_logprobs(c.released) if self._logprobs else None,
             )
             for i, c in enumerate(self._choices)
         ]
-        return self._renderer.body(self._prompt_tokens, choices)
+        return renderer.body(self.usage, choices)
+
+    def _feed_positions(
+        self,
+        index: int,
+        choice: _Choice,
+        token_ids: Sequence[int],
+        positions: Sequence[TokenLogprob],
+        out: list[bytes],
+    ) -> None:
+        """Feed token by token, releasing each position once its text has gone out."""
+        scanner = choice.scanner
+        text = ""
+        for token_id, position in zip(token_ids, positions, strict=True):
+            outcome = scanner.feed((token_id,))
+            choice.tokens += 1
+            if type(outcome) is Stop:
+                text += outcome.text
+                emitted = choice.emitted + len(text)
+                self._release(choice, emitted, final=True)
+                if self._visible_stop:  # the stop's text (or token) is part of the output
+                    choice.released.append(position)
+                stop = Stop(text=text, matched=outcome.matched, token_id=outcome.token_id)
+                self._apply(index, choice, stop, None, out)
+                return
+            if type(outcome) is Emit:
+                text += outcome.text
+            emitted = choice.emitted + len(text)
+            decoded = choice.decoded = emitted + len(scanner.held_text)
+            if decoded == emitted and not choice.pending:
+                choice.released.append(position)  # the common case: its text is out
+            else:
+                choice.pending.append((position, decoded))
+                self._release(choice, emitted, final=False)
+        self._text(index, choice, text, out)
+
+    @staticmethod
+    def _release(choice: _Choice, emitted: int, *, final: bool) -> None:
+        """Move pending positions whose whole text is out (`emitted` characters) to `released`.
+
+        Ends never decrease, so those are a prefix. At a stop or finish (`final`) the rest are
+        dropped: they are a hidden stop's tokens (one whose text only partly went out began
+        the stop).
+        """
+        pending = choice.pending
+        if not pending:
+            return
+        count = len(pending)
+        if pending[-1][1] > emitted:
+            count = 0
+            while pending[count][1] <= emitted:
+                count += 1
+        choice.released.extend([p[0] for p in pending[:count]])
+        if final:
+            pending.clear()
+        else:
+            del pending[:count]
 
     def _apply(
         self,
@@ -177,16 +272,20 @@ class ResponseAssembler:
     def _text(self, index: int, choice: _Choice, text: str, out: list[bytes]) -> None:
         if not choice.started:
             self._open_choice(index, choice, out)
-        if text:
-            choice.parts.append(text)
-            if self._stream:
-                out.append(self._renderer.text(index, text, choice))
+        if not text:
+            return  # released positions wait for the next text or the finish chunk
+        choice.parts.append(text)
+        choice.chars += len(text)
+        choice.emitted += len(text)
+        if choice.pending:  # e.g. held text flushed at the engine's finish: its tokens go with it
+            self._release(choice, choice.emitted, final=False)
+        if self._stream:
+            out.append(self._renderer.text(index, text, choice, choice.released))
+            choice.released = []
 
     def _open_choice(self, index: int, choice: _Choice, out: list[bytes]) -> None:
         choice.started = True
-        opening = self._renderer.opening(index)
-        if opening is not None:
-            out.append(opening)
+        out.extend(self._renderer.opening(index, choice))
 
     def _finish(
         self,
@@ -202,8 +301,11 @@ class ResponseAssembler:
         choice.matched = final_match
         choice.streamed_match = streamed_match
         self._open -= 1
+        # Everything decoded has gone out now (flushed, or cut at a stop).
+        self._release(choice, choice.emitted, final=True)
         if not self._stream:
             return
         if not choice.started:
             self._open_choice(index, choice, out)
-        out.append(self._renderer.finish(index, choice))
+        out.append(self._renderer.finish(index, choice, choice.released))
+        choice.released = []

@@ -100,6 +100,7 @@ class StopScanner:
         "_tokenizer",
         "_unchecked",
         "_visible",
+        "consumed",
     )
 
     def __init__(self, spec: StopSpec, tokenizer: TokenizerLike) -> None:
@@ -116,6 +117,8 @@ class StopScanner:
         self._unchecked = spec.min_tokens  # tokens left whose text no string stop may end in
         self._held = ""
         self._stop: Stop | None = None  # once stopped: the inert outcome repeated by `feed`
+        self.consumed = 0
+        """Ids of the last `feed` call taken up to and including the one that stopped."""
 
     @property
     def is_stopped(self) -> bool:
@@ -148,8 +151,9 @@ class StopScanner:
         stop_token_ids = self._stop_token_ids
         searching = bool(self._patterns)
         out = ""
-        for token_id in token_ids:
+        for position, token_id in enumerate(token_ids, 1):
             if token_id in stop_token_ids:
+                self.consumed = position
                 return self._stop_on_token(token_id, out)
             text = step(token_id)
             if self._unchecked:
@@ -163,6 +167,7 @@ class StopScanner:
                 continue
             result = self._scan(text, False)
             if isinstance(result, Stop):
+                self.consumed = position
                 return self._stopped(out, result)
             out += result
         return Emit(out) if out else HOLD

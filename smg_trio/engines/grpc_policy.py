@@ -35,10 +35,10 @@ from smg_trio.engines.generation import (
 from smg_trio.engines.grpc_stops import StopMatcher, StringStop
 from smg_trio.engines.wire_adapter import (
     RUNNER_UP_LOGPROB,
-    SAMPLED_LOGPROB,
     EngineModel,
     prompt_problem,
     runner_up_ids,
+    sampled_logprob,
 )
 from smg_trio.wire.grpc_responses import GrpcStatus
 
@@ -271,10 +271,10 @@ def matched_fields(ending: Ending | None, *, eos_reports_id: bool) -> dict[str, 
 def position_logprobs(model: ServedModel, token_id: int, width: int) -> list[tuple[int, float]]:
     """The fake top-`width` candidates at one position, the sampled token first."""
     others = runner_up_ids(model.engine, token_id, max(0, width - 1))
-    top = [(token_id, SAMPLED_LOGPROB)][:width]
+    sampled = sampled_logprob(token_id)
+    top = [(token_id, sampled)][:width]
     return top + [
-        (other, SAMPLED_LOGPROB + RUNNER_UP_LOGPROB * (rank + 1))
-        for rank, other in enumerate(others)
+        (other, sampled + RUNNER_UP_LOGPROB * (rank + 1)) for rank, other in enumerate(others)
     ]
 
 
@@ -288,5 +288,5 @@ def columns_logprobs(
             pairs = position_logprobs(model, token_id, width)
             tops.append(top_cls(token_ids=[t for t, _ in pairs], values=[v for _, v in pairs]))
     return output_cls(
-        token_ids=list(ids), token_logprobs=[SAMPLED_LOGPROB] * len(ids), top_logprobs=tops
+        token_ids=list(ids), token_logprobs=[sampled_logprob(t) for t in ids], top_logprobs=tops
     )

@@ -26,7 +26,7 @@ from typing import Final
 from smg_trio.engines import grpc_policy
 from smg_trio.engines.grpc_policy import Delivery, EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TokenSequenceStops
-from smg_trio.engines.wire_adapter import SAMPLED_LOGPROB
+from smg_trio.engines.wire_adapter import sampled_logprob
 from smg_trio.wire._proto import trtllm_service_grpc
 from smg_trio.wire._proto import trtllm_service_pb2 as trtllm
 from smg_trio.wire.grpc_responses import GrpcStatus
@@ -92,7 +92,7 @@ def _logprobs(model: ServedModel, spec: JobSpec, ids: tuple[int, ...]) -> list[t
         rows.append(
             trtllm.TokenLogprob(
                 token_id=token_id,
-                logprob=SAMPLED_LOGPROB,
+                logprob=sampled_logprob(token_id),
                 top_logprobs=[trtllm.TopLogprob(token_id=t, logprob=v) for t, v in top],
             )
         )

@@ -38,7 +38,6 @@ from smg_trio.engines.generation import (
 from smg_trio.engines.vllm_zmq_engine import encode_utility_reply
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
-    SAMPLED_LOGPROB,
     Abort,
     Aborted,
     ActiveRequest,
@@ -53,6 +52,7 @@ from smg_trio.engines.wire_adapter import (
     Rejected,
     Utility,
     prompt_problem,
+    sampled_logprob,
 )
 from smg_trio.errors import BackendProtocolError
 from smg_trio.wire.tokenspeed_zmq import (
@@ -231,7 +231,7 @@ def _row(emission: Emission) -> OutputRow:
         finished_reason=_finish_text(emission.outcome),
         prompt_tokens=emission.prompt_tokens,
         completion_tokens=emission.completion_tokens,
-        logprobs=(SAMPLED_LOGPROB,) * len(emission.new_token_ids) if with_logprobs else (),
+        logprobs=tuple(map(sampled_logprob, emission.new_token_ids)) if with_logprobs else (),
         logprob_token_ids=emission.new_token_ids if with_logprobs else (),
     )
 

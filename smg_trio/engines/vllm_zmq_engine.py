@@ -39,7 +39,6 @@ from smg_trio.engines.generation import (
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
     RUNNER_UP_LOGPROB,
-    SAMPLED_LOGPROB,
     Abort,
     Aborted,
     ActiveRequest,
@@ -55,6 +54,7 @@ from smg_trio.engines.wire_adapter import (
     Utility,
     prompt_problem,
     runner_up_ids,
+    sampled_logprob,
 )
 from smg_trio.errors import BackendProtocolError
 from smg_trio.neutral.events import TokenLogprob, TopLogprob
@@ -228,12 +228,13 @@ class VllmWire:
     def _position_logprobs(self, token_id: int, width: int) -> TokenLogprob:
         # Rank 1, so the top-k list starts with the sampled token itself.
         runners_up = runner_up_ids(self.model, token_id, max(0, width - 1))
-        top = [TopLogprob(token_id=token_id, logprob=SAMPLED_LOGPROB)][:width]
+        sampled = sampled_logprob(token_id)
+        top = [TopLogprob(token_id=token_id, logprob=sampled)][:width]
         top += [
-            TopLogprob(token_id=other, logprob=SAMPLED_LOGPROB + RUNNER_UP_LOGPROB * (i + 1))
+            TopLogprob(token_id=other, logprob=sampled + RUNNER_UP_LOGPROB * (i + 1))
             for i, other in enumerate(runners_up)
         ]
-        return TokenLogprob(token_id=token_id, logprob=SAMPLED_LOGPROB, rank=1, top=tuple(top))
+        return TokenLogprob(token_id=token_id, logprob=sampled, rank=1, top=tuple(top))
 
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes:
         return encode_utility_reply(self.engine_index, call_id, failure, value)

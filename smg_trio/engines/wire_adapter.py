@@ -188,8 +188,14 @@ class WireAdapter(Protocol):
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes: ...
 
 
-SAMPLED_LOGPROB = -0.25  # the fake model is always fairly sure of what it says
-RUNNER_UP_LOGPROB = -1.5  # and each runner-up one nat less likely than the previous
+RUNNER_UP_LOGPROB = -1.5  # each runner-up 1.5 nats less likely than the one before it
+
+
+def sampled_logprob(token_id: int) -> float:
+    """The fake model's logprob of the token it sampled: fairly sure, in [-1.05, -0.05],
+    different per token and the same every time (a multiplicative hash of the id), so a test
+    can tell positions apart and the reference engines agree with each other."""
+    return -0.05 - ((token_id * 2654435761) % 1000) / 1000
 
 
 def prompt_problem(prompt_ids: Sequence[int], model: EngineModel) -> str | None:

@@ -26,7 +26,7 @@ INT64_MAX: Final = 2**63 - 1
 MAX_STOP_STRINGS: Final = 4
 MAX_CHOICES: Final = 128
 MAX_TOP_LOGPROBS: Final = 20  # vLLM's default max_logprobs; its EngineCore does not check it
-MAX_COMPLETION_LOGPROBS: Final = 5
+MAX_COMPLETION_LOGPROBS: Final = 20  # vLLM: max_logprobs (20), as chat
 MAX_LOGIT_BIAS: Final = 100.0  # OpenAI's documented range is [-100, 100]
 _TOKEN_ID_END: Final = 2**32  # without a vocab size, ids must still fit the engines' u32
 

@@ -146,6 +146,7 @@ class StructuredOutputs(msgspec.Struct, frozen=True, kw_only=True):
 
 class StreamOptions(msgspec.Struct, frozen=True):
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM: usage on every chunk (with include_usage)
 
 
 StopField = str | tuple[str, ...] | None
@@ -190,6 +191,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     guided_regex: str | None = None
     guided_choice: tuple[str, ...] | None = None
     guided_grammar: str | None = None
+    prompt_logprobs: int | None = None  # vLLM: refused until an engine path carries them
 
     @property
     def num_choices(self) -> int:
@@ -203,6 +205,13 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     def include_usage(self) -> bool:
         """Streaming only: whether a final usage chunk was asked for."""
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's `continuous_usage_stats`: usage on every chunk, only with `include_usage`."""
+        return self.include_usage and bool(
+            self.stream_options and self.stream_options.continuous_usage_stats
+        )
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

@@ -88,6 +88,8 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
     checked_allowed_token_ids(req.allowed_token_ids, "allowed_token_ids", None)
     check_truncate_prompt_tokens(req.truncate_prompt_tokens, "truncate_prompt_tokens")
     requested_constraint(req)
+    if req.prompt_logprobs is not None:
+        raise _reject("prompt_logprobs", "prompt_logprobs are not supported yet")
 
 
 def requested_constraint(req: _SamplingFields) -> StructuredConstraint | None:
@@ -205,6 +207,9 @@ def validate_completion(req: CompletionRequest) -> None:
     check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if req.suffix is not None:
         raise _reject("suffix", "suffix is not supported: no engine behind this gateway fills in")
+    if req.echo and req.logprobs is not None:
+        # vLLM answers with the prompt's logprobs too; no engine path carries them yet.
+        raise _reject("echo", "echo with logprobs (prompt logprobs) is not supported yet")
     if req.best_of is not None and req.best_of != req.num_choices:
         raise _reject("best_of", "best_of is not supported unless it equals n")
 

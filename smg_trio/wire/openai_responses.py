@@ -18,14 +18,23 @@ from smg_trio.wire.openai import ToolCall
 MatchedStop = str | int
 
 
+class PromptTokensDetails(msgspec.Struct, frozen=True):
+    cached_tokens: int
+
+
 class Usage(msgspec.Struct, frozen=True):
+    """Token counts. `prompt_tokens_details` only when the engine reported cached prefix tokens
+    (vLLM sends it only then too, with its `--enable-prompt-tokens-details`)."""
+
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | UnsetType = UNSET
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
-        return cls(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
+        details = PromptTokensDetails(cached_tokens) if cached_tokens > 0 else UNSET
+        return cls(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens, details)
 
 
 class TopLogprob(msgspec.Struct, frozen=True):
@@ -54,7 +63,7 @@ class ChoiceDelta(msgspec.Struct, frozen=True, kw_only=True):
 class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     delta: ChoiceDelta
-    logprobs: ChoiceLogprobs | None = None
+    logprobs: ChoiceLogprobs | msgspec.Raw | None = None  # Raw: pre-encoded ChoiceLogprobs
     finish_reason: str | None = None
     matched_stop: MatchedStop | UnsetType = UNSET
 

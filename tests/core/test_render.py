@@ -35,6 +35,7 @@ from smg_trio.wire.openai_responses import (
     Completion,
     CompletionChoice,
     TokenLogprob,
+    Usage,
 )
 
 CHAT_HEAD = b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m"'
@@ -74,14 +75,14 @@ def test_chat_chunk_golden_bytes() -> None:
     assert r.finish(2, "length") == CHAT_HEAD + (
         b',"choices":[{"index":2,"delta":{},"logprobs":null,"finish_reason":"length"}]}'
     )
-    assert r.usage(5, 7) == CHAT_HEAD + (
+    assert r.usage(Usage.of(5, 7)) == CHAT_HEAD + (
         b',"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}'
     )
 
 
 def test_usage_chunk_only_when_asked() -> None:
-    assert chat_renderer(include_usage=False).usage(1, 2) is None
-    assert completion_renderer(include_usage=False).usage(1, 2) is None
+    assert chat_renderer(include_usage=False).usage(Usage.of(1, 2)) is None
+    assert completion_renderer(include_usage=False).usage(Usage.of(1, 2)) is None
 
 
 def test_chat_content_with_logprobs_carries_them() -> None:
@@ -103,7 +104,7 @@ def test_completion_chunk_golden_bytes() -> None:
     assert r.finish(0, "stop", text="!") == CMPL_HEAD + (
         b',"choices":[{"text":"!","index":0,"logprobs":null,"finish_reason":"stop"}]}'
     )
-    assert r.usage(2, 3) == CMPL_HEAD + (
+    assert r.usage(Usage.of(2, 3)) == CMPL_HEAD + (
         b',"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}'
     )
 
@@ -129,7 +130,7 @@ def test_chat_completion_body() -> None:
         request_id="chatcmpl-1",
         created=1700000000,
         model="m",
-        prompt_tokens=4,
+        usage=Usage.of(4, 9),
         choices=[
             FinishedChoice(
                 index=0, text="Hi.", finish_reason="stop", completion_tokens=3, matched_stop="\n"
@@ -143,14 +144,14 @@ def test_chat_completion_body() -> None:
         b'"choices":['
         b'{"index":0,"message":{"role":"assistant","content":"Hi."},"logprobs":null,'
         b'"finish_reason":"stop","matched_stop":"\\n"},'
-        b'{"index":1,"message":{"role":"assistant","content":null},"logprobs":null,'
+        b'{"index":1,"message":{"role":"assistant","content":""},"logprobs":null,'
         b'"finish_reason":"length"},'
         b'{"index":2,"message":{"role":"assistant","content":" \\n"},"logprobs":null,'
         b'"finish_reason":"stop"}],'
         b'"usage":{"prompt_tokens":4,"completion_tokens":9,"total_tokens":13}}'
     )
     parsed = openai.types.chat.ChatCompletion.model_validate_json(body)
-    assert [c.message.content for c in parsed.choices] == ["Hi.", None, " \n"]
+    assert [c.message.content for c in parsed.choices] == ["Hi.", "", " \n"]
 
 
 def test_chat_completion_reasoning() -> None:
@@ -158,7 +159,7 @@ def test_chat_completion_reasoning() -> None:
         request_id="c",
         created=1,
         model="m",
-        prompt_tokens=1,
+        usage=Usage.of(1, 2),
         choices=[
             FinishedChoice(
                 index=0, text="4", finish_reason="stop", completion_tokens=2, reasoning="2+2"
@@ -177,7 +178,7 @@ def test_completion_body() -> None:
         request_id="cmpl-1",
         created=1700000000,
         model="m",
-        prompt_tokens=2,
+        usage=Usage.of(2, 2),
         choices=[
             FinishedChoice(
                 index=0, text="ab", finish_reason="stop", completion_tokens=2, matched_stop=2
@@ -295,7 +296,7 @@ def sdk_replaying(body: bytes) -> openai.OpenAI:
 def test_openai_sdk_reads_our_chat_stream() -> None:
     r = chat_renderer()
     frames = [r.role(0), r.content(0, "Hel"), r.content(0, "lo"), r.finish(0, "stop", "\n")]
-    usage = r.usage(3, 2)
+    usage = r.usage(Usage.of(3, 2))
     assert usage is not None
     body = b"".join(sse(f) for f in [*frames, usage]) + SSE_DONE
     client = sdk_replaying(body)
@@ -327,7 +328,7 @@ def test_openai_sdk_raises_on_our_error_event() -> None:
 
 def test_openai_sdk_reads_our_completion_stream() -> None:
     r = completion_renderer()
-    usage = r.usage(2, 2)
+    usage = r.usage(Usage.of(2, 2))
     assert usage is not None
     frames = [r.text(0, "once"), r.text(0, " upon"), r.finish(0, "length"), usage]
     client = sdk_replaying(b"".join(sse(f) for f in frames) + SSE_DONE)

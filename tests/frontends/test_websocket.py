@@ -408,6 +408,71 @@ async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
     assert len(relayed) > 3
 
 
+def _logprob_view(path: str, payloads: Sequence[bytes]) -> tuple[Any, ...]:
+    """What a stream says, however its tokens were grouped into chunks: the text, each token's
+    logprob entry in order, and the final usage; also whether every chunk carried usage."""
+    chunks = [json.loads(p) for p in payloads]
+    entries: list[Any] = []
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            logprobs = choice["logprobs"]
+            if logprobs is None:
+                continue
+            if path == CHAT:
+                entries += logprobs["content"]
+            else:
+                entries += zip(logprobs["tokens"], logprobs["token_logprobs"], strict=True)
+    usage_everywhere = all("usage" in chunk for chunk in chunks)
+    return text_of(path, chunks), entries, chunks[-1].get("usage"), usage_everywhere
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            CHAT,
+            chat(
+                "p",
+                stop=["STOP"],
+                logprobs=True,
+                top_logprobs=2,
+                stream_options={"include_usage": True, "continuous_usage_stats": True},
+            ),
+        ),
+        (COMPLETIONS, {"prompt": "p", "stream": True, "max_tokens": 12, "logprobs": 3}),
+    ],
+    ids=["chat", "completions"],
+)
+async def test_websocket_frames_carry_the_same_logprobs_and_usage_as_sse(
+    tmp_path: Path, path: str, body: dict[str, Any]
+) -> None:
+    """Issue 11 over WebSocket: chunk boundaries may differ (tokens coalesce under load), what
+    the chunks say may not."""
+    encoded = json.dumps(body).encode()
+    with trio.fail_after(TEST_S):
+        async with running_gateway(tmp_path) as gateway:
+            sink = CollectingSink()
+            await gateway.gateway.handle(path, encoded, sink)
+            async with trio_websocket.open_websocket_url(gateway.url) as ws:
+                await ws.send_message(
+                    json.dumps({"type": "request", "id": 1, "path": path, "body": body})
+                )
+                prefix = '{"type":"chunk","id":1,"data":'
+                relayed: list[bytes] = []
+                while (message := str(await ws.get_message())).startswith(prefix):
+                    relayed.append(message.removeprefix(prefix).removesuffix("}").encode())
+    assert json.loads(message)["type"] == "done"
+    view = _logprob_view(path, relayed)
+    assert view == _logprob_view(path, sink.payloads)
+    _, entries, usage, usage_everywhere = view
+    assert entries
+    assert usage_everywhere == ("stream_options" in body)
+    if path == COMPLETIONS:
+        assert len(entries) == 12
+    else:
+        assert usage["completion_tokens"] >= len(entries)
+
+
 async def test_requests_beyond_the_per_socket_limit_get_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -205,6 +205,7 @@ CHAT_REJECTED = [
     ({"logprobs": False, "top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    ({"prompt_logprobs": 0}, "prompt_logprobs"),  # vLLM's extra: not carried yet, never ignored
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": False, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"messages": []}, "messages"),
@@ -302,8 +303,10 @@ COMPLETION_REJECTED = [
     ({"prompt": [1, -5]}, "prompt"),
     ({"prompt": [[-1]]}, "prompt"),
     ({"prompt": {"text": "x"}}, "prompt"),
-    ({"logprobs": 6}, "logprobs"),
+    ({"logprobs": 21}, "logprobs"),  # vLLM max_logprobs (20)
     ({"logprobs": -1}, "logprobs"),
+    ({"echo": True, "logprobs": 0}, "echo"),  # prompt logprobs: not carried yet
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
     ({"best_of": 2}, "best_of"),
     ({"n": 2, "best_of": 3}, "best_of"),
     ({"max_tokens": 0}, "max_tokens"),
@@ -321,10 +324,9 @@ def test_completion_rejects_naming_the_param(fields: dict[str, Any], param: str)
 
 
 def test_completion_defaults_and_extensions() -> None:
-    req = decode_completion_request(
-        completion(echo=True, logprobs=5, n=2, best_of=2, ignore_eos=True)
-    )
-    assert (req.max_tokens, req.echo, req.suffix, req.logprobs) == (16, True, None, 5)
+    req = decode_completion_request(completion(echo=True, n=2, best_of=2, ignore_eos=True))
+    assert (req.max_tokens, req.echo, req.suffix) == (16, True, None)
+    assert decode_completion_request(completion(logprobs=20)).logprobs == 20
     assert (req.num_choices, req.ignore_eos, req.skip_special_tokens) == (2, True, True)
     assert decode_completion_request(completion(max_tokens=None)).max_tokens is None
 
