@@ -1,6 +1,7 @@
 """The gRPC backend against real gRPC peers on loopback: our reference engines as subprocesses
 (the conformance suite for every runtime, cancellation latency, SGLang's string-stop refusal,
-engine restart), and a small in-process vLLM-service server for the faults the reference
+engine restart; the checks that leave their engine alive share one engine per runtime), and a
+small in-process vLLM-service server for the faults the reference
 engines do not produce (a stream without a complete message, a gRPC status mid-stream, an
 engine that says it is unhealthy). Every test also checks that no asyncio task is left on the
 bridge's loop and no trio task or file descriptor is left behind."""
@@ -11,7 +12,7 @@ import shutil
 import ssl
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -35,6 +36,8 @@ from smg_trio.wire.grpc_messages import build_sglang_generate
 from tests.backends import conformance
 from tests.backends.conformance import (
     PROMPT,
+    Check,
+    EngineFactory,
     EngineUnderTest,
     collect,
     finishes_of,
@@ -52,9 +55,12 @@ from tests.backends.grpc_reference import (
     ReferenceGrpcEngine,
     factory_for,
     reference_engine,
+    shared_factory_for,
     start_engine,
+    start_shared_engines,
     stop_engine,
 )
+from tests.engines.grpc_harness import Engine, stop_engines
 
 HEALTH_PERIOD_S = 0.05
 
@@ -306,14 +312,42 @@ def dump_log(log_path: Path) -> None:
         sys.stderr.write(log_path.read_text(errors="replace"))
 
 
+@pytest.fixture(scope="module")
+def shared_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Runtime, Engine]]:
+    """One engine per runtime for every check that leaves its engine alive (each check still
+    opens its own backend, and `run_check` asserts it leaves nothing in flight)."""
+    engines = start_shared_engines(list(ENGINE_NAMES), tmp_path_factory.mktemp("shared-grpc"))
+    try:
+        yield engines
+    finally:
+        stop_engines([engine.process for engine in engines.values()])
+
+
+async def run_on_shared(engine: Engine, check: Check) -> None:
+    try:
+        await run_check(shared_factory_for(engine), check)
+    finally:
+        dump_log(engine.log)
+
+
+def engine_for(
+    runtime: Runtime, check: Check, shared: dict[Runtime, Engine], tmp_path: Path
+) -> tuple[EngineFactory, Path]:
+    """A shared engine, unless the check harms it."""
+    if check in conformance.HARMING_CHECKS:
+        log_path = tmp_path / "engine.log"
+        return factory_for(runtime, log_path), log_path
+    return shared_factory_for(shared[runtime]), shared[runtime].log
+
+
 @pytest.mark.parametrize("runtime", [pytest.param(r, id=r.value) for r in ENGINE_NAMES])
 @pytest.mark.parametrize("check", conformance.CHECKS, ids=lambda check: check.__name__)
 async def test_conformance(
-    runtime: Runtime, check: Callable[[EngineUnderTest], Awaitable[None]], tmp_path: Path
+    runtime: Runtime, check: Check, shared_engines: dict[Runtime, Engine], tmp_path: Path
 ) -> None:
-    log_path = tmp_path / "engine.log"
+    factory, log_path = engine_for(runtime, check, shared_engines, tmp_path)
     try:
-        await run_check(factory_for(runtime, log_path), check)
+        await run_check(factory, check, engine_lives=check not in conformance.HARMING_CHECKS)
     finally:
         dump_log(log_path)
 
@@ -331,7 +365,9 @@ def expected_greedy_tokens(prompt: tuple[int, ...], max_tokens: int) -> list[int
 
 
 @pytest.mark.parametrize("runtime", [Runtime.SGLANG, Runtime.VLLM], ids=lambda r: r.value)
-async def test_tokens_and_model_info_are_the_engines(runtime: Runtime, tmp_path: Path) -> None:
+async def test_tokens_and_model_info_are_the_engines(
+    runtime: Runtime, shared_engines: dict[Runtime, Engine]
+) -> None:
     async def check(engine: EngineUnderTest) -> None:
         backend = engine.backend
         events = await collect(backend, make_request(backend, max_tokens=20, n=2, seed=3))
@@ -341,11 +377,7 @@ async def test_tokens_and_model_info_are_the_engines(runtime: Runtime, tmp_path:
         assert [finishes[i].completion_tokens for i in (0, 1)] == [20, 20]
         assert backend.statistics().max_model_len == load_engine_model(MODEL_PATH).max_model_len
 
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(runtime, log_path), check)
-    finally:
-        dump_log(log_path)
+    await run_on_shared(shared_engines[runtime], check)
 
 
 async def cancel_mid_stream(engine: EngineUnderTest, request_id: str) -> float:
@@ -369,7 +401,9 @@ async def cancel_mid_stream(engine: EngineUnderTest, request_id: str) -> float:
     return trio.current_time() - cancelled_at
 
 
-async def test_cancel_resets_the_engine_stream_within_50_ms(tmp_path: Path) -> None:
+async def test_cancel_resets_the_engine_stream_within_50_ms(
+    shared_engines: dict[Runtime, Engine],
+) -> None:
     """The RST_STREAM alone (the engine counts cancelled handlers apart from Abort ids)."""
 
     async def check(engine: EngineUnderTest) -> None:
@@ -378,15 +412,11 @@ async def test_cancel_resets_the_engine_stream_within_50_ms(tmp_path: Path) -> N
             assert elapsed < conformance.ABORT_DEADLINE_S, f"{1000 * elapsed:.1f} ms"
             assert (await engine.counters())["requests_active"] == 0
 
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(Runtime.VLLM, log_path), check)
-    finally:
-        dump_log(log_path)
+    await run_on_shared(shared_engines[Runtime.VLLM], check)
 
 
 async def test_sglang_string_stops_never_leave_us_and_the_engine_refuses_them(
-    tmp_path: Path,
+    shared_engines: dict[Runtime, Engine],
 ) -> None:
     async def check(engine: EngineUnderTest) -> None:
         assert isinstance(engine, ReferenceGrpcEngine)
@@ -423,11 +453,7 @@ async def test_sglang_string_stops_never_leave_us_and_the_engine_refuses_them(
         assert rejected.value.status == 400
         assert (await engine.counters())["requests_rejected"] == before["requests_rejected"] + 1
 
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(Runtime.SGLANG, log_path), check)
-    finally:
-        dump_log(log_path)
+    await run_on_shared(shared_engines[Runtime.SGLANG], check)
 
 
 async def test_the_backend_recovers_when_the_engine_restarts(tmp_path: Path) -> None:
@@ -440,6 +466,7 @@ async def test_the_backend_recovers_when_the_engine_restarts(tmp_path: Path) -> 
                 await backend.wait_ready()
                 first = await collect(backend, make_request(backend, max_tokens=5))
                 engine.kill()
+                assert engine.process is not None
                 await engine.process.wait()
                 while True:  # the next health check fails
                     if not backend.statistics().ready:
