@@ -2,7 +2,11 @@
 
 A backend test module provides an `EngineUnderTest` (a running engine, the backend connected to
 it, and the engine's own view: counters, kill, pause) and runs each `check_*` coroutine below
-on a fresh one (the death checks destroy their engine). The engine must generate
+with a fresh backend. The `HARMING_CHECKS` destroy their engine, so each gets one of its own;
+the others may share one engine per runtime where the wire allows (gRPC: an engine serves any
+client; a ZMQ engine handshakes once, with one frontend, as vLLM's does). Sharing must not let
+one check see another's state, so `run_check` asserts that each check leaves nothing in flight,
+on the backend and in the engine; counters are compared as deltas. The engine must generate
 deterministically for greedy requests and count what it does (`requests_added`,
 `abort_ids_received`, `requests_aborted`, `requests_active`, `tokens_generated`,
 `tokens_after_abort`), as our reference engines do.
@@ -253,7 +257,9 @@ async def check_silent_engine_fails_streams(engine: EngineUnderTest) -> None:
     await _assert_dies(engine, engine.pause)
 
 
-CHECKS: tuple[Callable[[EngineUnderTest], Awaitable[None]], ...] = (
+Check = Callable[[EngineUnderTest], Awaitable[None]]
+
+CHECKS: tuple[Check, ...] = (
     check_ready_and_info,
     check_stream_to_completion,
     check_two_choices_interleave,
@@ -262,6 +268,11 @@ CHECKS: tuple[Callable[[EngineUnderTest], Awaitable[None]], ...] = (
     check_killed_engine_fails_streams,
     check_silent_engine_fails_streams,
 )
+HARMING_CHECKS: frozenset[Check] = frozenset(
+    {check_killed_engine_fails_streams, check_silent_engine_fails_streams}
+)
+"""The checks that leave their engine dead: never run one on a shared engine."""
+SHARABLE_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if c not in HARMING_CHECKS)
 
 
 def open_fd_count() -> int:
@@ -279,17 +290,25 @@ def task_count() -> int:
     return count(root)
 
 
+async def assert_nothing_left_in_flight(engine: EngineUnderTest, *, engine_lives: bool) -> None:
+    """What makes checks on a shared engine independent: the backend tracks no request, and a
+    live engine is back to no active request (it may still be retiring one, hence the bound)."""
+    statistics = engine.backend.statistics()
+    assert (statistics.in_flight, statistics.open_streams) == (0, 0)
+    if engine_lives:
+        await wait_for_counters(engine, lambda c: c["requests_active"] == 0, within_s=1.0)
+
+
 async def run_check(
-    factory: EngineFactory,
-    check: Callable[[EngineUnderTest], Awaitable[None]],
-    *,
-    timeout_s: float = 30.0,
+    factory: EngineFactory, check: Check, *, engine_lives: bool = True, timeout_s: float = 30.0
 ) -> None:
-    """Run one check on a fresh engine; afterwards no task and no file descriptor may be left."""
+    """Run one check on a fresh backend; afterwards nothing may be in flight, and no task and
+    no file descriptor may be left. `engine_lives=False`: the check ends its engine."""
     fds, tasks = open_fd_count(), task_count()
     with trio.fail_after(timeout_s):
         async with factory() as engine:
             await engine.backend.wait_ready()
             await check(engine)
+            await assert_nothing_left_in_flight(engine, engine_lives=engine_lives)
     assert task_count() == tasks, "the backend left tasks running"
     assert open_fd_count() == fds, "the backend or engine harness leaked file descriptors"

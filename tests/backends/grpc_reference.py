@@ -1,13 +1,18 @@
 """Our reference gRPC engines as subprocesses (`smg-trio engine <runtime>-grpc`), with the gRPC
 backend connected and the engine's own counters read over its `EngineCounters` service: an
 `EngineUnderTest` for the conformance suite. On exit it also checks that the backend left no
-asyncio task on the bridge's loop."""
+asyncio task on the bridge's loop.
+
+An engine is either owned by one check (`reference_engine`: started and killed with it; the
+checks that harm their engine need one) or shared by a module's checks (`start_shared_engines`
+in a sync module-scoped fixture, since pytest-trio runs each test in a trio run of its own;
+`shared_factory_for` opens a fresh backend on it per check, which is cheap)."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Final
@@ -24,6 +29,7 @@ from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
 from tests.backends.conformance import EngineFactory, EngineUnderTest
+from tests.engines.grpc_harness import Engine, start_engines
 
 MODEL_PATH: Final = demo_model_path()
 ENGINE_NAMES: Final = {
@@ -77,13 +83,14 @@ class ReferenceGrpcEngine:
         self,
         backend: GrpcBackend,
         bridge: AsyncioBridge,
-        process: trio.Process,
+        process: trio.Process | None,
         port: int,
         counters_channel: Channel,
     ) -> None:
         self._backend = backend
         self.bridge = bridge
         self.process = process
+        """None for a shared engine: the other checks of the module still need it."""
         self.port = port
         self._counters = smg_trio_engine_grpc.EngineCountersStub(counters_channel)
 
@@ -103,10 +110,14 @@ class ReferenceGrpcEngine:
         return await self.bridge.run(get)
 
     def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
+        self._owned().send_signal(signal.SIGKILL)
 
     def pause(self) -> None:
-        self.process.send_signal(signal.SIGSTOP)
+        self._owned().send_signal(signal.SIGSTOP)
+
+    def _owned(self) -> trio.Process:
+        assert self.process is not None, "a shared engine is never harmed: use reference_engine"
+        return self.process
 
 
 async def _open_channel(port: int) -> Channel:
@@ -117,31 +128,62 @@ async def _open_channel(port: int) -> Channel:
 async def reference_engine(
     runtime: Runtime, log: IO[bytes], *, step_ms: float = STEP_MS
 ) -> AsyncIterator[ReferenceGrpcEngine]:
+    """An engine of its own, started here and killed on leaving."""
     process, port = await start_engine(runtime, log, step_ms=step_ms)
     try:
-        async with open_asyncio_bridge() as bridge:
-            counters_channel = await bridge.run(_open_channel, port)
-            try:
-                async with open_grpc_backend(
-                    runtime=runtime,
-                    address=f"127.0.0.1:{port}",
-                    health_period_s=HEALTH_PERIOD_S,
-                    watchdog_period_s=WATCHDOG_S,
-                ) as backend:
-                    yield ReferenceGrpcEngine(backend, bridge, process, port, counters_channel)
-                assert await bridge.task_count() == 0, "the backend left asyncio tasks running"
-            finally:
-                with trio.CancelScope(shield=True):
-                    await bridge.run(close_channel, counters_channel)
+        async with attach(runtime, port, process) as engine:
+            yield engine
     finally:
         await stop_engine(process)
 
 
+@asynccontextmanager
+async def attach(
+    runtime: Runtime, port: int, process: trio.Process | None
+) -> AsyncIterator[ReferenceGrpcEngine]:
+    """A backend and a counters channel to the engine listening on `port`."""
+    async with open_asyncio_bridge() as bridge:
+        counters_channel = await bridge.run(_open_channel, port)
+        try:
+            async with open_grpc_backend(
+                runtime=runtime,
+                address=f"127.0.0.1:{port}",
+                health_period_s=HEALTH_PERIOD_S,
+                watchdog_period_s=WATCHDOG_S,
+            ) as backend:
+                yield ReferenceGrpcEngine(backend, bridge, process, port, counters_channel)
+            assert await bridge.task_count() == 0, "the backend left asyncio tasks running"
+        finally:
+            with trio.CancelScope(shield=True):
+                await bridge.run(close_channel, counters_channel)
+
+
 def factory_for(runtime: Runtime, log_path: Path) -> EngineFactory:
+    """A fresh engine per check (the checks that kill or silence their engine)."""
+
     @asynccontextmanager
     async def factory() -> AsyncIterator[EngineUnderTest]:
         with log_path.open("ab") as log:
             async with reference_engine(runtime, log) as engine:
                 yield engine
+
+    return factory
+
+
+def start_shared_engines(runtimes: Sequence[Runtime], logs: Path) -> dict[Runtime, Engine]:
+    """One engine per runtime, all started at once (blocking: for a sync fixture)."""
+    flags = ("--model-path", str(MODEL_PATH), "--step-ms", str(STEP_MS))
+    started = start_engines([(runtime, flags) for runtime in runtimes], logs)
+    return {engine.runtime: engine for engine in started}
+
+
+def shared_factory_for(engine: Engine) -> EngineFactory:
+    """A fresh backend per check on an engine the module's checks share."""
+
+    @asynccontextmanager
+    async def factory() -> AsyncIterator[EngineUnderTest]:
+        assert engine.process.poll() is None, f"the shared {engine.runtime.value} engine exited"
+        async with attach(engine.runtime, engine.port, None) as attached:
+            yield attached
 
     return factory

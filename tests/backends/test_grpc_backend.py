@@ -1,6 +1,4 @@
-"""The gRPC backend against real gRPC peers on loopback: our reference engines as subprocesses
-(the conformance suite for every runtime, cancellation latency, SGLang's string-stop refusal,
-engine restart), and a small in-process vLLM-service server for the faults the reference
+"""The gRPC backend against a small in-process vLLM-service server, for the faults our reference
 engines do not produce (a stream without a complete message, a gRPC status mid-stream, an
 engine that says it is unhealthy). Every test also checks that no asyncio task is left on the
 bridge's loop and no trio task or file descriptor is left behind."""
@@ -10,8 +8,6 @@ from __future__ import annotations
 import shutil
 import ssl
 import subprocess
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -19,10 +15,8 @@ import pytest
 import trio
 
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
-from smg_trio.backends.grpc_services import open_loop_client, parse_address
+from smg_trio.backends.grpc_services import parse_address
 from smg_trio.core.finalize import Finalized
-from smg_trio.engines.cli import load_engine_model
-from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.errors import (
     BackendUnavailable,
     ClientError,
@@ -31,30 +25,14 @@ from smg_trio.errors import (
     UnsupportedRuntime,
 )
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.wire.grpc_messages import build_sglang_generate
-from tests.backends import conformance
 from tests.backends.conformance import (
-    PROMPT,
-    EngineUnderTest,
     collect,
-    finishes_of,
     make_request,
     open_fd_count,
-    run_check,
     task_count,
     tokens_of,
-    wait_for_counters,
 )
 from tests.backends.grpc_fault_server import MAX_CONTEXT, VOCAB, Behaviour, serve_faulty_engine
-from tests.backends.grpc_reference import (
-    ENGINE_NAMES,
-    MODEL_PATH,
-    ReferenceGrpcEngine,
-    factory_for,
-    reference_engine,
-    start_engine,
-    stop_engine,
-)
 
 HEALTH_PERIOD_S = 0.05
 
@@ -296,166 +274,3 @@ def test_parse_address(address: str, expected: tuple[str, int]) -> None:
 def test_parse_address_rejects(address: str) -> None:
     with pytest.raises(ConfigError):
         parse_address(address)
-
-
-# --- against the reference engines ----------------------------------------------------------
-
-
-def dump_log(log_path: Path) -> None:
-    if log_path.exists():
-        sys.stderr.write(log_path.read_text(errors="replace"))
-
-
-@pytest.mark.parametrize("runtime", [pytest.param(r, id=r.value) for r in ENGINE_NAMES])
-@pytest.mark.parametrize("check", conformance.CHECKS, ids=lambda check: check.__name__)
-async def test_conformance(
-    runtime: Runtime, check: Callable[[EngineUnderTest], Awaitable[None]], tmp_path: Path
-) -> None:
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(runtime, log_path), check)
-    finally:
-        dump_log(log_path)
-
-
-def expected_greedy_tokens(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
-    """What every reference engine generates for a greedy ignore_eos request, computed here."""
-    model = load_engine_model(MODEL_PATH)
-    generation = Generation(
-        model.source,
-        prompt,
-        Greedy(),
-        StopRules(max_tokens=max_tokens, max_model_len=model.max_model_len),
-    )
-    return [generation.step().token_id for _ in range(max_tokens)]
-
-
-@pytest.mark.parametrize("runtime", [Runtime.SGLANG, Runtime.VLLM], ids=lambda r: r.value)
-async def test_tokens_and_model_info_are_the_engines(runtime: Runtime, tmp_path: Path) -> None:
-    async def check(engine: EngineUnderTest) -> None:
-        backend = engine.backend
-        events = await collect(backend, make_request(backend, max_tokens=20, n=2, seed=3))
-        expected = expected_greedy_tokens(PROMPT, 20)
-        assert tokens_of(events, 0) == tokens_of(events, 1) == expected  # greedy: seed unused
-        finishes = finishes_of(events)
-        assert [finishes[i].completion_tokens for i in (0, 1)] == [20, 20]
-        assert backend.statistics().max_model_len == load_engine_model(MODEL_PATH).max_model_len
-
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(runtime, log_path), check)
-    finally:
-        dump_log(log_path)
-
-
-async def cancel_mid_stream(engine: EngineUnderTest, request_id: str) -> float:
-    """Cancel a stream that is receiving tokens; seconds until the engine saw the reset."""
-    backend = engine.backend
-    before = (await engine.counters())["requests_cancelled"]
-    got_tokens = trio.Event()
-
-    async def consume() -> None:
-        finalized = make_request(backend, max_tokens=100_000, request_id=request_id)
-        async with backend.open_stream(finalized) as stream:
-            async for _ in stream:
-                got_tokens.set()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(consume)
-        await got_tokens.wait()
-        nursery.cancel_scope.cancel()
-        cancelled_at = trio.current_time()
-    await wait_for_counters(engine, lambda c: c["requests_cancelled"] > before, 2.0)
-    return trio.current_time() - cancelled_at
-
-
-async def test_cancel_resets_the_engine_stream_within_50_ms(tmp_path: Path) -> None:
-    """The RST_STREAM alone (the engine counts cancelled handlers apart from Abort ids)."""
-
-    async def check(engine: EngineUnderTest) -> None:
-        for attempt in range(5):
-            elapsed = await cancel_mid_stream(engine, f"cancel-{attempt}")
-            assert elapsed < conformance.ABORT_DEADLINE_S, f"{1000 * elapsed:.1f} ms"
-            assert (await engine.counters())["requests_active"] == 0
-
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(Runtime.VLLM, log_path), check)
-    finally:
-        dump_log(log_path)
-
-
-async def test_sglang_string_stops_never_leave_us_and_the_engine_refuses_them(
-    tmp_path: Path,
-) -> None:
-    async def check(engine: EngineUnderTest) -> None:
-        assert isinstance(engine, ReferenceGrpcEngine)
-        backend = engine.backend
-        finalized = make_request(backend, max_tokens=5)
-        with_stops = msgspec.structs.replace(
-            finalized,
-            requests=tuple(
-                msgspec.structs.replace(
-                    request,
-                    sampling=msgspec.structs.replace(request.sampling, stop=("\n",)),
-                )
-                for request in finalized.requests
-            ),
-        )
-        before = await engine.counters()
-        # finalize strips them for SGLang, so a request that still has some is our bug: the
-        # builder's invariant fails before anything is sent.
-        with pytest.raises(AssertionError, match="no stop strings"):
-            async with backend.open_stream(with_stops):
-                pass
-        assert (await engine.counters())["requests_added"] == before["requests_added"]
-        # The engine's own refusal of such a request, through the same seam the backend uses.
-        message = build_sglang_generate(finalized.requests[0], "raw-stops")
-        message.sampling_params.stop.append("\n")
-        client = await engine.bridge.run(
-            open_loop_client, Runtime.SGLANG, "127.0.0.1", engine.port, False
-        )
-        try:
-            with pytest.raises(EngineRejected, match="INVALID_ARGUMENT") as rejected:
-                await engine.bridge.run(client.generate, message, lambda event: None)
-        finally:
-            await engine.bridge.run(client.close)
-        assert rejected.value.status == 400
-        assert (await engine.counters())["requests_rejected"] == before["requests_rejected"] + 1
-
-    log_path = tmp_path / "engine.log"
-    try:
-        await run_check(factory_for(Runtime.SGLANG, log_path), check)
-    finally:
-        dump_log(log_path)
-
-
-async def test_the_backend_recovers_when_the_engine_restarts(tmp_path: Path) -> None:
-    log_path = tmp_path / "engine.log"
-    fds, tasks = open_fd_count(), task_count()
-    try:
-        with log_path.open("ab") as log, trio.fail_after(30):
-            async with reference_engine(Runtime.VLLM, log) as engine:
-                backend = engine.backend
-                await backend.wait_ready()
-                first = await collect(backend, make_request(backend, max_tokens=5))
-                engine.kill()
-                await engine.process.wait()
-                while True:  # the next health check fails
-                    if not backend.statistics().ready:
-                        break
-                    await trio.sleep(HEALTH_PERIOD_S)
-                with pytest.raises(BackendUnavailable):
-                    await collect(backend, make_request(backend, max_tokens=5))
-                restarted, _ = await start_engine(Runtime.VLLM, log, port=engine.port)
-                try:
-                    await backend.wait_ready()  # the same channel dials the new process
-                    again = await collect(backend, make_request(backend, max_tokens=5))
-                    assert tokens_of(again) == tokens_of(first)
-                    assert backend.statistics().engines[0].dead_reason is None
-                finally:
-                    await stop_engine(restarted)
-    finally:
-        dump_log(log_path)
-    assert task_count() == tasks
-    assert open_fd_count() == fds

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Final
@@ -24,6 +24,7 @@ from smg_trio.neutral.runtime import Runtime
 from tests.backends import conformance
 from tests.backends.conformance import (
     PROMPT,
+    Check,
     EngineFactory,
     EngineUnderTest,
     collect,
@@ -139,12 +140,16 @@ def dump_log(log_path: Path) -> None:
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("check", conformance.CHECKS, ids=lambda check: check.__name__)
-async def test_conformance(
-    runtime: Runtime, check: Callable[[EngineUnderTest], Awaitable[None]], tmp_path: Path
-) -> None:
+async def test_conformance(runtime: Runtime, check: Check, tmp_path: Path) -> None:
+    """An engine per check: a ZMQ engine handshakes once, with the frontend it was started for
+    (as vLLM's EngineCore does), and each test has a trio run, so a backend of its own."""
     log_path = tmp_path / "engine.log"
     try:
-        await run_check(factory_for(runtime, log_path), check)
+        await run_check(
+            factory_for(runtime, log_path),
+            check,
+            engine_lives=check not in conformance.HARMING_CHECKS,
+        )
     finally:
         dump_log(log_path)
 
@@ -246,7 +251,7 @@ async def test_engine_shutdown_mid_stream(
 
     factory, log_path = engines_logged_in(runtime, tmp_path)
     try:
-        await run_check(factory, check)
+        await run_check(factory, check, engine_lives=False)
     finally:
         dump_log(log_path)
 
