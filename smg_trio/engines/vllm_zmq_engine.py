@@ -13,7 +13,9 @@ Deliberate differences, all kinder than the real engine: a duplicate in-flight r
 ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
 model cannot hold get a terminal ERROR output (vLLM would assert, lose its input thread, or
 crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20. Prompt logprobs are not
-produced.
+produced. `logit_bias`, `allowed_token_ids` and `_bad_words_token_ids` steer the fake model
+(`engines.token_rules`); `structured_outputs` is not enforced but reported, with the rest of the
+decoded SamplingParams, by the test-only `smg_trio_received` utility (`engines.batching`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from smg_trio.engines.generation import (
     StopRules,
     TokenStop,
 )
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
     RUNNER_UP_LOGPROB,
@@ -181,8 +184,16 @@ class VllmWire:
         logprobs = params.logprobs
         if logprobs is not None:
             logprobs = MAX_LOGPROBS if logprobs < 0 else min(logprobs, MAX_LOGPROBS)
-        generation = Generation(self.model.source, prompt, key, rules)
-        return Add(ActiveRequest(request.request_id, request.client_index, generation, logprobs))
+        token_rules = TokenRules.of(
+            logit_bias=params.logit_bias,
+            allowed_token_ids=params.allowed_token_ids,
+            bad_words=params.bad_words_token_ids or (),
+        )
+        generation = Generation(self.model.source, prompt, key, rules, token_rules)
+        return Add(
+            ActiveRequest(request.request_id, request.client_index, generation, logprobs),
+            received=msgspec.to_builtins(params),
+        )
 
     def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
         by_client: dict[int, list[Emission]] = {}

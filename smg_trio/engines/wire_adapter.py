@@ -56,6 +56,9 @@ class ActiveRequest:
 @dataclass(frozen=True)
 class Add:
     request: ActiveRequest
+    # The request's sampling fields as decoded from the wire, kept for the test-only
+    # `smg_trio_received` utility (engines.batching) so a test can see what arrived.
+    received: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
