@@ -1,6 +1,6 @@
 """Pure. What a request lets the reference engines' fake model say: `logit_bias`,
 `allowed_token_ids` and bad words, applied to each drawn token the way a real engine's logits
-processors would change its choice, deterministically (docs/request-fields.md §4).
+processors would change its choice, deterministically (docs/request-fields.md §5).
 
 The fake model has no logits, so each rule says how it changes the token `Generation` drew:
 
