@@ -22,6 +22,7 @@ from typing import Any, Final, assert_never
 from google.protobuf.message import Message
 
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.generation import (
     EosStop,
     Finish,
@@ -198,6 +199,14 @@ def stop_rules(
         )
     except ValueError as exc:
         raise invalid(str(exc)) from exc
+
+
+def choice_tokens(
+    model: ServedModel, choice: Sequence[str] | None, regex: str | None, *, ignore_eos: bool
+) -> tuple[int, ...]:
+    """What a choice constraint makes the fake model say (engines.choice_script)."""
+    end = () if ignore_eos else model.engine.eos_ids[:1]
+    return choice_script(constraint_choices(choice, regex), model.tokenizer, end)
 
 
 def int_keyed(logit_bias: Mapping[str, float]) -> dict[int, float]:

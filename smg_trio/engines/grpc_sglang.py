@@ -69,7 +69,15 @@ def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
         logprobs=min(request.top_logprobs_num, grpc_policy.MAX_LOGPROBS)
         if request.return_logprob
         else None,
-        token_rules=TokenRules.of(logit_bias=int_keyed(p.logit_bias)),
+        token_rules=TokenRules.of(
+            logit_bias=int_keyed(p.logit_bias),
+            script=grpc_policy.choice_tokens(
+                model,
+                None,
+                p.regex if p.WhichOneof("constraint") == "regex" else None,
+                ignore_eos=p.ignore_eos,
+            ),
+        ),
     )
 
 

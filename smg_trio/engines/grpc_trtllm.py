@@ -16,8 +16,8 @@ TRT-LLM's own gRPC servicer serves it (docs/wire.md §C.6).
 - Streaming: a chunk per step (cumulative `completion_tokens`), then a complete with the
   whole output. Non-streaming: one complete. Abort RPC: answers whether the id was known;
   the stream gets a last chunk and a complete with finish "cancelled".
-- Unsupported here: beam search, n > 1 (INVALID_ARGUMENT). `guided_decoding` is accepted and
-  not enforced; `EngineCounters.GetReceived` reports it (test-only, `engines.received_log`).
+- Unsupported here: beam search, n > 1 (INVALID_ARGUMENT). `guided_decoding` is followed only
+  for a regex of literal alternatives (a choice, `engines.choice_script`); `EngineCounters.GetReceived` reports it (test-only, `engines.received_log`).
 """
 
 from __future__ import annotations
@@ -77,8 +77,21 @@ def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
         ),
         trim_matched_stop=not request.include_stop_token_in_output,
         logprobs=width,
-        token_rules=TokenRules.of(bad_words=bad_words(request, model)),
+        token_rules=TokenRules.of(
+            bad_words=bad_words(request, model),
+            script=grpc_policy.choice_tokens(
+                model, None, guided_regex(request), ignore_eos=request.ignore_eos
+            ),
+        ),
     )
+
+
+def guided_regex(request: trtllm.GenerateRequest) -> str | None:
+    guided = request.guided_decoding
+    regex_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_REGEX
+    if request.HasField("guided_decoding") and guided.guide_type == regex_type:
+        return guided.guide
+    return None
 
 
 def bad_words(request: trtllm.GenerateRequest, model: ServedModel) -> list[list[int]]:

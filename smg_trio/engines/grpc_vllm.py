@@ -81,7 +81,15 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
         stream=request.stream,
         stops=stops,
         logprobs=grpc_policy.logprobs_width(p.logprobs if p.HasField("logprobs") else None),
-        token_rules=TokenRules.of(logit_bias=p.logit_bias),
+        token_rules=TokenRules.of(
+            logit_bias=p.logit_bias,
+            script=grpc_policy.choice_tokens(
+                model,
+                p.choice.choices if p.WhichOneof("constraint") == "choice" else None,
+                p.regex if p.WhichOneof("constraint") == "regex" else None,
+                ignore_eos=p.ignore_eos,
+            ),
+        ),
     )
 
 

@@ -16,6 +16,8 @@ The fake model has no logits, so each rule says how it changes the token `Genera
 - Bad words (vLLM's `_bad_words_token_ids`): a word's last id is banned whenever the output so
   far ends with the rest of the word, so the word never completes; a one-token word is banned
   always.
+- A `script` (a choice constraint's tokens then EOS, `engines.choice_script`) is said as is,
+  except where min_tokens masks its EOS.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class TokenRules:
     soft_bias: tuple[tuple[int, float], ...] = ()  # (id, bias) with |bias| < 100, by id
     allowed: frozenset[int] | None = None
     bad_words: tuple[tuple[int, ...], ...] = ()
+    script: tuple[int, ...] = ()  # a choice's tokens then EOS (engines.choice_script)
 
     @classmethod
     def of(
@@ -44,6 +47,7 @@ class TokenRules:
         logit_bias: Mapping[int, float] | None = None,
         allowed_token_ids: Iterable[int] | None = None,
         bad_words: Iterable[Sequence[int]] = (),
+        script: Sequence[int] = (),
     ) -> TokenRules:
         bias = dict(logit_bias or {})
         forced = sorted(
@@ -57,6 +61,7 @@ class TokenRules:
             ),
             allowed=None if allowed_token_ids is None else frozenset(allowed_token_ids),
             bad_words=tuple(tuple(word) for word in bad_words if word),
+            script=tuple(script),
         )
 
     @property
@@ -84,6 +89,9 @@ class TokenRules:
         ordinary_ids: Sequence[int],
     ) -> int:
         """The id the next position takes instead of `drawn` (`masked`: min_tokens' stop ids)."""
+        position = len(output_ids)
+        if position < len(self.script) and self.script[position] not in masked:
+            return self.script[position]  # a grammar leaves one way on: other rules cannot act
         forbidden = self.forbidden(output_ids) | masked
         allowed = self.allowed
 

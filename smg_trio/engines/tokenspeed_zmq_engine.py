@@ -16,7 +16,8 @@ client ABORTs are silent; shutdown sends ENGINE_CORE_DEAD. Cadence: with `stream
 Test-only extension: a UTILITY frame (0x03, which real TokenSpeed drops) carrying a vLLM
 `UtilityCall` is answered with a vLLM `UtilityOutput` message, so `smg_trio_counters` and
 `smg_trio_received` work on both engines. No gateway sends it. `logit_bias` steers the fake
-model (`engines.token_rules`); `json_schema`/`regex`/`ebnf` are not enforced but reported, with
+model (`engines.token_rules`); a `regex` of literal alternatives (a choice) is followed (`engines.choice_script`);
+`json_schema`/`regex`/`ebnf` are reported, with
 the rest of the decoded SamplingParams, by `smg_trio_received`.
 """
 
@@ -29,6 +30,7 @@ from typing import Any, Final, assert_never
 import msgspec
 
 from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.generation import (
     EosStop,
     Generation,
@@ -176,7 +178,18 @@ class TokenSpeedWire:
                 request_id=rid,
                 client_index=0,
                 generation=Generation(
-                    self.model.source, prompt, key, rules, TokenRules.of(logit_bias=bias)
+                    self.model.source,
+                    prompt,
+                    key,
+                    rules,
+                    TokenRules.of(
+                        logit_bias=bias,
+                        script=choice_script(
+                            constraint_choices(None, params.regex),
+                            self.model.tokenizer,
+                            () if params.ignore_eos else self.model.eos_ids,
+                        ),
+                    ),
                 ),
                 logprobs=0 if request.return_logprob else None,
                 emit_interval=interval,

@@ -158,7 +158,8 @@ async def test_engine_fields_arrive_and_are_honoured(
             }
             await chat(base, f"schema-{tag}", response_format=response_format)
             assert json.loads(schema_text(await received(f"schema-{tag}"), runtime, wire)) == SCHEMA
-            await chat(base, f"choice-{tag}", guided_choice=["yes", "no"])
+            said = await chat(base, f"choice-{tag}", guided_choice=["yes", "no"])
+            assert said == "yes"  # the engine follows a choice: its first one, then EOS
             check_choice(await received(f"choice-{tag}"), runtime, wire)
 
 
