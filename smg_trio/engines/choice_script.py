@@ -22,26 +22,30 @@ def regex_alternatives(regex: str) -> tuple[str, ...] | None:
     Escapes (`\\.`) are literal characters; any unescaped metacharacter but the alternation's
     own `|` and outer parentheses makes it a real regex, which the fake model cannot follow.
     """
-    if regex.startswith("(") and regex.endswith(")") and not regex.endswith("\\)"):
-        regex = regex[1:-1]
-    choices: list[str] = []
-    current: list[str] = []
+    pieces: list[tuple[str, bool]] = []  # (character, escaped)
     escaped = False
     for char in regex:
         if escaped:
-            current.append(char)
+            pieces.append((char, True))
             escaped = False
         elif char == "\\":
             escaped = True
+        else:
+            pieces.append((char, False))
+    if escaped:
+        return None  # a trailing lone backslash: not a regex at all
+    if len(pieces) >= 2 and pieces[0] == ("(", False) and pieces[-1] == (")", False):
+        pieces = pieces[1:-1]
+    choices: list[str] = []
+    current: list[str] = []
+    for char, literal in pieces:
+        if literal or char not in _SPECIALS:
+            current.append(char)
         elif char == "|":
             choices.append("".join(current))
             current = []
-        elif char in _SPECIALS:
-            return None
         else:
-            current.append(char)
-    if escaped:
-        return None
+            return None
     choices.append("".join(current))
     return tuple(choices)
 
