@@ -10,7 +10,9 @@ cleanly; any other exception sends the ENGINE_CORE_DEAD sentinel (docs/wire.md ย
 
 Utility calls (vLLM's mechanism, docs/wire.md ยงA.9) are answered here for a few real method names plus
 `smg_trio_counters`, which returns `Counters.snapshot()` so tests can read the engine's counters
-through the normal sockets.
+through the normal sockets, and `smg_trio_received(id_part)`, which returns the sampling fields
+the latest request whose id contains `id_part` arrived with as the wire adapter decoded them (`engines.received_log`), or None.
+Both are test-only extensions no gateway sends.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, assert_never
 import zmq
 
 from smg_trio.engines.handshake import EngineSockets, HandshakeTarget, connect
+from smg_trio.engines.received_log import ReceivedLog
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
     Abort,
@@ -49,6 +52,7 @@ from smg_trio.engines.wire_adapter import (
 logger = logging.getLogger(__name__)
 
 COUNTERS_METHOD = "smg_trio_counters"
+RECEIVED_METHOD = "smg_trio_received"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class BatchingLoop:
         self.sockets = sockets
         self.config = config
         self.counters = Counters()
+        self.received = ReceivedLog()
         self.active: dict[str, ActiveRequest] = {}
         self.waiting: collections.OrderedDict[str, ActiveRequest] = collections.OrderedDict()
         self.stopping = False
@@ -88,6 +93,7 @@ class BatchingLoop:
             "list_loras": lambda: [],
             "reset_prefix_cache": lambda: True,
         }
+        self._lookups: dict[str, Callable[[str], Any]] = {RECEIVED_METHOD: self.received.latest}
 
     def run(self) -> None:
         next_step = time.monotonic()
@@ -120,7 +126,7 @@ class BatchingLoop:
 
     def _handle(self, command: Command) -> None:
         match command:
-            case Add(request):
+            case Add(request, received):
                 if request.request_id in self.active or request.request_id in self.waiting:
                     # Real vLLM dies on a duplicate in-flight id; an error output is kinder.
                     self._reject(Reject(request.request_id, request.client_index, "duplicate id"))
@@ -128,6 +134,8 @@ class BatchingLoop:
                 self._check_client_index(request.client_index)
                 self.counters.requests_added += 1
                 self.waiting[request.request_id] = request
+                if received is not None:
+                    self.received.record(request.request_id, received)
             case Reject():
                 self._reject(command)
             case Abort(request_ids):
@@ -175,11 +183,14 @@ class BatchingLoop:
         self._check_client_index(client_index)
         self.counters.utility_calls += 1
         handler = self._utilities.get(method)
-        if handler is None or args:
+        lookup = self._lookups.get(method)
+        if handler is not None and not args:
+            payload = self.adapter.encode_utility_reply(call_id, None, handler())
+        elif lookup is not None and len(args) == 1 and isinstance(args[0], str):
+            payload = self.adapter.encode_utility_reply(call_id, None, lookup(args[0]))
+        else:
             failure = f"Call to {method} method failed: unsupported by this reference engine"
             payload = self.adapter.encode_utility_reply(call_id, failure, None)
-        else:
-            payload = self.adapter.encode_utility_reply(call_id, None, handler())
         self._send([(client_index, payload)])
 
     def _counters(self) -> dict[str, int]:

@@ -125,6 +125,7 @@ def _engine_model(
         served_name=model_dir.served_name,
         dtype=dtype if dtype in WIRE_DTYPES else "bfloat16",
         num_gpu_blocks=max_batch * math.ceil(context / BLOCK_SIZE),
+        tokenizer=tokenizer,
     )
 
 

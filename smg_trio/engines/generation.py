@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, assert_never
 
+from smg_trio.engines.token_rules import NO_TOKEN_RULES, TokenRules
+
 DEFAULT_EOS_PROBABILITY: Final = 0.02
 
 
@@ -193,11 +195,17 @@ class Generation:
     """One request's generation state. Call `step()` until it returns a finish."""
 
     def __init__(
-        self, source: TokenSource, prompt_ids: Sequence[int], key: SamplingKey, rules: StopRules
+        self,
+        source: TokenSource,
+        prompt_ids: Sequence[int],
+        key: SamplingKey,
+        rules: StopRules,
+        token_rules: TokenRules = NO_TOKEN_RULES,
     ) -> None:
         self.source = source
         self.prompt_len = len(prompt_ids)
         self.rules = rules
+        self.token_rules = token_rules
         self.output_ids: list[int] = []
         self.finish: Finish | None = None
         self._rng = random.Random(stream_seed(prompt_ids, key))
@@ -220,8 +228,13 @@ class Generation:
             raise RuntimeError("step() after the generation finished")
         position = len(self.output_ids)
         token_id = self._next_token(position)
-        if position < self.rules.min_tokens and token_id in self.rules.min_tokens_mask:
-            token_id = self._unmasked_token(self.rules.min_tokens_mask)
+        masked = self.rules.min_tokens_mask if position < self.rules.min_tokens else frozenset()
+        if not self.token_rules.trivial:
+            token_id = self.token_rules.choose(
+                token_id, self.output_ids, masked, self._rng, self.source.ordinary_ids
+            )
+        elif token_id in masked:
+            token_id = self._unmasked_token(masked)
         self.output_ids.append(token_id)
         self.finish = check_stop(
             self.rules,

@@ -1,6 +1,7 @@
 """I/O. The reference gRPC engines' process: one grpclib server on asyncio (grpclib is asyncio
 only; no trio here) serving one runtime's service, built from its `RuntimePolicy`, plus our own
-`smg_trio.engine.EngineCounters`, with one `Scheduler` stepping every request.
+`smg_trio.engine.EngineCounters` (counters, and the requests received: test-only), with one
+`Scheduler` stepping every request.
 
     smg-trio engine sglang-grpc|vllm-grpc|mlx-grpc|trtllm-grpc|tokenspeed-grpc
         --host 127.0.0.1 --port PORT --model-path DIR [--step-ms X] [--max-batch N] ...
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import signal
 import socket
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Final
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -100,6 +103,9 @@ class EngineCore:
         request = await stream.recv_message()
         if request is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "Generate needs a request message")
+        self.scheduler.received.record(
+            request.request_id, json_format.MessageToDict(request, preserving_proto_field_name=True)
+        )
         try:
             job = self.scheduler.submit(self.policy.admit(request, self.model))
         except Rejected as exc:
@@ -211,6 +217,15 @@ class CountersService(smg_trio_engine_grpc.EngineCountersBase):
         await stream.recv_message()
         await stream.send_message(
             counters_pb2.GetCountersResponse(counters=self.scheduler.counters.snapshot())
+        )
+
+    async def GetReceived(self, stream: Any) -> None:
+        request = await stream.recv_message()
+        received = self.scheduler.received.latest(request.request_id)
+        await stream.send_message(
+            counters_pb2.GetReceivedResponse(
+                found=received is not None, request_json=json.dumps(received or {})
+            )
         )
 
 

@@ -21,6 +21,7 @@ from smg_trio.engines import grpc_policy
 from smg_trio.engines.generation import EosStop, TokenStop
 from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import Ending, EngineView, JobSpec, RuntimePolicy, ServedModel
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.wire._proto import mlx_engine_grpc
 from smg_trio.wire._proto import mlx_engine_pb2 as mlx
 
@@ -48,6 +49,7 @@ def admit(request: mlx.GenerateRequest, model: ServedModel) -> JobSpec:
         ),
         stream=request.stream,
         logprobs=None if width is None else min(width, grpc_policy.MAX_LOGPROBS),
+        token_rules=TokenRules.of(logit_bias=p.logit_bias),
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any, Final, assert_never
 from google.protobuf.message import Message
 
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.generation import (
     EosStop,
     Finish,
@@ -33,6 +34,7 @@ from smg_trio.engines.generation import (
     TokenStop,
 )
 from smg_trio.engines.grpc_stops import StopMatcher, StringStop
+from smg_trio.engines.token_rules import NO_TOKEN_RULES, TokenRules
 from smg_trio.engines.wire_adapter import (
     RUNNER_UP_LOGPROB,
     EngineModel,
@@ -86,6 +88,7 @@ class JobSpec:
     stops: StopMatcher | None = None
     trim_matched_stop: bool = False  # drop the tokens of the matched stop from the output
     logprobs: int | None = None  # None: not asked; else top candidates per token (0: none)
+    token_rules: TokenRules = NO_TOKEN_RULES  # logit_bias, bad words (engines.token_rules)
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,22 @@ def stop_rules(
         )
     except ValueError as exc:
         raise invalid(str(exc)) from exc
+
+
+def choice_tokens(
+    model: ServedModel, choice: Sequence[str] | None, regex: str | None, *, ignore_eos: bool
+) -> tuple[int, ...]:
+    """What a choice constraint makes the fake model say (engines.choice_script)."""
+    end = () if ignore_eos else model.engine.eos_ids[:1]
+    return choice_script(constraint_choices(choice, regex), model.tokenizer, end)
+
+
+def int_keyed(logit_bias: Mapping[str, float]) -> dict[int, float]:
+    """A logit_bias map with string token-id keys (SGLang, TokenSpeed) by integer id."""
+    try:
+        return {int(key): value for key, value in logit_bias.items()}
+    except ValueError as exc:
+        raise invalid(f"logit_bias keys must be token ids: {exc}") from exc
 
 
 def sampling_key(*, greedy: bool, seed: int | None) -> SamplingKey:

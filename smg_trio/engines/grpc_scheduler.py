@@ -28,6 +28,7 @@ from smg_trio.engines.grpc_policy import (
     ServedModel,
     trimmed_length,
 )
+from smg_trio.engines.received_log import ReceivedLog
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, Counters
 from smg_trio.wire.grpc_responses import GrpcStatus
 
@@ -45,7 +46,9 @@ class Job:
 
     def __init__(self, spec: JobSpec, model: ServedModel) -> None:
         self.spec = spec
-        self.generation = Generation(model.engine.source, spec.prompt_ids, spec.key, spec.rules)
+        self.generation = Generation(
+            model.engine.source, spec.prompt_ids, spec.key, spec.rules, spec.token_rules
+        )
         self.outbox: asyncio.Queue[Delivery] = asyncio.Queue()
         self.shown: list[int] = []  # the output as the wire shows it (a trimmed stop removed)
         self.removed = False  # cancelled or aborted: no step may generate for it any more
@@ -75,6 +78,7 @@ class Scheduler:
         self.step_seconds = step_seconds
         self.max_batch = max_batch
         self.counters = GrpcCounters()
+        self.received = ReceivedLog()
         self.active: dict[str, Job] = {}
         self.waiting: collections.OrderedDict[str, Job] = collections.OrderedDict()
         self.serving = True

@@ -26,8 +26,15 @@ from typing import Final
 
 from smg_trio.engines import grpc_management, grpc_policy
 from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
-from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
+from smg_trio.engines.grpc_policy import (
+    EngineView,
+    JobSpec,
+    RuntimePolicy,
+    ServedModel,
+    int_keyed,
+)
 from smg_trio.engines.grpc_stops import TextStops
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.wire._proto import tokenspeed_scheduler_grpc
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
 
@@ -76,6 +83,15 @@ def admit(request: tokenspeed.GenerateRequest, model: ServedModel) -> JobSpec:
         logprobs=min(request.top_logprobs_num, grpc_policy.MAX_LOGPROBS)
         if request.return_logprob
         else None,
+        token_rules=TokenRules.of(
+            logit_bias=int_keyed(p.logit_bias),
+            script=grpc_policy.choice_tokens(
+                model,
+                None,
+                p.regex if p.WhichOneof("constraint") == "regex" else None,
+                ignore_eos=p.ignore_eos,
+            ),
+        ),
     )
 
 

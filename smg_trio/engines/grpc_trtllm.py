@@ -16,7 +16,8 @@ TRT-LLM's own gRPC servicer serves it (docs/wire.md §C.6).
 - Streaming: a chunk per step (cumulative `completion_tokens`), then a complete with the
   whole output. Non-streaming: one complete. Abort RPC: answers whether the id was known;
   the stream gets a last chunk and a complete with finish "cancelled".
-- Unsupported here: beam search, n > 1 (INVALID_ARGUMENT), guided decoding (UNIMPLEMENTED).
+- Unsupported here: beam search, n > 1 (INVALID_ARGUMENT). `guided_decoding` is followed only
+  for a regex of literal alternatives (a choice, `engines.choice_script`); `EngineCounters.GetReceived` reports it (test-only, `engines.received_log`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Final
 from smg_trio.engines import grpc_policy
 from smg_trio.engines.grpc_policy import Delivery, EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TokenSequenceStops
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import sampled_logprob
 from smg_trio.wire._proto import trtllm_service_grpc
 from smg_trio.wire._proto import trtllm_service_pb2 as trtllm
-from smg_trio.wire.grpc_responses import GrpcStatus
 
 TRTLLM_VERSION: Final = "1.3.0"
 
@@ -40,10 +41,6 @@ def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
     prompt = grpc_policy.checked_prompt(request.tokenized.input_token_ids, model)
     if request.max_tokens < 1:
         raise grpc_policy.invalid("max_tokens is required and must be at least 1")
-    if request.HasField("guided_decoding"):
-        raise grpc_policy.Rejected(
-            GrpcStatus.UNIMPLEMENTED, "guided decoding is not supported here"
-        )
     s = request.sampling_config
     if s.beam_width > 1 or s.num_return_sequences > 1:
         raise grpc_policy.invalid(
@@ -80,7 +77,28 @@ def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
         ),
         trim_matched_stop=not request.include_stop_token_in_output,
         logprobs=width,
+        token_rules=TokenRules.of(
+            bad_words=bad_words(request, model),
+            script=grpc_policy.choice_tokens(
+                model, None, guided_regex(request), ignore_eos=request.ignore_eos
+            ),
+        ),
     )
+
+
+def guided_regex(request: trtllm.GenerateRequest) -> str | None:
+    guided = request.guided_decoding
+    regex_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_REGEX
+    if request.HasField("guided_decoding") and guided.guide_type == regex_type:
+        return guided.guide
+    return None
+
+
+def bad_words(request: trtllm.GenerateRequest, model: ServedModel) -> list[list[int]]:
+    """TRT-LLM tokenizes `bad` words itself (no special tokens); `bad_token_ids` are one-token
+    words. Neither ever completes in the output (engines.token_rules)."""
+    words = [model.tokenizer.encode(word, add_special_tokens=False) for word in request.bad]
+    return [*words, *([token_id] for token_id in request.bad_token_ids)]
 
 
 def _logprobs(model: ServedModel, spec: JobSpec, ids: tuple[int, ...]) -> list[trtllm.TokenLogprob]:

@@ -26,6 +26,7 @@ from smg_trio.engines import grpc_management, grpc_policy
 from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TextStops
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import BLOCK_SIZE
 from smg_trio.wire._proto import vllm_engine_grpc
 from smg_trio.wire._proto import vllm_engine_pb2 as vllm
@@ -80,6 +81,15 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
         stream=request.stream,
         stops=stops,
         logprobs=grpc_policy.logprobs_width(p.logprobs if p.HasField("logprobs") else None),
+        token_rules=TokenRules.of(
+            logit_bias=p.logit_bias,
+            script=grpc_policy.choice_tokens(
+                model,
+                p.choice.choices if p.WhichOneof("constraint") == "choice" else None,
+                p.regex if p.WhichOneof("constraint") == "regex" else None,
+                ignore_eos=p.ignore_eos,
+            ),
+        ),
     )
 
 

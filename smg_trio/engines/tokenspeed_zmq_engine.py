@@ -14,8 +14,11 @@ client ABORTs are silent; shutdown sends ENGINE_CORE_DEAD. Cadence: with `stream
 `stream_interval` tokens (server default 1), without it after the first token and every 50.
 
 Test-only extension: a UTILITY frame (0x03, which real TokenSpeed drops) carrying a vLLM
-`UtilityCall` is answered with a vLLM `UtilityOutput` message, so `smg_trio_counters` works on
-both engines. No gateway sends it.
+`UtilityCall` is answered with a vLLM `UtilityOutput` message, so `smg_trio_counters` and
+`smg_trio_received` work on both engines. No gateway sends it. `logit_bias` steers the fake
+model (`engines.token_rules`); a `regex` of literal alternatives (a choice) is followed (`engines.choice_script`);
+`json_schema`/`regex`/`ebnf` are reported, with
+the rest of the decoded SamplingParams, by `smg_trio_received`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, Final, assert_never
 
+import msgspec
+
 from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.generation import (
     EosStop,
     Generation,
@@ -35,6 +41,7 @@ from smg_trio.engines.generation import (
     StopRules,
     TokenStop,
 )
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.vllm_zmq_engine import encode_utility_reply
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
@@ -150,6 +157,8 @@ class TokenSpeedWire:
                 stop_token_ids=frozenset(params.stop_token_ids or ()),
                 min_tokens=params.min_new_tokens,
             )
+            # String token-id keys on this wire (docs/wire.md §B.4).
+            bias = {int(key): value for key, value in (params.logit_bias or {}).items()}
         except ValueError as exc:
             return Reject(rid, 0, str(exc))
         greedy = params.top_k == GREEDY_TOP_K or (
@@ -168,10 +177,28 @@ class TokenSpeedWire:
             ActiveRequest(
                 request_id=rid,
                 client_index=0,
-                generation=Generation(self.model.source, prompt, key, rules),
+                generation=Generation(
+                    self.model.source,
+                    prompt,
+                    key,
+                    rules,
+                    TokenRules.of(
+                        logit_bias=bias,
+                        script=choice_script(
+                            constraint_choices(None, params.regex),
+                            self.model.tokenizer,
+                            () if params.ignore_eos else self.model.eos_ids,
+                        ),
+                    ),
+                ),
                 logprobs=0 if request.return_logprob else None,
                 emit_interval=interval,
-            )
+            ),
+            received={
+                name: value
+                for name, value in msgspec.structs.asdict(params).items()
+                if value is not None
+            },
         )
 
     def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:

@@ -13,7 +13,9 @@ Deliberate differences, all kinder than the real engine: a duplicate in-flight r
 ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
 model cannot hold get a terminal ERROR output (vLLM would assert, lose its input thread, or
 crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20. Prompt logprobs are not
-produced.
+produced. `logit_bias`, `allowed_token_ids` and `_bad_words_token_ids` steer the fake model
+(`engines.token_rules`); `structured_outputs` is followed only for a choice (`engines.choice_script`) and reported, with the rest of the
+decoded SamplingParams, by the test-only `smg_trio_received` utility (`engines.batching`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Final, assert_never
 import msgspec
 
 from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.generation import (
     EosStop,
     Generation,
@@ -36,6 +39,7 @@ from smg_trio.engines.generation import (
     StopRules,
     TokenStop,
 )
+from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
     RUNNER_UP_LOGPROB,
@@ -60,6 +64,7 @@ from smg_trio.errors import BackendProtocolError
 from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.wire.vllm_zmq import (
     ReadyResponse,
+    VllmSamplingParams,
     decode_request,
     decode_utility_call,
     encode_ready_response,
@@ -181,8 +186,25 @@ class VllmWire:
         logprobs = params.logprobs
         if logprobs is not None:
             logprobs = MAX_LOGPROBS if logprobs < 0 else min(logprobs, MAX_LOGPROBS)
-        generation = Generation(self.model.source, prompt, key, rules)
-        return Add(ActiveRequest(request.request_id, request.client_index, generation, logprobs))
+        token_rules = TokenRules.of(
+            logit_bias=params.logit_bias,
+            allowed_token_ids=params.allowed_token_ids,
+            bad_words=params.bad_words_token_ids or (),
+            script=self._choice_script(params),
+        )
+        generation = Generation(self.model.source, prompt, key, rules, token_rules)
+        return Add(
+            ActiveRequest(request.request_id, request.client_index, generation, logprobs),
+            received=msgspec.to_builtins(params),
+        )
+
+    def _choice_script(self, params: VllmSamplingParams) -> tuple[int, ...]:
+        constraint = params.structured_outputs
+        if constraint is None:
+            return ()
+        end = () if params.eos_token_id is None else (params.eos_token_id,)
+        choices = constraint_choices(constraint.choice, constraint.regex)
+        return choice_script(choices, self.model.tokenizer, end)
 
     def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
         by_client: dict[int, list[Emission]] = {}

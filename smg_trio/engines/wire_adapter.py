@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.engines.generation import Finish, Generation, TokenSource
 from smg_trio.wire.zmq_transport import EngineAddresses
 
@@ -29,6 +30,7 @@ class EngineModel:
     served_name: str
     dtype: str = "bfloat16"
     num_gpu_blocks: int = 0
+    tokenizer: TokenizerLike | None = None  # spells a choice constraint (engines.choice_script)
 
 
 @dataclass
@@ -56,6 +58,9 @@ class ActiveRequest:
 @dataclass(frozen=True)
 class Add:
     request: ActiveRequest
+    # The request's sampling fields as decoded from the wire, kept for the test-only
+    # `smg_trio_received` utility (engines.batching) so a test can see what arrived.
+    received: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from grpclib.client import Channel
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
+from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime
@@ -46,11 +47,21 @@ START_S: Final = 20.0
 
 
 async def start_engine(
-    runtime: Runtime, log: IO[bytes], *, port: int = 0, step_ms: float = STEP_MS
+    runtime: Runtime,
+    log: IO[bytes],
+    *,
+    port: int = 0,
+    step_ms: float = STEP_MS,
+    mode: Mode | None = None,
 ) -> tuple[trio.Process, int]:
     """Start the engine; return it and its port (from its first stdout line)."""
     command = EngineCommand(
-        ENGINE_NAMES[runtime], host="127.0.0.1", port=port, model_path=MODEL_PATH, step_ms=step_ms
+        ENGINE_NAMES[runtime],
+        host="127.0.0.1",
+        port=port,
+        model_path=MODEL_PATH,
+        step_ms=step_ms,
+        mode=mode,
     ).argv()
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=log)
     assert process.stdout is not None

@@ -33,6 +33,7 @@ REPLAY_HEAD: Final = (
 # The tail is long so an engine that is not aborted keeps generating for a while (and cycles).
 REPLAY_TEXT: Final = REPLAY_HEAD + STOP + " is never shown." + " Filler words follow." * 30
 MODEL: Final = "demo_model"
+ZMQ_ENGINES: Final = {Runtime.VLLM: "vllm-zmq", Runtime.TOKENSPEED: "tokenspeed-zmq"}
 
 
 @dataclass
@@ -108,10 +109,12 @@ async def live_server(
     workers: int = 1,
     engine_args: Sequence[str] = (),
     served_model_names: tuple[str, ...] = (),
+    runtime: Runtime = Runtime.VLLM,
 ) -> AsyncIterator[LiveServer]:
+    """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed."""
     config = GatewayConfig(
         model_path=demo_model_path(),
-        workers=(WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0"),) * workers,
+        workers=(WorkerSpec(runtime, Wire.ZMQ, "127.0.0.1:0"),) * workers,
         port=0,
         api_key=api_key,
         request_timeout_s=request_timeout_s,
@@ -133,7 +136,10 @@ async def live_server(
             try:
                 if with_engine:
                     for address in serving.worker_addresses:
-                        command = [*engine_command(address, replay, step_ms), *engine_args]
+                        command = [
+                            *engine_command(address, replay, step_ms, ZMQ_ENGINES[runtime]),
+                            *engine_args,
+                        ]
                         processes.append(
                             await trio.lowlevel.open_process(command, stdout=log, stderr=log)
                         )
@@ -152,9 +158,11 @@ async def live_server(
                     sys.stderr.write(log_path.read_text(errors="replace"))
 
 
-def engine_command(handshake_address: str, replay: Path, step_ms: float) -> list[str]:
+def engine_command(
+    handshake_address: str, replay: Path, step_ms: float, engine: str = "vllm-zmq"
+) -> list[str]:
     return EngineCommand(
-        "vllm-zmq", handshake=handshake_address, replay_file=replay, step_ms=step_ms
+        engine, handshake=handshake_address, replay_file=replay, step_ms=step_ms
     ).argv()
 
 

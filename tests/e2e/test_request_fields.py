@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any, Final
 
@@ -15,6 +16,7 @@ import httpx
 import msgspec
 import pytest
 import trio
+from google.protobuf import json_format
 
 from smg_trio.client import GatewayClientError, open_gateway_client
 from smg_trio.core.finalize import WorkerTarget, finalize
@@ -27,7 +29,7 @@ from smg_trio.wire import openai_decode as oad
 from smg_trio.wire import tokenspeed_zmq, vllm_zmq
 from smg_trio.wire.grpc_messages import build_generate
 from tests.e2e.live_server import API_KEY, MODEL, live_server
-from tests.e2e.test_grpc_workers import grpc_gateway
+from tests.e2e.test_engine_fields import Received, worker
 
 DOC: Final = Path(__file__).resolve().parents[2] / "docs" / "request-fields.md"
 DEMO: Final = load_model_dir(demo_model_path())
@@ -103,26 +105,35 @@ def plan_for(row: Row) -> GeneratePlan:
             return prepare_generate(generate, PROMPT_MODEL, request_id="r")
 
 
-def build_for(row: Row, runtime: Runtime, wire: Wire) -> None:
-    """prepare → finalize → the worker's wire builder, as the gateway runs them."""
+def build_for(row: Row, runtime: Runtime, wire: Wire) -> list[Any]:
+    """prepare → finalize → the worker's wire builder, as the gateway runs them: the sampling
+    parameters each engine request carries, as builtins (what the engines report receiving)."""
     target = WorkerTarget(runtime=runtime, wire=wire, eos_ids=DEMO.eos_ids)
     finalized = finalize(plan_for(row), target, DEMO.tokenizer)
     vocab = PROMPT_MODEL.vocab_size
+    built: list[Any] = []
     for request in finalized.requests:
         if (runtime, wire) == (Runtime.VLLM, Wire.ZMQ):
-            vllm_zmq.build_request(
+            vllm_request = vllm_zmq.build_request(
                 request,
                 engine_request_id="e",
                 max_model_len=4096,
                 arrival_time=0.0,
                 vocab_size=vocab,
             )
+            # As msgpack gives it back: lists, integer keys kept.
+            built.append(
+                msgspec.msgpack.decode(msgspec.msgpack.encode(vllm_request.sampling_params))
+            )
         elif (runtime, wire) == (Runtime.TOKENSPEED, Wire.ZMQ):
             tokenspeed_zmq.build_request(
                 request, engine_request_id="e", max_model_len=4096, vocab_size=vocab
             )
         else:
-            build_generate(runtime, request, "e")
+            message = build_generate(runtime, request, "e")
+            as_dict = json_format.MessageToDict(message, preserving_proto_field_name=True)
+            built.append(as_dict.get("sampling_params"))
+    return built
 
 
 CASES: Final = [
@@ -170,13 +181,25 @@ def test_every_cell_holds_through_prepare_finalize_and_the_wire(
     assert (info.value.status, info.value.param) == (400, param)
 
 
-async def _walk_http(base: str, column: tuple[Runtime, Wire], headers: dict[str, str]) -> None:
+async def _walk_http(
+    base: str, column: tuple[Runtime, Wire], headers: dict[str, str], received: Received
+) -> None:
+    """Every row over HTTP; after each 200, the engine's own report of the sampling parameters
+    it received must equal what the wire builder makes of the row (`build_for`): every value
+    reached the engine intact (the reference engines report it: `engines.received_log`)."""
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=20) as client:
         for row in ROWS:
-            response = await client.post(PATHS[row.endpoint], json=body(row))
+            tag = f"walk-{uuid.uuid4().hex}"
+            response = await client.post(
+                PATHS[row.endpoint], json=body(row), headers={"x-request-id": tag}
+            )
             param = row.cells[column]
             if param is None:
                 assert response.status_code == 200, (row.field, response.text)
+                fields = await received(tag)
+                assert fields is not None, row.field
+                got = fields if column[1] is Wire.ZMQ else fields.get("sampling_params")
+                assert got in build_for(row, *column), row.field
             else:
                 assert response.status_code == 400, (row.field, response.text)
                 assert response.json()["error"]["param"] == param, row.field
@@ -186,7 +209,12 @@ async def test_the_vllm_zmq_column_over_http_and_websocket(tmp_path: Path) -> No
     column = (Runtime.VLLM, Wire.ZMQ)
     with trio.fail_after(90):
         async with live_server(tmp_path) as server:
-            await _walk_http(server.base_url, column, server.auth)
+
+            async def received(fragment: str) -> dict[str, Any] | None:
+                value = await server.backend.call_utility("smg_trio_received", fragment)
+                return value if value is None else dict(value)
+
+            await _walk_http(server.base_url, column, server.auth, received)
             url = f"ws://127.0.0.1:{server.port}/v1/ws"
             async with open_gateway_client(url, api_key=API_KEY) as client:
                 for row in ROWS:
@@ -204,5 +232,5 @@ async def test_the_vllm_zmq_column_over_http_and_websocket(tmp_path: Path) -> No
 
 async def test_the_sglang_grpc_column_over_http(tmp_path: Path) -> None:
     with trio.fail_after(90):
-        async with grpc_gateway(Runtime.SGLANG, tmp_path) as base:
-            await _walk_http(base, (Runtime.SGLANG, Wire.GRPC), {})
+        async with worker(Runtime.SGLANG, Wire.GRPC, tmp_path) as (base, received):
+            await _walk_http(base, (Runtime.SGLANG, Wire.GRPC), {}, received)

@@ -18,6 +18,10 @@ class EngineCountersBase(abc.ABC):
     async def Get(self, stream: 'grpclib.server.Stream[smg_trio_engine_pb2.GetCountersRequest, smg_trio_engine_pb2.GetCountersResponse]') -> None:
         pass
 
+    @abc.abstractmethod
+    async def GetReceived(self, stream: 'grpclib.server.Stream[smg_trio_engine_pb2.GetReceivedRequest, smg_trio_engine_pb2.GetReceivedResponse]') -> None:
+        pass
+
     def __mapping__(self) -> typing.Dict[str, grpclib.const.Handler]:
         return {
             '/smg_trio.engine.EngineCounters/Get': grpclib.const.Handler(
@@ -25,6 +29,12 @@ class EngineCountersBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 smg_trio_engine_pb2.GetCountersRequest,
                 smg_trio_engine_pb2.GetCountersResponse,
+            ),
+            '/smg_trio.engine.EngineCounters/GetReceived': grpclib.const.Handler(
+                self.GetReceived,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                smg_trio_engine_pb2.GetReceivedRequest,
+                smg_trio_engine_pb2.GetReceivedResponse,
             ),
         }
 
@@ -37,4 +47,10 @@ class EngineCountersStub:
             '/smg_trio.engine.EngineCounters/Get',
             smg_trio_engine_pb2.GetCountersRequest,
             smg_trio_engine_pb2.GetCountersResponse,
+        )
+        self.GetReceived = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/smg_trio.engine.EngineCounters/GetReceived',
+            smg_trio_engine_pb2.GetReceivedRequest,
+            smg_trio_engine_pb2.GetReceivedResponse,
         )

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15smg_trio_engine.proto\x12\x0fsmg_trio.engine\"\x14\n\x12GetCountersRequest\"\x8c\x01\n\x13GetCountersResponse\x12\x44\n\x08\x63ounters\x18\x01 \x03(\x0b\x32\x32.smg_trio.engine.GetCountersResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x62\n\x0e\x45ngineCounters\x12P\n\x03Get\x12#.smg_trio.engine.GetCountersRequest\x1a$.smg_trio.engine.GetCountersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15smg_trio_engine.proto\x12\x0fsmg_trio.engine\"\x14\n\x12GetCountersRequest\"\x8c\x01\n\x13GetCountersResponse\x12\x44\n\x08\x63ounters\x18\x01 \x03(\x0b\x32\x32.smg_trio.engine.GetCountersResponse.CountersEntry\x1a/\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"(\n\x12GetReceivedRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\":\n\x13GetReceivedResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\x14\n\x0crequest_json\x18\x02 \x01(\t2\xbc\x01\n\x0e\x45ngineCounters\x12P\n\x03Get\x12#.smg_trio.engine.GetCountersRequest\x1a$.smg_trio.engine.GetCountersResponse\x12X\n\x0bGetReceived\x12#.smg_trio.engine.GetReceivedRequest\x1a$.smg_trio.engine.GetReceivedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,6 +39,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETCOUNTERSRESPONSE']._serialized_end=205
   _globals['_GETCOUNTERSRESPONSE_COUNTERSENTRY']._serialized_start=158
   _globals['_GETCOUNTERSRESPONSE_COUNTERSENTRY']._serialized_end=205
-  _globals['_ENGINECOUNTERS']._serialized_start=207
-  _globals['_ENGINECOUNTERS']._serialized_end=305
+  _globals['_GETRECEIVEDREQUEST']._serialized_start=207
+  _globals['_GETRECEIVEDREQUEST']._serialized_end=247
+  _globals['_GETRECEIVEDRESPONSE']._serialized_start=249
+  _globals['_GETRECEIVEDRESPONSE']._serialized_end=307
+  _globals['_ENGINECOUNTERS']._serialized_start=310
+  _globals['_ENGINECOUNTERS']._serialized_end=498
 # @@protoc_insertion_point(module_scope)

@@ -79,3 +79,51 @@ class GetCountersResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetCountersResponse: _TypeAlias = GetCountersResponse  # noqa: Y015
+
+@_typing.final
+class GetReceivedRequest(_message.Message):
+    """Test-only too: the request a reference engine received, as it decoded it, so a test can check
+    that a field the client sent (a structured-output constraint, a logit bias) arrived intact.
+    The engine keeps the most recent requests only (smg_trio/engines/received_log.py).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """A part of the engine request id: the latest request whose id contains it is answered."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetReceivedRequest: _TypeAlias = GetReceivedRequest  # noqa: Y015
+
+@_typing.final
+class GetReceivedResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOUND_FIELD_NUMBER: _builtins.int
+    REQUEST_JSON_FIELD_NUMBER: _builtins.int
+    found: _builtins.bool
+    request_json: _builtins.str
+    """The whole Generate request message as JSON (protobuf's JSON mapping, proto field names)."""
+    def __init__(
+        self,
+        *,
+        found: _builtins.bool = ...,
+        request_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "request_json", b"request_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetReceivedResponse: _TypeAlias = GetReceivedResponse  # noqa: Y015

@@ -1,0 +1,40 @@
+"""The one grammar the reference engines follow: a choice, given as a list (vLLM) or as the
+regex alternation the gateway writes for the other engines (core.engine_fields.choice_regex)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smg_trio.core.engine_fields import choice_regex
+from smg_trio.engines.choice_script import choice_script, constraint_choices, regex_alternatives
+from smg_trio.model import demo_model_path, load_model_dir
+
+TOKENIZER = load_model_dir(demo_model_path()).tokenizer
+
+
+@settings(max_examples=500)
+@given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=5))
+def test_the_gateways_choice_regex_reads_back_as_its_choices(choices: list[str]) -> None:
+    assert regex_alternatives(choice_regex(tuple(choices))) == tuple(choices)
+
+
+def test_only_literal_alternations_are_choices() -> None:
+    assert regex_alternatives("(yes|no)") == ("yes", "no")
+    assert regex_alternatives("a\\.b|c") == ("a.b", "c")
+    assert regex_alternatives("[0-9]+") is None
+    assert regex_alternatives("(a|b)*") is None
+    assert regex_alternatives("ab\\") is None
+    assert regex_alternatives("(a)|(b)") is None  # the parentheses are not one outer group
+    assert regex_alternatives("(\\\\)") == ("\\",)  # an escaped backslash, then the group's end
+    assert constraint_choices(["x"], None) == ("x",)
+    assert constraint_choices(None, "(p|q)") == ("p", "q")
+    assert constraint_choices(None, None) is None
+
+
+def test_the_script_is_the_first_choice_then_eos() -> None:
+    spelled = TOKENIZER.encode("yes", add_special_tokens=False)
+    assert choice_script(("", "yes", "no"), TOKENIZER, (7, 8)) == (*spelled, 7)
+    assert choice_script(("yes",), TOKENIZER, ()) == ()  # nothing would end it: no script
+    assert choice_script(("yes",), None, (7,)) == ()
+    assert choice_script(None, TOKENIZER, (7,)) == ()
