@@ -68,7 +68,12 @@ def shape_engine_fields(
                 bad_words=(),
                 bad_words_token_ids=bad_words_token_ids(sampling.bad_words, tokenizer),
             )
-        elif runtime is not Runtime.TRTLLM:  # TRT-LLM's `bad` words: the engine tokenizes
+        elif runtime is Runtime.TRTLLM:
+            # TRT-LLM tokenizes each `bad` word exactly as given: send the spellings vLLM bans.
+            sampling = msgspec.structs.replace(
+                sampling, bad_words=bad_word_spellings(sampling.bad_words, tokenizer)
+            )
+        else:
             _refuse("bad_words", runtime, wire)
     return sampling
 
@@ -127,15 +132,27 @@ def bad_words_token_ids(
     Each word is encoded without special tokens as written (leading spaces stripped), and once
     more with one leading space when that gives a different first token but the same length.
     """
+    return tuple(ids for _, ids in _banned_spellings(words, tokenizer))
+
+
+def bad_word_spellings(words: tuple[str, ...], tokenizer: TokenizerLike | None) -> tuple[str, ...]:
+    """The texts vLLM's rule bans (`bad_words_token_ids`), for an engine that tokenizes them."""
+    return tuple(text for text, _ in _banned_spellings(words, tokenizer))
+
+
+def _banned_spellings(
+    words: tuple[str, ...], tokenizer: TokenizerLike | None
+) -> list[tuple[str, tuple[int, ...]]]:
     if tokenizer is None:
         raise ClientError("bad_words needs the model's tokenizer", param="bad_words")
-    out: list[tuple[int, ...]] = []
+    out: list[tuple[str, tuple[int, ...]]] = []
     for word in words:
-        bare = tuple(tokenizer.encode(word.lstrip(), add_special_tokens=False))
+        text = word.lstrip()
+        bare = tuple(tokenizer.encode(text, add_special_tokens=False))
         if not bare:
             raise ClientError(f"bad_words: {word!r} encodes to no tokens", param="bad_words")
-        out.append(bare)
-        spaced = tuple(tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
+        out.append((text, bare))
+        spaced = tuple(tokenizer.encode(" " + text, add_special_tokens=False))
         if spaced and spaced[0] != bare[0] and len(spaced) == len(bare):
-            out.append(spaced)
-    return tuple(out)
+            out.append((" " + text, spaced))
+    return out

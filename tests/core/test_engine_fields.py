@@ -7,7 +7,12 @@ import re
 import msgspec
 import pytest
 
-from smg_trio.core.engine_fields import JSON_OBJECT_SCHEMA, bad_words_token_ids, choice_regex
+from smg_trio.core.engine_fields import (
+    JSON_OBJECT_SCHEMA,
+    bad_word_spellings,
+    bad_words_token_ids,
+    choice_regex,
+)
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import ClientError
@@ -103,7 +108,8 @@ def test_bad_words_tokenized_for_vllm_zmq_passed_to_trtllm_else_refused(
         s = engine_sampling(runtime, wire, bad_words=["Hello world"])
         assert (s.bad_words, s.bad_words_token_ids) == ((), ((1, 2),))
     elif runtime is Runtime.TRTLLM:
-        assert engine_sampling(runtime, wire, bad_words=["hello"]).bad_words == ("hello",)
+        # TRT-LLM tokenizes the words itself: it gets the spellings vLLM's rule bans.
+        assert engine_sampling(runtime, wire, bad_words=["  Hello"]).bad_words == ("Hello",)
     else:
         with pytest.raises(ClientError) as info:
             engine_sampling(runtime, wire, bad_words=["hello"])
@@ -155,5 +161,6 @@ class SpacePrefixTokenizer(WordMockTokenizer):
 def test_bad_words_add_the_space_prefixed_variant_only_when_it_differs_in_first_token() -> None:
     assert bad_words_token_ids(("Hello",), T1) == ((1,),)
     assert bad_words_token_ids((" Hello",), SpacePrefixTokenizer()) == ((1,), (7,))
+    assert bad_word_spellings((" Hello",), SpacePrefixTokenizer()) == ("Hello", " Hello")
     with pytest.raises(ClientError, match="no tokens"):
         bad_words_token_ids(("zzz-unknown",), T1)
