@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, assert_never
 
-from smg_trio.core.logprobs import LogprobFormatter
+from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
@@ -31,7 +31,12 @@ from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Endpoint
-from smg_trio.wire.openai_responses import ChoiceLogprobs, CompletionLogprobs, Usage
+from smg_trio.wire.openai_responses import (
+    ChoiceLogprobs,
+    CompletionLogprobs,
+    PromptLogprobs,
+    Usage,
+)
 
 MatchedStop = str | int | None
 Positions = Sequence[TokenLogprob]
@@ -80,8 +85,15 @@ class EndpointRenderer(Protocol):
 
     def reported_usage(self, usage: Usage) -> Usage | None: ...
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
-        """A non-streaming choice's logprobs (None when the client asked for none)."""
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        """A non-streaming choice's logprobs (None when the client asked for none); `prompt`
+        is its prompt's logprobs when the engine sent them."""
+        ...
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | None:
+        """vLLM's `prompt_logprobs` of a choice (None when not asked)."""
         ...
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
@@ -119,7 +131,15 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
 class _OpenAIRenderer:
     """What chat and completions share: logprob formatting and continuous usage."""
 
-    __slots__ = ("_continuous", "_created", "_formatter", "_id", "_model", "_prompt_tokens")
+    __slots__ = (
+        "_continuous",
+        "_created",
+        "_formatter",
+        "_id",
+        "_model",
+        "_prompt_strings",
+        "_prompt_tokens",
+    )
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -129,6 +149,13 @@ class _OpenAIRenderer:
         width = plan.sampling.logprobs
         self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
         self._continuous = plan.include_usage and plan.continuous_usage
+        asked = plan.sampling.prompt_logprobs is not None
+        self._prompt_strings = TokenStrings(tokenizer) if asked else None
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | None:
+        if self._prompt_strings is None or prompt is None:
+            return None
+        return prompt_logprobs(self._prompt_strings, prompt)
 
     def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
         """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
@@ -192,7 +219,9 @@ class ChatRenderer(_OpenAIRenderer):
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage if self._chunks.include_usage else None
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
         return None if self._formatter is None else self._formatter.chat(positions)
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
@@ -209,7 +238,7 @@ class CompletionRenderer(_OpenAIRenderer):
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
     keeps_output_ids = False
-    __slots__ = ("_chunks", "_echoes")
+    __slots__ = ("_chunks", "_echoes", "_first_ids")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -217,6 +246,7 @@ class CompletionRenderer(_OpenAIRenderer):
         super().__init__(plan, tokenizer, request_id, created)
         # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
         self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
+        self._first_ids = tuple(prompt.ids[0] for prompt in plan.prompts for _ in range(plan.n))
         self._chunks = CompletionStreamRenderer(
             request_id=request_id,
             created=created,
@@ -256,9 +286,15 @@ class CompletionRenderer(_OpenAIRenderer):
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage if self._chunks.include_usage else None
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        if self._formatter is None:
+            return None
+        if self._echoes[index] is not None and prompt is not None:  # echo: the prompt's first
+            return self._formatter.echoed_completion(self._first_ids[index], prompt, positions)
         # Offsets count from the start of the generated text (vLLM's non-streaming rule).
-        return None if self._formatter is None else self._formatter.completion(positions, 0)
+        return self._formatter.completion(positions, 0)
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return completion(
@@ -309,8 +345,13 @@ class GenerateRenderer:
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
         return None  # /generate's meta_info logprobs are not rendered (the request says so)
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | None:
+        return None  # prompt logprobs are refused on /generate (no field asks for them)
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return generate_response(

@@ -32,6 +32,7 @@ from smg_trio.wire.openai_responses import (
     GenerateMetaInfo,
     GenerateResponse,
     MatchedStop,
+    PromptLogprobs,
     ResponseMessage,
     Usage,
     error_body,
@@ -229,6 +230,7 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: str | None = None
     output_ids: tuple[int, ...] | None = None
     logprobs: ChoiceLogprobs | CompletionLogprobs | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # when asked (vLLM's shape)
     """Chat's or completions' logprobs of the released tokens, when the client asked."""
 
 
@@ -258,8 +260,15 @@ def chat_completion(
         )
         for c in choices
     )
+    # Every choice shares the prompt: vLLM puts its logprobs once, at the top level.
+    prompt_logprobs = choices[0].prompt_logprobs if choices else None
     response = ChatCompletion(
-        id=request_id, created=created, model=model, choices=rendered, usage=usage
+        id=request_id,
+        created=created,
+        model=model,
+        choices=rendered,
+        usage=usage,
+        prompt_logprobs=msgspec.UNSET if prompt_logprobs is None else prompt_logprobs,
     )
     return _encode(response)
 
@@ -280,6 +289,7 @@ def completion(
             logprobs=c.logprobs if isinstance(c.logprobs, CompletionLogprobs) else None,
             finish_reason=c.finish_reason,
             matched_stop=_matched(c),
+            prompt_logprobs=msgspec.UNSET if c.prompt_logprobs is None else c.prompt_logprobs,
         )
         for c in choices
     )

@@ -12,8 +12,9 @@ error sends ENGINE_CORE_DEAD. No scheduler stats are sent (as with `--disable-lo
 Deliberate differences, all kinder than the real engine: a duplicate in-flight request id, an
 ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
 model cannot hold get a terminal ERROR output (vLLM would assert, lose its input thread, or
-crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20. Prompt logprobs are not
-produced.
+crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20, as does
+`prompt_logprobs=-1`. Prompt logprobs (`wire_adapter.prompt_position_logprobs`) go whole with a
+request's first output, as vLLM sends them once its prefill is done.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from smg_trio.engines.wire_adapter import (
     Reject,
     Rejected,
     Utility,
+    prompt_position_logprobs,
     prompt_problem,
     runner_up_ids,
     sampled_logprob,
@@ -73,6 +75,7 @@ from smg_trio.wire.vllm_zmq_outputs import (
     UtilityOutput,
     encode_logprobs,
     encode_outputs,
+    encode_prompt_logprobs,
 )
 from smg_trio.wire.zmq_transport import (
     HELLO,
@@ -102,6 +105,8 @@ class VllmWire:
         self.engine_index = engine_index
         self.max_batch = max_batch
         self._seeds = random.Random()  # unseeded sampling draws one seed per request from here
+        # Requests that asked for prompt logprobs: (prompt ids, top-k width), until first output.
+        self._prompt_logprobs: dict[str, tuple[tuple[int, ...], int]] = {}
 
     def hello(self) -> bytes:
         return encode_handshake(HELLO, local=False, headless=True)
@@ -181,6 +186,10 @@ class VllmWire:
         logprobs = params.logprobs
         if logprobs is not None:
             logprobs = MAX_LOGPROBS if logprobs < 0 else min(logprobs, MAX_LOGPROBS)
+        if params.prompt_logprobs is not None:
+            width = params.prompt_logprobs
+            width = MAX_LOGPROBS if width < 0 else min(width, MAX_LOGPROBS)
+            self._prompt_logprobs[request.request_id] = (tuple(prompt), width)
         generation = Generation(self.model.source, prompt, key, rules)
         return Add(ActiveRequest(request.request_id, request.client_index, generation, logprobs))
 
@@ -209,6 +218,13 @@ class VllmWire:
             new_logprobs = encode_logprobs(
                 [self._position_logprobs(t, emission.logprobs) for t in emission.new_token_ids]
             )
+        prompt_logprobs = None
+        asked = self._prompt_logprobs.pop(emission.request_id, None)
+        if asked is not None:
+            prompt, width = asked
+            prompt_logprobs = encode_prompt_logprobs(
+                [prompt_position_logprobs(self.model, t, width) for t in prompt[1:]]
+            )
         prefill_stats = None
         if emission.first and emission.prompt_tokens:
             prefill_stats = PrefillStats(
@@ -219,6 +235,7 @@ class VllmWire:
             request_id=emission.request_id,
             new_token_ids=emission.new_token_ids,
             new_logprobs=new_logprobs,
+            new_prompt_logprobs_tensors=prompt_logprobs,
             finish_reason=finish_reason,
             stop_reason=stop_reason,
             prefill_stats=prefill_stats,

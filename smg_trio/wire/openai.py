@@ -191,7 +191,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     guided_regex: str | None = None
     guided_choice: tuple[str, ...] | None = None
     guided_grammar: str | None = None
-    prompt_logprobs: int | None = None  # vLLM: refused until an engine path carries them
+    prompt_logprobs: int | None = None  # vLLM: top-k logprobs of each prompt position
 
     @property
     def num_choices(self) -> int:

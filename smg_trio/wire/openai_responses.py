@@ -99,6 +99,19 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     choices: tuple[ChatChoice, ...]
     usage: Usage
+    prompt_logprobs: PromptLogprobs | UnsetType = UNSET  # vLLM: top level in chat
+
+
+class PromptLogprob(msgspec.Struct, frozen=True):
+    """One candidate of a prompt position in vLLM's `prompt_logprobs` (keyed by token id)."""
+
+    logprob: float
+    rank: int | None
+    decoded_token: str
+
+
+# vLLM's `prompt_logprobs`: null for the first prompt token, then per position its candidates.
+PromptLogprobs = tuple[dict[str, PromptLogprob] | None, ...]
 
 
 class CompletionLogprobs(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,6 +127,7 @@ class CompletionChoice(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     matched_stop: MatchedStop | UnsetType = UNSET
+    prompt_logprobs: PromptLogprobs | UnsetType = UNSET
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):
