@@ -84,8 +84,9 @@ def finalize(
 ) -> Finalized:
     """Shape `plan` for `worker`; raise before any I/O when the worker cannot take it."""
     require_adapter(worker.runtime, worker.wire)
-    _check_prompt_logprobs(plan, worker)
-    sampling = shape_engine_fields(plan.sampling, worker.runtime, worker.wire, tokenizer)
+    sampling = shape_engine_fields(
+        _prompt_logprobs_for(plan, worker), worker.runtime, worker.wire, tokenizer
+    )
     obligation: tuple[str, ...] = ()
     chat = plan.endpoint is Endpoint.CHAT
     completion = plan.endpoint is Endpoint.COMPLETION
@@ -147,13 +148,17 @@ def finalize(
     )
 
 
-def _check_prompt_logprobs(plan: GeneratePlan, worker: WorkerTarget) -> None:
+def _prompt_logprobs_for(plan: GeneratePlan, worker: WorkerTarget) -> SamplingParams:
     """Prompt logprobs come back only on vLLM's ZMQ outputs (`new_prompt_logprobs_tensors`);
-    no other wire here carries them to the gateway (docs/request-fields.md)."""
-    if plan.sampling.prompt_logprobs is None:
-        return
+    no other wire here carries them to the gateway (docs/request-fields.md). Asked for: a 400;
+    implied by chat echo: dropped."""
+    sampling = plan.sampling
+    if sampling.prompt_logprobs is None:
+        return sampling
     if worker.runtime is Runtime.VLLM and worker.wire is Wire.ZMQ:
-        return
+        return sampling
+    if plan.prompt_logprobs_param is None:
+        return msgspec.structs.replace(sampling, prompt_logprobs=None)
     raise ClientError(
         f"prompt logprobs are not supported on {worker.runtime.value} over "
         f"{worker.wire.value}; only vLLM over ZMQ returns them",

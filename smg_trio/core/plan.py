@@ -56,8 +56,9 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     # Empty for a single prompt.
     batch_prompts: tuple[PromptPart, ...] = ()
     # Prompt logprobs (`sampling.prompt_logprobs`): the field the client asked with, for a
-    # runtime's 400 (`prompt_logprobs`, or completions `echo` with `logprobs`).
-    prompt_logprobs_param: str = "prompt_logprobs"
+    # runtime's 400 (`prompt_logprobs`, or completions `echo` with `logprobs`). None: implied by
+    # chat `echo` (vLLM asks for them there), dropped where the runtime cannot return them.
+    prompt_logprobs_param: str | None = "prompt_logprobs"
     # Completions `echo` with max_tokens 0: the engine makes one token (vLLM's rule) that the
     # client never sees; the choice is the prompt and, with `logprobs`, its logprobs.
     echo_only: bool = False

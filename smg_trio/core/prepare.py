@@ -56,10 +56,16 @@ def prepare_chat(
         logprobs=logprobs,
         echo_text=_echoed_message(req) if req.echo else None,
     )
-    if req.prompt_logprobs is None:
+    prompt_logprobs = req.prompt_logprobs
+    param: str | None = "prompt_logprobs"
+    if prompt_logprobs is None and req.echo and not req.stream:
+        # vLLM's chat echo asks for prompt logprobs at top_logprobs (default 0) and returns them
+        # in a full response; a runtime without them still echoes (finalize drops them).
+        prompt_logprobs, param = req.top_logprobs or 0, None
+    if prompt_logprobs is None:
         return plan
-    sampling = msgspec.structs.replace(plan.sampling, prompt_logprobs=req.prompt_logprobs)
-    return msgspec.structs.replace(plan, sampling=sampling)
+    sampling = msgspec.structs.replace(plan.sampling, prompt_logprobs=prompt_logprobs)
+    return msgspec.structs.replace(plan, sampling=sampling, prompt_logprobs_param=param)
 
 
 def chat_prompt_ids(

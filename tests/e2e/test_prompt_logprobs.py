@@ -135,6 +135,24 @@ def prompt_logprobs_extra(client: OpenAI) -> None:
     )
 
 
+def chat_echo_implies_prompt_logprobs(client: OpenAI) -> None:
+    """vLLM's chat `echo` asks for prompt logprobs at `top_logprobs` (default 0)."""
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=2,
+        extra_body={"echo": True},
+    )
+    assert chat.usage is not None
+    entries = (chat.model_extra or {}).get("prompt_logprobs")
+    check_prompt_logprobs(entries, chat.usage.prompt_tokens, 0)
+
+
+async def test_chat_echo_carries_prompt_logprobs(server: LiveServer) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+        await trio.to_thread.run_sync(chat_echo_implies_prompt_logprobs, client)
+
+
 async def test_echo_with_max_tokens_0_scores_the_prompt(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
         await trio.to_thread.run_sync(echo_scoring, client)
