@@ -16,7 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, assert_never
 
-from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
+from msgspec import UNSET, UnsetType
+
+from smg_trio.core.logprobs import (
+    LogprobFormatter,
+    TokenStrings,
+    prompt_logprobs,
+    sglang_logprobs,
+)
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
@@ -34,13 +41,14 @@ from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire.openai_responses import (
     ChoiceLogprobs,
     CompletionLogprobs,
+    GenerateLogprobs,
     PromptLogprobs,
     Usage,
 )
 
 MatchedStop = str | int | None
 Positions = Sequence[TokenLogprob]
-RenderedLogprobs = ChoiceLogprobs | CompletionLogprobs
+RenderedLogprobs = ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs
 
 
 class ChoiceProgress(Protocol):
@@ -92,8 +100,8 @@ class EndpointRenderer(Protocol):
         is its prompt's logprobs when the engine sent them."""
         ...
 
-    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | None:
-        """vLLM's `prompt_logprobs` of a choice (None when not asked)."""
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
+        """vLLM's `prompt_logprobs` of a choice (UNSET when not asked)."""
         ...
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
@@ -123,7 +131,7 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
         case Endpoint.COMPLETION:
             return CompletionRenderer(plan, tokenizer, rid, created)
         case Endpoint.GENERATE:
-            return GenerateRenderer(plan, rid)
+            return GenerateRenderer(plan, tokenizer, rid)
         case _:
             assert_never(plan.endpoint)
 
@@ -152,9 +160,9 @@ class _OpenAIRenderer:
         asked = plan.sampling.prompt_logprobs is not None
         self._prompt_strings = TokenStrings(tokenizer) if asked else None
 
-    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | None:
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
         if self._prompt_strings is None or prompt is None:
-            return None
+            return UNSET
         return prompt_logprobs(self._prompt_strings, prompt)
 
     def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
@@ -307,23 +315,39 @@ class CompletionRenderer(_OpenAIRenderer):
 
 
 class GenerateRenderer:
-    """SGLang /generate: every chunk carries the cumulative text and `meta_info` counts."""
+    """SGLang /generate: every chunk carries the cumulative text and `meta_info` counts, and
+    with `return_logprob` the cumulative output logprobs (SGLang's shape, core.logprobs)."""
 
     keeps_output_ids = True
-    __slots__ = ("_chunks", "_id", "_prompt_tokens")
+    __slots__ = ("_chunks", "_id", "_positions", "_prompt_tokens", "_strings", "_with_top")
 
-    def __init__(self, plan: GeneratePlan, request_id: str) -> None:
+    def __init__(self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str) -> None:
         self._id = request_id
         self._prompt_tokens = len(plan.prompt_ids)
         self._chunks = GenerateStreamRenderer(
             request_id=request_id, prompt_tokens=len(plan.prompt_ids), n=plan.n
         )
+        width = plan.sampling.logprobs
+        # Per choice, every position released so far (None: logprobs not asked).
+        self._positions: list[list[TokenLogprob]] | None = (
+            None if width is None else [[] for _ in range(plan.choice_count)]
+        )
+        self._with_top = bool(width)
+        self._strings = TokenStrings(tokenizer) if plan.logprob_text else None
+
+    def _logprobs(self, index: int, positions: Positions) -> GenerateLogprobs | None:
+        if self._positions is None:
+            return None
+        released = self._positions[index]
+        released.extend(positions)
+        return sglang_logprobs(self._strings, released, with_top=self._with_top)
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         return ()
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        return self._chunks.chunk(index, choice.full_text(), choice.tokens)
+        logprobs = self._logprobs(index, positions)
+        return self._chunks.chunk(index, choice.full_text(), choice.tokens, logprobs=logprobs)
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.chunk(
@@ -332,6 +356,7 @@ class GenerateRenderer:
             choice.tokens,
             finish_reason=choice.finish_reason,
             matched_stop=choice.matched,
+            logprobs=self._logprobs(index, positions),
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
@@ -348,10 +373,12 @@ class GenerateRenderer:
     def final_logprobs(
         self, index: int, positions: Positions, prompt: Positions | None
     ) -> RenderedLogprobs | None:
-        return None  # /generate's meta_info logprobs are not rendered (the request says so)
+        if self._positions is None:
+            return None
+        return sglang_logprobs(self._strings, positions, with_top=self._with_top)
 
-    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | None:
-        return None  # prompt logprobs are refused on /generate (no field asks for them)
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
+        return UNSET  # no /generate field asks for prompt logprobs here
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return generate_response(

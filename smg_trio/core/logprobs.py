@@ -33,8 +33,10 @@ from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChoiceLogprobs,
     CompletionLogprobs,
+    GenerateLogprobs,
     PromptLogprob,
     PromptLogprobs,
+    SglangLogprob,
     TopLogprob,
 )
 from smg_trio.wire.openai_responses import (
@@ -99,6 +101,23 @@ def prompt_logprobs(strings: TokenStrings, positions: Sequence[TokenLogprob]) ->
             }
         )
     return tuple(rendered)
+
+
+def sglang_logprobs(
+    strings: TokenStrings | None, positions: Sequence[TokenLogprob], *, with_top: bool
+) -> GenerateLogprobs:
+    """/generate's `meta_info` output logprobs (SGLang's shape): per position `[logprob, id,
+    text]`, the text only with `strings` (`return_text_in_logprobs`), else null; with `with_top`
+    the engine's top-k of each position the same way."""
+
+    def entry(token_id: int, logprob: float) -> SglangLogprob:
+        return (logprob, token_id, None if strings is None else strings.entry(token_id)[0])
+
+    tokens = tuple(entry(p.token_id, p.logprob) for p in positions)
+    if not with_top:
+        return GenerateLogprobs(output_token_logprobs=tokens)
+    tops = tuple(tuple(entry(t.token_id, t.logprob) for t in p.top) for p in positions)
+    return GenerateLogprobs(output_token_logprobs=tokens, output_top_logprobs=tops)
 
 
 def _clamped(logprob: float) -> float:

@@ -62,6 +62,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     # Completions `echo` with max_tokens 0: the engine makes one token (vLLM's rule) that the
     # client never sees; the choice is the prompt and, with `logprobs`, its logprobs.
     echo_only: bool = False
+    # /generate `return_text_in_logprobs`: each SGLang logprob entry carries its token's text.
+    logprob_text: bool = False
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

@@ -220,6 +220,7 @@ def prepare_generate(
         stream=req.stream,
         include_usage=False,
         stop_spec=stop_spec_for(sampling, model.tokenizer),
+        logprob_text=req.return_text_in_logprobs,
     )
 
 

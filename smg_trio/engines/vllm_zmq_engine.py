@@ -144,7 +144,10 @@ class VllmWire:
                 case RequestType.ADD:
                     return self._add(frames[1])
                 case RequestType.ABORT:
-                    return Abort(decode_abort(frames[1]))
+                    aborted = decode_abort(frames[1])
+                    for request_id in aborted:  # aborted before its first output
+                        self._prompt_logprobs.pop(request_id, None)
+                    return Abort(aborted)
                 case RequestType.UTILITY:
                     call = decode_utility_call(frames[1])
                     return Utility(call.client_index, call.call_id, call.method, call.args)

@@ -318,6 +318,8 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     rid: str | None = None
     return_logprob: bool = False
     top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False  # each logprob entry's token text, else null
+    logprob_start_len: int | None = None  # SGLang's input logprobs: only the default (-1) here
     model: str | None = None
 
 

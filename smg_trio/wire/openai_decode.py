@@ -236,6 +236,9 @@ def validate_generate(req: GenerateRequest) -> None:
     # SGLang sets no limit on the number of stop strings; empty ones would match at once.
     check_stops(sp.stop, "sampling_params.stop", max_count=None)
     check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
+    if req.logprob_start_len not in (None, -1):
+        # SGLang's input (prompt) logprobs: no /generate path here returns them.
+        raise _reject("logprob_start_len", "input logprobs (logprob_start_len) are not supported")
 
 
 # Lax like vLLM's pydantic models: integral floats are ints ("max_tokens": 16.0).

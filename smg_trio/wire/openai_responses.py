@@ -7,7 +7,7 @@ defaults (`"finish_reason": null`); fields it omits when absent use `UNSET` (`us
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -195,11 +195,28 @@ class GenerateFinishReason(msgspec.Struct, frozen=True, kw_only=True):
     length: int | UnsetType = UNSET
 
 
+# SGLang's logprob entry: [logprob, token id, token text or null (`return_text_in_logprobs`)].
+SglangLogprob = tuple[float, int, str | None]
+
+
+class GenerateLogprobs(msgspec.Struct, frozen=True, kw_only=True):
+    """`meta_info`'s output logprobs as SGLang renders them (`return_logprob`); the top lists
+    only with `top_logprobs_num` > 0."""
+
+    output_token_logprobs: tuple[SglangLogprob, ...] | UnsetType = UNSET
+    output_top_logprobs: tuple[tuple[SglangLogprob, ...], ...] | UnsetType = UNSET
+
+
+NO_LOGPROBS: Final = GenerateLogprobs()  # a /generate without `return_logprob`
+
+
 class GenerateMetaInfo(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     finish_reason: GenerateFinishReason | None
     prompt_tokens: int
     completion_tokens: int
+    output_token_logprobs: tuple[SglangLogprob, ...] | UnsetType = UNSET
+    output_top_logprobs: tuple[tuple[SglangLogprob, ...], ...] | UnsetType = UNSET
 
 
 class GenerateResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,6 +6,7 @@ and completions, in vLLM's shapes. The reference engine ranks every prompt token
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -195,5 +196,62 @@ async def test_refused_prompt_logprobs_name_the_parameter(
             base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"}
         ) as client:
             answer = await client.post(path, json={"model": MODEL, **body})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == param
+
+
+async def test_generate_return_logprob_renders_sglangs_meta_info(server: LiveServer) -> None:
+    body = {
+        "text": PROMPT,
+        "sampling_params": {"max_new_tokens": 3},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+        "return_text_in_logprobs": True,
+    }
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with httpx.AsyncClient(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as client:
+            full = (await client.post("/generate", json=body)).json()
+            plain = (await client.post("/generate", json={**body, "return_logprob": False})).json()
+            stream = await client.post("/generate", json={**body, "stream": True})
+    meta = full["meta_info"]
+    ids = full["output_ids"]
+    tokens = meta["output_token_logprobs"]
+    # [logprob, token id, token text] per generated token, as SGLang renders them.
+    assert [entry[1] for entry in tokens] == ids
+    assert all(entry[0] < 0 and isinstance(entry[2], str) for entry in tokens)
+    assert "".join(entry[2] for entry in tokens) == full["text"]
+    tops = meta["output_top_logprobs"]
+    assert len(tops) == len(ids)
+    assert all(len(top) == 2 and all(len(entry) == 3 for entry in top) for top in tops)
+    assert "output_token_logprobs" not in plain["meta_info"]  # only when asked
+    # A stream carries the cumulative logprobs with the cumulative text; the last equals the full.
+    chunks = [
+        json.loads(line.removeprefix("data: "))
+        for line in stream.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    assert chunks[-1]["meta_info"]["output_token_logprobs"] == tokens
+    assert chunks[-1]["meta_info"]["output_top_logprobs"] == tops
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"logprob_start_len": 0}, "logprob_start_len"),
+        ({"top_logprobs_num": 21}, "top_logprobs_num"),
+    ],
+)
+async def test_generate_refuses_input_logprobs(
+    server: LiveServer, body: dict[str, Any], param: str
+) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with httpx.AsyncClient(
+            base_url=server.base_url, headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as client:
+            answer = await client.post(
+                "/generate", json={"text": PROMPT, "return_logprob": True, **body}
+            )
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == param
