@@ -64,6 +64,11 @@ class ChoiceProgress(Protocol):
     streamed_match: MatchedStop
     """What a stream reports: the stop string; None for a router token stop (docs/stops-and-finalize.md §3.9)."""
 
+    @property
+    def prompt(self) -> Positions | None:
+        """The engine's prompt logprobs, once its first delta brought them."""
+        ...
+
     def full_text(self) -> str: ...
 
 
@@ -246,7 +251,7 @@ class CompletionRenderer(_OpenAIRenderer):
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
     keeps_output_ids = False
-    __slots__ = ("_chunks", "_echoes", "_first_ids")
+    __slots__ = ("_chunks", "_echoes", "_first_ids", "_shifts")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -255,6 +260,9 @@ class CompletionRenderer(_OpenAIRenderer):
         # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
         self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
         self._first_ids = tuple(prompt.ids[0] for prompt in plan.prompts for _ in range(plan.n))
+        # Per choice: how far an echo's token strings run past its text (vLLM's offsets continue
+        # from the prompt's token strings, which can differ from the text, e.g. a BOS).
+        self._shifts = [0] * len(self._echoes)
         self._chunks = CompletionStreamRenderer(
             request_id=request_id,
             created=created,
@@ -271,17 +279,23 @@ class CompletionRenderer(_OpenAIRenderer):
         echo = self._echoes[index]
         if not echo:
             return ()
-        return (self._chunks.text(index, echo, None, self._running_usage(None)),)
+        logprobs = None
+        if self._formatter is not None and choice.prompt is not None:  # echo + logprobs
+            logprobs = self._formatter.echoed_completion(self._first_ids[index], choice.prompt, ())
+            last = logprobs.tokens[-1]
+            self._shifts[index] = logprobs.text_offset[-1] + len(last) - len(echo)
+        return (self._chunks.text(index, echo, logprobs, self._running_usage(None)),)
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        logprobs = self._logprobs(positions, choice.chars - len(text))
+        offset = choice.chars - len(text) + self._shifts[index]
+        logprobs = self._logprobs(positions, offset)
         return self._chunks.text(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(
             index,
             choice.finish_reason,
-            logprobs=self._logprobs(positions, choice.chars),
+            logprobs=self._logprobs(positions, choice.chars + self._shifts[index]),
             usage=self._running_usage(choice),
         )
 

@@ -211,9 +211,6 @@ def validate_completion(req: CompletionRequest) -> None:
     check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if req.suffix is not None:
         raise _reject("suffix", "suffix is not supported: no engine behind this gateway fills in")
-    if req.echo and req.logprobs is not None and req.stream:
-        # vLLM streams the prompt's logprobs in the first chunk; our streams do not carry them.
-        raise _reject("echo", "echo with logprobs is not supported when stream is true")
     if req.best_of is not None and req.best_of != req.num_choices:
         raise _reject("best_of", "best_of is not supported unless it equals n")
 

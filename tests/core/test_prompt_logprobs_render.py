@@ -34,6 +34,7 @@ def assembler(
     echo: str | None = None,
     echo_only: bool = False,
     n: int = 1,
+    stream: bool = False,
 ) -> ResponseAssembler:
     plan = GeneratePlan(
         request_id="r1",
@@ -42,6 +43,7 @@ def assembler(
         prompt_ids=PROMPT,
         sampling=SamplingParams(logprobs=logprobs, prompt_logprobs=2, max_tokens=4),
         n=n,
+        stream=stream,
         echo_text=echo,
         stop_spec=StopSpec(token_ids=(999,)),
         echo_only=echo_only,
@@ -99,6 +101,21 @@ def test_echo_with_logprobs_puts_the_prompt_positions_before_the_generated_ones(
     assert logprobs["tokens"] == ["Hello", "world", "test", "token", "Hello"]
     assert logprobs["token_logprobs"] == [None, -1.5, -2.5, pytest.approx(-0.4), -0.1]
     assert logprobs["text_offset"] == [0, 5, 10, 14, 19]
+
+
+def test_a_stream_carries_the_prompt_positions_in_its_echo_chunk() -> None:
+    a = assembler(Endpoint.COMPLETION, logprobs=0, echo="Hello world test", stream=True)
+    payloads = a.on_events([first((4,)), ChoiceFinished(0, "length", None, 3, 1)])
+    chunks = [json.loads(p)["choices"][0] for p in payloads]
+    assert chunks[0]["text"] == "Hello world test"
+    assert chunks[0]["logprobs"]["tokens"] == ["Hello", "world", "test"]
+    assert chunks[0]["logprobs"]["token_logprobs"] == [None, -1.5, -2.5]
+    generated_offsets = [
+        o for c in chunks[1:] if c["logprobs"] for o in c["logprobs"]["text_offset"]
+    ]
+    # The token strings "Hello" "world" "test" end at 14, not at the echo's 16 characters: the
+    # generated offsets continue from the token strings, as vLLM's stream does.
+    assert generated_offsets == [14]
 
 
 def test_prompt_logprobs_alone_leave_the_generated_logprobs_null() -> None:

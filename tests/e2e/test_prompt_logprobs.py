@@ -115,6 +115,32 @@ def echo_then_generated(client: OpenAI) -> None:
     assert len(choice.logprobs.tokens) == prompt_tokens + 3
 
 
+def echo_streamed(client: OpenAI) -> None:
+    """A stream carries the prompt's positions in its echo chunk: folded, it equals the full
+    response (with max_tokens 0 and > 0)."""
+    for max_tokens in (0, 3):
+        full = client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=max_tokens, echo=True, logprobs=1
+        )
+        expected = full.choices[0].logprobs
+        assert expected is not None
+        text = ""
+        folded: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "text_offset": []}
+        stream = client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=max_tokens, echo=True, logprobs=1, stream=True
+        )
+        for chunk in stream:
+            for choice in chunk.choices:
+                text += choice.text
+                if choice.logprobs is not None:
+                    for key, values in folded.items():
+                        values += getattr(choice.logprobs, key) or []
+        assert text == full.choices[0].text
+        assert folded["tokens"] == expected.tokens
+        assert folded["token_logprobs"] == expected.token_logprobs
+        assert folded["text_offset"] == expected.text_offset
+
+
 def prompt_logprobs_extra(client: OpenAI) -> None:
     """vLLM's `prompt_logprobs`: on each completions choice, at the top level of chat."""
     prompt_tokens = prompt_token_count(client)
@@ -166,6 +192,11 @@ async def test_echo_with_logprobs_puts_the_prompt_before_the_generated_tokens(
         await trio.to_thread.run_sync(echo_then_generated, client)
 
 
+async def test_streamed_echo_with_logprobs_folds_to_the_full_response(server: LiveServer) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+        await trio.to_thread.run_sync(echo_streamed, client)
+
+
 async def test_prompt_logprobs_extra_on_completions_and_chat(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
         await trio.to_thread.run_sync(prompt_logprobs_extra, client)
@@ -178,11 +209,6 @@ async def test_prompt_logprobs_extra_on_completions_and_chat(server: LiveServer)
             "/v1/completions",
             {"prompt": PROMPT, "prompt_logprobs": 1, "stream": True},
             "prompt_logprobs",
-        ),
-        (
-            "/v1/completions",
-            {"prompt": PROMPT, "echo": True, "logprobs": 1, "stream": True},
-            "echo",
         ),
         ("/v1/completions", {"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),
         ("/v1/completions", {"prompt": PROMPT, "prompt_logprobs": 21}, "prompt_logprobs"),

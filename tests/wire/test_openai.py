@@ -309,7 +309,6 @@ COMPLETION_REJECTED = [
     ({"prompt": {"text": "x"}}, "prompt"),
     ({"logprobs": 21}, "logprobs"),  # vLLM max_logprobs (20)
     ({"logprobs": -1}, "logprobs"),
-    ({"echo": True, "logprobs": 0, "stream": True}, "echo"),  # streams carry no prompt logprobs
     ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),  # vLLM's rule
     ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ({"max_tokens": 0, "echo": False}, "max_tokens"),  # 0 only scores an echoed prompt
@@ -337,6 +336,7 @@ def test_completion_rejects_naming_the_param(fields: dict[str, Any], param: str)
         {"echo": True, "logprobs": 20},
         {"prompt_logprobs": 20},
         {"prompt_logprobs": 0, "stream": False},
+        {"echo": True, "logprobs": 1, "stream": True},  # the prompt's logprobs in the echo chunk
     ],
 )
 def test_completion_accepts_prompt_logprobs(fields: dict[str, Any]) -> None:
