@@ -22,9 +22,10 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   stop string's own tokens never appear (nor the token where it began), nor a hidden stop
   token; a visible stop's tokens do. Each token is then fed to the scanner alone, to know
   where its text ends.
-- Prompt logprobs ride on a choice's first delta; only a full response shows them (a stream
-  cannot ask for them). `echo` with max_tokens 0 (`plan.echo_only`) counts the engine's token
-  for usage but shows only the prompt, as vLLM does.
+- Prompt logprobs ride on a choice's first delta and never pass the scanner: the `prompt_logprobs`
+  list goes in full responses, and a streamed completions echo carries the prompt's positions
+  in its echo chunk. `echo` with max_tokens 0 (`plan.echo_only`) counts the engine's token for
+  usage but shows only the prompt, as vLLM does.
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
 Payloads are SSE `data:` bodies without framing, so SSE and WebSocket carry the same bytes.
