@@ -58,12 +58,15 @@ class InFlight(Generic[E]):
     cached_tokens: int = 0
     live: bool = True
     """Neither finished, failed nor given up: leaving its stream must abort it."""
+    prompt_logprobs: tuple[TokenLogprob, ...] | None = None
+    """Prompt logprobs received and not yet delivered: they ride on the next token delta."""
 
     def deliver_tokens(
         self, token_ids: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] | None
     ) -> None:
         self.completion_tokens += len(token_ids)
-        self.stream.deliver(TokenDelta(self.choice_index, token_ids, logprobs))
+        prompt, self.prompt_logprobs = self.prompt_logprobs, None
+        self.stream.deliver(TokenDelta(self.choice_index, token_ids, logprobs, prompt))
 
 
 R = TypeVar("R", bound=InFlight[Any])

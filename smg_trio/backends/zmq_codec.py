@@ -37,6 +37,7 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     token_ids: tuple[int, ...]
     logprobs: tuple[TokenLogprob, ...] | None = None
+    prompt_logprobs: tuple[TokenLogprob, ...] | None = None  # positions 1.. of the prompt
     finish_reason: str | None = None  # None while running; "stop" | "length" | "abort" | "error"
     stop_reason: int | str | None = None
     error: str | None = None  # the engine's words for an "error" finish
@@ -148,6 +149,11 @@ def _vllm_message(
                 raise BackendProtocolError(
                     f"{len(logprobs)} logprob positions for {len(output.new_token_ids)} tokens"
                 )
+        prompt_logprobs = None
+        if output.new_prompt_logprobs_tensors is not None:
+            prompt_logprobs = vllm_zmq_outputs.decode_prompt_logprobs(
+                output.new_prompt_logprobs_tensors, frames
+            )
         error = None
         if output.finish_reason == vllm_zmq_outputs.FinishReason.ERROR:
             error = "the engine failed the request"
@@ -159,6 +165,7 @@ def _vllm_message(
                 request_id=output.request_id,
                 token_ids=output.new_token_ids,
                 logprobs=logprobs,
+                prompt_logprobs=prompt_logprobs,
                 finish_reason=vllm_zmq_outputs.finish_reason_text(output.finish_reason),
                 stop_reason=output.stop_reason,
                 error=error,

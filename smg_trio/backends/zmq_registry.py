@@ -244,6 +244,8 @@ class EngineRegistry:
                 self._advance(route, step)
 
     def _advance(self, route: Route, step: RequestStep) -> None:
+        if step.prompt_logprobs is not None:
+            route.prompt_logprobs = step.prompt_logprobs
         if step.token_ids:
             route.deliver_tokens(step.token_ids, step.logprobs)
         if step.prompt_tokens is not None:

@@ -16,7 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, assert_never
 
-from smg_trio.core.logprobs import LogprobFormatter
+from msgspec import UNSET, UnsetType
+
+from smg_trio.core.logprobs import (
+    LogprobFormatter,
+    TokenStrings,
+    prompt_logprobs,
+    sglang_logprobs,
+)
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
@@ -31,11 +38,17 @@ from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Endpoint
-from smg_trio.wire.openai_responses import ChoiceLogprobs, CompletionLogprobs, Usage
+from smg_trio.wire.openai_responses import (
+    ChoiceLogprobs,
+    CompletionLogprobs,
+    GenerateLogprobs,
+    PromptLogprobs,
+    Usage,
+)
 
 MatchedStop = str | int | None
 Positions = Sequence[TokenLogprob]
-RenderedLogprobs = ChoiceLogprobs | CompletionLogprobs
+RenderedLogprobs = ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs
 
 
 class ChoiceProgress(Protocol):
@@ -50,6 +63,11 @@ class ChoiceProgress(Protocol):
     """What a full response reports: the stop string, or the stop token id."""
     streamed_match: MatchedStop
     """What a stream reports: the stop string; None for a router token stop (docs/stops-and-finalize.md §3.9)."""
+
+    @property
+    def prompt(self) -> Positions | None:
+        """The engine's prompt logprobs, once its first delta brought them."""
+        ...
 
     def full_text(self) -> str: ...
 
@@ -80,8 +98,15 @@ class EndpointRenderer(Protocol):
 
     def reported_usage(self, usage: Usage) -> Usage | None: ...
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
-        """A non-streaming choice's logprobs (None when the client asked for none)."""
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        """A non-streaming choice's logprobs (None when the client asked for none); `prompt`
+        is its prompt's logprobs when the engine sent them."""
+        ...
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
+        """vLLM's `prompt_logprobs` of a choice (UNSET when not asked)."""
         ...
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
@@ -111,7 +136,7 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
         case Endpoint.COMPLETION:
             return CompletionRenderer(plan, tokenizer, rid, created)
         case Endpoint.GENERATE:
-            return GenerateRenderer(plan, rid)
+            return GenerateRenderer(plan, tokenizer, rid)
         case _:
             assert_never(plan.endpoint)
 
@@ -119,7 +144,15 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
 class _OpenAIRenderer:
     """What chat and completions share: logprob formatting and continuous usage."""
 
-    __slots__ = ("_continuous", "_created", "_formatter", "_id", "_model", "_prompt_tokens")
+    __slots__ = (
+        "_continuous",
+        "_created",
+        "_formatter",
+        "_id",
+        "_model",
+        "_prompt_strings",
+        "_prompt_tokens",
+    )
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -129,6 +162,13 @@ class _OpenAIRenderer:
         width = plan.sampling.logprobs
         self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
         self._continuous = plan.include_usage and plan.continuous_usage
+        asked = plan.sampling.prompt_logprobs is not None
+        self._prompt_strings = TokenStrings(tokenizer) if asked else None
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
+        if self._prompt_strings is None or prompt is None:
+            return UNSET
+        return prompt_logprobs(self._prompt_strings, prompt)
 
     def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
         """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
@@ -192,7 +232,9 @@ class ChatRenderer(_OpenAIRenderer):
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage if self._chunks.include_usage else None
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
         return None if self._formatter is None else self._formatter.chat(positions)
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
@@ -209,7 +251,7 @@ class CompletionRenderer(_OpenAIRenderer):
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
     keeps_output_ids = False
-    __slots__ = ("_chunks", "_echoes")
+    __slots__ = ("_chunks", "_echoes", "_first_ids", "_shifts")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -217,6 +259,10 @@ class CompletionRenderer(_OpenAIRenderer):
         super().__init__(plan, tokenizer, request_id, created)
         # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
         self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
+        self._first_ids = tuple(prompt.ids[0] for prompt in plan.prompts for _ in range(plan.n))
+        # Per choice: how far an echo's token strings run past its text (vLLM's offsets continue
+        # from the prompt's token strings, which can differ from the text, e.g. a BOS).
+        self._shifts = [0] * len(self._echoes)
         self._chunks = CompletionStreamRenderer(
             request_id=request_id,
             created=created,
@@ -233,17 +279,23 @@ class CompletionRenderer(_OpenAIRenderer):
         echo = self._echoes[index]
         if not echo:
             return ()
-        return (self._chunks.text(index, echo, None, self._running_usage(None)),)
+        logprobs = None
+        if self._formatter is not None and choice.prompt is not None:  # echo + logprobs
+            logprobs = self._formatter.echoed_completion(self._first_ids[index], choice.prompt, ())
+            last = logprobs.tokens[-1]
+            self._shifts[index] = logprobs.text_offset[-1] + len(last) - len(echo)
+        return (self._chunks.text(index, echo, logprobs, self._running_usage(None)),)
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        logprobs = self._logprobs(positions, choice.chars - len(text))
+        offset = choice.chars - len(text) + self._shifts[index]
+        logprobs = self._logprobs(positions, offset)
         return self._chunks.text(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(
             index,
             choice.finish_reason,
-            logprobs=self._logprobs(positions, choice.chars),
+            logprobs=self._logprobs(positions, choice.chars + self._shifts[index]),
             usage=self._running_usage(choice),
         )
 
@@ -256,9 +308,15 @@ class CompletionRenderer(_OpenAIRenderer):
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage if self._chunks.include_usage else None
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        if self._formatter is None:
+            return None
+        if self._echoes[index] is not None and prompt is not None:  # echo: the prompt's first
+            return self._formatter.echoed_completion(self._first_ids[index], prompt, positions)
         # Offsets count from the start of the generated text (vLLM's non-streaming rule).
-        return None if self._formatter is None else self._formatter.completion(positions, 0)
+        return self._formatter.completion(positions, 0)
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return completion(
@@ -271,23 +329,39 @@ class CompletionRenderer(_OpenAIRenderer):
 
 
 class GenerateRenderer:
-    """SGLang /generate: every chunk carries the cumulative text and `meta_info` counts."""
+    """SGLang /generate: every chunk carries the cumulative text and `meta_info` counts, and
+    with `return_logprob` the cumulative output logprobs (SGLang's shape, core.logprobs)."""
 
     keeps_output_ids = True
-    __slots__ = ("_chunks", "_id", "_prompt_tokens")
+    __slots__ = ("_chunks", "_id", "_positions", "_prompt_tokens", "_strings", "_with_top")
 
-    def __init__(self, plan: GeneratePlan, request_id: str) -> None:
+    def __init__(self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str) -> None:
         self._id = request_id
         self._prompt_tokens = len(plan.prompt_ids)
         self._chunks = GenerateStreamRenderer(
             request_id=request_id, prompt_tokens=len(plan.prompt_ids), n=plan.n
         )
+        width = plan.sampling.logprobs
+        # Per choice, every position released so far (None: logprobs not asked).
+        self._positions: list[list[TokenLogprob]] | None = (
+            None if width is None else [[] for _ in range(plan.choice_count)]
+        )
+        self._with_top = bool(width)
+        self._strings = TokenStrings(tokenizer) if plan.logprob_text else None
+
+    def _logprobs(self, index: int, positions: Positions) -> GenerateLogprobs | None:
+        if self._positions is None:
+            return None
+        released = self._positions[index]
+        released.extend(positions)
+        return sglang_logprobs(self._strings, released, with_top=self._with_top)
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         return ()
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        return self._chunks.chunk(index, choice.full_text(), choice.tokens)
+        logprobs = self._logprobs(index, positions)
+        return self._chunks.chunk(index, choice.full_text(), choice.tokens, logprobs=logprobs)
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.chunk(
@@ -296,6 +370,7 @@ class GenerateRenderer:
             choice.tokens,
             finish_reason=choice.finish_reason,
             matched_stop=choice.matched,
+            logprobs=self._logprobs(index, positions),
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
@@ -309,8 +384,15 @@ class GenerateRenderer:
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage
 
-    def final_logprobs(self, positions: Positions) -> RenderedLogprobs | None:
-        return None  # /generate's meta_info logprobs are not rendered (the request says so)
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        if self._positions is None:
+            return None
+        return sglang_logprobs(self._strings, positions, with_top=self._with_top)
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
+        return UNSET  # no /generate field asks for prompt logprobs here
 
     def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
         return generate_response(

@@ -24,6 +24,8 @@ part of it no engine will match.
   (no_stop_trim); on their other endpoints they never do.
 - TRT-LLM: chat and generate send no stop ids (the router enforces the client's); max_tokens is
   required, so an unset one becomes 2048 (chat, generate) or 16 (completion), as smg sends.
+- Prompt logprobs (`prompt_logprobs`, completions `echo` + `logprobs`): vLLM ZMQ only, else a 400
+  naming the field the client used.
 - MLX gRPC has no string-stop field: a request with string stops is the client's error.
 - UNSPECIFIED, or a runtime with no adapter for the wire, raises UnsupportedRuntime.
 n > 1 becomes n engine requests (`<id>-<i>`, seed + i): no engine wire here fans out for us;
@@ -82,7 +84,9 @@ def finalize(
 ) -> Finalized:
     """Shape `plan` for `worker`; raise before any I/O when the worker cannot take it."""
     require_adapter(worker.runtime, worker.wire)
-    sampling = shape_engine_fields(plan.sampling, worker.runtime, worker.wire, tokenizer)
+    sampling = shape_engine_fields(
+        _prompt_logprobs_for(plan, worker), worker.runtime, worker.wire, tokenizer
+    )
     obligation: tuple[str, ...] = ()
     chat = plan.endpoint is Endpoint.CHAT
     completion = plan.endpoint is Endpoint.COMPLETION
@@ -141,6 +145,24 @@ def finalize(
         wire=worker.wire,
         requests=tuple(_fan_out(plan, sampling)),
         router_stops=obligation,
+    )
+
+
+def _prompt_logprobs_for(plan: GeneratePlan, worker: WorkerTarget) -> SamplingParams:
+    """Prompt logprobs come back only on vLLM's ZMQ outputs (`new_prompt_logprobs_tensors`);
+    no other wire here carries them to the gateway (docs/request-fields.md). Asked for: a 400;
+    implied by chat echo: dropped."""
+    sampling = plan.sampling
+    if sampling.prompt_logprobs is None:
+        return sampling
+    if worker.runtime is Runtime.VLLM and worker.wire is Wire.ZMQ:
+        return sampling
+    if plan.prompt_logprobs_param is None:
+        return msgspec.structs.replace(sampling, prompt_logprobs=None)
+    raise ClientError(
+        f"prompt logprobs are not supported on {worker.runtime.value} over "
+        f"{worker.wire.value}; only vLLM over ZMQ returns them",
+        param=plan.prompt_logprobs_param,
     )
 
 

@@ -12,6 +12,10 @@ renders them.
 - Logprobs below -9999.0 (and -inf) are reported as -9999.0, as vLLM clamps them for JSON.
 - Completions' `text_offset` starts at the text already sent for the choice and advances by each
   token string's length (vLLM's rule; it is not a position in the trimmed text).
+- Prompt logprobs (vLLM's `prompt_logprobs`): null for the first prompt token, then per position
+  a dict by token id: the prompt token first with the engine's rank, then the top-k ranked 1..k.
+  Completions `echo` with `logprobs` puts the prompt's positions before the generated ones in
+  `logprobs` (the first with null logprob and top_logprobs), offsets counted from 0 over both.
 
 Token strings are decoded once per tokenizer and id: the per-token render must stay cheap with 20
 alternatives per position (bench/core_pipeline.py).
@@ -29,6 +33,10 @@ from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChoiceLogprobs,
     CompletionLogprobs,
+    GenerateLogprobs,
+    PromptLogprob,
+    PromptLogprobs,
+    SglangLogprob,
     TopLogprob,
 )
 from smg_trio.wire.openai_responses import (
@@ -78,6 +86,38 @@ class TokenStrings:
             head = b'{"token":' + _encode(text) + b',"logprob":'
             found = self._cache[token_id] = (text, raw, head, b',"bytes":' + _encode(raw))
         return found
+
+
+def prompt_logprobs(strings: TokenStrings, positions: Sequence[TokenLogprob]) -> PromptLogprobs:
+    """vLLM's `prompt_logprobs` list for a prompt whose positions 1.. are `positions`."""
+    rendered: list[dict[str, PromptLogprob] | None] = [None]
+    for position in positions:
+        ranked = [(position.token_id, position.logprob, position.rank)]
+        ranked += [(top.token_id, top.logprob, i) for i, top in enumerate(position.top, 1)]
+        rendered.append(
+            {
+                str(token_id): PromptLogprob(_clamped(logprob), rank, strings.entry(token_id)[0])
+                for token_id, logprob, rank in ranked
+            }
+        )
+    return tuple(rendered)
+
+
+def sglang_logprobs(
+    strings: TokenStrings | None, positions: Sequence[TokenLogprob], *, with_top: bool
+) -> GenerateLogprobs:
+    """/generate's `meta_info` output logprobs (SGLang's shape): per position `[logprob, id,
+    text]`, the text only with `strings` (`return_text_in_logprobs`), else null; with `with_top`
+    the engine's top-k of each position the same way."""
+
+    def entry(token_id: int, logprob: float) -> SglangLogprob:
+        return (logprob, token_id, None if strings is None else strings.entry(token_id)[0])
+
+    tokens = tuple(entry(p.token_id, p.logprob) for p in positions)
+    if not with_top:
+        return GenerateLogprobs(output_token_logprobs=tokens)
+    tops = tuple(tuple(entry(t.token_id, t.logprob) for t in p.top) for p in positions)
+    return GenerateLogprobs(output_token_logprobs=tokens, output_top_logprobs=tops)
 
 
 def _clamped(logprob: float) -> float:
@@ -170,3 +210,24 @@ class LogprobFormatter:
             top_logprobs=tuple(tops),
             text_offset=tuple(offsets),
         )
+
+    def echoed_completion(
+        self,
+        first_prompt_id: int,
+        prompt: Sequence[TokenLogprob],
+        positions: Sequence[TokenLogprob],
+    ) -> CompletionLogprobs:
+        """`completion` of the prompt's positions then the generated ones (`echo`): the first
+        prompt token has no logprob (null entries), offsets run from 0 over both."""
+        first = self._strings.entry(first_prompt_id)[0]
+        rest = self.completion((*prompt, *positions), len(first))
+        return CompletionLogprobs(
+            tokens=(first, *rest.tokens),
+            token_logprobs=(None, *rest.token_logprobs),
+            top_logprobs=(None, *rest.top_logprobs),
+            text_offset=(0, *rest.text_offset),
+        )
+
+    @property
+    def strings(self) -> TokenStrings:
+        return self._strings

@@ -55,6 +55,15 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     # `prompt_ids`/`echo_text`). Prompt i's choice j is choice i * n + j, as vLLM numbers them.
     # Empty for a single prompt.
     batch_prompts: tuple[PromptPart, ...] = ()
+    # Prompt logprobs (`sampling.prompt_logprobs`): the field the client asked with, for a
+    # runtime's 400 (`prompt_logprobs`, or completions `echo` with `logprobs`). None: implied by
+    # chat `echo` (vLLM asks for them there), dropped where the runtime cannot return them.
+    prompt_logprobs_param: str | None = "prompt_logprobs"
+    # Completions `echo` with max_tokens 0: the engine makes one token (vLLM's rule) that the
+    # client never sees; the choice is the prompt and, with `logprobs`, its logprobs.
+    echo_only: bool = False
+    # /generate `return_text_in_logprobs`: each SGLang logprob entry carries its token's text.
+    logprob_text: bool = False
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

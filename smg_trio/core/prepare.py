@@ -45,7 +45,7 @@ def prepare_chat(
 ) -> GeneratePlan:
     prompt_ids = chat_prompt_ids(req, model, now=now)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return _plan(
+    plan = _plan(
         req,
         model,
         endpoint=Endpoint.CHAT,
@@ -56,6 +56,16 @@ def prepare_chat(
         logprobs=logprobs,
         echo_text=_echoed_message(req) if req.echo else None,
     )
+    prompt_logprobs = req.prompt_logprobs
+    param: str | None = "prompt_logprobs"
+    if prompt_logprobs is None and req.echo and not req.stream:
+        # vLLM's chat echo asks for prompt logprobs at top_logprobs (default 0) and returns them
+        # in a full response; a runtime without them still echoes (finalize drops them).
+        prompt_logprobs, param = req.top_logprobs or 0, None
+    if prompt_logprobs is None:
+        return plan
+    sampling = msgspec.structs.replace(plan.sampling, prompt_logprobs=prompt_logprobs)
+    return msgspec.structs.replace(plan, sampling=sampling, prompt_logprobs_param=param)
 
 
 def chat_prompt_ids(
@@ -119,8 +129,11 @@ def prepare_completion(
         msgspec.structs.replace(part, ids=_truncated(part.ids, req.truncate_prompt_tokens, model))
         for part in (_completion_prompt(p, bool(req.echo), model) for p in _prompt_list(req.prompt))
     )
+    # Echo with max_tokens 0 asks the engine for one token, as vLLM does (see GeneratePlan).
+    echo_only = bool(req.echo) and req.max_tokens == 0
+    max_tokens = 1 if echo_only else req.max_tokens
     for part in parts:  # each prompt of a batch must fit the context on its own
-        _max_tokens(len(part.ids), req.max_tokens, model, "prompt")
+        _max_tokens(len(part.ids), max_tokens, model, "prompt")
     # The longest prompt leaves the least room: an unset max_tokens is the room it leaves.
     longest = max(parts, key=lambda part: len(part.ids))
     plan = _plan(
@@ -130,16 +143,24 @@ def prepare_completion(
         request_id=request_id,
         prompt_ids=longest.ids,
         prompt_param="prompt",
-        max_tokens=req.max_tokens,
+        max_tokens=max_tokens,
         logprobs=req.logprobs,
         echo_text=longest.echo_text,
     )
     first = parts[0]
+    # vLLM: `echo` with `logprobs` asks for the prompt's logprobs at the same width.
+    prompt_logprobs = req.prompt_logprobs
+    param = "prompt_logprobs"
+    if prompt_logprobs is None and req.echo and req.logprobs is not None:
+        prompt_logprobs, param = req.logprobs, "echo"
     return msgspec.structs.replace(
         plan,
         prompt_ids=first.ids,
         echo_text=first.echo_text,
         batch_prompts=parts if len(parts) > 1 else (),
+        sampling=msgspec.structs.replace(plan.sampling, prompt_logprobs=prompt_logprobs),
+        prompt_logprobs_param=param,
+        echo_only=echo_only,
     )
 
 
@@ -199,6 +220,7 @@ def prepare_generate(
         stream=req.stream,
         include_usage=False,
         stop_spec=stop_spec_for(sampling, model.tokenizer),
+        logprob_text=req.return_text_in_logprobs,
     )
 
 

@@ -19,6 +19,7 @@ import msgspec
 from smg_trio.errors import GatewayError
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
+    NO_LOGPROBS,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
@@ -29,9 +30,11 @@ from smg_trio.wire.openai_responses import (
     CompletionChoice,
     CompletionLogprobs,
     GenerateFinishReason,
+    GenerateLogprobs,
     GenerateMetaInfo,
     GenerateResponse,
     MatchedStop,
+    PromptLogprobs,
     ResponseMessage,
     Usage,
     error_body,
@@ -228,7 +231,8 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     matched_stop: MatchedStop | None = None
     reasoning: str | None = None
     output_ids: tuple[int, ...] | None = None
-    logprobs: ChoiceLogprobs | CompletionLogprobs | None = None
+    logprobs: ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs | None = None
+    prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # when asked (vLLM's shape)
     """Chat's or completions' logprobs of the released tokens, when the client asked."""
 
 
@@ -258,9 +262,13 @@ def chat_completion(
         )
         for c in choices
     )
+    # Every choice shares the prompt: vLLM puts its logprobs once, at the top level.
+    prompt_logprobs = choices[0].prompt_logprobs if choices else msgspec.UNSET
     response = ChatCompletion(
         id=request_id, created=created, model=model, choices=rendered, usage=usage
     )
+    if prompt_logprobs is not msgspec.UNSET:
+        response = msgspec.structs.replace(response, prompt_logprobs=prompt_logprobs)
     return _encode(response)
 
 
@@ -280,6 +288,7 @@ def completion(
             logprobs=c.logprobs if isinstance(c.logprobs, CompletionLogprobs) else None,
             finish_reason=c.finish_reason,
             matched_stop=_matched(c),
+            prompt_logprobs=c.prompt_logprobs,
         )
         for c in choices
     )
@@ -308,6 +317,7 @@ def _generate_response(
     completion_tokens: int,
     finish: GenerateFinishReason | None,
     output_ids: tuple[int, ...] | None,
+    logprobs: GenerateLogprobs | None = None,
 ) -> GenerateResponse:
     return GenerateResponse(
         text=text,
@@ -317,6 +327,8 @@ def _generate_response(
             finish_reason=finish,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            output_token_logprobs=(logprobs or NO_LOGPROBS).output_token_logprobs,
+            output_top_logprobs=(logprobs or NO_LOGPROBS).output_top_logprobs,
         ),
         index=msgspec.UNSET if index is None else index,
     )
@@ -336,6 +348,7 @@ def generate_response(
             c.completion_tokens,
             generate_finish_reason(c.finish_reason, c.matched_stop, c.completion_tokens),
             c.output_ids,
+            c.logprobs if isinstance(c.logprobs, GenerateLogprobs) else None,
         )
         for c in choices
     ]
@@ -361,6 +374,7 @@ class GenerateStreamRenderer:
         finish_reason: str | None = None,
         matched_stop: MatchedStop | None = None,
         output_ids: tuple[int, ...] | None = None,
+        logprobs: GenerateLogprobs | None = None,
     ) -> bytes:
         finish = (
             None
@@ -375,5 +389,6 @@ class GenerateStreamRenderer:
             completion_tokens,
             finish,
             output_ids,
+            logprobs,
         )
         return _encode(response)

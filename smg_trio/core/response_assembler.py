@@ -22,6 +22,10 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   stop string's own tokens never appear (nor the token where it began), nor a hidden stop
   token; a visible stop's tokens do. Each token is then fed to the scanner alone, to know
   where its text ends.
+- Prompt logprobs ride on a choice's first delta and never pass the scanner: the `prompt_logprobs`
+  list goes in full responses, and a streamed completions echo carries the prompt's positions
+  in its echo chunk. `echo` with max_tokens 0 (`plan.echo_only`) counts the engine's token for
+  usage but shows only the prompt, as vLLM does.
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
 Payloads are SSE `data:` bodies without framing, so SSE and WebSocket carry the same bytes.
@@ -59,6 +63,7 @@ class _Choice:
         "output_ids",
         "parts",
         "pending",
+        "prompt",
         "released",
         "scanner",
         "started",
@@ -81,6 +86,7 @@ class _Choice:
         self.decoded = 0  # generated characters decoded (sent + held by the scanner)
         self.pending: list[_Pending] = []
         self.released: list[TokenLogprob] = []  # released positions not yet in a chunk
+        self.prompt: tuple[TokenLogprob, ...] | None = None  # the engine's prompt logprobs
 
     def full_text(self) -> str:
         return "".join(self.parts)
@@ -97,6 +103,7 @@ class ResponseAssembler:
         self._renderer = renderer_for(plan, tokenizer, created=created)
         self._keeps_ids = self._renderer.keeps_output_ids
         self._logprobs = plan.sampling.logprobs is not None
+        self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
         self._choices = [
             _Choice(StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream)
@@ -130,7 +137,12 @@ class ResponseAssembler:
             match event:
                 case TokenDelta(choice_index=index, token_ids=token_ids):
                     choice = choices[index]
+                    if event.prompt_logprobs is not None:
+                        choice.prompt = event.prompt_logprobs
                     if choice.done:
+                        continue
+                    if self._echo_only:  # the engine's one token is never the client's text
+                        choice.tokens += len(token_ids)
                         continue
                     if self._keeps_ids:
                         choice.output_ids.extend(token_ids)
@@ -180,7 +192,10 @@ class ResponseAssembler:
                 completion_tokens=c.tokens,
                 matched_stop=c.matched,
                 output_ids=tuple(c.output_ids) if self._keeps_ids else None,
-                logprobs=renderer.final_logprobs(c.released) if self._logprobs else None,
+                logprobs=(
+                    renderer.final_logprobs(i, c.released, c.prompt) if self._logprobs else None
+                ),
+                prompt_logprobs=renderer.prompt_logprobs(c.prompt),
             )
             for i, c in enumerate(self._choices)
         ]

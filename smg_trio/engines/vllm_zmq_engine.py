@@ -12,10 +12,13 @@ error sends ENGINE_CORE_DEAD. No scheduler stats are sent (as with `--disable-lo
 Deliberate differences, all kinder than the real engine: a duplicate in-flight request id, an
 ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
 model cannot hold get a terminal ERROR output (vLLM would assert, lose its input thread, or
-crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20. Prompt logprobs are not
-produced. `logit_bias`, `allowed_token_ids` and `_bad_words_token_ids` steer the fake model
-(`engines.token_rules`); `structured_outputs` is followed only for a choice (`engines.choice_script`) and reported, with the rest of the
-decoded SamplingParams, by the test-only `smg_trio_received` utility (`engines.batching`).
+crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20, as does
+`prompt_logprobs=-1`. Prompt logprobs (`wire_adapter.prompt_position_logprobs`) go whole with a
+request's first output, as vLLM sends them once its prefill is done. `logit_bias`,
+`allowed_token_ids` and `_bad_words_token_ids` steer the fake model (`engines.token_rules`);
+`structured_outputs` is followed only for a choice (`engines.choice_script`) and reported, with
+the rest of the decoded SamplingParams, by the test-only `smg_trio_received` utility
+(`engines.batching`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from smg_trio.engines.wire_adapter import (
     Reject,
     Rejected,
     Utility,
+    prompt_position_logprobs,
     prompt_problem,
     runner_up_ids,
     sampled_logprob,
@@ -78,6 +82,7 @@ from smg_trio.wire.vllm_zmq_outputs import (
     UtilityOutput,
     encode_logprobs,
     encode_outputs,
+    encode_prompt_logprobs,
 )
 from smg_trio.wire.zmq_transport import (
     HELLO,
@@ -107,6 +112,8 @@ class VllmWire:
         self.engine_index = engine_index
         self.max_batch = max_batch
         self._seeds = random.Random()  # unseeded sampling draws one seed per request from here
+        # Requests that asked for prompt logprobs: (prompt ids, top-k width), until first output.
+        self._prompt_logprobs: dict[str, tuple[tuple[int, ...], int]] = {}
 
     def hello(self) -> bytes:
         return encode_handshake(HELLO, local=False, headless=True)
@@ -144,7 +151,10 @@ class VllmWire:
                 case RequestType.ADD:
                     return self._add(frames[1])
                 case RequestType.ABORT:
-                    return Abort(decode_abort(frames[1]))
+                    aborted = decode_abort(frames[1])
+                    for request_id in aborted:  # aborted before its first output
+                        self._prompt_logprobs.pop(request_id, None)
+                    return Abort(aborted)
                 case RequestType.UTILITY:
                     call = decode_utility_call(frames[1])
                     return Utility(call.client_index, call.call_id, call.method, call.args)
@@ -186,6 +196,10 @@ class VllmWire:
         logprobs = params.logprobs
         if logprobs is not None:
             logprobs = MAX_LOGPROBS if logprobs < 0 else min(logprobs, MAX_LOGPROBS)
+        if params.prompt_logprobs is not None:
+            width = params.prompt_logprobs
+            width = MAX_LOGPROBS if width < 0 else min(width, MAX_LOGPROBS)
+            self._prompt_logprobs[request.request_id] = (tuple(prompt), width)
         token_rules = TokenRules.of(
             logit_bias=params.logit_bias,
             allowed_token_ids=params.allowed_token_ids,
@@ -231,6 +245,13 @@ class VllmWire:
             new_logprobs = encode_logprobs(
                 [self._position_logprobs(t, emission.logprobs) for t in emission.new_token_ids]
             )
+        prompt_logprobs = None
+        asked = self._prompt_logprobs.pop(emission.request_id, None)
+        if asked is not None:
+            prompt, width = asked
+            prompt_logprobs = encode_prompt_logprobs(
+                [prompt_position_logprobs(self.model, t, width) for t in prompt[1:]]
+            )
         prefill_stats = None
         if emission.first and emission.prompt_tokens:
             prefill_stats = PrefillStats(
@@ -241,6 +262,7 @@ class VllmWire:
             request_id=emission.request_id,
             new_token_ids=emission.new_token_ids,
             new_logprobs=new_logprobs,
+            new_prompt_logprobs_tensors=prompt_logprobs,
             finish_reason=finish_reason,
             stop_reason=stop_reason,
             prefill_stats=prefill_stats,

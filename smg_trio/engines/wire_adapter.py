@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.engines.generation import Finish, Generation, TokenSource
+from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.wire.zmq_transport import EngineAddresses
 
 BLOCK_SIZE = 16  # KV block size in tokens; only reported (registration map, load), never enforced
@@ -201,6 +202,21 @@ def sampled_logprob(token_id: int) -> float:
     different per token and the same every time (a multiplicative hash of the id), so a test
     can tell positions apart and the reference engines agree with each other."""
     return -0.05 - ((token_id * 2654435761) % 1000) / 1000
+
+
+PROMPT_TOKEN_RANK = 2  # the fake model ranks each prompt token second: one runner-up beats it
+
+
+def prompt_position_logprobs(model: EngineModel, token_id: int, width: int) -> TokenLogprob:
+    """The fake model's logprobs at one prompt position (vLLM's prompt logprobs): the prompt
+    token ranked `PROMPT_TOKEN_RANK`, below one runner-up and above the rest; the top `width`
+    candidates in order. Deterministic, like `sampled_logprob`, and distinct from it."""
+    logprob = sampled_logprob(token_id) + RUNNER_UP_LOGPROB
+    first, *rest = runner_up_ids(model, token_id, max(1, width - 1))
+    ranked = [(first, logprob - RUNNER_UP_LOGPROB), (token_id, logprob)]
+    ranked += [(other, logprob + RUNNER_UP_LOGPROB * (i + 1)) for i, other in enumerate(rest)]
+    top = tuple(TopLogprob(token_id=t, logprob=lp) for t, lp in ranked[:width])
+    return TokenLogprob(token_id=token_id, logprob=logprob, rank=PROMPT_TOKEN_RANK, top=top)
 
 
 def prompt_problem(prompt_ids: Sequence[int], model: EngineModel) -> str | None:

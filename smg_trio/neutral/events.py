@@ -32,12 +32,15 @@ class TokenDelta(msgspec.Struct, frozen=True, tag=True):
     """New tokens of one choice since its previous delta (never empty).
 
     `logprobs` is parallel to `token_ids` when the engine sent logprobs for every new token,
-    else None.
+    else None. `prompt_logprobs` rides on a choice's first delta when prompt logprobs were
+    asked: one position per prompt token after the first (the first has no logprob), the
+    prompt token as `token_id` with its vocab rank, and the top-k alternatives.
     """
 
     choice_index: int
     token_ids: tuple[int, ...]
     logprobs: tuple[TokenLogprob, ...] | None = None
+    prompt_logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
@@ -93,4 +96,6 @@ def _merged(deltas: list[TokenDelta]) -> TokenDelta:
     logprobs = None
     if all(delta.logprobs is not None for delta in deltas):
         logprobs = tuple(lp for delta in deltas for lp in delta.logprobs or ())
-    return TokenDelta(choice_index=deltas[0].choice_index, token_ids=token_ids, logprobs=logprobs)
+    # Only a choice's first delta carries prompt logprobs; keep them wherever it landed.
+    prompt = next((d.prompt_logprobs for d in deltas if d.prompt_logprobs is not None), None)
+    return TokenDelta(deltas[0].choice_index, token_ids, logprobs, prompt)

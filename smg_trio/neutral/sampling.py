@@ -70,6 +70,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int | None = None  # None: the rest of the context window
     min_tokens: int = 0
     logprobs: int | None = None  # top-k logprobs per sampled token; None = none
+    prompt_logprobs: int | None = None  # top-k logprobs per prompt position; None = none
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True

@@ -191,7 +191,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     guided_regex: str | None = None
     guided_choice: tuple[str, ...] | None = None
     guided_grammar: str | None = None
-    prompt_logprobs: int | None = None  # vLLM: refused until an engine path carries them
+    prompt_logprobs: int | None = None  # vLLM: top-k logprobs of each prompt position
 
     @property
     def num_choices(self) -> int:
@@ -318,6 +318,8 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     rid: str | None = None
     return_logprob: bool = False
     top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False  # each logprob entry's token text, else null
+    logprob_start_len: int | None = None  # SGLang's input logprobs: only the default (-1) here
     model: str | None = None
 
 

@@ -88,8 +88,10 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
     checked_allowed_token_ids(req.allowed_token_ids, "allowed_token_ids", None)
     check_truncate_prompt_tokens(req.truncate_prompt_tokens, "truncate_prompt_tokens")
     requested_constraint(req)
-    if req.prompt_logprobs is not None:
-        raise _reject("prompt_logprobs", "prompt_logprobs are not supported yet")
+    check_between(req.prompt_logprobs, "prompt_logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    if req.prompt_logprobs is not None and req.stream:
+        # vLLM's rule (its -1, the whole vocabulary, is refused by the range check above).
+        raise _reject("prompt_logprobs", "prompt_logprobs are not available when stream is true")
 
 
 def requested_constraint(req: _SamplingFields) -> StructuredConstraint | None:
@@ -203,13 +205,12 @@ def validate_completion(req: CompletionRequest) -> None:
         )
         if any(not ids or any(t < 0 for t in ids) for ids in id_lists):
             raise _reject("prompt", "prompt token ids must be non-empty and non-negative")
-    _check_openai_common(req, req.max_tokens, "max_tokens")
+    # `echo` with max_tokens 0 scores the prompt alone (vLLM generates one token and drops it).
+    echo_only = bool(req.echo) and req.max_tokens == 0
+    _check_openai_common(req, 1 if echo_only else req.max_tokens, "max_tokens")
     check_between(req.logprobs, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if req.suffix is not None:
         raise _reject("suffix", "suffix is not supported: no engine behind this gateway fills in")
-    if req.echo and req.logprobs is not None:
-        # vLLM answers with the prompt's logprobs too; no engine path carries them yet.
-        raise _reject("echo", "echo with logprobs (prompt logprobs) is not supported yet")
     if req.best_of is not None and req.best_of != req.num_choices:
         raise _reject("best_of", "best_of is not supported unless it equals n")
 
@@ -232,6 +233,9 @@ def validate_generate(req: GenerateRequest) -> None:
     # SGLang sets no limit on the number of stop strings; empty ones would match at once.
     check_stops(sp.stop, "sampling_params.stop", max_count=None)
     check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
+    if req.logprob_start_len not in (None, -1):
+        # SGLang's input (prompt) logprobs: no /generate path here returns them.
+        raise _reject("logprob_start_len", "input logprobs (logprob_start_len) are not supported")
 
 
 # Lax like vLLM's pydantic models: integral floats are ints ("max_tokens": 16.0).

@@ -7,7 +7,7 @@ defaults (`"finish_reason": null`); fields it omits when absent use `UNSET` (`us
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -99,6 +99,19 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     choices: tuple[ChatChoice, ...]
     usage: Usage
+    prompt_logprobs: PromptLogprobs | UnsetType = UNSET  # vLLM: top level in chat
+
+
+class PromptLogprob(msgspec.Struct, frozen=True):
+    """One candidate of a prompt position in vLLM's `prompt_logprobs` (keyed by token id)."""
+
+    logprob: float
+    rank: int | None
+    decoded_token: str
+
+
+# vLLM's `prompt_logprobs`: null for the first prompt token, then per position its candidates.
+PromptLogprobs = tuple[dict[str, PromptLogprob] | None, ...]
 
 
 class CompletionLogprobs(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,6 +127,7 @@ class CompletionChoice(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     matched_stop: MatchedStop | UnsetType = UNSET
+    prompt_logprobs: PromptLogprobs | UnsetType = UNSET
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):
@@ -181,11 +195,28 @@ class GenerateFinishReason(msgspec.Struct, frozen=True, kw_only=True):
     length: int | UnsetType = UNSET
 
 
+# SGLang's logprob entry: [logprob, token id, token text or null (`return_text_in_logprobs`)].
+SglangLogprob = tuple[float, int, str | None]
+
+
+class GenerateLogprobs(msgspec.Struct, frozen=True, kw_only=True):
+    """`meta_info`'s output logprobs as SGLang renders them (`return_logprob`); the top lists
+    only with `top_logprobs_num` > 0."""
+
+    output_token_logprobs: tuple[SglangLogprob, ...] | UnsetType = UNSET
+    output_top_logprobs: tuple[tuple[SglangLogprob, ...], ...] | UnsetType = UNSET
+
+
+NO_LOGPROBS: Final = GenerateLogprobs()  # a /generate without `return_logprob`
+
+
 class GenerateMetaInfo(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     finish_reason: GenerateFinishReason | None
     prompt_tokens: int
     completion_tokens: int
+    output_token_logprobs: tuple[SglangLogprob, ...] | UnsetType = UNSET
+    output_top_logprobs: tuple[tuple[SglangLogprob, ...], ...] | UnsetType = UNSET
 
 
 class GenerateResponse(msgspec.Struct, frozen=True, kw_only=True):

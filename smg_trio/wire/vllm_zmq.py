@@ -156,6 +156,9 @@ def build_request(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         logprobs=None if s.logprobs is None else checked_int(s.logprobs, "logprobs"),
+        prompt_logprobs=(
+            None if s.prompt_logprobs is None else checked_int(s.prompt_logprobs, "prompt_logprobs")
+        ),
         structured_outputs=_structured_outputs(s.constraint),
         logit_bias=_logit_bias(s.logit_bias, vocab_size),
         allowed_token_ids=(

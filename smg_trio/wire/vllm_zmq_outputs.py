@@ -95,6 +95,43 @@ def encode_logprobs(positions: Sequence[TokenLogprob]) -> LogprobsLists:
     )
 
 
+class LogprobsTensors(msgspec.Struct, array_like=True, frozen=True):
+    """Prompt logprobs (vLLM's LogprobsTensors, torch dtypes): ids and logprobs
+    `[prompt_len - 1, k+1]` (column 0 = the prompt token at positions 1..), ranks
+    `[prompt_len - 1]`, then two batch-boundary fields that are nil here. vLLM sends them
+    whole, with the first sampled token."""
+
+    logprob_token_ids: WireArray
+    logprobs: WireArray
+    selected_token_ranks: WireArray
+    cu_num_generated_tokens: tuple[int, ...] | None = None
+    cu_num_generated_tokens_tensor: Any = None
+
+
+def decode_prompt_logprobs(raw: Any, frames: Sequence[bytes]) -> tuple[TokenLogprob, ...]:
+    """`new_prompt_logprobs_tensors` (decoded as Any: nil when not asked) resolved like
+    `decode_logprobs`: per prompt position its token, logprob, rank and the top-k."""
+    try:
+        tensors = msgspec.convert(raw, LogprobsTensors)
+    except msgspec.ValidationError as exc:
+        raise BackendProtocolError(f"malformed prompt logprobs: {exc}") from exc
+    lists = LogprobsLists(tensors.logprob_token_ids, tensors.logprobs, tensors.selected_token_ranks)
+    return decode_logprobs(lists, frames)
+
+
+def encode_prompt_logprobs(positions: Sequence[TokenLogprob]) -> LogprobsTensors:
+    """Engine side: pack prompt positions inline as vLLM's tensors (int64 ids and ranks,
+    float32 logprobs)."""
+    lists = encode_logprobs(positions)
+    ids, values, ranks = lists.logprob_token_ids, lists.logprobs, lists.sampled_token_ranks
+    frames = (b"",)
+    return LogprobsTensors(
+        logprob_token_ids=inline_array("int64", ids.shape, array_values(ids, frames)),
+        logprobs=inline_array("float32", values.shape, array_values(values, frames)),
+        selected_token_ranks=inline_array("int64", ranks.shape, array_values(ranks, frames)),
+    )
+
+
 class EngineCoreEvent(msgspec.Struct, frozen=True):
     type: int  # 1 QUEUED, 2 SCHEDULED, 3 PREEMPTED
     timestamp: float  # engine-process monotonic seconds
@@ -133,7 +170,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, frozen=True, omit_defaul
     request_id: str
     new_token_ids: tuple[int, ...]
     new_logprobs: LogprobsLists | None = None
-    new_prompt_logprobs_tensors: Any = None
+    new_prompt_logprobs_tensors: Any = None  # LogprobsTensors; see decode_prompt_logprobs
     pooling_output: Any = None
     finish_reason: int | None = None  # FinishReason; see finish_reason_text
     stop_reason: int | str | None = None  # matched stop token id (int), else None

@@ -329,3 +329,31 @@ def test_tokenspeed_zmq_top_logprobs_are_unsupported() -> None:
         run(Runtime.TOKENSPEED, Wire.ZMQ, plan(logprobs=5))
     assert (caught.value.code, caught.value.param) == ("start_generation_failed", "logprobs")
     assert run(Runtime.TOKENSPEED, Wire.ZMQ, plan(logprobs=0)).requests[0].sampling.logprobs == 0
+
+
+ADAPTED_PAIRS = [pair for pair, golden in GOLDEN.items() if golden != "UnsupportedRuntime"]
+
+
+@pytest.mark.parametrize(("runtime", "wire"), ADAPTED_PAIRS)
+@pytest.mark.parametrize("param", ["prompt_logprobs", "echo"])
+def test_prompt_logprobs_only_on_vllm_zmq_else_400_naming_the_field(
+    runtime: Runtime, wire: Wire, param: str
+) -> None:
+    asked = msgspec.structs.replace(plan(prompt_logprobs=2), prompt_logprobs_param=param)
+    if (runtime, wire) == (Runtime.VLLM, Wire.ZMQ):
+        (request,) = run(runtime, wire, asked).requests
+        assert request.sampling.prompt_logprobs == 2
+        return
+    with pytest.raises(ClientError) as caught:
+        run(runtime, wire, asked)
+    assert (caught.value.status, caught.value.param) == (400, param)
+
+
+@pytest.mark.parametrize(("runtime", "wire"), ADAPTED_PAIRS)
+def test_prompt_logprobs_implied_by_chat_echo_are_dropped_where_not_returned(
+    runtime: Runtime, wire: Wire
+) -> None:
+    implied = msgspec.structs.replace(plan(prompt_logprobs=0), prompt_logprobs_param=None)
+    kept = 0 if (runtime, wire) == (Runtime.VLLM, Wire.ZMQ) else None
+    (request,) = run(runtime, wire, implied).requests
+    assert request.sampling.prompt_logprobs == kept

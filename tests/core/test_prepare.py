@@ -207,6 +207,38 @@ def test_completion_text_ids_and_echo() -> None:
     assert ids_plan.sampling.max_tokens == 16  # OpenAI's completions default
 
 
+def completion_plan(**fields: object) -> GeneratePlan:
+    req = oad.decode_completion_request(msgspec.json.encode({"prompt": "hello there", **fields}))
+    return prepare_completion(req, MODEL, request_id="c")
+
+
+def test_completion_prompt_logprobs_as_vllm_asks_for_them() -> None:
+    # lm-eval-harness's scoring: one engine token (never shown), prompt logprobs at logprobs' width.
+    scoring = completion_plan(echo=True, logprobs=1, max_tokens=0)
+    assert (scoring.echo_only, scoring.sampling.max_tokens) == (True, 1)
+    assert (scoring.sampling.prompt_logprobs, scoring.prompt_logprobs_param) == (1, "echo")
+    echoed = completion_plan(echo=True, logprobs=3, max_tokens=2)
+    assert (echoed.echo_only, echoed.sampling.max_tokens) == (False, 2)
+    assert echoed.sampling.prompt_logprobs == 3
+    assert completion_plan(echo=True, max_tokens=2).sampling.prompt_logprobs is None
+    assert completion_plan(logprobs=3, max_tokens=2).sampling.prompt_logprobs is None
+    extra = completion_plan(echo=True, logprobs=3, prompt_logprobs=5)  # the explicit one wins
+    assert (extra.sampling.prompt_logprobs, extra.prompt_logprobs_param) == (5, "prompt_logprobs")
+
+
+def test_chat_prompt_logprobs_explicit_or_implied_by_echo() -> None:
+    explicit = chat_plan(prompt_logprobs=4)
+    assert (explicit.sampling.prompt_logprobs, explicit.prompt_logprobs_param) == (
+        4,
+        "prompt_logprobs",
+    )
+    implied = chat_plan(echo=True, logprobs=True, top_logprobs=2)
+    assert (implied.sampling.prompt_logprobs, implied.prompt_logprobs_param) == (2, None)
+    assert chat_plan(echo=True).sampling.prompt_logprobs == 0
+    assert chat_plan(echo=True, stream=True).sampling.prompt_logprobs is None
+    assert chat_plan().sampling.prompt_logprobs is None
+
+
 def test_prompt_ids_outside_the_vocabulary_are_rejected() -> None:
     req = oad.decode_completion_request(b'{"prompt":[5, 999999]}')
     with pytest.raises(ClientError, match="outside the vocabulary") as info:

@@ -205,7 +205,9 @@ CHAT_REJECTED = [
     ({"logprobs": False, "top_logprobs": 2}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
-    ({"prompt_logprobs": 0}, "prompt_logprobs"),  # vLLM's extra: not carried yet, never ignored
+    ({"prompt_logprobs": 21}, "prompt_logprobs"),  # vLLM max_logprobs (20)
+    ({"prompt_logprobs": -1}, "prompt_logprobs"),  # the whole vocabulary: over that limit
+    ({"prompt_logprobs": 0, "stream": True}, "prompt_logprobs"),  # vLLM: not when streaming
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"stream": False, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"messages": []}, "messages"),
@@ -248,6 +250,8 @@ CHAT_ACCEPTED = [
     {"stop": []},
     {"logprobs": True, "top_logprobs": 0},
     {"logprobs": True, "top_logprobs": 20},
+    {"prompt_logprobs": 0},
+    {"prompt_logprobs": 20},
     {"stream": True, "stream_options": {"include_usage": False}},
     {"seed": 2**63 - 1},
     {"seed": -(2**63)},
@@ -305,8 +309,9 @@ COMPLETION_REJECTED = [
     ({"prompt": {"text": "x"}}, "prompt"),
     ({"logprobs": 21}, "logprobs"),  # vLLM max_logprobs (20)
     ({"logprobs": -1}, "logprobs"),
-    ({"echo": True, "logprobs": 0}, "echo"),  # prompt logprobs: not carried yet
-    ({"prompt_logprobs": 1}, "prompt_logprobs"),
+    ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs"),  # vLLM's rule
+    ({"prompt_logprobs": 21}, "prompt_logprobs"),
+    ({"max_tokens": 0, "echo": False}, "max_tokens"),  # 0 only scores an echoed prompt
     ({"best_of": 2}, "best_of"),
     ({"n": 2, "best_of": 3}, "best_of"),
     ({"max_tokens": 0}, "max_tokens"),
@@ -321,6 +326,21 @@ COMPLETION_REJECTED = [
 @pytest.mark.parametrize(("fields", "param"), COMPLETION_REJECTED)
 def test_completion_rejects_naming_the_param(fields: dict[str, Any], param: str) -> None:
     assert rejected(decode_completion_request, completion(**fields)).param == param
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"echo": True, "logprobs": 1, "max_tokens": 0},  # lm-eval-harness's prompt scoring
+        {"echo": True, "max_tokens": 0},
+        {"echo": True, "logprobs": 20},
+        {"prompt_logprobs": 20},
+        {"prompt_logprobs": 0, "stream": False},
+        {"echo": True, "logprobs": 1, "stream": True},  # the prompt's logprobs in the echo chunk
+    ],
+)
+def test_completion_accepts_prompt_logprobs(fields: dict[str, Any]) -> None:
+    decode_completion_request(completion(**fields))
 
 
 def test_completion_defaults_and_extensions() -> None:
