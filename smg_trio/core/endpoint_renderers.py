@@ -50,6 +50,9 @@ class ChoiceProgress(Protocol):
     """What a full response reports: the stop string, or the stop token id."""
     streamed_match: MatchedStop
     """What a stream reports: the stop string; None for a router token stop (docs/stops-and-finalize.md §3.9)."""
+    stop_reason: MatchedStop
+    """vLLM's `stop_reason`, streaming or not: the stop string, the stop token id, None for the
+    primary EOS or no stop (docs/stops-and-finalize.md §3.9)."""
 
     def full_text(self) -> str: ...
 
@@ -181,6 +184,7 @@ class ChatRenderer(_OpenAIRenderer):
             choice.streamed_match,
             self._logprobs(positions),
             self._running_usage(choice),
+            choice.stop_reason,
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
@@ -245,6 +249,7 @@ class CompletionRenderer(_OpenAIRenderer):
             choice.finish_reason,
             logprobs=self._logprobs(positions, choice.chars),
             usage=self._running_usage(choice),
+            stop_reason=choice.stop_reason,
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:

@@ -21,6 +21,9 @@ IGNORED_KEYS: Final = frozenset(
         "created",  # a clock
         "system_fingerprint",  # vLLM sends null; not a behaviour
         "message",  # only in an error: its wording; status, type, code and param are compared
+        # smg's own stop field, which vLLM does not send; vLLM's `stop_reason` is compared
+        # (docs/stops-and-finalize.md §3.9).
+        "matched_stop",
     }
 )
 # Where both sides answer, these must match exactly: the rest of a float tree within 1e-4.
