@@ -246,6 +246,7 @@ CASES: Final[list[Case]] = [
     Case("json_object-chat", CHAT, chat(max_tokens=64, response_format={"type": "json_object"})),
     Case("tool_choice_auto_no_parser-chat", CHAT, chat(tools=[TOOL], tool_choice="auto"), 400),
     Case("tool_choice_none-chat", CHAT, chat(tools=[TOOL], tool_choice="none")),
+    Case("tools_without_tool_choice-chat", CHAT, chat(tools=[TOOL]), 400),  # vLLM: "auto"
     Case(
         "continuous_usage_stats-chat",
         CHAT,
