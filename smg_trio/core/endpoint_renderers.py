@@ -122,7 +122,15 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
 class _OpenAIRenderer:
     """What chat and completions share: logprob formatting and continuous usage."""
 
-    __slots__ = ("_continuous", "_created", "_formatter", "_id", "_model", "_prompt_tokens")
+    __slots__ = (
+        "_contexts",
+        "_continuous",
+        "_created",
+        "_formatter",
+        "_id",
+        "_model",
+        "_prompt_tokens",
+    )
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -132,6 +140,15 @@ class _OpenAIRenderer:
         width = plan.sampling.logprobs
         self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
         self._continuous = plan.include_usage and plan.continuous_usage
+        # Per streamed choice, its last sampled ids: a byte-level token's logprob string is
+        # completed by the tokens before it (core/logprobs.py).
+        self._contexts: dict[int, list[int]] = {}
+
+    def _context(self, index: int) -> list[int]:
+        context = self._contexts.get(index)
+        if context is None:
+            context = self._contexts[index] = []
+        return context
 
     def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
         """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
@@ -158,10 +175,10 @@ class ChatRenderer(_OpenAIRenderer):
             include_usage=plan.include_usage,
         )
 
-    def _logprobs(self, positions: Positions) -> ChoiceLogprobs | None:
+    def _logprobs(self, index: int, positions: Positions) -> ChoiceLogprobs | None:
         if self._formatter is None or not positions:
             return None
-        return self._formatter.chat(positions)
+        return self._formatter.chat(positions, self._context(index))
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         usage = self._running_usage(None)
@@ -174,7 +191,8 @@ class ChatRenderer(_OpenAIRenderer):
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
         logprobs = None
         if self._formatter is not None and positions:
-            logprobs = self._formatter.chat_json(positions)  # the per-token path: spliced
+            # The per-token path: spliced.
+            logprobs = self._formatter.chat_json(positions, self._context(index))
         return self._chunks.content(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
@@ -182,7 +200,7 @@ class ChatRenderer(_OpenAIRenderer):
             index,
             choice.finish_reason,
             choice.streamed_match,
-            self._logprobs(positions),
+            self._logprobs(index, positions),
             self._running_usage(choice),
             choice.stop_reason,
         )
@@ -228,10 +246,10 @@ class CompletionRenderer(_OpenAIRenderer):
             include_usage=plan.include_usage,
         )
 
-    def _logprobs(self, positions: Positions, offset: int) -> CompletionLogprobs | None:
+    def _logprobs(self, index: int, positions: Positions, offset: int) -> CompletionLogprobs | None:
         if self._formatter is None or not positions:
             return None
-        return self._formatter.completion(positions, offset)
+        return self._formatter.completion(positions, offset, self._context(index))
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         echo = self._echoes[index]
@@ -240,14 +258,14 @@ class CompletionRenderer(_OpenAIRenderer):
         return (self._chunks.text(index, echo, None, self._running_usage(None)),)
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        logprobs = self._logprobs(positions, choice.chars - len(text))
+        logprobs = self._logprobs(index, positions, choice.chars - len(text))
         return self._chunks.text(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(
             index,
             choice.finish_reason,
-            logprobs=self._logprobs(positions, choice.chars),
+            logprobs=self._logprobs(index, positions, choice.chars),
             usage=self._running_usage(choice),
             stop_reason=choice.stop_reason,
         )
