@@ -149,19 +149,13 @@ class LogprobFormatter:
         self._strings = TokenStrings(tokenizer)
         self._top = top
 
-    def _entry(self, token_id: int, context: Sequence[int]) -> _Entry:
-        found = self._strings.entry(token_id)
-        if found[0].endswith(REPLACEMENT):
-            return self._strings.entry_after(token_id, context)
-        return found
-
     def chat(
         self, positions: Sequence[TokenLogprob], context: list[int] | None = None
     ) -> ChoiceLogprobs:
         """`context`: the choice's sampled ids before `positions` (extended here; a stream
         keeps one per choice); None for a choice's first positions."""
         context = [] if context is None else context
-        entry = self._entry
+        entry = self._strings.entry_after
         width = self._top
         content = []
         for position in positions:
@@ -223,7 +217,7 @@ class LogprobFormatter:
         context: list[int] | None = None,
     ) -> CompletionLogprobs:
         context = [] if context is None else context
-        entry = self._entry
+        entry = self._strings.entry_after
         keep = self._top + 1
         tokens: list[str] = []
         offsets: list[int] = []
