@@ -182,7 +182,8 @@ CASES: Final[list[Case]] = [
     *both("ignore_eos", lambda path, facts: base(path, ignore_eos=True, max_tokens=32)),
     *both("seeded_sampling", lambda path, facts: base(path, temperature=1.0, seed=7)),
     *both("n2_seed", lambda path, facts: base(path, n=2, temperature=1.0, seed=1234)),
-    *both("n2_greedy", lambda path, facts: base(path, n=2)),
+    # vLLM 0.32: "n must be 1 when using greedy sampling, got 2."
+    *both("n2_greedy", lambda path, facts: base(path, n=2), vllm_status=400),
     *both("logit_bias", lambda path, facts: base(path, logit_bias={str(facts.biased_token): 100})),
     *both("unknown_model", lambda path, facts: base(path, model="no-such-model"), vllm_status=404),
     Case(
