@@ -221,7 +221,17 @@ CASES: Final[list[Case]] = [
         COMPLETIONS,
         completions(echo=True, logprobs=1, max_tokens=0),
     ),
-    Case("prompt_logprobs-completions", COMPLETIONS, completions(prompt_logprobs=2)),
+    Case(
+        "prompt_logprobs-completions", COMPLETIONS, completions(prompt_logprobs=2), modes=(False,)
+    ),
+    # vLLM 0.32: "`prompt_logprobs` are not available when `stream=True`."
+    Case(
+        "prompt_logprobs_stream-completions",
+        COMPLETIONS,
+        completions(prompt_logprobs=2),
+        vllm_status=400,
+        modes=(True,),
+    ),
     Case("batch_prompts-completions", COMPLETIONS, completions(prompt=[PROMPT, "import os"])),
     Case("token_id_prompt-completions", COMPLETIONS, completions(prompt=[1, 200, 300, 400])),
     Case("suffix-completions", COMPLETIONS, completions(suffix="!"), vllm_status=400),
