@@ -73,6 +73,7 @@ class ModelDir:
             chat_template=template,
             vocab_size=self.tokenizer.vocab_size,
             context_length=self.context_length,
+            eos_token_id=self.eos_ids.primary,
         )
 
 

@@ -63,6 +63,9 @@ class ChoiceProgress(Protocol):
     """What a full response reports: the stop string, or the stop token id."""
     streamed_match: MatchedStop
     """What a stream reports: the stop string; None for a router token stop (docs/stops-and-finalize.md §3.9)."""
+    stop_reason: MatchedStop
+    """vLLM's `stop_reason`, streaming or not: the stop string, the stop token id, None for the
+    primary EOS or no stop (docs/stops-and-finalize.md §3.9)."""
 
     @property
     def prompt(self) -> Positions | None:
@@ -145,6 +148,7 @@ class _OpenAIRenderer:
     """What chat and completions share: logprob formatting and continuous usage."""
 
     __slots__ = (
+        "_contexts",
         "_continuous",
         "_created",
         "_formatter",
@@ -164,11 +168,20 @@ class _OpenAIRenderer:
         self._continuous = plan.include_usage and plan.continuous_usage
         asked = plan.sampling.prompt_logprobs is not None
         self._prompt_strings = TokenStrings(tokenizer) if asked else None
+        # Per streamed choice, its last sampled ids: a byte-level token's logprob string is
+        # completed by the tokens before it (core/logprobs.py).
+        self._contexts: dict[int, list[int]] = {}
 
     def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
         if self._prompt_strings is None or prompt is None:
             return UNSET
         return prompt_logprobs(self._prompt_strings, prompt)
+
+    def _context(self, index: int) -> list[int]:
+        context = self._contexts.get(index)
+        if context is None:
+            context = self._contexts[index] = []
+        return context
 
     def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
         """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
@@ -195,10 +208,10 @@ class ChatRenderer(_OpenAIRenderer):
             include_usage=plan.include_usage,
         )
 
-    def _logprobs(self, positions: Positions) -> ChoiceLogprobs | None:
+    def _logprobs(self, index: int, positions: Positions) -> ChoiceLogprobs | None:
         if self._formatter is None or not positions:
             return None
-        return self._formatter.chat(positions)
+        return self._formatter.chat(positions, self._context(index))
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         usage = self._running_usage(None)
@@ -211,7 +224,8 @@ class ChatRenderer(_OpenAIRenderer):
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
         logprobs = None
         if self._formatter is not None and positions:
-            logprobs = self._formatter.chat_json(positions)  # the per-token path: spliced
+            # The per-token path: spliced.
+            logprobs = self._formatter.chat_json(positions, self._context(index))
         return self._chunks.content(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
@@ -219,8 +233,9 @@ class ChatRenderer(_OpenAIRenderer):
             index,
             choice.finish_reason,
             choice.streamed_match,
-            self._logprobs(positions),
+            self._logprobs(index, positions),
             self._running_usage(choice),
+            choice.stop_reason,
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
@@ -270,10 +285,10 @@ class CompletionRenderer(_OpenAIRenderer):
             include_usage=plan.include_usage,
         )
 
-    def _logprobs(self, positions: Positions, offset: int) -> CompletionLogprobs | None:
+    def _logprobs(self, index: int, positions: Positions, offset: int) -> CompletionLogprobs | None:
         if self._formatter is None or not positions:
             return None
-        return self._formatter.completion(positions, offset)
+        return self._formatter.completion(positions, offset, self._context(index))
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         echo = self._echoes[index]
@@ -288,15 +303,16 @@ class CompletionRenderer(_OpenAIRenderer):
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
         offset = choice.chars - len(text) + self._shifts[index]
-        logprobs = self._logprobs(positions, offset)
+        logprobs = self._logprobs(index, positions, offset)
         return self._chunks.text(index, text, logprobs, self._running_usage(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(
             index,
             choice.finish_reason,
-            logprobs=self._logprobs(positions, choice.chars + self._shifts[index]),
+            logprobs=self._logprobs(index, positions, choice.chars + self._shifts[index]),
             usage=self._running_usage(choice),
+            stop_reason=choice.stop_reason,
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:

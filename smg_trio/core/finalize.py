@@ -27,6 +27,8 @@ part of it no engine will match.
 - Prompt logprobs (`prompt_logprobs`, completions `echo` + `logprobs`): vLLM ZMQ only, else a 400
   naming the field the client used.
 - MLX gRPC has no string-stop field: a request with string stops is the client's error.
+- vLLM (both wires) refuses n > 1 with greedy sampling (temperature below 1e-5), as its
+  SamplingParams does: a 400 naming `n`, not n identical choices.
 - UNSPECIFIED, or a runtime with no adapter for the wire, raises UnsupportedRuntime.
 n > 1 becomes n engine requests (`<id>-<i>`, seed + i): no engine wire here fans out for us;
 a batched completion does that for each of its prompts (choice i * n + j).
@@ -50,6 +52,7 @@ TRTLLM_DEFAULT_MAX_TOKENS_CHAT: Final = 2048  # chat and generate
 TRTLLM_DEFAULT_MAX_TOKENS_COMPLETION: Final = 16
 TOKENSPEED_TOP_K_LIMIT: Final = 128  # its fused top-k kernel: a finite top_k must be below this
 TOKENSPEED_MAX_REPETITION_PENALTY: Final = 2.0
+VLLM_GREEDY_TEMPERATURE: Final = 1e-5  # vLLM's _SAMPLING_EPS: below it sampling is greedy
 
 
 class WorkerTarget(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +93,8 @@ def finalize(
     obligation: tuple[str, ...] = ()
     chat = plan.endpoint is Endpoint.CHAT
     completion = plan.endpoint is Endpoint.COMPLETION
+    if worker.runtime is Runtime.VLLM:
+        _check_vllm_greedy_n(plan.n, sampling)
     match worker.runtime:
         case Runtime.SGLANG:
             sampling, obligation = _resolve_string_stops(sampling, tokenizer)
@@ -171,6 +176,12 @@ def _skip_special_tokens_for_chat(sampling: SamplingParams, chat: bool) -> Sampl
     if not chat or sampling.skip_special_tokens:
         return sampling
     return msgspec.structs.replace(sampling, skip_special_tokens=True)
+
+
+def _check_vllm_greedy_n(n: int, sampling: SamplingParams) -> None:
+    temperature = sampling.temperature
+    if n > 1 and temperature is not None and temperature < VLLM_GREEDY_TEMPERATURE:
+        raise ClientError(f"n must be 1 when using greedy sampling, got {n}", param="n")
 
 
 def _check_tokenspeed_zmq_limits(sampling: SamplingParams) -> None:

@@ -6,6 +6,11 @@ renders them.
   are that string's UTF-8 bytes. SentencePiece tokenizers drop a piece's leading "▁" when it is
   decoded alone; the spaces it stood for are put back (as vLLM does), so " world" stays
   " world".
+- A token whose string ends in U+FFFD (a byte-level piece of a character split over tokens) is
+  decoded again after the choice's preceding sampled tokens (up to 4: any UTF-8 sequence fits),
+  as vLLM's logprobs processor does: its string is the text it completes beyond those tokens'
+  whole characters, or "" while the character is still incomplete (the first token has no
+  context: ""). `bytes` follow the string.
 - The candidates of one position are vLLM's logprob dict: the sampled token first, then the
   engine's top-k without the sampled token. Chat shows the first `top_logprobs` of them (none
   for 0); completions show the first `logprobs + 1` (the sampled one alone for 0).
@@ -82,10 +87,53 @@ class TokenStrings:
             text = self._tokenizer.decode((token_id,), skip_special_tokens=False)
             if self._piece is not None:
                 text = _with_leading_spaces(text, self._piece(token_id))
-            raw = tuple(text.encode("utf-8", "replace"))
-            head = b'{"token":' + _encode(text) + b',"logprob":'
-            found = self._cache[token_id] = (text, raw, head, b',"bytes":' + _encode(raw))
+            found = self._cache[token_id] = _entry_of(text)
         return found
+
+    def entry_after(self, token_id: int, context: Sequence[int]) -> _Entry:
+        """`entry`, with a string ending in U+FFFD completed by `context` (the choice's sampled
+        ids before this position): not memoised, it depends on the context."""
+        found = self.entry(token_id)
+        if not found[0].endswith(REPLACEMENT):
+            return found
+        return _entry_of(_completed_text(self._tokenizer, token_id, context))
+
+
+def _entry_of(text: str) -> _Entry:
+    raw = tuple(text.encode("utf-8", "replace"))
+    return (text, raw, b'{"token":' + _encode(text) + b',"logprob":', b',"bytes":' + _encode(raw))
+
+
+REPLACEMENT: Final = "\ufffd"
+CONTEXT_TOKENS: Final = 4
+
+
+def _completed_text(tokenizer: TokenizerLike, token_id: int, context: Sequence[int]) -> str:
+    """What `token_id` completes after the last 1..CONTEXT_TOKENS sampled ids of `context`: the
+    first window whose decoding with it no longer ends in U+FFFD gives the text past the
+    window's leading whole-character tokens (a token whose own text ends in U+FFFD belongs
+    with the character this one completes); "" when no window completes it (vLLM's rule)."""
+
+    def decode(ids: Sequence[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
+    for size in range(1, min(len(context), CONTEXT_TOKENS) + 1):
+        window = list(context[-size:])
+        full = decode([*window, token_id])
+        if full.endswith(REPLACEMENT):
+            continue
+        whole = len(window)
+        while whole and decode(window[whole - 1 : whole]).endswith(REPLACEMENT):
+            whole -= 1
+        prefix = decode(window[:whole]) if whole else ""
+        # Normally `full` starts with `prefix`; when normalisation changed it, the shared part.
+        shared = 0
+        for before, after in zip(prefix, full, strict=False):
+            if before != after:
+                break
+            shared += 1
+        return full[shared:]
+    return ""
 
 
 def prompt_logprobs(strings: TokenStrings, positions: Sequence[TokenLogprob]) -> PromptLogprobs:
@@ -141,35 +189,50 @@ class LogprobFormatter:
         self._strings = TokenStrings(tokenizer)
         self._top = top
 
-    def chat(self, positions: Sequence[TokenLogprob]) -> ChoiceLogprobs:
-        entry = self._strings.entry
+    def chat(
+        self, positions: Sequence[TokenLogprob], context: list[int] | None = None
+    ) -> ChoiceLogprobs:
+        """`context`: the choice's sampled ids before `positions` (extended here; a stream
+        keeps one per choice); None for a choice's first positions."""
+        context = [] if context is None else context
+        entry = self._strings.entry_after
         width = self._top
         content = []
         for position in positions:
-            text, raw, _, _ = entry(position.token_id)
+            text, raw, _, _ = entry(position.token_id, context)
             tops: tuple[TopLogprob, ...] = ()
             if width:
                 tops = tuple(
-                    TopLogprob(entry(token_id)[0], _clamped(logprob), entry(token_id)[1])
+                    TopLogprob(found[0], _clamped(logprob), found[1])
                     for token_id, logprob in candidates(position)[:width]
+                    for found in (entry(token_id, context),)
                 )
             content.append(ChatTokenLogprob(text, _clamped(position.logprob), raw, tops))
+            context.append(position.token_id)
+        del context[:-CONTEXT_TOKENS]
         return ChoiceLogprobs(content=tuple(content))
 
-    def chat_json(self, positions: Sequence[TokenLogprob]) -> bytes:
-        """`chat(positions)` JSON-encoded, spliced from per-token pieces (the streaming path;
-        tests pin that it equals the struct encoding byte for byte). The candidate rule of
-        `candidates` is inlined: this runs for every token."""
+    def chat_json(
+        self, positions: Sequence[TokenLogprob], context: list[int] | None = None
+    ) -> bytes:
+        """`chat(positions, context)` JSON-encoded, spliced from per-token pieces (the streaming
+        path; tests pin that it equals the struct encoding byte for byte). The candidate rule
+        of `candidates` is inlined: this runs for every token."""
+        context = [] if context is None else context
         entry = self._strings.entry
+        entry_after = self._strings.entry_after
         encode = _encode
         width = self._top
         lowest = LOWEST_LOGPROB
         parts = []
         for position in positions:
             sampled = position.token_id
-            _, _, head, tail = entry(sampled)
+            text, _, head, tail = entry(sampled)
+            if text.endswith(REPLACEMENT):
+                _, _, head, tail = entry_after(sampled, context)
             value = position.logprob if position.logprob >= lowest else lowest
             encoded = encode(value)
+            context.append(sampled)
             if not width:
                 parts.append(head + encoded + tail + b',"top_logprobs":[]}')
                 continue
@@ -178,32 +241,41 @@ class LogprobFormatter:
                 if len(tops) == width:
                     break
                 if top.token_id != sampled:
-                    _, _, top_head, top_tail = entry(top.token_id)
+                    top_text, _, top_head, top_tail = entry(top.token_id)
+                    if top_text.endswith(REPLACEMENT):
+                        _, _, top_head, top_tail = entry_after(top.token_id, context[:-1])
                     logprob = top.logprob if top.logprob >= lowest else lowest
                     tops.append(top_head + encode(logprob) + top_tail + b"}")
             parts.append(head + encoded + tail + b',"top_logprobs":[' + b",".join(tops) + b"]}")
+        del context[:-CONTEXT_TOKENS]
         return b'{"content":[' + b",".join(parts) + b"]}"
 
     def completion(
-        self, positions: Sequence[TokenLogprob], initial_offset: int
+        self,
+        positions: Sequence[TokenLogprob],
+        initial_offset: int,
+        context: list[int] | None = None,
     ) -> CompletionLogprobs:
-        entry = self._strings.entry
+        context = [] if context is None else context
+        entry = self._strings.entry_after
         keep = self._top + 1
         tokens: list[str] = []
         offsets: list[int] = []
         offset = initial_offset
         tops: list[dict[str, float] | None] = []
         for position in positions:
-            text = entry(position.token_id)[0]
+            text = entry(position.token_id, context)[0]
             tokens.append(text)
             offsets.append(offset)
             offset += len(text)
             tops.append(
                 {
-                    entry(token_id)[0]: _clamped(logprob)
+                    entry(token_id, context)[0]: _clamped(logprob)
                     for token_id, logprob in candidates(position)[:keep]
                 }
             )
+            context.append(position.token_id)
+        del context[:-CONTEXT_TOKENS]
         return CompletionLogprobs(
             tokens=tuple(tokens),
             token_logprobs=tuple(_clamped(p.logprob) for p in positions),

@@ -21,6 +21,8 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
     the tokenizer's EOS ids (unless `ignore_eos`) followed by the client's `stop_token_ids`;
     they are hidden, or visible when `no_stop_trim`. Strings match only text that ends in a
     token after the first `min_tokens` ones, as vLLM's detokenizer checks them.
+    `eos_token_id` is the model's primary EOS (None with `ignore_eos`): a stop on it reports
+    `stop_reason` null, any other stop id reports itself (vLLM's rule, docs/stops-and-finalize.md §3.9).
     """
 
     strings: tuple[str, ...] = ()
@@ -28,6 +30,7 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
     token_ids: tuple[int, ...] = ()
     skip_special_tokens: bool = True
     no_stop_trim: bool = False
+    eos_token_id: int | None = None
 
 
 class PromptPart(msgspec.Struct, frozen=True, kw_only=True):

@@ -38,6 +38,7 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     chat_template: ChatTemplate | None
     vocab_size: int
     context_length: int | None = None
+    eos_token_id: int | None = None  # the primary EOS (config.json's first)
 
 
 def prepare_chat(
@@ -219,12 +220,14 @@ def prepare_generate(
         n=params.n,
         stream=req.stream,
         include_usage=False,
-        stop_spec=stop_spec_for(sampling, model.tokenizer),
+        stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
         logprob_text=req.return_text_in_logprobs,
     )
 
 
-def stop_spec_for(sampling: SamplingParams, tokenizer: TokenizerLike) -> StopSpec:
+def stop_spec_for(
+    sampling: SamplingParams, tokenizer: TokenizerLike, eos_token_id: int | None = None
+) -> StopSpec:
     """The router's stop rules for a request, from what the client asked (docs/stops-and-finalize.md §2.5, §3.1).
 
     Built before finalize rewrites the engine's stops, so it is the same on every runtime.
@@ -239,6 +242,7 @@ def stop_spec_for(sampling: SamplingParams, tokenizer: TokenizerLike) -> StopSpe
         skip_special_tokens=sampling.skip_special_tokens,
         no_stop_trim=sampling.no_stop_trim,
         min_tokens=sampling.min_tokens,
+        eos_token_id=None if sampling.ignore_eos else eos_token_id,
     )
 
 
@@ -298,7 +302,7 @@ def _plan(
         include_usage=req.include_usage,
         continuous_usage=req.continuous_usage,
         echo_text=echo_text,
-        stop_spec=stop_spec_for(sampling, model.tokenizer),
+        stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
     )
 
 

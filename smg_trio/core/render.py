@@ -138,14 +138,17 @@ class ChatStreamRenderer:
         matched_stop: MatchedStop | None = None,
         logprobs: ChoiceLogprobs | None = None,
         usage: Usage | None = None,
+        stop_reason: MatchedStop | None = None,
     ) -> bytes:
-        """The last chunk of a choice: empty delta, `finish_reason`, and `matched_stop` if any;
-        `logprobs` of tokens released without text of their own (their text came earlier)."""
+        """The last chunk of a choice: empty delta, `finish_reason`, vLLM's `stop_reason`, and
+        `matched_stop` if any; `logprobs` of tokens released without text of their own (their
+        text came earlier)."""
         choice = ChunkChoice(
             index=index,
             delta=ChoiceDelta(),
             logprobs=logprobs,
             finish_reason=reason,
+            stop_reason=stop_reason,
             matched_stop=msgspec.UNSET if matched_stop is None else matched_stop,
         )
         return self._chunk((choice,), usage)
@@ -207,8 +210,15 @@ class CompletionStreamRenderer:
         text: str = "",
         logprobs: CompletionLogprobs | None = None,
         usage: Usage | None = None,
+        stop_reason: MatchedStop | None = None,
     ) -> bytes:
-        choice = CompletionChoice(text=text, index=index, logprobs=logprobs, finish_reason=reason)
+        choice = CompletionChoice(
+            text=text,
+            index=index,
+            logprobs=logprobs,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+        )
         return self._chunk((choice,), usage)
 
     def usage(self, usage: Usage) -> bytes | None:
@@ -229,6 +239,8 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: str
     completion_tokens: int
     matched_stop: MatchedStop | None = None
+    stop_reason: MatchedStop | None = None
+    """vLLM's: the stop string, a stop token id other than the primary EOS, or None."""
     reasoning: str | None = None
     output_ids: tuple[int, ...] | None = None
     logprobs: ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs | None = None
@@ -258,6 +270,7 @@ def chat_completion(
             ),
             logprobs=c.logprobs if isinstance(c.logprobs, ChoiceLogprobs) else None,
             finish_reason=c.finish_reason,
+            stop_reason=c.stop_reason,
             matched_stop=_matched(c),
         )
         for c in choices
@@ -287,6 +300,7 @@ def completion(
             index=c.index,
             logprobs=c.logprobs if isinstance(c.logprobs, CompletionLogprobs) else None,
             finish_reason=c.finish_reason,
+            stop_reason=c.stop_reason,
             matched_stop=_matched(c),
             prompt_logprobs=c.prompt_logprobs,
         )

@@ -67,6 +67,7 @@ class _Choice:
         "released",
         "scanner",
         "started",
+        "stop_reason",
         "streamed_match",
         "tokens",
     )
@@ -82,6 +83,7 @@ class _Choice:
         self.finish_reason = ""
         self.matched: MatchedStop = None
         self.streamed_match: MatchedStop = None
+        self.stop_reason: MatchedStop = None
         self.emitted = 0  # generated characters sent (echo excluded)
         self.decoded = 0  # generated characters decoded (sent + held by the scanner)
         self.pending: list[_Pending] = []
@@ -105,6 +107,7 @@ class ResponseAssembler:
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
+        self._eos_token_id = plan.stop_spec.eos_token_id
         self._choices = [
             _Choice(StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream)
             for prompt in plan.prompts
@@ -191,6 +194,7 @@ class ResponseAssembler:
                 finish_reason=c.finish_reason,
                 completion_tokens=c.tokens,
                 matched_stop=c.matched,
+                stop_reason=c.stop_reason,
                 output_ids=tuple(c.output_ids) if self._keeps_ids else None,
                 logprobs=(
                     renderer.final_logprobs(i, c.released, c.prompt) if self._logprobs else None
@@ -270,17 +274,20 @@ class ResponseAssembler:
                 self._text(index, choice, text, out)
                 if engine_finish is not None:
                     stop = engine_finish.stop_reason
-                    self._finish(index, choice, engine_finish.finish_reason, stop, stop, out)
+                    self._finish(index, choice, engine_finish.finish_reason, stop, stop, stop, out)
             case Hold():
                 if engine_finish is not None:
                     stop = engine_finish.stop_reason
-                    self._finish(index, choice, engine_finish.finish_reason, stop, stop, out)
+                    self._finish(index, choice, engine_finish.finish_reason, stop, stop, stop, out)
             case Stop(text=text, matched=matched, token_id=token_id):
                 self._text(index, choice, text, out)
                 # Streaming chat omits matched_stop for token stops (docs/stops-and-finalize.md §3.9); a full
                 # response reports the id that stopped the choice.
                 final = matched if matched is not None else token_id
-                self._finish(index, choice, "stop", matched, final, out)
+                # vLLM reports no stop_reason for its primary EOS, any other stop id as itself.
+                eos = matched is None and token_id == self._eos_token_id
+                reason = None if eos else final
+                self._finish(index, choice, "stop", matched, final, reason, out)
             case _:
                 assert_never(outcome)
 
@@ -309,12 +316,14 @@ class ResponseAssembler:
         reason: str,
         streamed_match: MatchedStop,
         final_match: MatchedStop,
+        stop_reason: MatchedStop,
         out: list[bytes],
     ) -> None:
         choice.done = True
         choice.finish_reason = reason
         choice.matched = final_match
         choice.streamed_match = streamed_match
+        choice.stop_reason = stop_reason
         self._open -= 1
         # Everything decoded has gone out now (flushed, or cut at a stop).
         self._release(choice, choice.emitted, final=True)

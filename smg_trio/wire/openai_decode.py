@@ -175,6 +175,8 @@ def validate_chat(req: ChatCompletionRequest) -> None:
         if not req.logprobs:
             raise _reject("top_logprobs", "top_logprobs requires logprobs to be true")
     choice = req.tool_choice
+    if choice is None and req.tools:
+        choice = "auto"  # vLLM's default when tools are given, then its 400 without a parser
     if choice is not None and choice != "none":
         shown = (
             f"{{'function': {choice.function.name!r}}}"

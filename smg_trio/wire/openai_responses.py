@@ -2,7 +2,9 @@
 
 Field order is the order OpenAI/SGLang emit. Fields OpenAI always sends are plain `None`
 defaults (`"finish_reason": null`); fields it omits when absent use `UNSET` (`usage`,
-`matched_stop`, delta keys).
+`matched_stop`, delta keys). `stop_reason` is vLLM's (the stop string, the stop token id, or
+null): set on every non-streaming choice and on finish chunks, as vLLM sends it; `matched_stop`
+is smg's (docs/stops-and-finalize.md §3.9).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
     delta: ChoiceDelta
     logprobs: ChoiceLogprobs | msgspec.Raw | None = None  # Raw: pre-encoded ChoiceLogprobs
     finish_reason: str | None = None
+    stop_reason: MatchedStop | UnsetType | None = UNSET
     matched_stop: MatchedStop | UnsetType = UNSET
 
 
@@ -89,6 +92,7 @@ class ChatChoice(msgspec.Struct, frozen=True, kw_only=True):
     message: ResponseMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: MatchedStop | UnsetType | None = UNSET
     matched_stop: MatchedStop | UnsetType = UNSET
 
 
@@ -126,6 +130,7 @@ class CompletionChoice(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    stop_reason: MatchedStop | UnsetType | None = UNSET
     matched_stop: MatchedStop | UnsetType = UNSET
     prompt_logprobs: PromptLogprobs | UnsetType = UNSET
 

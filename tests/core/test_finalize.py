@@ -205,6 +205,22 @@ def test_n_fans_out_with_distinct_ids_and_seeds() -> None:
     assert [r.sampling.seed for r in unseeded.requests] == [None, None, None]
 
 
+def test_vllm_refuses_n_above_1_with_greedy_sampling_as_its_sampling_params_do() -> None:
+    """vLLM 0.32's server: "n must be 1 when using greedy sampling, got 2." (temperature below
+    1e-5); with any other temperature, or unset (vLLM's default is 1.0), n > 1 is fine, and
+    other runtimes take greedy n > 1."""
+    for wire in (Wire.ZMQ, Wire.GRPC):
+        for temperature in (0.0, 1e-6):
+            with pytest.raises(ClientError) as info:
+                run(Runtime.VLLM, wire, plan(n=2, temperature=temperature))
+            assert info.value.param == "n"
+            assert "greedy" in info.value.message
+        assert len(run(Runtime.VLLM, wire, plan(n=2, temperature=0.7)).requests) == 2
+        assert len(run(Runtime.VLLM, wire, plan(n=2)).requests) == 2
+        assert len(run(Runtime.VLLM, wire, plan(temperature=0.0)).requests) == 1
+    assert len(run(Runtime.SGLANG, Wire.GRPC, plan(n=2, temperature=0.0)).requests) == 2
+
+
 def test_unspecified_runtime_is_rejected_with_a_clear_message() -> None:
     with pytest.raises(UnsupportedRuntime, match="must be declared"):
         require_adapter(Runtime.UNSPECIFIED, Wire.ZMQ)

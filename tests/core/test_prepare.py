@@ -77,6 +77,9 @@ def test_tiny_llama_prompt_starts_with_one_bos() -> None:
     assert plan.prompt_ids[0] == 1
     assert plan.prompt_ids.count(1) == 1
     assert plan.stop_spec.token_ids == (2, 7)
+    # config.json's EOS is the primary one: a stop on it reports stop_reason null (as vLLM);
+    # 7, generation_config.json's extra EOS, reports itself.
+    assert plan.stop_spec.eos_token_id == 2
 
 
 def test_unset_max_tokens_becomes_the_rest_of_the_context() -> None:
@@ -109,6 +112,8 @@ def test_stop_spec_has_eos_then_user_ids_and_strings() -> None:
     assert plan.sampling.stop == ("\n\n", "END")
     assert plan.sampling.stop_token_ids == (7, 2)
     assert chat_plan(ignore_eos=True, stop_token_ids=[7]).stop_spec.token_ids == (7,)
+    assert chat_plan().stop_spec.eos_token_id == DEMO.eos_ids.primary is not None
+    assert chat_plan(ignore_eos=True).stop_spec.eos_token_id is None  # no EOS stop at all
 
 
 def test_include_stop_str_in_output_is_no_stop_trim() -> None:

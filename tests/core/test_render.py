@@ -67,13 +67,17 @@ def test_chat_chunk_golden_bytes() -> None:
         b',"choices":[{"index":1,"delta":{"content":"say \\"hi\\"\\n"},'
         b'"logprobs":null,"finish_reason":null}]}'
     )
-    assert r.finish(0, "stop", "</s>") == CHAT_HEAD + (
+    assert r.finish(0, "stop", "</s>", stop_reason="</s>") == CHAT_HEAD + (
         b',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop",'
-        b'"matched_stop":"</s>"}]}'
+        b'"stop_reason":"</s>","matched_stop":"</s>"}]}'
     )
-    assert r.finish(0, "stop", 151645).endswith(b'"finish_reason":"stop","matched_stop":151645}]}')
+    assert r.finish(0, "stop", 151645, stop_reason=151645).endswith(
+        b'"finish_reason":"stop","stop_reason":151645,"matched_stop":151645}]}'
+    )
+    # vLLM's finish chunk always carries stop_reason: null for a length or an EOS finish.
     assert r.finish(2, "length") == CHAT_HEAD + (
-        b',"choices":[{"index":2,"delta":{},"logprobs":null,"finish_reason":"length"}]}'
+        b',"choices":[{"index":2,"delta":{},"logprobs":null,"finish_reason":"length",'
+        b'"stop_reason":null}]}'
     )
     assert r.usage(Usage.of(5, 7)) == CHAT_HEAD + (
         b',"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}'
@@ -99,10 +103,12 @@ def test_completion_chunk_golden_bytes() -> None:
         b',"choices":[{"text":"once","index":0,"logprobs":null,"finish_reason":null}]}'
     )
     assert r.finish(1, "length") == CMPL_HEAD + (
-        b',"choices":[{"text":"","index":1,"logprobs":null,"finish_reason":"length"}]}'
+        b',"choices":[{"text":"","index":1,"logprobs":null,"finish_reason":"length",'
+        b'"stop_reason":null}]}'
     )
-    assert r.finish(0, "stop", text="!") == CMPL_HEAD + (
-        b',"choices":[{"text":"!","index":0,"logprobs":null,"finish_reason":"stop"}]}'
+    assert r.finish(0, "stop", text="!", stop_reason="\n") == CMPL_HEAD + (
+        b',"choices":[{"text":"!","index":0,"logprobs":null,"finish_reason":"stop",'
+        b'"stop_reason":"\\n"}]}'
     )
     assert r.usage(Usage.of(2, 3)) == CMPL_HEAD + (
         b',"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}'
@@ -133,7 +139,12 @@ def test_chat_completion_body() -> None:
         usage=Usage.of(4, 9),
         choices=[
             FinishedChoice(
-                index=0, text="Hi.", finish_reason="stop", completion_tokens=3, matched_stop="\n"
+                index=0,
+                text="Hi.",
+                finish_reason="stop",
+                completion_tokens=3,
+                matched_stop="\n",
+                stop_reason="\n",
             ),
             FinishedChoice(index=1, text="", finish_reason="length", completion_tokens=5),
             FinishedChoice(index=2, text=" \n", finish_reason="stop", completion_tokens=1),
@@ -143,11 +154,11 @@ def test_chat_completion_body() -> None:
         b'{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",'
         b'"choices":['
         b'{"index":0,"message":{"role":"assistant","content":"Hi."},"logprobs":null,'
-        b'"finish_reason":"stop","matched_stop":"\\n"},'
+        b'"finish_reason":"stop","stop_reason":"\\n","matched_stop":"\\n"},'
         b'{"index":1,"message":{"role":"assistant","content":""},"logprobs":null,'
-        b'"finish_reason":"length"},'
+        b'"finish_reason":"length","stop_reason":null},'
         b'{"index":2,"message":{"role":"assistant","content":" \\n"},"logprobs":null,'
-        b'"finish_reason":"stop"}],'
+        b'"finish_reason":"stop","stop_reason":null}],'
         b'"usage":{"prompt_tokens":4,"completion_tokens":9,"total_tokens":13}}'
     )
     parsed = openai.types.chat.ChatCompletion.model_validate_json(body)
@@ -181,13 +192,18 @@ def test_completion_body() -> None:
         usage=Usage.of(2, 2),
         choices=[
             FinishedChoice(
-                index=0, text="ab", finish_reason="stop", completion_tokens=2, matched_stop=2
+                index=0,
+                text="ab",
+                finish_reason="stop",
+                completion_tokens=2,
+                matched_stop=2,
+                stop_reason=2,
             )
         ],
     )
     assert body == CMPL_HEAD + (
         b',"choices":[{"text":"ab","index":0,"logprobs":null,"finish_reason":"stop",'
-        b'"matched_stop":2}],"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}}'
+        b'"stop_reason":2,"matched_stop":2}],"usage":{"prompt_tokens":2,"completion_tokens":2,"total_tokens":4}}'
     )
     assert openai.types.Completion.model_validate_json(body).choices[0].text == "ab"
 

@@ -245,3 +245,53 @@ def test_the_stream_end_reports_what_the_chunks_said() -> None:
     assert end.finish == (ChoiceFinish(0, "stop", "world"), ChoiceFinish(1, "length", None))
     assert last["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
     assert end.usage == Usage.of(3, 2 + 4)
+
+
+def stop_reason_assembler(endpoint: Endpoint, *, stream: bool) -> ResponseAssembler:
+    """999 (`<eos>`) is the primary EOS; 1002 another stop id; "." a stop string."""
+    plan = GeneratePlan(
+        request_id="r1",
+        endpoint=endpoint,
+        model="m",
+        prompt_ids=(1, 2, 3),
+        sampling=SamplingParams(stop=(".",), stop_token_ids=(1002,)),
+        stream=stream,
+        stop_spec=StopSpec(strings=(".",), token_ids=(999, 1002), eos_token_id=999),
+    )
+    return ResponseAssembler(plan, T1, created=1700000000)
+
+
+def reported_stop_reason(endpoint: Endpoint, stream: bool, events: list[EngineEvent]) -> Any:
+    """The `stop_reason` a client sees: the finish chunk's, or the body's choice's."""
+    a = stop_reason_assembler(endpoint, stream=stream)
+    out = a.on_events(events)
+    assert a.done
+    if not stream:
+        return json.loads(a.response_body())["choices"][0]["stop_reason"]
+    (finish,) = [c for o in objs(out) for c in o["choices"] if c["finish_reason"] is not None]
+    return finish["stop_reason"]
+
+
+def test_stop_reason_is_vllms_string_stop_id_or_null_for_the_primary_eos() -> None:
+    """vLLM's `stop_reason` on every choice, streaming or not, chat and completions: the matched
+    string; a stop token id (streaming chat too, where matched_stop is absent); null for the
+    model's primary EOS (vLLM's check_stop) and for a length finish; an engine-reported id."""
+    cases: list[tuple[list[EngineEvent], Any]] = [
+        ([TokenDelta(0, (1, 6))], "."),
+        ([TokenDelta(0, (1, 1002))], 1002),
+        ([TokenDelta(0, (1, 999))], None),
+        ([TokenDelta(0, (1, 2)), ChoiceFinished(0, "length", None, 3, 2)], None),
+        ([TokenDelta(0, (1,)), ChoiceFinished(0, "stop", 1002, 3, 2)], 1002),
+    ]
+    for endpoint in (Endpoint.CHAT, Endpoint.COMPLETION):
+        for stream in (False, True):
+            for events, expected in cases:
+                got = reported_stop_reason(endpoint, stream, events)
+                assert got == expected, (endpoint, stream, events)
+
+
+def test_the_primary_eos_keeps_matched_stop_but_no_stop_reason() -> None:
+    a = stop_reason_assembler(Endpoint.CHAT, stream=False)
+    a.on_events([TokenDelta(0, (1, 999))])
+    choice = json.loads(a.response_body())["choices"][0]
+    assert (choice["matched_stop"], choice["stop_reason"]) == (999, None)  # smg's, vLLM's

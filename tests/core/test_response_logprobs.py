@@ -199,15 +199,51 @@ def test_completion_stream_offsets_continue_after_the_echo_and_earlier_chunks() 
     assert chunks[2]["logprobs"]["top_logprobs"] == [{"world": pytest.approx(-0.2)}]
 
 
-def test_a_character_split_over_tokens_shows_replacement_bytes_per_token() -> None:
-    a = make(tokenizer=ByteMockTokenizer(), stream=False)
-    a.on_events([delta([0xC3, 0xA9]), ChoiceFinished(0, "length", None, 3, 2)])
-    choice = json.loads(a.response_body())["choices"][0]
-    assert choice["message"]["content"] == "é"
-    assert [(c["token"], c["bytes"]) for c in choice["logprobs"]["content"]] == [
-        ("\ufffd", [0xEF, 0xBF, 0xBD]),
-        ("\ufffd", [0xEF, 0xBF, 0xBD]),
+def chat_entries(a: ResponseAssembler, out: list[bytes], stream: bool) -> list[dict[str, Any]]:
+    if not stream:
+        return list(json.loads(a.response_body())["choices"][0]["logprobs"]["content"])
+    return [
+        entry
+        for chunk in objs(out)
+        for choice in chunk["choices"]
+        if choice.get("logprobs")
+        for entry in choice["logprobs"]["content"]
     ]
+
+
+def test_a_character_split_over_tokens_is_completed_by_the_tokens_before_it_as_vllm() -> None:
+    """vLLM's logprobs processor decodes a token whose text alone ends in U+FFFD again after the
+    sampled tokens before it: "" while the character is incomplete, the whole character on the
+    token that completes it; a whole-character token before it keeps its own text. Streamed in
+    separate chunks the context carries over."""
+    expected = [("A", [0x41]), ("", []), ("", []), ("€", list("€".encode()))]
+    for stream in (False, True):
+        a = make(tokenizer=ByteMockTokenizer(), stream=stream)
+        out: list[bytes] = []
+        for event in (delta([0x41, 0xE2]), delta([0x82]), delta([0xAC])):
+            out += a.on_events([event])
+        out += a.on_events([ChoiceFinished(0, "length", None, 3, 4)])
+        assert [(c["token"], c["bytes"]) for c in chat_entries(a, out, stream)] == expected
+
+
+def test_split_character_alternatives_use_the_sampled_tokens_before_them() -> None:
+    """Top alternatives are completed with the sampled tokens before their position (never
+    with each other): after a sampled 0xC3, the alternative 0xA8 is "è"; the first position's
+    partial alternative has no context: ""."""
+    first = TokenLogprob(0xC3, -0.1, 1, (TopLogprob(0xC3, -0.1), TopLogprob(0xE2, -0.2)))
+    second = TokenLogprob(0xA9, -0.3, 1, (TopLogprob(0xA9, -0.3), TopLogprob(0xA8, -0.4)))
+    for endpoint in (Endpoint.CHAT, Endpoint.COMPLETION):
+        a = make(endpoint, tokenizer=ByteMockTokenizer(), stream=False, logprobs=2)
+        a.on_events([TokenDelta(0, (0xC3, 0xA9), (first, second))])
+        a.on_events([ChoiceFinished(0, "length", None, 3, 2)])
+        choice = json.loads(a.response_body())["choices"][0]
+        if endpoint is Endpoint.CHAT:
+            tops = [[t["token"] for t in c["top_logprobs"]] for c in choice["logprobs"]["content"]]
+            assert tops == [["", ""], ["é", "è"]]
+        else:
+            assert choice["logprobs"]["tokens"] == ["", "é"]
+            assert [list(t) for t in choice["logprobs"]["top_logprobs"]] == [[""], ["é", "è"]]
+            assert choice["logprobs"]["text_offset"] == [0, 0]  # "" advances by nothing
 
 
 def test_continuous_usage_stats_put_running_usage_on_every_chunk() -> None:

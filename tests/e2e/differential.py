@@ -21,6 +21,9 @@ IGNORED_KEYS: Final = frozenset(
         "created",  # a clock
         "system_fingerprint",  # vLLM sends null; not a behaviour
         "message",  # only in an error: its wording; status, type, code and param are compared
+        # smg's own stop field, which vLLM does not send; vLLM's `stop_reason` is compared
+        # (docs/stops-and-finalize.md §3.9).
+        "matched_stop",
     }
 )
 # Where both sides answer, these must match exactly: the rest of a float tree within 1e-4.
@@ -103,15 +106,18 @@ def _is_float_pair(left: Any, right: Any) -> bool:
 
 def fold_stream(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The non-streamed shape of a stream: per choice index the concatenated text (or content)
-    and logprobs, the last finish_reason and stop_reason; the last usage; and how many chunks
-    carried usage (continuous_usage_stats puts it on every one)."""
-    folded: dict[str, Any] = {"choices": {}, "usage": None, "chunks_with_usage": 0}
+    and logprobs, the last finish_reason and stop_reason; the last usage; and whether every
+    chunk carried usage (continuous_usage_stats puts it on every one). Not how many chunks did:
+    that counts chunk boundaries, which differ with how tokens coalesce under load and with
+    vLLM sending the last token's text in its finish chunk."""
+    folded: dict[str, Any] = {"choices": {}, "usage": None, "usage_on_every_chunk": bool(chunks)}
     for chunk in chunks:
         for key in ("object", "model"):
             folded.setdefault(key, chunk.get(key))
         if chunk.get("usage") is not None:
             folded["usage"] = chunk["usage"]
-            folded["chunks_with_usage"] += 1
+        else:
+            folded["usage_on_every_chunk"] = False
         for choice in chunk.get("choices") or []:
             _fold_choice(folded["choices"].setdefault(choice["index"], {}), choice)
     folded["choices"] = [folded["choices"][index] for index in sorted(folded["choices"])]

@@ -92,7 +92,12 @@ async def test_logprobs_through_a_grpc_worker(runtime: Runtime, tmp_path: Path) 
             choice = result["choices"][0]
             content = choice["logprobs"]["content"]
             assert len(content) == result["usage"]["completion_tokens"] == 6
-            assert "".join(entry["token"] for entry in content) == choice["message"]["content"]
+            text, spelled = choice["message"]["content"], "".join(e["token"] for e in content)
+            # A token whose text ends inside a character shows "" until a later token completes
+            # it (vLLM's rule, core/logprobs.py): the strings spell the text up to a character
+            # the output never completes.
+            assert text.startswith(spelled)
+            assert spelled == text or "\ufffd" in text
             for entry in content:
                 assert entry["bytes"] == list(entry["token"].encode())
                 assert len(entry["top_logprobs"]) == 2

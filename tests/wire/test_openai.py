@@ -650,6 +650,18 @@ def test_tool_choice_that_needs_a_parser_is_a_400(choice: Any) -> None:
     )
 
 
+def test_tools_without_tool_choice_default_to_auto_and_are_a_400_as_in_vllm() -> None:
+    """vLLM's server makes tool_choice "auto" when tools are given without one, then answers
+    400 without --tool-call-parser (verified on vLLM 0.32); no tools, or none: accepted."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    err = rejected(decode_chat_request, chat(tools=tools))
+    assert err.param == "tool_choice"
+    assert "'auto'" in err.message
+    assert "--tool-call-parser" in err.message
+    assert decode_chat_request(chat(tools=tools, tool_choice="none")).tools is not None
+    assert decode_chat_request(chat()).tool_choice is None
+
+
 def test_completion_suffix_is_a_400() -> None:
     assert rejected(decode_completion_request, completion(suffix="!")).param == "suffix"
 
