@@ -150,14 +150,18 @@ class StopScanner:
         step = self._detokenizer.step
         stop_token_ids = self._stop_token_ids
         searching = bool(self._patterns)
+        unchecked = self._unchecked  # a local: this loop runs once per generated token
         out = ""
-        for position, token_id in enumerate(token_ids, 1):
+        position = 0  # a counter, not enumerate(): most calls carry one id, and that is cheaper
+        for token_id in token_ids:
+            position += 1
             if token_id in stop_token_ids:
                 self.consumed = position
                 return self._stop_on_token(token_id, out)
             text = step(token_id)
-            if self._unchecked:
-                self._unchecked -= 1
+            if unchecked:
+                unchecked -= 1
+                self._unchecked = unchecked
                 out += self._hold_tail(text) if searching else text
                 continue
             if not text:
