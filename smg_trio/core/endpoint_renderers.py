@@ -226,7 +226,8 @@ class ChatRenderer(_OpenAIRenderer):
         if self._formatter is not None and positions:
             # The per-token path: spliced.
             logprobs = self._formatter.chat_json(positions, self._context(index))
-        return self._chunks.content(index, text, logprobs, self._running_usage(choice))
+        usage = self._running_usage(choice) if self._continuous else None
+        return self._chunks.content(index, text, logprobs, usage)
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(

@@ -302,8 +302,10 @@ class ResponseAssembler:
         if choice.pending:  # e.g. held text flushed at the engine's finish: its tokens go with it
             self._release(choice, choice.emitted, final=False)
         if self._stream:
-            out.append(self._renderer.text(index, text, choice, choice.released))
-            choice.released = []
+            released = choice.released
+            out.append(self._renderer.text(index, text, choice, released))
+            if released:  # renderers never keep the list: an empty one is reused, not replaced
+                choice.released = []
 
     def _open_choice(self, index: int, choice: _Choice, out: list[bytes]) -> None:
         choice.started = True
