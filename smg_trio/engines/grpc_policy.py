@@ -217,6 +217,20 @@ def int_keyed(logit_bias: Mapping[str, float]) -> dict[int, float]:
         raise invalid(f"logit_bias keys must be token ids: {exc}") from exc
 
 
+def sglang_family_rules(model: ServedModel, params: Any) -> TokenRules:
+    """SGLang and its fork TokenSpeed: string-keyed logit_bias and a `constraint` oneof."""
+    regex = params.regex if params.WhichOneof("constraint") == "regex" else None
+    return TokenRules.of(
+        logit_bias=int_keyed(params.logit_bias),
+        script=choice_tokens(model, None, regex, ignore_eos=params.ignore_eos),
+    )
+
+
+def sglang_family_logprobs(request: Any) -> int | None:
+    """The top-k asked through `return_logprob` / `top_logprobs_num` (SGLang, TokenSpeed)."""
+    return min(request.top_logprobs_num, MAX_LOGPROBS) if request.return_logprob else None
+
+
 def sampling_key(*, greedy: bool, seed: int | None) -> SamplingKey:
     if greedy:
         return Greedy()

@@ -28,9 +28,7 @@ from smg_trio.engines.grpc_policy import (
     JobSpec,
     RuntimePolicy,
     ServedModel,
-    int_keyed,
 )
-from smg_trio.engines.token_rules import TokenRules
 from smg_trio.wire._proto import sglang_scheduler_grpc
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 
@@ -66,18 +64,8 @@ def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
         ),
         rules=rules,
         stream=request.stream,
-        logprobs=min(request.top_logprobs_num, grpc_policy.MAX_LOGPROBS)
-        if request.return_logprob
-        else None,
-        token_rules=TokenRules.of(
-            logit_bias=int_keyed(p.logit_bias),
-            script=grpc_policy.choice_tokens(
-                model,
-                None,
-                p.regex if p.WhichOneof("constraint") == "regex" else None,
-                ignore_eos=p.ignore_eos,
-            ),
-        ),
+        logprobs=grpc_policy.sglang_family_logprobs(request),
+        token_rules=grpc_policy.sglang_family_rules(model, p),
     )
 
 

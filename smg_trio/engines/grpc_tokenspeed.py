@@ -31,10 +31,8 @@ from smg_trio.engines.grpc_policy import (
     JobSpec,
     RuntimePolicy,
     ServedModel,
-    int_keyed,
 )
 from smg_trio.engines.grpc_stops import TextStops
-from smg_trio.engines.token_rules import TokenRules
 from smg_trio.wire._proto import tokenspeed_scheduler_grpc
 from smg_trio.wire._proto import tokenspeed_scheduler_pb2 as tokenspeed
 
@@ -80,18 +78,8 @@ def admit(request: tokenspeed.GenerateRequest, model: ServedModel) -> JobSpec:
         stream=request.stream,
         stops=stops,
         trim_matched_stop=not p.no_stop_trim,
-        logprobs=min(request.top_logprobs_num, grpc_policy.MAX_LOGPROBS)
-        if request.return_logprob
-        else None,
-        token_rules=TokenRules.of(
-            logit_bias=int_keyed(p.logit_bias),
-            script=grpc_policy.choice_tokens(
-                model,
-                None,
-                p.regex if p.WhichOneof("constraint") == "regex" else None,
-                ignore_eos=p.ignore_eos,
-            ),
-        ),
+        logprobs=grpc_policy.sglang_family_logprobs(request),
+        token_rules=grpc_policy.sglang_family_rules(model, p),
     )
 
 
