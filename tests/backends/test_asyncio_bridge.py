@@ -148,7 +148,9 @@ async def test_handoff_coalesces_in_order_with_one_wakeup_per_batch() -> None:
     assert [i for batch in batches for i in batch] == list(range(items))
     assert handoff.stats.items == items
     assert handoff.stats.batches == len(batches)
-    assert len(batches) < items / 100, f"{len(batches)} wake-ups for {items} items"
+    # Coalescing, not one wake-up per item: idle, ~10 batches arrive; a loaded 2-core machine
+    # preempts the producer thread and has seen up to ~150, so the bound leaves room for that.
+    assert len(batches) < items / 20, f"{len(batches)} wake-ups for {items} items"
 
 
 async def test_handoff_callback_never_raises_into_trio() -> None:
