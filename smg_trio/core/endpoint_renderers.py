@@ -18,21 +18,15 @@ from typing import Protocol, assert_never
 
 from msgspec import UNSET, UnsetType
 
-from smg_trio.core.logprobs import (
-    LogprobFormatter,
-    TokenStrings,
-    prompt_logprobs,
-    sglang_logprobs,
-)
+from smg_trio.core.generate_rendering import GenerateRenderer
+from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
     CompletionStreamRenderer,
     FinishedChoice,
-    GenerateStreamRenderer,
     chat_completion,
     completion,
-    generate_response,
 )
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
@@ -342,76 +336,4 @@ class CompletionRenderer(_OpenAIRenderer):
             model=self._model,
             usage=usage,
             choices=choices,
-        )
-
-
-class GenerateRenderer:
-    """SGLang /generate: every chunk carries the cumulative text and `meta_info` counts, and
-    with `return_logprob` the cumulative output logprobs (SGLang's shape, core.logprobs)."""
-
-    keeps_output_ids = True
-    __slots__ = ("_chunks", "_id", "_positions", "_prompt_tokens", "_strings", "_with_top")
-
-    def __init__(self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str) -> None:
-        self._id = request_id
-        self._prompt_tokens = len(plan.prompt_ids)
-        self._chunks = GenerateStreamRenderer(
-            request_id=request_id, prompt_tokens=len(plan.prompt_ids), n=plan.n
-        )
-        width = plan.sampling.logprobs
-        # Per choice, every position released so far (None: logprobs not asked).
-        self._positions: list[list[TokenLogprob]] | None = (
-            None if width is None else [[] for _ in range(plan.choice_count)]
-        )
-        self._with_top = bool(width)
-        self._strings = TokenStrings(tokenizer) if plan.logprob_text else None
-
-    def _logprobs(self, index: int, positions: Positions) -> GenerateLogprobs | None:
-        if self._positions is None:
-            return None
-        released = self._positions[index]
-        released.extend(positions)
-        return sglang_logprobs(self._strings, released, with_top=self._with_top)
-
-    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
-        return ()
-
-    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        logprobs = self._logprobs(index, positions)
-        return self._chunks.chunk(index, choice.full_text(), choice.tokens, logprobs=logprobs)
-
-    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
-        return self._chunks.chunk(
-            index,
-            choice.full_text(),
-            choice.tokens,
-            finish_reason=choice.finish_reason,
-            matched_stop=choice.matched,
-            logprobs=self._logprobs(index, positions),
-        )
-
-    def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
-        # `meta_info.finish_reason` carries `matched` for stops only (render.generate_finish_reason).
-        matched = choice.matched if choice.finish_reason == "stop" else None
-        return ChoiceFinish(index, choice.finish_reason, matched)
-
-    def usage_chunk(self, usage: Usage) -> bytes | None:
-        return None  # every chunk carries its counts
-
-    def reported_usage(self, usage: Usage) -> Usage | None:
-        return usage
-
-    def final_logprobs(
-        self, index: int, positions: Positions, prompt: Positions | None
-    ) -> RenderedLogprobs | None:
-        if self._positions is None:
-            return None
-        return sglang_logprobs(self._strings, positions, with_top=self._with_top)
-
-    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
-        return UNSET  # no /generate field asks for prompt logprobs here
-
-    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
-        return generate_response(
-            request_id=self._id, prompt_tokens=self._prompt_tokens, choices=choices
         )

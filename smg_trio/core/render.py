@@ -1,4 +1,5 @@
-"""Pure. Renders results as client bytes: OpenAI/SGLang JSON, SSE events, WebSocket frames.
+"""Pure. Renders results as client bytes: OpenAI JSON, SSE events, WebSocket frames (SGLang's
+/generate bodies and chunks: core/generate_rendering.py).
 
 Streaming renderers return the chunk *payload* (one JSON object); `sse` and `websocket_chunk`
 frame it, so both transports carry byte-identical chunks. The per-token paths (`content`, `text`)
@@ -19,7 +20,6 @@ import msgspec
 from smg_trio.errors import GatewayError
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
-    NO_LOGPROBS,
     ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
@@ -29,10 +29,7 @@ from smg_trio.wire.openai_responses import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
-    GenerateFinishReason,
     GenerateLogprobs,
-    GenerateMetaInfo,
-    GenerateResponse,
     MatchedStop,
     PromptLogprobs,
     ResponseMessage,
@@ -310,99 +307,3 @@ def completion(
         id=request_id, created=created, model=model, choices=rendered, usage=usage
     )
     return _encode(response)
-
-
-def generate_finish_reason(
-    reason: str, matched_stop: MatchedStop | None, completion_tokens: int
-) -> GenerateFinishReason:
-    """SGLang's finish object: stop carries `matched`, length carries the token count."""
-    if reason == "length":
-        return GenerateFinishReason(type="length", length=completion_tokens)
-    if reason == "stop" and matched_stop is not None:
-        return GenerateFinishReason(type="stop", matched=matched_stop)
-    return GenerateFinishReason(type=reason)
-
-
-def _generate_response(
-    request_id: str,
-    prompt_tokens: int,
-    index: int | None,
-    text: str,
-    completion_tokens: int,
-    finish: GenerateFinishReason | None,
-    output_ids: tuple[int, ...] | None,
-    logprobs: GenerateLogprobs | None = None,
-) -> GenerateResponse:
-    return GenerateResponse(
-        text=text,
-        output_ids=msgspec.UNSET if output_ids is None else output_ids,
-        meta_info=GenerateMetaInfo(
-            id=request_id,
-            finish_reason=finish,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            output_token_logprobs=(logprobs or NO_LOGPROBS).output_token_logprobs,
-            output_top_logprobs=(logprobs or NO_LOGPROBS).output_top_logprobs,
-        ),
-        index=msgspec.UNSET if index is None else index,
-    )
-
-
-def generate_response(
-    *, request_id: str, prompt_tokens: int, choices: Sequence[FinishedChoice]
-) -> bytes:
-    """A non-streaming /generate body: one object, or an array of them when n > 1 (as SGLang)."""
-    many = len(choices) > 1
-    rendered = [
-        _generate_response(
-            request_id,
-            prompt_tokens,
-            c.index if many else None,
-            c.text,
-            c.completion_tokens,
-            generate_finish_reason(c.finish_reason, c.matched_stop, c.completion_tokens),
-            c.output_ids,
-            c.logprobs if isinstance(c.logprobs, GenerateLogprobs) else None,
-        )
-        for c in choices
-    ]
-    return _encode(rendered if many else rendered[0])
-
-
-class GenerateStreamRenderer:
-    """Chunks of a streaming /generate: each carries the CUMULATIVE text, as SGLang streams."""
-
-    __slots__ = ("_id", "_n", "_prompt_tokens")
-
-    def __init__(self, *, request_id: str, prompt_tokens: int, n: int) -> None:
-        self._id = request_id
-        self._prompt_tokens = prompt_tokens
-        self._n = n
-
-    def chunk(
-        self,
-        index: int,
-        text: str,
-        completion_tokens: int,
-        *,
-        finish_reason: str | None = None,
-        matched_stop: MatchedStop | None = None,
-        output_ids: tuple[int, ...] | None = None,
-        logprobs: GenerateLogprobs | None = None,
-    ) -> bytes:
-        finish = (
-            None
-            if finish_reason is None
-            else generate_finish_reason(finish_reason, matched_stop, completion_tokens)
-        )
-        response = _generate_response(
-            self._id,
-            self._prompt_tokens,
-            index if self._n > 1 else None,
-            text,
-            completion_tokens,
-            finish,
-            output_ids,
-            logprobs,
-        )
-        return _encode(response)

@@ -12,15 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from smg_trio.core.generate_rendering import GenerateStreamRenderer, generate_response
 from smg_trio.core.render import (
     SSE_DONE,
     ChatStreamRenderer,
     CompletionStreamRenderer,
     FinishedChoice,
-    GenerateStreamRenderer,
     chat_completion,
     completion,
-    generate_response,
     sse,
     sse_error,
     websocket_chunk,
