@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final
 
 import trio
+from openai import OpenAI
 
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.config import GatewayConfig, WorkerSpec
@@ -207,3 +208,10 @@ def chat_outcome(events: list[SseEvent]) -> ChatOutcome:
                 finishes[index] = choice["finish_reason"]
                 matched[index] = choice.get("matched_stop")
     return ChatOutcome(texts, finishes, matched, usage)
+
+
+def openai_client(server: LiveServer) -> OpenAI:
+    """The `openai` SDK pointed at `server`, without retries. Tests run this sync client in a
+    worker thread: AsyncOpenAI leaves its async generators unexhausted after `[DONE]`, which
+    trio reports as a ResourceWarning (an error here)."""
+    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0, timeout=20)

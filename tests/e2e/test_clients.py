@@ -9,12 +9,10 @@ import json
 import shlex
 import shutil
 import ssl
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
-import pytest
 import trio
 import trustme
 from openai import OpenAI
@@ -32,6 +30,7 @@ from tests.e2e.live_server import (
     chat_body,
     chat_outcome,
     live_server,
+    openai_client,
     parse_sse,
 )
 
@@ -40,18 +39,6 @@ CHAT: Final = "/v1/chat/completions"
 # Spans five tokens of the replayed text: ' scan', 'ner', ',', ' t', 'o'.
 SPANNING_STOP: Final = "scanner, to"
 TEXT_BEFORE_SPANNING_STOP: Final = "Tokens stream from the engine, through the stop "
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
-    async with live_server(tmp_path) as running:
-        yield running
-
-
-def sdk(server: LiveServer) -> OpenAI:
-    """The sync client, run in a worker thread: AsyncOpenAI leaves its async generators
-    unexhausted after `[DONE]`, which trio reports as a ResourceWarning (an error here)."""
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0, timeout=20)
 
 
 def stream_chat(client: OpenAI, stop: str) -> tuple[str, list[str], CompletionUsage | None]:
@@ -76,7 +63,7 @@ def stream_chat(client: OpenAI, stop: str) -> tuple[str, list[str], CompletionUs
 
 
 async def test_openai_sdk_streaming_chat_with_stops_that_span_tokens(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         for stop, expected in ((STOP, REPLAY_HEAD), (SPANNING_STOP, TEXT_BEFORE_SPANNING_STOP)):
             text, finishes, usage = await trio.to_thread.run_sync(stream_chat, client, stop)
             assert text == expected
@@ -121,7 +108,7 @@ def chat_n2(client: OpenAI) -> None:
 
 
 async def test_openai_sdk_non_streaming_chat_and_n2(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(chat_n2, client)
 
 
@@ -141,7 +128,7 @@ def completions(client: OpenAI) -> None:
 
 
 async def test_openai_sdk_completions_stream_and_length(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(completions, client)
 
 
@@ -159,7 +146,7 @@ def open_and_close_a_stream(client: OpenAI) -> None:
 
 
 async def test_openai_sdk_closing_a_stream_aborts_the_engine_request(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(open_and_close_a_stream, client)
         assert await server.seconds_until_idle() <= 0.05
 

@@ -6,32 +6,24 @@ non-streaming and over the WebSocket protocol."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Final
 
 import httpx
-import pytest
 import trio
 import trio_websocket
-from openai import OpenAI
 from openai.types import Completion, CompletionUsage
 
-from tests.e2e.live_server import API_KEY, MODEL, REPLAY_HEAD, STOP, LiveServer, live_server
+from tests.e2e.live_server import (
+    API_KEY,
+    MODEL,
+    REPLAY_HEAD,
+    STOP,
+    LiveServer,
+    openai_client,
+)
 
 TEST_TIMEOUT_S: Final = 30.0
 PROMPTS: Final = ["First prompt", "The second, longer prompt"]
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
-    async with live_server(tmp_path) as running:
-        yield running
-
-
-def sdk(server: LiveServer) -> OpenAI:
-    # The sync client in a worker thread, as tests/e2e/test_clients.py explains.
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0, timeout=20)
 
 
 async def prompt_lengths(server: LiveServer) -> list[int]:
@@ -44,7 +36,7 @@ async def prompt_lengths(server: LiveServer) -> list[int]:
 
 async def test_sdk_batch_non_streaming_with_n_and_echo(server: LiveServer) -> None:
     def call() -> Completion:
-        return sdk(server).completions.create(
+        return openai_client(server).completions.create(
             model=MODEL, prompt=PROMPTS, n=2, echo=True, stop=[STOP], max_tokens=60
         )
 
@@ -69,7 +61,7 @@ async def test_sdk_batch_of_token_id_lists_streaming_with_usage(server: LiveServ
         ]
 
     def call() -> tuple[dict[int, str], dict[int, str], CompletionUsage | None]:
-        stream = sdk(server).completions.create(
+        stream = openai_client(server).completions.create(
             model=MODEL,
             prompt=ids,
             stream=True,

@@ -4,31 +4,24 @@ continuous usage stats, chat echo."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Final
 
-import pytest
 import trio
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.e2e.live_server import API_KEY, MODEL, REPLAY_HEAD, STOP, LiveServer, live_server
+from tests.e2e.live_server import (
+    MODEL,
+    REPLAY_HEAD,
+    STOP,
+    LiveServer,
+    openai_client,
+)
 
 TEST_TIMEOUT_S: Final = 30.0
 MESSAGES: Final[list[ChatCompletionMessageParam]] = [
     {"role": "user", "content": "How does it work?"}
 ]
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
-    async with live_server(tmp_path) as running:
-        yield running
-
-
-def sdk(server: LiveServer) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0, timeout=20)
 
 
 def chat_logprobs(client: OpenAI) -> None:
@@ -135,15 +128,15 @@ def chat_echo(client: OpenAI) -> None:
 
 
 async def test_sdk_parses_chat_logprobs_and_continuous_usage(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(chat_logprobs, client)
 
 
 async def test_sdk_parses_completion_logprobs(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(completion_logprobs, client)
 
 
 async def test_sdk_chat_echo_prefixes_the_last_assistant_message(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(chat_echo, client)

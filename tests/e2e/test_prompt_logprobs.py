@@ -7,8 +7,6 @@ and completions, in vLLM's shapes. The reference engine ranks every prompt token
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, Final
 
 import httpx
@@ -17,20 +15,10 @@ import trio
 from openai import OpenAI
 
 from smg_trio.engines.wire_adapter import PROMPT_TOKEN_RANK
-from tests.e2e.live_server import API_KEY, MODEL, LiveServer, live_server
+from tests.e2e.live_server import API_KEY, MODEL, LiveServer, openai_client
 
 TEST_TIMEOUT_S: Final = 30.0
 PROMPT: Final = "Once upon a time"
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
-    async with live_server(tmp_path) as running:
-        yield running
-
-
-def sdk(server: LiveServer) -> OpenAI:
-    return OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0, timeout=20)
 
 
 def prompt_token_count(client: OpenAI) -> int:
@@ -176,29 +164,29 @@ def chat_echo_implies_prompt_logprobs(client: OpenAI) -> None:
 
 
 async def test_chat_echo_carries_prompt_logprobs(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(chat_echo_implies_prompt_logprobs, client)
 
 
 async def test_echo_with_max_tokens_0_scores_the_prompt(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(echo_scoring, client)
 
 
 async def test_echo_with_logprobs_puts_the_prompt_before_the_generated_tokens(
     server: LiveServer,
 ) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(echo_then_generated, client)
 
 
 async def test_streamed_echo_with_logprobs_folds_to_the_full_response(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(echo_streamed, client)
 
 
 async def test_prompt_logprobs_extra_on_completions_and_chat(server: LiveServer) -> None:
-    with trio.fail_after(TEST_TIMEOUT_S), sdk(server) as client:
+    with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(prompt_logprobs_extra, client)
 
 
