@@ -19,7 +19,7 @@ explicitly. Integer values the protobuf field cannot hold are a `ClientError`, n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, TypeAlias
+from typing import Final, Protocol, TypeAlias
 
 from smg_trio.errors import ClientError, UnsupportedRuntime
 from smg_trio.neutral.runtime import Runtime
@@ -73,29 +73,10 @@ def build_generate(
     `stream=False`: the engine sends only complete messages. `prompt_text` is the prompt's
     text for the engine's logs; it may stay empty.
     """
-    match runtime:
-        case Runtime.VLLM:
-            return build_vllm_generate(
-                request, engine_request_id, stream=stream, prompt_text=prompt_text
-            )
-        case Runtime.SGLANG:
-            return build_sglang_generate(
-                request, engine_request_id, stream=stream, prompt_text=prompt_text
-            )
-        case Runtime.TOKENSPEED:
-            return build_tokenspeed_generate(
-                request, engine_request_id, stream=stream, prompt_text=prompt_text
-            )
-        case Runtime.MLX:
-            return build_mlx_generate(
-                request, engine_request_id, stream=stream, prompt_text=prompt_text
-            )
-        case Runtime.TRTLLM:
-            return build_trtllm_generate(
-                request, engine_request_id, stream=stream, prompt_text=prompt_text
-            )
-        case _:
-            raise UnsupportedRuntime(f"runtime {runtime.value!r} has no gRPC service")
+    builder = _GENERATE_BUILDERS.get(runtime)
+    if builder is None:
+        raise UnsupportedRuntime(f"runtime {runtime.value!r} has no gRPC service")
+    return builder(request, engine_request_id, stream=stream, prompt_text=prompt_text)
 
 
 def build_abort(runtime: Runtime, request_ids: Sequence[str]) -> list[AbortRequest]:
@@ -326,3 +307,18 @@ def _optional_top_k(top_k: int | None) -> int | None:
 
 def _ids(ids: Sequence[int], param: str = "stop_token_ids") -> tuple[int, ...]:
     return checked_ids(ids, param, None)
+
+
+class _GenerateBuilder(Protocol):
+    def __call__(
+        self, request: EngineRequest, engine_request_id: str, *, stream: bool, prompt_text: str
+    ) -> GenerateRequest: ...
+
+
+_GENERATE_BUILDERS: Final[dict[Runtime, _GenerateBuilder]] = {
+    Runtime.VLLM: build_vllm_generate,
+    Runtime.SGLANG: build_sglang_generate,
+    Runtime.TOKENSPEED: build_tokenspeed_generate,
+    Runtime.MLX: build_mlx_generate,
+    Runtime.TRTLLM: build_trtllm_generate,
+}

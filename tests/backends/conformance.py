@@ -24,7 +24,10 @@ import trio
 from smg_trio.backends.base import Backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
+from smg_trio.engines.cli import load_engine_model
+from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.errors import EngineDead
+from smg_trio.model import demo_model_path
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
@@ -312,3 +315,16 @@ async def run_check(
             await assert_nothing_left_in_flight(engine, engine_lives=engine_lives)
     assert task_count() == tasks, "the backend left tasks running"
     assert open_fd_count() == fds, "the backend or engine harness leaked file descriptors"
+
+
+def expected_greedy_tokens(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
+    """What every reference engine generates for a greedy ignore_eos request on the demo
+    model, computed here from the same generation source."""
+    model = load_engine_model(demo_model_path())
+    generation = Generation(
+        model.source,
+        prompt,
+        Greedy(),
+        StopRules(max_tokens=max_tokens, max_model_len=model.max_model_len),
+    )
+    return [generation.step().token_id for _ in range(max_tokens)]

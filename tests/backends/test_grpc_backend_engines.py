@@ -16,7 +16,6 @@ import trio
 
 from smg_trio.backends.grpc_services import open_loop_client
 from smg_trio.engines.cli import load_engine_model
-from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.errors import BackendUnavailable, EngineRejected
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.grpc_messages import build_sglang_generate
@@ -95,18 +94,6 @@ async def test_conformance(
         dump_log(log_path)
 
 
-def expected_greedy_tokens(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
-    """What every reference engine generates for a greedy ignore_eos request, computed here."""
-    model = load_engine_model(MODEL_PATH)
-    generation = Generation(
-        model.source,
-        prompt,
-        Greedy(),
-        StopRules(max_tokens=max_tokens, max_model_len=model.max_model_len),
-    )
-    return [generation.step().token_id for _ in range(max_tokens)]
-
-
 @pytest.mark.parametrize("runtime", [Runtime.SGLANG, Runtime.VLLM], ids=lambda r: r.value)
 async def test_tokens_and_model_info_are_the_engines(
     runtime: Runtime, shared_engines: dict[Runtime, Engine]
@@ -116,7 +103,7 @@ async def test_tokens_and_model_info_are_the_engines(
         # vLLM refuses greedy n > 1 (core/finalize.py), as its own SamplingParams do.
         n = 1 if runtime is Runtime.VLLM else 2
         events = await collect(backend, make_request(backend, max_tokens=20, n=n, seed=3))
-        expected = expected_greedy_tokens(PROMPT, 20)
+        expected = conformance.expected_greedy_tokens(PROMPT, 20)
         for choice in range(n):
             assert tokens_of(events, choice) == expected  # greedy: seed unused
         finishes = finishes_of(events)

@@ -16,7 +16,6 @@ import trio
 
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.engines.cli import load_engine_model
-from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.errors import EngineDead, EngineRejected
 from smg_trio.model import demo_model_path, load_model_dir
@@ -163,25 +162,13 @@ def engines_logged_in(
     ), log_path
 
 
-def expected_greedy_tokens(prompt: tuple[int, ...], max_tokens: int) -> list[int]:
-    """What the reference engine generates for a greedy ignore_eos request, computed here."""
-    model = load_engine_model(MODEL_PATH)
-    generation = Generation(
-        model.source,
-        prompt,
-        Greedy(),
-        StopRules(max_tokens=max_tokens, max_model_len=model.max_model_len),
-    )
-    return [generation.step().token_id for _ in range(max_tokens)]
-
-
 @pytest.mark.parametrize("runtime", RUNTIMES)
 async def test_tokens_are_exactly_what_the_engine_generated(
     runtime: Runtime, tmp_path: Path
 ) -> None:
     async def check(engine: EngineUnderTest) -> None:
         events = await collect(engine.backend, make_request(engine.backend, max_tokens=20))
-        assert tokens_of(events) == expected_greedy_tokens(PROMPT, 20)
+        assert tokens_of(events) == conformance.expected_greedy_tokens(PROMPT, 20)
         statistics = engine.backend.statistics()
         assert statistics.max_model_len == load_engine_model(MODEL_PATH).max_model_len
         version = statistics.engines[0].version
