@@ -45,6 +45,7 @@ class LiveServer:
     scheme: str
     api_key: str | None
     step_ms: float
+    stop: trio.Event  # set: the server drains and shuts down, as on SIGTERM (engines stay up)
 
     @property
     def port(self) -> int:
@@ -152,7 +153,7 @@ async def live_server(
                         for worker in serving.gateway.pool.workers:
                             await worker.backend.wait_ready()
                 scheme = "http" if tls is None else "https"
-                yield LiveServer(serving, processes, scheme, api_key, step_ms)
+                yield LiveServer(serving, processes, scheme, api_key, step_ms, stop)
             finally:
                 stop.set()
                 with trio.CancelScope(shield=True):
