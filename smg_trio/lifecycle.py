@@ -29,7 +29,7 @@ from typing import Final, Protocol, runtime_checkable
 
 import trio
 
-from smg_trio.errors import BackendUnavailable, GatewayError
+from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
 from smg_trio.request import ClientSink
 
 logger = logging.getLogger(__name__)
@@ -68,6 +68,9 @@ class LiveRequest:
     """Cancelled by the drain: its response must end with the `Draining` error."""
     quiet_scans: int = 0
     keeping_alive: bool = False
+    keep_alive_sink: KeepAliveSink | None = None
+    """The sink, if it can keep a stream alive: checked once at admission (a protocol check
+    costs microseconds; the scan must not pay it per request per scan)."""
 
 
 class Lifecycle:
@@ -80,8 +83,8 @@ class Lifecycle:
         self._emptied.set()
 
     @property
-    def live(self) -> int:
-        return len(self._live)
+    def live_requests(self) -> frozenset[LiveRequest]:
+        return frozenset(self._live)
 
     @contextmanager
     def admit(self, sink: ClientSink) -> Iterator[LiveRequest]:
@@ -89,6 +92,8 @@ class Lifecycle:
         if self.draining:
             raise Draining()
         live = LiveRequest(sink)
+        if isinstance(sink, KeepAliveSink):
+            live.keep_alive_sink = sink
         if not self._live:
             self._emptied = trio.Event()
         self._live.add(live)
@@ -119,24 +124,32 @@ class Lifecycle:
         async with trio.open_nursery() as nursery:
             while True:
                 await trio.sleep(period_s / KEEPALIVE_SCANS_PER_PERIOD)
-                for live in self._live:
-                    sink = live.sink
-                    if not live.streaming or not isinstance(sink, KeepAliveSink):
-                        continue
-                    if not sink.quiet:
-                        sink.quiet, live.quiet_scans = True, 0
-                        continue
-                    live.quiet_scans += 1
-                    if live.quiet_scans >= KEEPALIVE_SCANS_PER_PERIOD and not live.keeping_alive:
-                        live.quiet_scans = 0
-                        live.keeping_alive = True
-                        nursery.start_soon(_keep_alive, live, sink)
+                for live, sink in self.scan_keep_alives():
+                    nursery.start_soon(_keep_alive, live, sink)
+
+    def scan_keep_alives(self) -> list[tuple[LiveRequest, KeepAliveSink]]:
+        """One scan: count quiet scans per streaming request; return those now due (marked
+        as keeping alive until their keep-alive is sent)."""
+        due: list[tuple[LiveRequest, KeepAliveSink]] = []
+        for live in self._live:
+            sink = live.keep_alive_sink
+            if sink is None or not live.streaming:
+                continue
+            if not sink.quiet:
+                sink.quiet, live.quiet_scans = True, 0
+                continue
+            live.quiet_scans += 1
+            if live.quiet_scans >= KEEPALIVE_SCANS_PER_PERIOD and not live.keeping_alive:
+                live.quiet_scans = 0
+                live.keeping_alive = True
+                due.append((live, sink))
+        return due
 
 
 async def _keep_alive(live: LiveRequest, sink: KeepAliveSink) -> None:
     try:
         await sink.keep_alive()
-    except GatewayError:  # the sink's own failure shows up on its request's next send
+    except (GatewayError, ClientGone):  # its request sees the same on its next send
         pass
     finally:
         live.keeping_alive = False

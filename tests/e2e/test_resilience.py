@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -16,12 +19,14 @@ import trio
 import trio_websocket
 
 from smg_trio.backends.zmq_liveness import PROBE_PERIOD_S
+from smg_trio.model import demo_model_path
 from tests.e2e.live_server import (
     chat_body,
     engine_command,
     live_server,
     parse_sse,
 )
+from tests.e2e.test_cli import free_port, read_until
 
 CHAT: Final = "/v1/chat/completions"
 TEST_TIMEOUT_S: Final = 20.0
@@ -243,3 +248,44 @@ async def test_a_silent_stream_gets_keep_alives(tmp_path: Path) -> None:
                 while frames[-1]["type"] not in ("done", "error"):
                     frames.append(json.loads(await socket.get_message()))
                 assert frames[1] == {"type": "keepalive", "id": None}
+
+
+async def test_sigterm_during_a_long_stream_ends_it_cleanly_and_exits_0(tmp_path: Path) -> None:
+    worker_port = free_port()
+    command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", str(demo_model_path())]
+    command += ["--port", "0", "--worker", f"vllm+zmq://127.0.0.1:{worker_port}"]
+    command += ["--drain-timeout-s", "0.3"]
+    gateway = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+    replay = tmp_path / "replay.txt"
+    replay.write_text("Filler words follow. " * 20, encoding="utf-8")
+    engine = await trio.lowlevel.open_process(
+        engine_command(f"tcp://127.0.0.1:{worker_port}", replay, 5.0),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            assert gateway.stderr is not None
+            running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
+            port = int((await read_until(gateway.stderr, running)).group(1))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                await seconds_until("/health", 200, client)
+                first_byte = trio.Event()
+                async with trio.open_nursery() as nursery:
+                    outcome: list[list[object]] = []
+
+                    async def stream() -> None:
+                        events, _ = await stream_until_end(client, chat_body(**LONG), first_byte)
+                        outcome.append(events)
+
+                    nursery.start_soon(stream)
+                    await first_byte.wait()
+                    gateway.send_signal(signal.SIGTERM)
+            assert outcome[0][-1] == "[DONE]"
+            assert outcome[0][-2]["error"]["code"] == "draining"  # type: ignore[index]
+            with trio.fail_after(5):
+                assert await gateway.wait() == 0
+    finally:
+        for process in (gateway, engine):
+            process.kill()
+            await process.wait()
