@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -19,7 +20,11 @@ import trio
 import trio_websocket
 
 from smg_trio.backends.zmq_liveness import PROBE_PERIOD_S
+from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serve import Serving, serve
+from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.live_server import (
     chat_body,
     engine_command,
@@ -289,3 +294,45 @@ async def test_sigterm_during_a_long_stream_ends_it_cleanly_and_exits_0(tmp_path
         for process in (gateway, engine):
             process.kill()
             await process.wait()
+
+
+async def test_grpc_engine_kill_9_mid_stream_ends_the_stream_and_health_within_bounds(
+    tmp_path: Path,
+) -> None:
+    with (tmp_path / "engine.log").open("wb") as log, trio.fail_after(TEST_TIMEOUT_S):
+        process, port = await start_engine(Runtime.VLLM, log, step_ms=5.0)
+        try:
+            config = GatewayConfig(
+                model_path=demo_model_path(),
+                workers=(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}"),),
+                port=0,
+            )
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                serving: Serving = await nursery.start(
+                    partial(serve, config, shutdown_trigger=stop.wait)
+                )
+                await serving.gateway.pool.workers[0].backend.wait_ready()
+                base = f"http://127.0.0.1:{serving.port}"
+                async with httpx.AsyncClient(base_url=base) as client:
+                    first_byte = trio.Event()
+                    outcome: list[tuple[list[object], float]] = []
+
+                    async def stream() -> None:
+                        outcome.append(
+                            await stream_until_end(client, chat_body(**LONG), first_byte)
+                        )
+
+                    async with trio.open_nursery() as streams:
+                        streams.start_soon(stream)
+                        await first_byte.wait()
+                        process.kill()
+                        killed_at = trio.current_time()
+                    events, ended_at = outcome[0]
+                    assert ended_at - killed_at <= ERROR_EVENT_BOUND_S
+                    assert events[-1] == "[DONE]"
+                    assert "error" in events[-2]  # type: ignore[operator]
+                    assert await seconds_until("/health", 503, client) <= HEALTH_BOUND_S
+                stop.set()
+        finally:
+            await stop_engine(process)
