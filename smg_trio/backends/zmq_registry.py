@@ -127,6 +127,9 @@ class EngineRegistry:
             if engine.said_hello:
                 self.engine_died(engine, "it said HELLO again (restarted)")
             engine.restart()
+            # A HELLO is hearing from it: a probe its dead predecessor left unanswered must not
+            # count against the new process (docs/resilience.md §2).
+            self.in_flight.heard_from(engine, trio.current_time())
             logger.info("engine %d said HELLO", engine.index)
             return engine
         if message.status == READY and engine.said_hello:

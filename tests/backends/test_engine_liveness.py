@@ -156,3 +156,21 @@ async def test_a_revived_engine_aborts_what_it_was_given_up_on(
             await peer.emit(step(add.request_id, 1))
             await until_ready_is(backend, True)
             assert await next_abort(peer) == (add.request_id,)
+
+
+async def test_a_restarted_engine_is_not_blamed_for_its_predecessors_probe(
+    context: Context, slow_autojump_clock: trio.testing.MockClock
+) -> None:
+    with trio.fail_after(SILENCE_S * 20):
+        async with backend_with_peers(context, **OPTIONS) as (backend, (peer,)):
+            await next_probe(peer)  # left unanswered: then the process dies
+            await trio.sleep(SILENCE_S / 2)
+            peer.close()
+            await until_ready_is(backend, False)
+            successor = PeerEngine(context, backend)
+            try:
+                await successor.start()
+                await trio.sleep(SILENCE_S / 2)  # past the old probe's limit, within the new one's
+                assert backend.statistics().ready
+            finally:
+                successor.close()
