@@ -90,6 +90,18 @@ async def test_a_closed_engine_connection_is_found_without_traffic(context: Cont
             assert "connection is gone" in (backend.statistics().engines[0].dead_reason or "")
 
 
+async def test_a_disconnect_takes_out_only_the_rank_whose_connection_is_gone(
+    context: Context,
+) -> None:
+    with trio.fail_after(5):
+        async with backend_with_peers(context, 2, **OPTIONS) as (backend, peers):
+            peers[1].close()  # one data-parallel rank of two; the event names neither
+            await until(lambda: not backend.statistics().engines[1].ready)
+            await trio.sleep(0.05)  # the probe to rank 0 went out and was routed
+            assert backend.statistics().engines[0].ready
+            assert backend.statistics().ready
+
+
 async def test_an_idle_engine_that_answers_probes_stays_and_one_that_does_not_is_out(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:
