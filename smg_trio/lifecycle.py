@@ -6,7 +6,7 @@ its own, with its sink:
 
 - drain (`drain(timeout_s)`, run by serve.py when SIGTERM/SIGINT arrives): from that moment
   a new request is refused with 503 `draining` and `/health` answers 503; requests already
-  running may finish for `timeout_s`; then each one left is cancelled (leaving its backend
+  running may finish for `timeout_s` (a second signal cuts that short); then each one left is cancelled (leaving its backend
   stream aborts its engine requests) and marked drained, so `Gateway.handle` ends its response
   with the `draining` error: SSE an error event then `[DONE]`, WebSocket the id's error frame
   (its one terminal frame).
@@ -22,7 +22,7 @@ its own, with its sink:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Protocol, runtime_checkable
@@ -105,12 +105,19 @@ class Lifecycle:
             if not self._live:
                 self._emptied.set()
 
-    async def drain(self, timeout_s: float) -> None:
-        """Refuse new requests, let the live ones run for `timeout_s`, then end the rest."""
+    async def drain(
+        self, timeout_s: float, *, hurry: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Refuse new requests, let the live ones run for `timeout_s` (or until `hurry`
+        returns: a second Ctrl-C), then end the rest."""
         self.draining = True
         logger.warning("draining: %d requests may finish within %g s", len(self._live), timeout_s)
         with trio.move_on_after(timeout_s):
-            await self._emptied.wait()
+            async with trio.open_nursery() as nursery:
+                if hurry is not None:
+                    nursery.start_soon(_cancel_when_done, hurry, nursery.cancel_scope)
+                await self._emptied.wait()
+                nursery.cancel_scope.cancel()
         if self._live:
             logger.warning("drain timeout: ending %d requests", len(self._live))
             for live in self._live:
@@ -144,6 +151,12 @@ class Lifecycle:
                 live.keeping_alive = True
                 due.append((live, sink))
         return due
+
+
+async def _cancel_when_done(hurry: Callable[[], Awaitable[None]], scope: trio.CancelScope) -> None:
+    await hurry()
+    logger.warning("asked again to stop: ending the drain now")
+    scope.cancel()
 
 
 async def _keep_alive(live: LiveRequest, sink: KeepAliveSink) -> None:

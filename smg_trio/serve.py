@@ -12,10 +12,10 @@ server on one port, all in the caller's `trio.run`.
   worker's bound address (a ZMQ worker given port 0 gets one too) and the Gateway.
 - Shutdown: when `shutdown_trigger` returns, the gateway drains (lifecycle.py,
   docs/resilience.md §4): new requests get 503 and running ones may finish for
-  `drain_timeout_s`, then end with a `draining` error event and their engine requests aborted;
-  then hypercorn stops accepting, gives what is left `GRACEFUL_SHUTDOWN_S` (the last frames
-  flush) and cancels it; the backends close last. Without a trigger, `serve` runs until
-  cancelled.
+  `drain_timeout_s` (a second signal, `hurry_trigger`, ends the wait at once), then end with a
+  `draining` error event and their engine requests aborted; then hypercorn stops accepting,
+  gives what is left `GRACEFUL_SHUTDOWN_S` (the last frames flush) and cancels it; the
+  backends close last. Without a trigger, `serve` runs until cancelled.
 - One keep-alive task per process writes to streams silent for `keepalive_s` (lifecycle.py).
 - Every configuration problem is a ConfigError raised before any task or socket is started.
 """
@@ -74,8 +74,10 @@ async def serve(
     *,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
     shutdown_trigger: ShutdownTrigger | None = None,
+    hurry_trigger: ShutdownTrigger | None = None,
 ) -> None:
-    """Serve `config` until `shutdown_trigger` returns (or until cancelled). See module doc."""
+    """Serve `config` until `shutdown_trigger` returns (or until cancelled), then drain; if
+    `hurry_trigger` returns during the drain, end it at once. See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
     names = config.served_model_names
@@ -106,7 +108,7 @@ async def serve(
                 await trio.sleep_forever()
             else:
                 await shutdown_trigger()
-            await gateway.lifecycle.drain(config.drain_timeout_s)
+            await gateway.lifecycle.drain(config.drain_timeout_s, hurry=hurry_trigger)
 
         async def serve_http(task_status: trio.TaskStatus[list[str]]) -> None:
             # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
@@ -124,14 +126,15 @@ async def serve(
 
 
 async def serve_until_signal(config: GatewayConfig) -> None:
-    """`serve` until SIGINT (Ctrl-C) or SIGTERM, then shut down gracefully."""
-    with open_shutdown_signal() as shutdown_trigger:
-        await serve(config, shutdown_trigger=shutdown_trigger)
+    """`serve` until SIGINT (Ctrl-C) or SIGTERM, then drain; a second signal ends the drain."""
+    with open_shutdown_signal() as next_signal:
+        await serve(config, shutdown_trigger=next_signal, hurry_trigger=next_signal)
 
 
 @contextmanager
 def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
-    """A trigger that returns at the first SIGINT or SIGTERM (instead of KeyboardInterrupt)."""
+    """A trigger that returns at the next SIGINT or SIGTERM (instead of KeyboardInterrupt):
+    the first call at the first signal, a second call at the second."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
         async def first_signal() -> None:

@@ -255,11 +255,13 @@ async def test_a_silent_stream_gets_keep_alives(tmp_path: Path) -> None:
                 assert frames[1] == {"type": "keepalive", "id": None}
 
 
-async def test_sigterm_during_a_long_stream_ends_it_cleanly_and_exits_0(tmp_path: Path) -> None:
+async def test_sigterm_drains_a_second_signal_ends_the_drain_and_the_process_exits_0(
+    tmp_path: Path,
+) -> None:
     worker_port = free_port()
     command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", str(demo_model_path())]
     command += ["--port", "0", "--worker", f"vllm+zmq://127.0.0.1:{worker_port}"]
-    command += ["--drain-timeout-s", "0.3"]
+    command += ["--drain-timeout-s", "30"]
     gateway = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
     replay = tmp_path / "replay.txt"
     replay.write_text("Filler words follow. " * 20, encoding="utf-8")
@@ -286,6 +288,11 @@ async def test_sigterm_during_a_long_stream_ends_it_cleanly_and_exits_0(tmp_path
                     nursery.start_soon(stream)
                     await first_byte.wait()
                     gateway.send_signal(signal.SIGTERM)
+                    await seconds_until("/health", 503, client)  # draining...
+                    assert not outcome  # ...and the stream runs on
+                    gateway.send_signal(signal.SIGINT)  # Ctrl-C: no more waiting
+                    hurried_at = trio.current_time()
+            assert trio.current_time() - hurried_at < ERROR_EVENT_BOUND_S
             assert outcome[0][-1] == "[DONE]"
             assert outcome[0][-2]["error"]["code"] == "draining"  # type: ignore[index]
             with trio.fail_after(5):
