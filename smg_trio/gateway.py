@@ -11,6 +11,9 @@ Either way the sink's state decides what the error becomes (an HTTP status or a 
   `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
+- Every request is admitted into `lifecycle` (lifecycle.py) for its lifetime: refused with 503
+  `draining` once a drain began, ended with that error if still running at the drain timeout,
+  and given keep-alives while its stream is silent (docs/resilience.md §4–§5).
 - The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
   response id and the engine request id's stem, and it is set as the current request id for
   the log lines of the request (`request_ids`).
