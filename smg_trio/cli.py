@@ -3,6 +3,7 @@
     smg-trio serve --model-path DIR --worker RUNTIME+WIRE://HOST:PORT [--worker ...] [--host H]
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
+        [--engine-silence-s S] [--drain-timeout-s S] [--keepalive-s S]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -34,6 +35,9 @@ _CONFIG_FLAGS = (
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
+    "engine_silence_s",
+    "drain_timeout_s",
+    "keepalive_s",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -142,6 +146,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     serve.add_argument(
         "--max-body-bytes", type=int, metavar="N", help="largest request body accepted"
     )
+    for flag, meaning in (  # docs/resilience.md
+        ("--engine-silence-s", "engine silence, while a first token is awaited, that is death"),
+        ("--drain-timeout-s", "on SIGTERM/SIGINT, how long running streams may finish"),
+        ("--keepalive-s", "silence after which a stream gets a keep-alive"),
+    ):
+        serve.add_argument(flag, type=float, metavar="S", help=meaning)
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)
 

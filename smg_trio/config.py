@@ -21,6 +21,11 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
 DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT_S: Final = 600.0  # generous: long generations on slow engines
+# Resilience (docs/resilience.md): engine silence while a first token or a probe answer is
+# awaited, the drain on SIGTERM/SIGINT, and the keep-alive of silent streams.
+DEFAULT_ENGINE_SILENCE_S: Final = 30.0
+DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
+DEFAULT_KEEPALIVE_S: Final = 15.0
 
 
 class WorkerSpec(msgspec.Struct, frozen=True):
@@ -45,6 +50,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     certfile: Path | None = None
     keyfile: Path | None = None
+    engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -111,6 +119,9 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"max_body_bytes must be at least 1024, got {config.max_body_bytes}")
     if any(not name for name in config.served_model_names):
         raise ConfigError("a served model name must not be empty")
-    if not config.request_timeout_s > 0:
-        raise ConfigError(f"request_timeout_s must be positive, got {config.request_timeout_s}")
+    for name in ("request_timeout_s", "engine_silence_s", "keepalive_s"):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+    if not config.drain_timeout_s >= 0:
+        raise ConfigError(f"drain_timeout_s must be 0 or more, got {config.drain_timeout_s}")
     return config

@@ -11,6 +11,9 @@ Either way the sink's state decides what the error becomes (an HTTP status or a 
   `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
+- Every request is admitted into `lifecycle` (lifecycle.py) for its lifetime: refused with 503
+  `draining` once a drain began, ended with that error if still running at the drain timeout,
+  and given keep-alives while its stream is silent (docs/resilience.md §4–§5).
 - The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
   response id and the engine request id's stem, and it is set as the current request id for
   the log lines of the request (`request_ids`).
@@ -32,6 +35,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
 from smg_trio.errors import ClientError, RequestTimeout
+from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.model import ModelDir
 from smg_trio.request import ClientSink, run_request
 from smg_trio.request_ids import current_request_id, new_request_id
@@ -89,11 +93,16 @@ class Gateway:
         self.pool = pool
         self.request_timeout_s = request_timeout_s
         self.served_model_names = served_model_names or (model.served_name,)
+        self.lifecycle = Lifecycle()
         self._created = int(time.time())
 
     @property
     def ready(self) -> bool:
-        return self.pool.ready
+        """Ready to take requests: a worker is ready and the gateway is not draining."""
+        return self.pool.ready and not self.lifecycle.draining
+
+    def unready_reason(self) -> str:
+        return "the gateway is draining" if self.lifecycle.draining else "no worker is ready"
 
     def models_body(self) -> bytes:
         """/v1/models: one vLLM-shaped card per served name, all for the one model folder."""
@@ -133,12 +142,18 @@ class Gateway:
         token = current_request_id.set(request_id)
         logger.debug("%s: started", path)
         try:
-            await self._handle(path, body, sink, request_id)
+            with self.lifecycle.admit(sink) as live:
+                await self._handle(path, body, sink, request_id, live)
+            if live.drained:  # docs/resilience.md §4: past the drain timeout
+                with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
+                    await sink.fail(Draining("the gateway shut down before the request finished"))
         finally:
             logger.debug("%s: finished", path)
             current_request_id.reset(token)
 
-    async def _handle(self, path: str, body: bytes, sink: ClientSink, request_id: str) -> None:
+    async def _handle(
+        self, path: str, body: bytes, sink: ClientSink, request_id: str, live: LiveRequest
+    ) -> None:
         if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
             await sink.send_body(
                 await self._off_loop_if_large(partial(self._tokenize_now, path, body), body)
@@ -150,6 +165,7 @@ class Gateway:
                 plan = await self._off_loop_if_large(
                     partial(self._prepare_now, path, body, request_id), body
                 )
+                live.streaming = plan.stream
                 worker = self.pick_worker()
                 finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
                 await run_request(

@@ -10,10 +10,13 @@ server on one port, all in the caller's `trio.run`.
 
 - `task_status.started(Serving(...))` reports the bound URLs, the port (port 0 picks one), each
   worker's bound address (a ZMQ worker given port 0 gets one too) and the Gateway.
-- Shutdown: when `shutdown_trigger` returns, hypercorn stops accepting, gives in-flight
-  requests `GRACEFUL_SHUTDOWN_S`, then cancels them (each cancelled stream aborts its engine
-  request); the backends close last, their own aborts bounded by the backend's grace period.
-  Without a trigger, `serve` runs until cancelled.
+- Shutdown: when `shutdown_trigger` returns, the gateway drains (lifecycle.py,
+  docs/resilience.md §4): new requests get 503 and running ones may finish for
+  `drain_timeout_s` (a second signal, `hurry_trigger`, ends the wait at once), then end with a
+  `draining` error event and their engine requests aborted; then hypercorn stops accepting,
+  gives what is left `GRACEFUL_SHUTDOWN_S` (the last frames flush) and cancels it; the
+  backends close last. Without a trigger, `serve` runs until cancelled.
+- One keep-alive task per process writes to streams silent for `keepalive_s` (lifecycle.py).
 - Every configuration problem is a ConfigError raised before any task or socket is started.
 """
 
@@ -26,7 +29,6 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Final, assert_never, cast
 
 import hypercorn.config
@@ -37,7 +39,7 @@ from hypercorn.typing import Framework
 from smg_trio.backends.base import Backend
 from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
-from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
@@ -47,7 +49,7 @@ from smg_trio.neutral.runtime import Wire, require_adapter
 from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
-"""How long in-flight requests may go on after shutdown is triggered."""
+"""After the drain (lifecycle.py): how long hypercorn lets connections flush before cancelling."""
 KEEP_ALIVE_S: Final = 20.0
 """Idle keep-alive connections close after this; longer than common client pool expiries (5 s)
 so a client never reuses a connection the server is closing."""
@@ -72,8 +74,10 @@ async def serve(
     *,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
     shutdown_trigger: ShutdownTrigger | None = None,
+    hurry_trigger: ShutdownTrigger | None = None,
 ) -> None:
-    """Serve `config` until `shutdown_trigger` returns (or until cancelled). See module doc."""
+    """Serve `config` until `shutdown_trigger` returns (or until cancelled), then drain; if
+    `hurry_trigger` returns during the drain, end it at once. See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
     names = config.served_model_names
@@ -84,7 +88,9 @@ async def serve(
         workers: list[Worker] = []
         addresses: list[str] = []
         for spec in config.workers:
-            backend, address = await stack.enter_async_context(open_backend(spec, model))
+            backend, address = await stack.enter_async_context(
+                open_backend(spec, model, engine_silence_s=config.engine_silence_s)
+            )
             target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)
             workers.append(Worker(name=str(spec), target=target, backend=backend))
             addresses.append(address)
@@ -96,30 +102,39 @@ async def serve(
             served_model_names=names or (model.served_name,),
         )
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
-        async with trio.open_nursery() as nursery:
-            urls: list[str] = await nursery.start(
-                partial(
-                    hypercorn.trio.serve,
-                    cast(
-                        Framework, app
-                    ),  # our ASGI types are plain dicts; hypercorn's are TypedDicts
-                    http_config,
-                    shutdown_trigger=shutdown_trigger,
-                )
+
+        async def drain_on_shutdown() -> None:
+            if shutdown_trigger is None:
+                await trio.sleep_forever()
+            else:
+                await shutdown_trigger()
+            await gateway.lifecycle.drain(config.drain_timeout_s, hurry=hurry_trigger)
+
+        async def serve_http(task_status: trio.TaskStatus[list[str]]) -> None:
+            # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
+            framework = cast(Framework, app)
+            await hypercorn.trio.serve(
+                framework, http_config, shutdown_trigger=drain_on_shutdown, task_status=task_status
             )
+            nursery.cancel_scope.cancel()  # the keep-alive task has nothing left to keep
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
+            urls: list[str] = await nursery.start(serve_http)
             port = int(urls[0].rsplit(":", 1)[1])
             task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
 
 
 async def serve_until_signal(config: GatewayConfig) -> None:
-    """`serve` until SIGINT (Ctrl-C) or SIGTERM, then shut down gracefully."""
-    with open_shutdown_signal() as shutdown_trigger:
-        await serve(config, shutdown_trigger=shutdown_trigger)
+    """`serve` until SIGINT (Ctrl-C) or SIGTERM, then drain; a second signal ends the drain."""
+    with open_shutdown_signal() as next_signal:
+        await serve(config, shutdown_trigger=next_signal, hurry_trigger=next_signal)
 
 
 @contextmanager
 def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
-    """A trigger that returns at the first SIGINT or SIGTERM (instead of KeyboardInterrupt)."""
+    """A trigger that returns at the next SIGINT or SIGTERM (instead of KeyboardInterrupt):
+    the first call at the first signal, a second call at the second."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
         async def first_signal() -> None:
@@ -139,7 +154,9 @@ def check_worker_available(spec: WorkerSpec) -> None:
 
 
 @asynccontextmanager
-async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple[Backend, str]]:
+async def open_backend(
+    spec: WorkerSpec, model: ModelDir, *, engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S
+) -> AsyncIterator[tuple[Backend, str]]:
     """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC)."""
     check_worker_available(spec)
     match spec.wire:
@@ -148,11 +165,12 @@ async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple
                 runtime=spec.runtime,
                 handshake_address=f"tcp://{spec.address}",
                 vocab_size=model.tokenizer.vocab_size,
+                engine_silence_s=engine_silence_s,
             ) as zmq_backend:
                 yield zmq_backend, zmq_backend.handshake_address
         case Wire.GRPC:
             async with open_grpc_backend(
-                runtime=spec.runtime, address=spec.address
+                runtime=spec.runtime, address=spec.address, engine_silence_s=engine_silence_s
             ) as grpc_backend:
                 yield grpc_backend, f"grpc://{spec.address}"
         case _:

@@ -18,8 +18,9 @@ responses are parsed on the loop and pushed, with the task's outcome, through ON
 
 Readiness (`grpc_readiness.py`): a HealthCheck every `health_period_s`, bounded by
 `health_timeout_s`; a passing one fetches model/server info on the way to ready. A lost
-connection, or silence for `watchdog_period_s` with calls in flight, is engine death: every
-stream fails with `EngineDead` and no Abort is sent.
+connection, or silence for `watchdog_period_s` with calls in flight (`engine_silence_s` while
+a first token is awaited), is engine death: every stream fails with `EngineDead` and no Abort
+is sent; a check that passes again takes it back.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from smg_trio.backends.grpc_services import (
     open_loop_client,
     parse_address,
 )
-from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S, InFlightTable
+from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S, InFlightTable
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
 from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
@@ -59,7 +60,9 @@ from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)
 
-HEALTH_PERIOD_S: Final = 5.0
+HEALTH_PERIOD_S: Final = 1.0
+"""A killed engine refuses the next check at once: out of rotation within ~1 s, idle or not
+(docs/resilience.md §1)."""
 HEALTH_TIMEOUT_S: Final = 5.0
 
 _Handed: TypeAlias = tuple[GrpcCall, GrpcEvent | outcome.Outcome[None]]
@@ -282,6 +285,7 @@ async def open_grpc_backend(
     health_period_s: float = HEALTH_PERIOD_S,
     health_timeout_s: float = HEALTH_TIMEOUT_S,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
+    engine_silence_s: float = ENGINE_SILENCE_S,
 ) -> AsyncIterator[GrpcBackend]:
     """A client for the engine at `address`, with its health and silence watchers running.
 
@@ -297,6 +301,7 @@ async def open_grpc_backend(
         ("health_period_s", health_period_s),
         ("health_timeout_s", health_timeout_s),
         ("watchdog_period_s", watchdog_period_s),
+        ("engine_silence_s", engine_silence_s),
     ):
         if not value > 0:
             raise ConfigError(f"{name} must be positive, got {value}")
@@ -313,6 +318,7 @@ async def open_grpc_backend(
             async with backend._in_flight.serving(
                 [backend._watch_health],
                 watchdog_period_s=watchdog_period_s,
+                engine_silence_s=engine_silence_s,
                 engine_silent=lambda _address, reason: backend._engine_died(reason),
                 shut_down=backend._shut_down,
             ):

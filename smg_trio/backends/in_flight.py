@@ -22,6 +22,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Hashable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 import trio
@@ -38,6 +39,10 @@ ABORT_GRACE_S: Final = 1.0
 """How long leaving a stream waits (shielded) for the wire to abort its unfinished requests."""
 WATCHDOG_PERIOD_S: Final = 300.0
 """Default silence, with work in flight, after which an engine is declared dead (as smg)."""
+ENGINE_SILENCE_S: Final = 30.0
+"""Default silence after which an engine is dead when a request waits for its first token or a
+liveness probe waits for its answer: a live engine answers probes between steps, so only a
+wedged one stays this quiet (docs/resilience.md §2)."""
 _WATCHDOG_CHECKS_PER_PERIOD: Final = 10  # detection lands within 110 % of the period
 _CLIENT_FINISHES: Final = {"stop": "stop", "length": "length", "tool_calls": "stop"}
 
@@ -84,6 +89,7 @@ class _Activity:
     requests: int = 0
     calls: int = 0  # other work awaiting an answer (ZMQ utility calls)
     heard_at: float = 0.0  # trio clock: its last output, or when it last became busy
+    probe_sent_at: float = float("-inf")  # the oldest liveness probe not answered since
 
     @property
     def busy(self) -> bool:
@@ -107,6 +113,7 @@ class InFlightTable(Generic[E, R]):
         watchdog_period_s: float,
         engine_silent: Callable[[E, str], None],
         shut_down: Callable[[], Awaitable[None]],
+        engine_silence_s: float | None = None,
     ) -> AsyncIterator[None]:
         """The backend's lifetime: its `background` tasks (socket owners, health checks) and the
         silence watchdog run for the block. On leaving, `shut_down()` (which `close`s this table)
@@ -114,7 +121,14 @@ class InFlightTable(Generic[E, R]):
         async with trio.open_nursery() as nursery:
             for task in background:
                 nursery.start_soon(task)
-            nursery.start_soon(self.watch_silence, watchdog_period_s, engine_silent)
+            nursery.start_soon(
+                partial(
+                    self.watch_silence,
+                    watchdog_period_s,
+                    engine_silent,
+                    engine_silence_s=engine_silence_s,
+                )
+            )
             try:
                 yield
             finally:
@@ -263,17 +277,55 @@ class InFlightTable(Generic[E, R]):
         if not activity.busy:  # silence is only suspicious from the moment work was sent
             activity.heard_at = trio.current_time()
 
-    async def watch_silence(self, period_s: float, engine_silent: Callable[[E, str], None]) -> None:
-        """Forever: report each busy engine that said nothing for `period_s` to `engine_silent`
-        with the reason (it declares the engine dead)."""
+    def probe_sent(self, engine: E) -> None:
+        """A liveness probe went to `engine`: unanswered, it counts as silence (docs/resilience.md §2)."""
+        activity = self._activity[engine]
+        if activity.probe_sent_at <= activity.heard_at:  # none outstanding: this one starts it
+            activity.probe_sent_at = trio.current_time()
+
+    def heard_at(self, engine: E) -> float:
+        """Trio time of `engine`'s last output (or of when it last became busy)."""
+        return self._activity[engine].heard_at
+
+    async def watch_silence(
+        self,
+        period_s: float,
+        engine_silent: Callable[[E, str], None],
+        *,
+        engine_silence_s: float | None = None,
+    ) -> None:
+        """Forever: report each engine that is silent too long to `engine_silent` with the
+        reason (it declares the engine dead). Too long is `period_s` while it generates, and the
+        shorter `engine_silence_s` (default `period_s`) while a request on it waits for its
+        first token or a liveness probe waits for its answer (docs/resilience.md §2)."""
+        short_s = period_s if engine_silence_s is None else min(engine_silence_s, period_s)
         while True:
-            await trio.sleep(period_s / _WATCHDOG_CHECKS_PER_PERIOD)
+            await trio.sleep(short_s / _WATCHDOG_CHECKS_PER_PERIOD)
             now = trio.current_time()
-            for engine, activity in self._activity.items():
-                if activity.busy and now - activity.heard_at >= period_s:
-                    calls = f" and {activity.calls} calls" if activity.calls else ""
-                    engine_silent(
-                        engine,
-                        f"no output for {period_s:g} s with {activity.requests} requests"
-                        f"{calls} in flight",
-                    )
+            for engine, activity in list(self._activity.items()):
+                reason = self._silence(engine, activity, now, period_s, short_s)
+                if reason is not None:
+                    engine_silent(engine, reason)
+
+    def _silence(
+        self, engine: E, activity: _Activity, now: float, period_s: float, short_s: float
+    ) -> str | None:
+        """Why `engine` counts as dead by silence at `now`, or None."""
+        if activity.busy:
+            silent_s = now - activity.heard_at
+            calls = f" and {activity.calls} calls" if activity.calls else ""
+            if silent_s >= period_s:
+                return (
+                    f"no output for {period_s:g} s with {activity.requests} requests"
+                    f"{calls} in flight"
+                )
+            # Scanned only once silent this long, so the token path pays nothing for it.
+            if silent_s >= short_s and any(
+                request.engine == engine and request.completion_tokens == 0
+                for request in self.requests.values()
+            ):
+                return f"no output for {short_s:g} s while requests wait for their first token"
+            return None
+        if activity.probe_sent_at > activity.heard_at and now - activity.probe_sent_at >= short_s:
+            return f"no answer to a liveness probe for {short_s:g} s"
+        return None

@@ -11,7 +11,9 @@ requests only once both arrived. One task owns each direction of each socket:
   so opening or aborting a stream never waits on the socket;
 - reader: drains the output PULL in batches and demultiplexes steps into per-stream mailboxes
   with `put_nowait`, so one slow consumer never stalls the others;
-- watchdog: an engine with requests in flight that says nothing for `watchdog_period_s` is dead.
+- watchdog: an engine with requests in flight that says nothing for `watchdog_period_s` is dead
+  (sooner, `engine_silence_s`, while a first token or a probe answer is awaited);
+- connection watcher and prober (zmq_liveness.py): disconnects and silence are probed.
 
 What is in flight for which stream, and what leaving a stream aborts, is the registry's
 `InFlightTable` (in_flight.py); this module sends the ADDs and ABORTs it decides on.
@@ -28,9 +30,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import trio
@@ -39,8 +42,9 @@ import zmq
 from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
 from smg_trio.backends.event_stream import EngineEventStream
-from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S
+from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
 from smg_trio.backends.mailbox import Mailbox
+from smg_trio.backends.zmq_liveness import MONITORED_EVENTS, PROBE_PERIOD_S, EngineProber
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
     EngineSlot,
@@ -73,6 +77,7 @@ class _Outgoing:
     engine: EngineSlot
     frames: list[bytes]
     add_for: Route | None = None  # an ADD is dropped if its stream left before it went out
+    probe: bool = False  # a liveness probe goes out even to an engine marked dead by silence
     sent: trio.Event | None = None  # set once the frames are handed to libzmq (or dropped)
 
 
@@ -98,6 +103,9 @@ class ZmqBackend:
         self._in_flight = self._registry.in_flight
         # Many request tasks put, the writer takes: safe because put_nowait never yields.
         self._outbox: Mailbox[_Outgoing] = Mailbox()
+
+    def _queue_probe(self, engine: EngineSlot, frames: list[bytes]) -> None:
+        self._outbox.put_nowait(_Outgoing(engine, frames, probe=True))
 
     @property
     def runtime(self) -> Runtime:
@@ -269,7 +277,7 @@ class ZmqBackend:
                         item.sent.set()
 
     async def _send_input(self, item: _Outgoing) -> None:
-        if item.engine.dead_reason is not None:
+        if item.engine.dead_reason is not None and not (item.probe and item.engine.revivable):
             return
         route = item.add_for
         if route is not None:
@@ -310,6 +318,8 @@ async def open_zmq_backend(
     engine_count: int = 1,
     vocab_size: int | None = None,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
+    engine_silence_s: float = ENGINE_SILENCE_S,
+    probe_period_s: float = PROBE_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
 ) -> AsyncIterator[ZmqBackend]:
     """Bind the sockets, run the socket-owner tasks, and yield the engine client.
@@ -319,6 +329,7 @@ async def open_zmq_backend(
     `tcp://HOST:0` = two picked ports; `tcp://HOST:PORT` = PORT and PORT+1.
     `engine_count`: data-parallel engines (identities 0..count-1); TokenSpeed supports 1.
     `vocab_size`: token ids are checked against it before sending.
+    `watchdog_period_s`, `engine_silence_s`, `probe_period_s`: docs/resilience.md §1–§2.
     On exit every open stream fails with BackendUnavailable and its engine requests are aborted.
     """
     require_adapter(runtime, Wire.ZMQ)
@@ -326,8 +337,10 @@ async def open_zmq_backend(
         raise ConfigError(
             f"engine_count must be >= 1 (and exactly 1 for TokenSpeed), got {engine_count}"
         )
-    if not watchdog_period_s > 0:
-        raise ConfigError(f"watchdog_period_s must be positive, got {watchdog_period_s}")
+    periods = {"watchdog_period_s": watchdog_period_s, "engine_silence_s": engine_silence_s}
+    for name, value in {**periods, "probe_period_s": probe_period_s}.items():
+        if not value > 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
     with ExitStack() as stack:
         context = stack.enter_context(open_zmq_context())
         if data_address is None:
@@ -359,16 +372,28 @@ async def open_zmq_backend(
             sockets=(sockets[0], sockets[1], sockets[2]),
             addresses=(addresses[0], addresses[1], addresses[2]),
         )
-        socket_owners = [
+        monitor = stack.enter_context(
+            TrioZmqSocket(sockets[1].socket.get_monitor_socket(MONITORED_EVENTS))
+        )
+        prober = EngineProber(
+            engine._registry,
+            engine._queue_probe,
+            probe_period_s=probe_period_s,
+            answers_probes=runtime is Runtime.VLLM,
+        )
+        socket_owners: list[Callable[[], Awaitable[None]]] = [
             engine._serve_handshake,
             engine._serve_registrations,
             engine._write_inputs,
             engine._read_outputs,
+            partial(prober.watch_connections, monitor),
+            prober.probe_periodically,
         ]
         async with engine._in_flight.serving(
             socket_owners,
             watchdog_period_s=watchdog_period_s,
-            engine_silent=engine._registry.engine_died,
+            engine_silence_s=engine_silence_s,
+            engine_silent=partial(engine._registry.engine_died, revivable=True),
             shut_down=engine._shut_down,
         ):
             yield engine

@@ -12,7 +12,7 @@ import enum
 import itertools
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,10 @@ class EngineSlot:
     said_ready: bool = False
     registration: Registration | None = None
     dead_reason: str | None = None
+    revivable: bool = False
+    """Dead by silence only: it is still probed, and its next output takes it back."""
+    abandoned: list[str] = field(default_factory=list)
+    """Engine request ids sent to it and given up when it went silent: aborted if it revives."""
 
     @property
     def ready(self) -> bool:
@@ -65,6 +69,7 @@ class EngineSlot:
         """A (new) engine process said HELLO with this identity."""
         self.said_hello, self.said_ready = True, False
         self.registration, self.dead_reason = None, None
+        self.revivable, self.abandoned = False, []
 
 
 @dataclass(eq=False, kw_only=True)
@@ -96,6 +101,8 @@ class EngineRegistry:
         self.protocol_errors = 0
         self._rank_policy = rank_policy
         self._rotation = itertools.count()
+        self.on_revived: Callable[[EngineSlot, list[str]], None] = lambda _engine, _ids: None
+        """Told the ids to abort on an engine that answered again after going silent."""
 
     # --- engines ----------------------------------------------------------------------------
 
@@ -120,6 +127,9 @@ class EngineRegistry:
             if engine.said_hello:
                 self.engine_died(engine, "it said HELLO again (restarted)")
             engine.restart()
+            # A HELLO is hearing from it: a probe its dead predecessor left unanswered must not
+            # count against the new process (docs/resilience.md §2).
+            self.in_flight.heard_from(engine, trio.current_time())
             logger.info("engine %d said HELLO", engine.index)
             return engine
         if message.status == READY and engine.said_hello:
@@ -181,17 +191,34 @@ class EngineRegistry:
             for engine in self.engines
         )
 
-    def engine_died(self, engine: EngineSlot, reason: str) -> None:
-        """Fail its streams and calls with EngineDead; it is out until it says HELLO again."""
+    def engine_died(self, engine: EngineSlot, reason: str, *, revivable: bool = False) -> None:
+        """Fail its streams and calls with EngineDead; it is out until it says HELLO again or,
+        if `revivable` (dead by silence: the process may only be stalled), until it answers a
+        probe (docs/resilience.md §3)."""
         if engine.dead_reason is not None or not engine.said_hello:
+            if not revivable:
+                engine.revivable = False  # e.g. its connection is gone too
             return
         engine.dead_reason = reason
+        engine.revivable = revivable
         logger.error("engine %d is dead: %s", engine.index, reason)
         message = f"engine {engine.index} is dead: {reason}"
-        self.in_flight.fail_engine(engine, message)
+        failed = self.in_flight.fail_engine(engine, message)
+        if revivable:
+            engine.abandoned = [route.engine_request_id for route in failed if route.add_sent]
         for call in self.calls.values():
             if call.engine is engine:
                 call.settle(error=EngineDead(message))
+        self.notify_readiness()
+
+    def revive(self, engine: EngineSlot) -> None:
+        """A silent engine spoke again: back in rotation; what it was given up on is aborted."""
+        logger.warning(
+            "engine %d answers again after %s; taken back", engine.index, engine.dead_reason
+        )
+        engine.dead_reason, engine.revivable = None, False
+        abandoned, engine.abandoned = engine.abandoned, []
+        self.on_revived(engine, abandoned)
         self.notify_readiness()
 
     def begin_call(self, engine: EngineSlot) -> tuple[int, PendingCall]:
@@ -228,7 +255,10 @@ class EngineRegistry:
         """Apply one output message: resolve a utility reply, deliver steps to their streams."""
         in_flight = self.in_flight
         if 0 <= message.engine_index < len(self.engines):
-            in_flight.heard_from(self.engines[message.engine_index], now)
+            engine = self.engines[message.engine_index]
+            in_flight.heard_from(engine, now)
+            if engine.revivable:  # once per message, never per token
+                self.revive(engine)
         if message.utility is not None:
             call = self.calls.get(message.utility.call_id)
             if call is not None:

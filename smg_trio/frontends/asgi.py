@@ -3,14 +3,16 @@
     POST /v1/chat/completions, /v1/completions, /generate   → Gateway.handle (SSE or JSON)
     POST /v1/tokenize, /v1/detokenize                      → Gateway.handle (JSON)
     GET  /v1/models                                        → the served model names
-    GET  /health                                           → 200 while a worker is ready, else 503
+    GET  /health, /readiness                               → 200 while ready to take requests
+                                                             (a worker ready, not draining), else 503
+    GET  /liveness                                         → 200 while the process serves at all
     GET  /v1/ws (WebSocket)                                → frontends.websocket
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
   object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
   413 body too large, 400 bad JSON or parameters) and never a traceback. A bug becomes a logged
   500; `trio.Cancelled` always propagates.
-- With an API key configured, every route but `/health` needs `Authorization: Bearer KEY`.
+- With an API key configured, every route but the three probes needs `Authorization: Bearer KEY`.
 - A body is read only up to the limit: a declared `content-length` over it is refused before a
   byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
   into memory past the limit.
@@ -52,11 +54,15 @@ logger = logging.getLogger(__name__)
 
 WEBSOCKET_PATH: Final = "/v1/ws"
 HEALTH_PATH: Final = "/health"
+READINESS_PATH: Final = "/readiness"
+LIVENESS_PATH: Final = "/liveness"
+# Orchestrators' probes (docs/resilience.md §4): never behind the API key.
+PROBE_PATHS: Final = (HEALTH_PATH, READINESS_PATH, LIVENESS_PATH)
 MODELS_PATH: Final = "/v1/models"
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
     **dict.fromkeys(HANDLED_PATHS, ("POST",)),
     MODELS_PATH: ("GET", "HEAD"),
-    HEALTH_PATH: ("GET", "HEAD"),
+    **dict.fromkeys(PROBE_PATHS, ("GET", "HEAD")),
     WEBSOCKET_PATH: ("GET",),
 }
 HEALTHY_BODY: Final = b'{"status":"ok"}'
@@ -138,14 +144,16 @@ class GatewayApp:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = _header_map(scope)
-        if path != HEALTH_PATH:
+        if path not in PROBE_PATHS:
             self._authorize(headers)
         allowed = ROUTE_METHODS.get(path)
         if allowed is None:
             raise ClientError(f"no route for {path}", status=404, code="not_found")
         if method not in allowed:
             raise _MethodNotAllowed(method, path, allowed)
-        if path == HEALTH_PATH:
+        if path == LIVENESS_PATH:
+            await send_json(send, 200, HEALTHY_BODY)
+        elif path in PROBE_PATHS:
             await self._health(send)
         elif path == MODELS_PATH:
             await send_json(send, 200, self.gateway.models_body())
@@ -170,7 +178,8 @@ class GatewayApp:
         if self.gateway.ready:
             await send_json(send, 200, HEALTHY_BODY)
         else:
-            await send_json(send, 503, b'{"status":"unavailable","reason":"no worker is ready"}')
+            reason = self.gateway.unready_reason().encode()
+            await send_json(send, 503, b'{"status":"unavailable","reason":"' + reason + b'"}')
 
     def _authorize(self, headers: dict[bytes, bytes]) -> None:
         if self._api_key is None:

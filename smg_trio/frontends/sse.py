@@ -31,6 +31,8 @@ from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, S
 
 logger = logging.getLogger(__name__)
 
+KEEPALIVE_COMMENT: Final = b": keep-alive\n\n"
+"""An SSE comment: clients ignore it, proxies with idle timeouts see bytes (resilience.md §5)."""
 SSE_HEADERS: Final = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -45,6 +47,7 @@ class SseResponse:
         self._send = send
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
+        self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
 
     @property
     def state(self) -> SinkState:
@@ -60,6 +63,7 @@ class SseResponse:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:
             raise ClientGone
+        self.quiet = False
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
         body = b"".join(map(sse, payloads))
@@ -102,6 +106,17 @@ class SseResponse:
                 pass
             case _:
                 assert_never(form)
+
+    async def keep_alive(self) -> None:
+        """A comment line on a silent stream; opens the stream first during a long prefill
+        (only streaming requests get keep-alives, so the response would be a stream anyway)."""
+        if self._client_gone or self._lifecycle.state is SinkState.CLOSED:
+            return
+        if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
+            await self._start_stream()
+        await self._send(
+            {"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True}
+        )
 
     async def _start_stream(self) -> None:
         await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})

@@ -42,6 +42,9 @@ MAX_STREAMS_PER_SOCKET: Final = 256
 # Frames waiting for the sender; small, so backpressure reaches the requests quickly.
 FRAME_BUFFER: Final = 16
 MAX_ID_LENGTH: Final = 256
+# Sent on a stream silent for the keep-alive period (docs/resilience.md §5); `"id": null` so it
+# never touches a live id. ASGI has no way to send a WebSocket ping, so it is a frame.
+KEEPALIVE_FRAME: Final = b'{"type":"keepalive","id":null}'
 
 StreamId = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | int
 
@@ -118,8 +121,10 @@ class _StreamSink:
         self._scope = scope
         self._lifecycle = SinkLifecycle()
         self.ended = False
+        self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
+        self.quiet = False
         self._lifecycle.chunks()  # a WebSocket stream has no head to open
         for payload in payloads:
             await self._socket.send_frame(websocket_chunk(self._id, payload))
@@ -144,6 +149,10 @@ class _StreamSink:
                 pass
             case _:
                 assert_never(form)
+
+    async def keep_alive(self) -> None:
+        if not self.ended:
+            await self._socket.send_frame(KEEPALIVE_FRAME)
 
     async def _end(self, frame: bytes) -> None:
         """Send the terminal frame; the id may be reused as soon as it is queued."""

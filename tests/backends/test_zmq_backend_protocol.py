@@ -16,6 +16,7 @@ import zmq
 
 from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
+from smg_trio.backends.zmq_liveness import PROBE_METHOD
 from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
@@ -111,8 +112,12 @@ class PeerEngine:
         await until(lambda: self.backend.statistics().engines[self.index].ready)
 
     async def next_input(self) -> tuple[RequestType, bytes]:
-        frames = await self.input.receive_multipart()
-        return RequestType.of_frame(frames[0]), frames[1]
+        """The next input but liveness probes (a real engine answers them between steps)."""
+        while True:
+            frames = await self.input.receive_multipart()
+            kind = RequestType.of_frame(frames[0])
+            if kind is not RequestType.UTILITY or not is_probe(frames[1]):
+                return kind, frames[1]
 
     async def next_add(self) -> vllm_zmq.EngineCoreRequest:
         kind, payload = await self.next_input()
@@ -122,6 +127,10 @@ class PeerEngine:
     async def emit(self, *outputs: EngineCoreOutput) -> None:
         message = EngineCoreOutputs(engine_index=self.index, outputs=outputs)
         await self.output.send_multipart([encode_outputs(message)])
+
+
+def is_probe(payload: bytes) -> bool:
+    return vllm_zmq.decode_utility_call(payload).method == PROBE_METHOD
 
 
 @asynccontextmanager
@@ -409,7 +418,11 @@ async def test_watchdog_declares_a_silent_engine_dead_after_its_period(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:
     with trio.fail_after(WATCHDOG_PERIOD_S * 5):
-        async with backend_with_peers(context) as (backend, (peer,)):
+        # This peer answers no probe: probes wait past the window (test_engine_liveness.py).
+        never = WATCHDOG_PERIOD_S * 10
+        async with backend_with_peers(
+            context, probe_period_s=never, engine_silence_s=WATCHDOG_PERIOD_S
+        ) as (backend, (peer,)):
             await trio.sleep(WATCHDOG_PERIOD_S * 3)  # idle silence is normal
             assert backend.statistics().ready
             sent_at = math.nan

@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
+import msgspec
 import trio
 from openai import OpenAI
 
@@ -44,6 +45,7 @@ class LiveServer:
     scheme: str
     api_key: str | None
     step_ms: float
+    stop: trio.Event  # set: the server drains and shuts down, as on SIGTERM (engines stay up)
 
     @property
     def port(self) -> int:
@@ -111,8 +113,10 @@ async def live_server(
     engine_args: Sequence[str] = (),
     served_model_names: tuple[str, ...] = (),
     runtime: Runtime = Runtime.VLLM,
+    resilience: Mapping[str, float] | None = None,
 ) -> AsyncIterator[LiveServer]:
-    """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed."""
+    """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
+    `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s."""
     config = GatewayConfig(
         model_path=demo_model_path(),
         workers=(WorkerSpec(runtime, Wire.ZMQ, "127.0.0.1:0"),) * workers,
@@ -124,6 +128,7 @@ async def live_server(
         keyfile=None if tls is None else tls[1],
         served_model_names=served_model_names,
     )
+    config = msgspec.structs.replace(config, **(resilience or {}))
     replay = tmp_path / "replay.txt"
     replay.write_text(replay_text, encoding="utf-8")
     log_path = tmp_path / "engine.log"
@@ -148,7 +153,7 @@ async def live_server(
                         for worker in serving.gateway.pool.workers:
                             await worker.backend.wait_ready()
                 scheme = "http" if tls is None else "https"
-                yield LiveServer(serving, processes, scheme, api_key, step_ms)
+                yield LiveServer(serving, processes, scheme, api_key, step_ms, stop)
             finally:
                 stop.set()
                 with trio.CancelScope(shield=True):
