@@ -51,7 +51,7 @@ async def test_power_of_two_sends_most_requests_to_the_faster_engine(tmp_path: P
             before = {"fast": fast.statistics(), "slow": slow.statistics()}
             assert before["fast"].in_flight == before["slow"].in_flight == 0
             bodies = [completion(f"request {i}", max_tokens=6) for i in range(P2C_REQUESTS)]
-            responses = await send_all(server.base_url, bodies, concurrency=12)
+            responses = await send_all(server.base_url, bodies, concurrency=4)
             assert [response.status_code for response in responses] == [200] * P2C_REQUESTS
             rows = {row.id: row for row in server.serving.gateway.pool.snapshot()}
             served["fast"], served["slow"] = rows["w1"].requests, rows["w2"].requests
