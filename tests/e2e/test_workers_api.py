@@ -25,6 +25,22 @@ def free_port() -> int:
         return port
 
 
+async def wait_port_free(address: str) -> None:
+    """Bind `tcp://HOST:PORT` as soon as the worker's backend released it (within 2 s)."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    with trio.fail_after(2.0):
+        for _ in range(200):
+            with socket.socket() as probe:
+                try:
+                    probe.bind((host, int(port)))
+                except OSError:
+                    pass
+                else:
+                    return
+            await trio.sleep(0.01)
+    raise AssertionError(f"{address} is still bound")
+
+
 async def wait_worker_ready(server: RoutedServer, worker_id: str) -> None:
     (worker,) = [w for w in server.serving.gateway.pool.workers if w.name == worker_id]
     await worker.backend.wait_ready()
@@ -70,6 +86,7 @@ async def test_workers_are_added_listed_and_removed_after_their_streams(tmp_path
             assert events[-1] == "[DONE]"
             assert all("error" not in event for event in events[:-1])
             assert (await client.get("/workers", headers=ADMIN)).json()["data"] == []
+            await wait_port_free(added.json()["address"])  # its backend closed its sockets
             gone = await client.post("/v1/completions", json={**STREAM, "stream": False})
             assert gone.status_code == 503
             unknown = await client.delete("/workers/w9", headers=ADMIN)
