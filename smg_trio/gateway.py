@@ -1,10 +1,13 @@
 """I/O. The gateway's request entry point, shared by every front end (HTTP and WebSocket).
 
-`Gateway.handle(path, body, sink)` decodes and validates the body, prepares and finalizes the
-request for the worker its `routing.workers.WorkerPool` picks, and runs the per-request
-nursery under the request deadline. A request that fails before it reaches a backend raises a
-GatewayError for the front end to hand to its sink; anything later reaches `sink.fail` directly.
-Either way the sink's state decides what the error becomes (an HTTP status or a final event).
+`Gateway.handle(path, body, sink)` decodes and validates the body and prepares it; admission
+control then lets it through, queues it or turns it away (429), and `retrying.run_with_retries`
+finalizes it for the worker the `routing.workers.WorkerPool` picks and runs the per-request
+nursery, on another worker if the first could not take it before any byte was sent
+(docs/routing.md), all under the request deadline. A request that fails before it reaches a
+backend raises a GatewayError for the front end to hand to its sink; anything later reaches
+`sink.fail` directly. Either way the sink's state decides what the error becomes (an HTTP
+status or a final event).
 
 - `model` must be one of the served names (`--served-model-name`, repeatable); a missing one
   means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
@@ -39,7 +42,7 @@ from smg_trio.retrying import run_with_retries
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
 from smg_trio.routing.vocabulary import RoutingContext
-from smg_trio.routing.workers import NO_READY_WORKER, Worker, WorkerPool
+from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
@@ -125,10 +128,6 @@ class Gateway:
         """A request may name any served model, or none (vLLM takes the first then)."""
         if model is not None and model not in self.served_model_names:
             raise ModelNotFound(model)
-
-    def pick_worker(self, context: RoutingContext | None = None) -> Worker:
-        """The worker for one request, as the pool's policy chooses; BackendUnavailable if none."""
-        return self.pool.pick(context or RoutingContext(), now=trio.current_time())
 
     async def handle(
         self,
