@@ -132,3 +132,25 @@ async def test_at_four_times_the_limit_the_engines_never_see_more_than_it(
             assert server.serving.gateway.admission.rejected == 16 - limit
             # Every engine request finished before its response did: nothing left over.
             assert sum(server.backend_of(i).statistics().in_flight for i in range(2)) == 0
+
+
+async def test_consistent_hash_keeps_a_session_on_its_worker(tmp_path: Path) -> None:
+    sessions = [f"session-{i}" for i in range(4)]
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            routed_server(tmp_path, [1.0, 1.0], policy="consistent_hash") as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=10) as client,
+        ):
+            landed: dict[str, set[str]] = {session: set() for session in sessions}
+            for turn in range(2):
+                for session in sessions:
+                    before = {r.id: r.requests for r in server.serving.gateway.pool.snapshot()}
+                    # The header names the session; the body's `user` is the fallback key.
+                    headers = {"x-session-id": session} if turn % 2 == 0 else {}
+                    body = completion(f"turn {turn}", user=session)
+                    response = await client.post(COMPLETIONS, json=body, headers=headers)
+                    assert response.status_code == 200, response.text
+                    after = server.serving.gateway.pool.snapshot()
+                    landed[session] |= {r.id for r in after if r.requests > before[r.id]}
+    assert all(len(workers) == 1 for workers in landed.values()), landed
+    assert set().union(*landed.values()) == {"w1", "w2"}  # the sessions use both workers
