@@ -6,18 +6,61 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Final
 
 import httpx
 import trio
 
+from smg_trio.backends.base import BackendStatistics, EngineStream
+from smg_trio.core.finalize import Finalized, WorkerTarget
+from smg_trio.errors import EngineRejected
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.routing.vocabulary import Worker
 from tests.e2e.live_server import MODEL
 from tests.e2e.routed_server import routed_server
 
 TEST_TIMEOUT_S: Final = 20.0
 COMPLETIONS: Final = "/v1/completions"
 P2C_REQUESTS: Final = 48
+
+
+class AtCapacity:
+    """A worker whose engine says it is ready and refuses every request as overloaded (429),
+    as an engine at capacity does: each request it gets must be retried on another worker."""
+
+    @property
+    def runtime(self) -> Runtime:
+        return Runtime.VLLM
+
+    @property
+    def wire(self) -> Wire:
+        return Wire.ZMQ
+
+    def open_stream(self, finalized: Finalized) -> AbstractAsyncContextManager[EngineStream]:
+        return self
+
+    async def __aenter__(self) -> EngineStream:
+        await trio.lowlevel.checkpoint()
+        raise EngineRejected("the engine is at capacity", status=429)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def wait_ready(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    def statistics(self) -> BackendStatistics:
+        return BackendStatistics(
+            runtime=self.runtime,
+            wire=self.wire,
+            ready=True,
+            max_model_len=None,
+            open_streams=0,
+            in_flight=0,
+            engines=(),
+        )
 
 
 def completion(prompt: str, max_tokens: int = 4, **extra: object) -> dict[str, object]:
@@ -93,9 +136,11 @@ async def test_requests_to_a_killed_engine_are_retried_on_the_other(tmp_path: Pa
             for response in responses:
                 assert "error" not in response.text
             rows = {row.id: row for row in server.serving.gateway.pool.snapshot()}
-            # The dead engine's first request failed there and was retried on w2.
-            assert rows["w1"].retries >= 1
-            assert rows["w2"].requests >= 20
+            # Every attempt on the dead engine (those sent before the backend knew it dead)
+            # failed before its first byte and was retried: each request ended on w2, once.
+            assert rows["w1"].retries == rows["w1"].requests
+            assert rows["w1"].failures == rows["w1"].requests
+            assert rows["w2"].requests == 20
 
 
 async def test_at_four_times_the_limit_the_engines_never_see_more_than_it(
@@ -154,3 +199,22 @@ async def test_consistent_hash_keeps_a_session_on_its_worker(tmp_path: Path) -> 
                     landed[session] |= {r.id for r in after if r.requests > before[r.id]}
     assert all(len(workers) == 1 for workers in landed.values()), landed
     assert set().union(*landed.values()) == {"w1", "w2"}  # the sessions use both workers
+
+
+async def test_a_refusing_worker_is_retried_around_then_its_breaker_opens(tmp_path: Path) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with routed_server(tmp_path, [1.0], policy="round_robin") as server:
+            pool = server.serving.gateway.pool
+            target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
+            pool.add(Worker("busy", target, AtCapacity()))
+            bodies = [completion(f"request {i}", stream=i % 2 == 1) for i in range(10)]
+            responses = await send_all(server.base_url, bodies, concurrency=1)
+            assert [response.status_code for response in responses] == [200] * 10
+            assert all("error" not in response.text for response in responses)
+            rows = {row.id: row for row in pool.snapshot(trio.current_time())}
+            # Round-robin sent requests 2, 3 and 4 to "busy" first; each was refused before its
+            # first byte and retried on w1, and the third failure in a row opened the breaker.
+            busy = rows["busy"]
+            assert (busy.requests, busy.failures, busy.retries) == (3, 3, 3)
+            assert (busy.breaker, busy.routable) == ("open", False)
+            assert rows["w1"].requests == 10
