@@ -86,13 +86,24 @@ class WorkerLifetimes:
 async def open_worker_lifetimes(
     model: ModelDir, opener: BackendOpener
 ) -> AsyncIterator[WorkerLifetimes]:
-    """Workers opened with `opener` (serve.open_backend) until the block ends."""
-    async with trio.open_nursery() as nursery:
-        lifetimes = WorkerLifetimes(nursery, model, opener)
-        try:
-            yield lifetimes
-        finally:
-            lifetimes.close_all()
+    """Workers opened with `opener` (serve.open_backend) until the block ends.
+
+    One failure comes out as itself, not in the ExceptionGroup trio's nursery puts it in: a
+    startup ConfigError (a worker's busy port) stays the CLI's one-line exit 2, as it was when
+    backends were opened without a nursery.
+    """
+    try:
+        async with trio.open_nursery() as nursery:
+            lifetimes = WorkerLifetimes(nursery, model, opener)
+            try:
+                yield lifetimes
+            finally:
+                lifetimes.close_all()
+    except BaseExceptionGroup as group:
+        only = group.exceptions[0] if len(group.exceptions) == 1 else None
+        if isinstance(only, Exception):
+            raise only from None
+        raise
 
 
 class WorkerAdded(msgspec.Struct, frozen=True):
