@@ -47,8 +47,7 @@ class WorkerLifetimes:
 
     async def open_worker(self, spec: WorkerSpec) -> tuple[Worker, str]:
         """A worker for `spec` with its backend open, and the address it bound or dials."""
-        worker_id = f"w{next(self._ids)}"
-        opened: tuple[Worker, str] = await self._nursery.start(self._hold, spec, worker_id)
+        opened: tuple[Worker, str] = await self._nursery.start(self._hold, spec)
         return opened
 
     def close(self, worker_id: str) -> None:
@@ -64,11 +63,11 @@ class WorkerLifetimes:
     async def _hold(
         self,
         spec: WorkerSpec,
-        worker_id: str,
         task_status: trio.TaskStatus[tuple[Worker, str]],
     ) -> None:
         model = self._model
         async with self._open_backend(spec, model) as (backend, address):
+            worker_id = f"w{next(self._ids)}"  # only a worker that opened takes an id
             bound = address.partition("://")[2]
             target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)
             worker = Worker(

@@ -65,6 +65,12 @@ async def test_workers_are_added_listed_and_removed_after_their_streams(tmp_path
             assert bad.json()["error"]["param"] == "worker"
             assert "names no runtime" in bad.json()["error"]["message"]
 
+            taken = server.serving.worker_addresses[0].removeprefix("tcp://")
+            busy = await client.post(
+                "/workers", headers=ADMIN, json={"worker": f"vllm+zmq://{taken}"}
+            )
+            assert busy.status_code == 400
+            assert "cannot be opened" in busy.json()["error"]["message"]
             spec = f"vllm+zmq://127.0.0.1:{free_port()}"  # as on the command line: no port 0
             added = await client.post("/workers", headers=ADMIN, json={"worker": spec})
             assert added.status_code == 201, added.text
