@@ -3,6 +3,7 @@
     python -m bench scenarios [--scenarios a,b,c] [--vllm-venv DIR --real-model DIR]
         [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--quick] [--no-write]
     python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
+    python -m bench routing [--requests 400] [--concurrency 32]   (bench/routing.py)
     python -m bench run --url http://127.0.0.1:PORT --transport h2c|http1|ws
         [--concurrency 1,16 | --rate R] [--requests N] [--prompt-tokens 128|64-256]
         [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
@@ -61,6 +62,7 @@ from bench.load_workload import (
     prompt_words,
     request_specs,
 )
+from bench.routing import add_routing_command, main_routing
 from bench.stop_cost import stop_costs
 from smg_trio.model import demo_model_path, load_model_dir
 
@@ -271,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-path", type=Path, default=demo_model_path(), help="tokenizer for prompts"
     )
     run.add_argument("--json", type=Path, help="also write the summaries here")
+    add_routing_command(commands)
     return parser
 
 
@@ -284,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = [dataclasses.asdict(summary) for summary in summaries]
             args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
         return 0
+    if args.command == "routing":
+        return main_routing(args)
     if args.command == "render":
         for path in args.files:
             report = msgspec.convert(json.loads(path.read_text("utf-8")), RunReport)

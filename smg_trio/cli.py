@@ -4,6 +4,8 @@
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
         [--engine-silence-s S] [--drain-timeout-s S] [--keepalive-s S]
+        [--policy P] [--max-retries N] [--max-concurrent-requests N] [--max-queue N]
+        [--queue-timeout-s S] [--session-header NAME] [--admin-api-key KEY]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -26,6 +28,7 @@ from smg_trio.engines.cli import add_engine_commands
 from smg_trio.errors import ConfigError
 from smg_trio.model import demo_model_path
 from smg_trio.request_ids import RequestIdLogFilter
+from smg_trio.routing.policies import POLICY_NAMES
 
 # Flag destinations that map one-to-one onto GatewayConfig fields.
 _CONFIG_FLAGS = (
@@ -38,6 +41,13 @@ _CONFIG_FLAGS = (
     "engine_silence_s",
     "drain_timeout_s",
     "keepalive_s",
+    "policy",
+    "session_header",
+    "max_retries",
+    "max_concurrent_requests",
+    "max_queue",
+    "queue_timeout_s",
+    "admin_api_key",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -152,8 +162,50 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         ("--keepalive-s", "silence after which a stream gets a keep-alive"),
     ):
         serve.add_argument(flag, type=float, metavar="S", help=meaning)
+    add_routing_flags(serve)
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)
+
+
+def add_routing_flags(serve: argparse.ArgumentParser) -> None:
+    """Routing, retries, admission and the /workers API (docs/routing.md)."""
+    routing = serve.add_argument_group("routing and admission (docs/routing.md)")
+    routing.add_argument(
+        "--policy",
+        choices=POLICY_NAMES,
+        help="how a worker is picked (default round_robin; per model: model_policies in TOML)",
+    )
+    routing.add_argument(
+        "--session-header",
+        metavar="NAME",
+        help="consistent_hash key header (default x-session-id; else the body's `user`)",
+    )
+    routing.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        help="other workers tried when one fails before the first byte (default 2)",
+    )
+    routing.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        metavar="N",
+        help="requests at the engines at once, gateway-wide (default unlimited)",
+    )
+    routing.add_argument(
+        "--max-queue", type=int, metavar="N", help="requests waiting for a slot (default 256)"
+    )
+    routing.add_argument(
+        "--queue-timeout-s",
+        type=float,
+        metavar="S",
+        help="longest wait for a slot before 429 (default 10)",
+    )
+    routing.add_argument(
+        "--admin-api-key",
+        metavar="KEY",
+        help="enables GET/POST/DELETE /workers for `Authorization: Bearer KEY`",
+    )
 
 
 def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -16,6 +16,9 @@ import msgspec
 
 from smg_trio.errors import ConfigError, UnsupportedRuntime
 from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
+from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
+from smg_trio.routing.policies import POLICY_NAMES
+from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
@@ -26,6 +29,7 @@ DEFAULT_REQUEST_TIMEOUT_S: Final = 600.0  # generous: long generations on slow e
 DEFAULT_ENGINE_SILENCE_S: Final = 30.0
 DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
 DEFAULT_KEEPALIVE_S: Final = 15.0
+DEFAULT_SESSION_HEADER: Final = "x-session-id"
 
 
 class WorkerSpec(msgspec.Struct, frozen=True):
@@ -53,6 +57,17 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     keepalive_s: float = DEFAULT_KEEPALIVE_S
+    # Routing and admission (docs/routing.md): the policy for every model, or per served name
+    # (TOML `model_policies = {"alias" = "cache_aware"}`); retries before the first byte; the
+    # global concurrency limit with its queue; the /workers API's key (None: no /workers).
+    policy: str = "round_robin"
+    model_policies: dict[str, str] = msgspec.field(default_factory=dict)
+    session_header: str = DEFAULT_SESSION_HEADER
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_concurrent_requests: int | None = None
+    max_queue: int = DEFAULT_MAX_QUEUE
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    admin_api_key: str | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -124,4 +139,28 @@ def validated(config: GatewayConfig) -> GatewayConfig:
             raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
     if not config.drain_timeout_s >= 0:
         raise ConfigError(f"drain_timeout_s must be 0 or more, got {config.drain_timeout_s}")
+    validate_routing(config)
     return config
+
+
+def validate_routing(config: GatewayConfig) -> None:
+    for where, policy in (("policy", config.policy), *config.model_policies.items()):
+        if policy not in POLICY_NAMES:
+            raise ConfigError(
+                f"{where}: unknown routing policy {policy!r}; known: {', '.join(POLICY_NAMES)}"
+            )
+    names = config.served_model_names
+    unknown = sorted(set(config.model_policies) - set(names)) if names else []
+    if unknown:
+        raise ConfigError(f"model_policies names models that are not served: {unknown}")
+    if config.max_retries < 0:
+        raise ConfigError(f"max_retries must be 0 or more, got {config.max_retries}")
+    limit = config.max_concurrent_requests
+    if limit is not None and limit < 1:
+        raise ConfigError(f"max_concurrent_requests must be at least 1, got {limit}")
+    if config.max_queue < 0:
+        raise ConfigError(f"max_queue must be 0 or more, got {config.max_queue}")
+    if not config.queue_timeout_s > 0:
+        raise ConfigError(f"queue_timeout_s must be positive, got {config.queue_timeout_s}")
+    if not config.session_header:
+        raise ConfigError("session_header must not be empty")

@@ -105,6 +105,17 @@ class EngineRejected(BackendError):
         self.status = status
 
 
+class Overloaded(GatewayError):
+    """Admission control turned the request away (docs/routing.md §5): 429 with Retry-After."""
+
+    status = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class RequestTimeout(GatewayError):
     """The request outlived its deadline (the gateway's request timeout)."""
 

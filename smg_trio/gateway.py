@@ -1,10 +1,13 @@
 """I/O. The gateway's request entry point, shared by every front end (HTTP and WebSocket).
 
-`Gateway.handle(path, body, sink)` decodes and validates the body, prepares and finalizes the
-request for the worker its `routing.workers.WorkerPool` picks, and runs the per-request
-nursery under the request deadline. A request that fails before it reaches a backend raises a
-GatewayError for the front end to hand to its sink; anything later reaches `sink.fail` directly.
-Either way the sink's state decides what the error becomes (an HTTP status or a final event).
+`Gateway.handle(path, body, sink)` decodes and validates the body and prepares it; admission
+control then lets it through, queues it or turns it away (429), and `retrying.run_with_retries`
+finalizes it for the worker the `routing.workers.WorkerPool` picks and runs the per-request
+nursery, on another worker if the first could not take it before any byte was sent
+(docs/routing.md), all under the request deadline. A request that fails before it reaches a
+backend raises a GatewayError for the front end to hand to its sink; anything later reaches
+`sink.fail` directly. Either way the sink's state decides what the error becomes (an HTTP
+status or a final event).
 
 - `model` must be one of the served names (`--served-model-name`, repeatable); a missing one
   means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import time
 from collections.abc import Callable
 from functools import partial
@@ -30,16 +34,19 @@ from typing import Final, TypeVar
 
 import trio
 
-from smg_trio.core.finalize import finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
-from smg_trio.errors import ClientError, RequestTimeout
+from smg_trio.errors import BackendUnavailable, ClientError, RequestTimeout
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.model import ModelDir
-from smg_trio.request import ClientSink, run_request
+from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
-from smg_trio.routing.workers import Worker, WorkerPool
+from smg_trio.retrying import run_with_retries
+from smg_trio.routing.admission import Admission
+from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
+from smg_trio.routing.vocabulary import RoutingContext
+from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
@@ -87,11 +94,17 @@ class Gateway:
         *,
         request_timeout_s: float,
         served_model_names: tuple[str, ...] = (),
+        admission: Admission | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        rng: random.Random | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = model.prompt_model()
         self.pool = pool
         self.request_timeout_s = request_timeout_s
+        self.admission = admission or Admission()
+        self.max_retries = max_retries
+        self._rng = rng or random.Random()
         self.served_model_names = served_model_names or (model.served_name,)
         self.lifecycle = Lifecycle()
         self._created = int(time.time())
@@ -125,14 +138,19 @@ class Gateway:
         if model is not None and model not in self.served_model_names:
             raise ModelNotFound(model)
 
-    def pick_worker(self) -> Worker:
-        """The worker for one request, as the pool's policy chooses; BackendUnavailable if none."""
-        return self.pool.pick()
-
     async def handle(
-        self, path: str, body: bytes, sink: ClientSink, *, request_id: str | None = None
+        self,
+        path: str,
+        body: bytes,
+        sink: ClientSink,
+        *,
+        request_id: str | None = None,
+        session_key: str | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
+
+        `session_key` is the sticky-session header's value (consistent_hash); without it the
+        body's `user` is the key.
 
         A request that fails before it reaches a backend (a bad body, no ready worker) raises
         GatewayError, nothing having been sent; every later failure, the deadline included,
@@ -143,7 +161,7 @@ class Gateway:
         logger.debug("%s: started", path)
         try:
             with self.lifecycle.admit(sink) as live:
-                await self._handle(path, body, sink, request_id, live)
+                await self._handle(path, body, sink, request_id, session_key, live)
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                     await sink.fail(Draining("the gateway shut down before the request finished"))
@@ -152,7 +170,13 @@ class Gateway:
             current_request_id.reset(token)
 
     async def _handle(
-        self, path: str, body: bytes, sink: ClientSink, request_id: str, live: LiveRequest
+        self,
+        path: str,
+        body: bytes,
+        sink: ClientSink,
+        request_id: str,
+        session_key: str | None,
+        live: LiveRequest,
     ) -> None:
         if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
             await sink.send_body(
@@ -162,20 +186,26 @@ class Gateway:
         deadline = trio.current_time() + self.request_timeout_s
         try:
             with trio.fail_at(deadline):
-                plan = await self._off_loop_if_large(
+                plan, user = await self._off_loop_if_large(
                     partial(self._prepare_now, path, body, request_id), body
                 )
                 live.streaming = plan.stream
-                worker = self.pick_worker()
-                finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
-                await run_request(
-                    plan,
-                    finalized,
-                    worker.backend,
-                    self.prompt_model.tokenizer,
-                    sink,
-                    created=int(time.time()),
+                context = RoutingContext(
+                    model=plan.model, prompt_ids=plan.prompt_ids, session_key=session_key or user
                 )
+                if not self.pool.ready:
+                    raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
+                async with self.admission.admitted():
+                    await run_with_retries(
+                        plan,
+                        context,
+                        self.pool,
+                        self.prompt_model.tokenizer,
+                        sink,
+                        max_retries=self.max_retries,
+                        deadline=deadline,
+                        rng=self._rng,
+                    )
         except trio.TooSlowError:
             error = RequestTimeout(
                 f"the request did not finish within {self.request_timeout_s:g} s"
@@ -190,20 +220,25 @@ class Gateway:
             return work()
         return await trio.to_thread.run_sync(work)
 
-    def _prepare_now(self, path: str, body: bytes, request_id: str) -> GeneratePlan:
+    def _prepare_now(
+        self, path: str, body: bytes, request_id: str
+    ) -> tuple[GeneratePlan, str | None]:
+        """The plan, and the body's `user` (a sticky-session key for consistent_hash)."""
         model = self.prompt_model
         if path == "/v1/chat/completions":
             chat = decode_chat_request(body)
             self.check_model(chat.model)
-            return prepare_chat(chat, model, request_id=request_id, now=dt.datetime.now(dt.UTC))
+            now = dt.datetime.now(dt.UTC)
+            return prepare_chat(chat, model, request_id=request_id, now=now), chat.user
         if path == "/v1/completions":
             completion = decode_completion_request(body)
             self.check_model(completion.model)
-            return prepare_completion(completion, model, request_id=request_id)
+            plan = prepare_completion(completion, model, request_id=request_id)
+            return plan, completion.user
         if path == "/generate":
             generate = decode_generate_request(body)
             self.check_model(generate.model)
-            return prepare_generate(generate, model, request_id=generate.rid or request_id)
+            return prepare_generate(generate, model, request_id=generate.rid or request_id), None
         raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
 
     def _tokenize_now(self, path: str, body: bytes) -> bytes:

@@ -3,7 +3,8 @@ server on one port, all in the caller's `trio.run`.
 
     serve ─┬─ load the model folder, check every worker and the listener (ConfigError: nothing ran)
            ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial;
-           │   gRPC: a channel to the engine, ready once its health check passes)
+           │   gRPC: a channel to the engine, ready once its health check passes), each held
+           │   by a task of `worker_lifetimes` so /workers can add and remove workers later
            └─ hypercorn.trio.serve(GatewayApp): HTTP/1.1 and h2c with prior knowledge on one
               cleartext port, or, with a certificate and key, TLS on that port with ALPN
               offering h2 and http/1.1
@@ -23,12 +24,14 @@ server on one port, all in the caller's `trio.run`.
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, assert_never, cast
 
 import hypercorn.config
@@ -40,13 +43,15 @@ from smg_trio.backends.base import Backend
 from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
-from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.gateway import Gateway
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
-from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
+from smg_trio.routing.admission import Admission
+from smg_trio.routing.policies import build_policy
+from smg_trio.routing.workers import Worker, WorkerPool
+from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
 """After the drain (lifecycle.py): how long hypercorn lets connections flush before cancelling."""
@@ -84,24 +89,32 @@ async def serve(
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
     http_config = hypercorn_config(config)
     check_listener(config, http_config)
-    async with AsyncExitStack() as stack:
-        workers: list[Worker] = []
-        addresses: list[str] = []
-        for spec in config.workers:
-            backend, address = await stack.enter_async_context(
-                open_backend(spec, model, engine_silence_s=config.engine_silence_s)
-            )
-            target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)
-            workers.append(Worker(name=str(spec), target=target, backend=backend))
-            addresses.append(address)
-        pool = WorkerPool(workers, RoundRobin())
+    async with open_worker_lifetimes(
+        model, partial(open_backend, engine_silence_s=config.engine_silence_s)
+    ) as lifetimes:
+        opened = [await lifetimes.open_worker(spec) for spec in config.workers]
+        addresses = [address for _, address in opened]
+        pool = routing_pool(config, [worker for worker, _ in opened])
         gateway = Gateway(
             model,
             pool,
             request_timeout_s=config.request_timeout_s,
             served_model_names=names or (model.served_name,),
+            admission=Admission(
+                config.max_concurrent_requests,
+                max_queue=config.max_queue,
+                queue_timeout_s=config.queue_timeout_s,
+            ),
+            max_retries=config.max_retries,
         )
-        app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
+        app = GatewayApp(
+            gateway,
+            api_key=config.api_key,
+            max_body_bytes=config.max_body_bytes,
+            session_header=config.session_header,
+            admin=None if config.admin_api_key is None else RuntimeWorkers(pool, lifetimes),
+            admin_api_key=config.admin_api_key,
+        )
 
         async def drain_on_shutdown() -> None:
             if shutdown_trigger is None:
@@ -123,6 +136,18 @@ async def serve(
             urls: list[str] = await nursery.start(serve_http)
             port = int(urls[0].rsplit(":", 1)[1])
             task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
+
+
+def routing_pool(config: GatewayConfig, workers: list[Worker]) -> WorkerPool:
+    """The pool with the configured policy, and one per served name that has its own."""
+    rng = random.Random()
+    return WorkerPool(
+        workers,
+        build_policy(config.policy, rng),
+        model_policies={
+            name: build_policy(policy, rng) for name, policy in config.model_policies.items()
+        },
+    )
 
 
 async def serve_until_signal(config: GatewayConfig) -> None:

@@ -113,3 +113,61 @@ def test_served_model_names_repeat_on_the_command_line_and_in_toml(tmp_path: Pat
     )
     with pytest.raises(ConfigError, match="must not be empty"):
         config_from_toml(path)
+
+
+def test_routing_flags_and_per_model_policies_in_toml(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nserved_model_names = ["chat", "rag"]\n'
+        'policy = "power_of_two"\nmax_concurrent_requests = 64\n'
+        '[model_policies]\nrag = "cache_aware"\n',
+        encoding="utf-8",
+    )
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--config",
+            str(path),
+            "--max-retries",
+            "0",
+            "--queue-timeout-s",
+            "2.5",
+            "--max-queue",
+            "8",
+            "--admin-api-key",
+            "adm",
+            "--session-header",
+            "x-user",
+        ]
+    )
+    config = config_from_args(args)
+    assert (config.policy, config.model_policies) == ("power_of_two", {"rag": "cache_aware"})
+    assert (config.max_concurrent_requests, config.max_queue, config.queue_timeout_s) == (
+        64,
+        8,
+        2.5,
+    )
+    assert (config.max_retries, config.admin_api_key, config.session_header) == (0, "adm", "x-user")
+    flagged = build_parser().parse_args(["serve", "--config", str(path), "--policy", "random"])
+    assert config_from_args(flagged).policy == "random"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('policy = "fastest"', "unknown routing policy 'fastest'"),
+        ('model_policies = {other = "random"}', "not served"),
+        ('model_policies = {a = "sticky"}', "unknown routing policy 'sticky'"),
+        ("max_retries = -1", "max_retries"),
+        ("max_concurrent_requests = 0", "max_concurrent_requests"),
+        ("queue_timeout_s = 0", "queue_timeout_s"),
+    ],
+)
+def test_bad_routing_settings_are_config_errors(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        f'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nserved_model_names = ["a"]\n{line}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=message):
+        config_from_toml(path)

@@ -6,6 +6,7 @@
     GET  /health, /readiness                               → 200 while ready to take requests
                                                              (a worker ready, not draining), else 503
     GET  /liveness                                         → 200 while the process serves at all
+    GET, POST /workers; DELETE /workers/{id}               → frontends.workers_api (admin key)
     GET  /v1/ws (WebSocket)                                → frontends.websocket
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
@@ -32,6 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
+from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.responses import (
     Message,
@@ -42,6 +44,13 @@ from smg_trio.frontends.responses import (
     send_json,
 )
 from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.frontends.workers_api import (
+    WorkerAdmin,
+    allowed_methods,
+    authorize_admin,
+    is_workers_path,
+    serve_workers,
+)
 from smg_trio.gateway import HANDLED_PATHS, Gateway
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
@@ -91,10 +100,22 @@ class _ResponseStarted:
 class GatewayApp:
     """The ASGI 3 application serving one `Gateway`."""
 
-    def __init__(self, gateway: Gateway, *, api_key: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        api_key: str | None,
+        max_body_bytes: int,
+        session_header: str = DEFAULT_SESSION_HEADER,
+        admin: WorkerAdmin | None = None,
+        admin_api_key: str | None = None,
+    ) -> None:
         self.gateway = gateway
         self._api_key = api_key.encode() if api_key else None
         self._max_body_bytes = max_body_bytes
+        self._session_header = session_header.lower().encode()
+        self._admin = admin
+        self._admin_key = admin_api_key.encode() if admin_api_key and admin else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match scope["type"]:
@@ -144,6 +165,9 @@ class GatewayApp:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = _header_map(scope)
+        if is_workers_path(path):
+            await self._workers(method, path, headers, receive, send)
+            return
         if path not in PROBE_PATHS:
             self._authorize(headers)
         allowed = ROUTE_METHODS.get(path)
@@ -165,14 +189,36 @@ class GatewayApp:
             )
         else:
             body = await self._read_body(receive, headers)
+            session = headers.get(self._session_header)
+            session_key = None if session is None else session.decode("latin-1")
             await respond(
-                lambda response: self._generate(path, body, response, request_id), receive, send
+                lambda response: self._generate(path, body, response, request_id, session_key),
+                receive,
+                send,
             )
 
     async def _generate(
-        self, path: str, body: bytes, response: SseResponse, request_id: str
+        self,
+        path: str,
+        body: bytes,
+        response: SseResponse,
+        request_id: str,
+        session_key: str | None,
     ) -> None:
-        await self.gateway.handle(path, body, response, request_id=request_id)
+        await self.gateway.handle(
+            path, body, response, request_id=request_id, session_key=session_key
+        )
+
+    async def _workers(
+        self, method: str, path: str, headers: dict[bytes, bytes], receive: Receive, send: Send
+    ) -> None:
+        authorize_admin(self._admin_key, headers.get(b"authorization", b""))
+        assert self._admin is not None  # an admin key is only kept with an admin
+        allowed = allowed_methods(path)
+        if method not in allowed:
+            raise _MethodNotAllowed(method, path, allowed)
+        body = await self._read_body(receive, headers) if method == "POST" else b""
+        await serve_workers(self._admin, method, path, body, send)
 
     async def _health(self, send: Send) -> None:
         if self.gateway.ready:

@@ -13,7 +13,7 @@ from typing import Any, Final, TypeAlias
 
 import trio
 
-from smg_trio.errors import GatewayError
+from smg_trio.errors import GatewayError, Overloaded
 from smg_trio.wire.openai_responses import error_body
 
 Scope: TypeAlias = dict[str, Any]
@@ -43,10 +43,12 @@ async def send_json(send: Send, status: int, body: bytes, headers: Iterable[Head
 
 
 async def send_error(send: Send, error: GatewayError, headers: Iterable[Header] = ()) -> None:
-    """OpenAI error JSON with the error's status and its code in `x-error-code`."""
-    await send_json(
-        send, error.status, error_body(error), [(ERROR_CODE_HEADER, error.code.encode()), *headers]
-    )
+    """OpenAI error JSON with the error's status and its code in `x-error-code` (and, for a 429
+    from admission control, `Retry-After`: docs/routing.md §5)."""
+    extra = [(ERROR_CODE_HEADER, error.code.encode()), *headers]
+    if isinstance(error, Overloaded):
+        extra.append((b"retry-after", str(error.retry_after_s).encode()))
+    await send_json(send, error.status, error_body(error), extra)
 
 
 async def send_error_discarding_body(

@@ -70,6 +70,9 @@ def test_missing_model_and_busy_port_exit_2(
         port = busy.getsockname()[1]
         assert main(["serve", "--model-path", MODEL, "--worker", worker, "--port", str(port)]) == 2
         assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+        busy_worker = f"vllm+zmq://127.0.0.1:{port}"
+        assert main(["serve", "--model-path", MODEL, "--worker", busy_worker, "--port", "0"]) == 2
+        assert f"cannot bind ZMQ socket to tcp://127.0.0.1:{port}" in capsys.readouterr().err
 
 
 def test_config_file_with_flags_over_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
