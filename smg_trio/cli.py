@@ -3,6 +3,7 @@
     smg-trio serve --model-path DIR --worker RUNTIME+WIRE://HOST:PORT [--worker ...] [--host H]
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
+        [--tool-call-parser NAME] [--reasoning-parser NAME]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -34,6 +35,8 @@ _CONFIG_FLAGS = (
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
+    "tool_call_parser",
+    "reasoning_parser",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -141,6 +144,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     serve.add_argument(
         "--max-body-bytes", type=int, metavar="N", help="largest request body accepted"
+    )
+    serve.add_argument(
+        "--tool-call-parser", metavar="NAME", help="read tool calls in this format (e.g. hermes)"
+    )
+    serve.add_argument(
+        "--reasoning-parser", metavar="NAME", help="separate reasoning (e.g. deepseek_r1, qwen3)"
     )
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
+from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ConfigError, UnsupportedRuntime
 from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
 
@@ -45,6 +46,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     certfile: Path | None = None
     keyfile: Path | None = None
+    # The served model's output parsers, by vLLM's names (docs/tools-and-reasoning.md §6).
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -111,6 +115,7 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"max_body_bytes must be at least 1024, got {config.max_body_bytes}")
     if any(not name for name in config.served_model_names):
         raise ConfigError("a served model name must not be empty")
+    check_parser_names(config.tool_call_parser, config.reasoning_parser)
     if not config.request_timeout_s > 0:
         raise ConfigError(f"request_timeout_s must be positive, got {config.request_timeout_s}")
     return config

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Final, TypeVar
 
+import msgspec
 import trio
 
 from smg_trio.core.finalize import finalize
@@ -83,9 +84,15 @@ class Gateway:
         *,
         request_timeout_s: float,
         served_model_names: tuple[str, ...] = (),
+        tool_call_parser: str | None = None,
+        reasoning_parser: str | None = None,
     ) -> None:
         self.model = model
-        self.prompt_model: PromptModel = model.prompt_model()
+        self.prompt_model: PromptModel = msgspec.structs.replace(
+            model.prompt_model(),
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+        )
         self.pool = pool
         self.request_timeout_s = request_timeout_s
         self.served_model_names = served_model_names or (model.served_name,)

@@ -94,6 +94,8 @@ async def serve(
             pool,
             request_timeout_s=config.request_timeout_s,
             served_model_names=names or (model.served_name,),
+            tool_call_parser=config.tool_call_parser,
+            reasoning_parser=config.reasoning_parser,
         )
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
         async with trio.open_nursery() as nursery:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from smg_trio.errors import GatewayError
+from smg_trio.wire.openai import ToolCall
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChatChoice,
@@ -127,6 +128,16 @@ class ChatStreamRenderer:
             return prefix + _encode(text) + _CHAT_TAIL
         encoded = logprobs if isinstance(logprobs, bytes) else _encode(logprobs)
         return prefix + _encode(text) + _CHAT_LOGPROBS + encoded + _CHAT_LOGPROBS_TAIL
+
+    def delta(
+        self,
+        index: int,
+        delta: ChoiceDelta,
+        logprobs: ChoiceLogprobs | None = None,
+        usage: Usage | None = None,
+    ) -> bytes:
+        """A chunk with any delta (an output parser's: reasoning, tool calls)."""
+        return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=logprobs),), usage)
 
     def finish(
         self,
@@ -239,6 +250,10 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     stop_reason: MatchedStop | None = None
     """vLLM's: the stop string, a stop token id other than the primary EOS, or None."""
     reasoning: str | None = None
+    # Chat with output parsers: `text` is the parsed content (null when empty, as vLLM's),
+    # beside the reasoning and the calls (docs/tools-and-reasoning.md §4).
+    parsed: bool = False
+    tool_calls: tuple[ToolCall, ...] | None = None
     output_ids: tuple[int, ...] | None = None
     logprobs: ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs | None = None
     prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # when asked (vLLM's shape)
@@ -262,8 +277,10 @@ def chat_completion(
         ChatChoice(
             index=c.index,
             message=ResponseMessage(
-                content=c.text,
+                content=(c.text or None) if c.parsed else c.text,
                 reasoning_content=msgspec.UNSET if c.reasoning is None else c.reasoning,
+                reasoning=msgspec.UNSET if c.reasoning is None else c.reasoning,
+                tool_calls=msgspec.UNSET if c.tool_calls is None else c.tool_calls,
             ),
             logprobs=c.logprobs if isinstance(c.logprobs, ChoiceLogprobs) else None,
             finish_reason=c.finish_reason,
