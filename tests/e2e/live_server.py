@@ -111,6 +111,8 @@ async def live_server(
     engine_args: Sequence[str] = (),
     served_model_names: tuple[str, ...] = (),
     runtime: Runtime = Runtime.VLLM,
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed."""
     config = GatewayConfig(
@@ -123,6 +125,8 @@ async def live_server(
         certfile=None if tls is None else tls[0],
         keyfile=None if tls is None else tls[1],
         served_model_names=served_model_names,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
     )
     replay = tmp_path / "replay.txt"
     replay.write_text(replay_text, encoding="utf-8")
