@@ -18,7 +18,7 @@ import msgspec
 from smg_trio.core.chat_template import ChatTemplate
 from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.core.tool_choice import parser_setup
+from smg_trio.core.tool_choice import with_parsers
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
@@ -60,8 +60,7 @@ def prepare_chat(
         logprobs=logprobs,
         echo_text=_echoed_message(req) if req.echo else None,
     )
-    parsers = parser_setup(req, model.tool_call_parser, model.reasoning_parser)
-    plan = msgspec.structs.replace(plan, parsers=parsers)  # docs/tools-and-reasoning.md §5
+    plan = with_parsers(plan, req, model.tool_call_parser, model.reasoning_parser)
     prompt_logprobs = req.prompt_logprobs
     param: str | None = "prompt_logprobs"
     if prompt_logprobs is None and req.echo and not req.stream:

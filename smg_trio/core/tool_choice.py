@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from smg_trio.core.plan import ParserSetup
+import msgspec
+
+from smg_trio.core.parsers.registry import KEEPS_SPECIAL_TOKENS
+from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.errors import ClientError
 from smg_trio.wire import openai as oa
 
@@ -64,6 +67,24 @@ def parser_setup(
         parallel_tool_calls=req.parallel_tool_calls is not False,
         reasoning_parser=reasoning,
     )
+
+
+def with_parsers(
+    plan: GeneratePlan,
+    req: oa.ChatCompletionRequest,
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+) -> GeneratePlan:
+    """`plan` with the parsers its choices run. A parser whose markers are special tokens
+    (mistral's `[TOOL_CALLS]`) has the router keep special tokens in the text, as vLLM's
+    parser turns `skip_special_tokens` off for it."""
+    parsers = parser_setup(req, tool_call_parser, reasoning_parser)
+    if parsers is None:
+        return plan
+    stop_spec = plan.stop_spec
+    if parsers.tool_parser in KEEPS_SPECIAL_TOKENS:
+        stop_spec = msgspec.structs.replace(stop_spec, skip_special_tokens=False)
+    return msgspec.structs.replace(plan, parsers=parsers, stop_spec=stop_spec)
 
 
 def _thinking(req: oa.ChatCompletionRequest) -> bool:

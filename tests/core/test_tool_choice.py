@@ -84,3 +84,11 @@ def test_reasoning_runs_unless_thinking_or_its_separation_is_off() -> None:
 def test_stream_reasoning_false_with_a_reasoning_parser_is_a_400() -> None:
     assert refused(QWEN3, stream=True, stream_reasoning=False).param == "stream_reasoning"
     assert plan(MODEL, stream=True, stream_reasoning=False).parsers is None  # nothing to stream
+
+
+def test_a_parser_whose_markers_are_special_tokens_keeps_them_in_the_text() -> None:
+    """vLLM's mistral parser turns skip_special_tokens off: `[TOOL_CALLS]` is a control token."""
+    mistral = msgspec.structs.replace(MODEL, tool_call_parser="mistral")
+    assert plan(mistral, tools=TOOLS).stop_spec.skip_special_tokens is False
+    assert plan(mistral, tools=TOOLS, tool_choice="none").stop_spec.skip_special_tokens is True
+    assert plan(HERMES, tools=TOOLS).stop_spec.skip_special_tokens is True

@@ -45,56 +45,83 @@ class CallIds:
 
 
 class JsonCallBody:
-    """One call's JSON text, fed in pieces; `feed` returns the call's pieces known so far."""
+    """One call's JSON object, fed in pieces: `feed` returns the call's pieces known so far and
+    follows the object to its closing brace (`ended`; what came after it is `rest`)."""
 
-    __slots__ = ("_body", "_depth", "_done", "_end", "_index", "_quoted", "_sent", "_skip")
+    __slots__ = (
+        "_args",
+        "_args_end",
+        "_body",
+        "_depth",
+        "_end",
+        "_index",
+        "_quoted",
+        "_scanned",
+        "_sent",
+        "_skip",
+    )
 
     def __init__(self) -> None:
         self._body = ""
         self._index = -1  # the call's index once open
+        self._args = -1  # where the arguments object starts, once the head was read
+        self._args_end = -1  # where it ended, once it has
         self._sent = 0  # where the unsent arguments text starts, once open
-        self._end = -1  # where the arguments object ended, once it has
+        self._end = -1  # where the whole object ended, once it has
+        self._scanned = 0
         self._depth = 0
         self._quoted = False
         self._skip = -1  # the index of a character escaped by a backslash
-        self._done = False
 
     @property
     def opened(self) -> bool:
         return self._index >= 0
 
     @property
+    def ended(self) -> bool:
+        return self._end >= 0
+
+    @property
     def text(self) -> str:
-        return self._body
+        """The object's text so far (up to its end once it ended)."""
+        return self._body if self._end < 0 else self._body[: self._end]
+
+    @property
+    def rest(self) -> str:
+        """What was fed after the object's closing brace."""
+        return "" if self._end < 0 else self._body[self._end :]
 
     def feed(self, text: str, is_known: Callable[[str], bool], ids: CallIds) -> list[ToolCallPiece]:
         """More of the body. An unknown name raises `NotACall` (the markup becomes content)."""
+        if self._end >= 0:
+            self._body += text
+            return []
         self._body += text
         pieces: list[ToolCallPiece] = []
-        if self._index < 0:
-            if len(self._body) > _HEAD_LIMIT:
-                return pieces
+        if self._index < 0 and len(self._body) <= _HEAD_LIMIT:
             head = _HEAD.match(self._body)
-            if head is None:
-                return pieces
-            name = json.loads(head.group(1))
-            if not is_known(name):
-                raise NotACall
-            start = ids.next(name)
-            self._index, self._sent = start.index, head.end()
-            pieces.append(start)
-        if not self._done:
-            self._scan()
-            stop = self._end if self._done else len(self._body)
+            if head is not None:
+                name = json.loads(head.group(1))
+                if not is_known(name):
+                    raise NotACall
+                start = ids.next(name)
+                self._index, self._sent = start.index, head.end()
+                self._args = head.end()
+                pieces.append(start)
+        self._scan()
+        if self._index >= 0:
+            stop = self._args_end if self._args_end >= 0 else len(self._body)
+            if self._end >= 0 and self._args_end < 0:
+                stop = self._end  # never closed its arguments: up to the object's end
             if stop > self._sent:
                 pieces.append(ToolCallArguments(self._index, self._body[self._sent : stop]))
                 self._sent = stop
         return pieces
 
     def _scan(self) -> None:
-        """Follow the arguments object from where the last piece left off, to its end."""
-        depth, quoted, skip = self._depth, self._quoted, self._skip
-        for match in _STRUCTURE.finditer(self._body, self._sent):
+        """Follow the object from where the last piece left off, to its end."""
+        depth, quoted, skip, args = self._depth, self._quoted, self._skip, self._args
+        for match in _STRUCTURE.finditer(self._body, self._scanned):
             at = match.start()
             if at == skip:  # the character after a backslash
                 continue
@@ -110,9 +137,12 @@ class JsonCallBody:
                 depth += 1
             elif char in "}]":
                 depth -= 1
-                if depth == 0:
-                    self._done, self._end = True, match.end()
+                if depth == 1 and args >= 0 and at > args and self._args_end < 0:
+                    self._args_end = at + 1
+                elif depth <= 0:
+                    self._end = at + 1
                     break
+        self._scanned = len(self._body) if self._end < 0 else self._end
         self._depth, self._quoted, self._skip = depth, quoted, skip
 
     def close(self, is_known: Callable[[str], bool], ids: CallIds) -> list[ToolCallPiece]:

@@ -10,6 +10,8 @@ from typing import Final
 
 from smg_trio.core.parsers.events import Parsed, TextParser
 from smg_trio.core.parsers.json_calls import CallIds
+from smg_trio.core.parsers.json_sequences import JsonCallSequence
+from smg_trio.core.parsers.pythonic import PythonicCalls
 from smg_trio.core.parsers.reasoning import GraniteParser, ThinkingParser
 from smg_trio.core.parsers.tagged_calls import TaggedJsonCalls
 from smg_trio.core.plan import ParserSetup
@@ -22,11 +24,33 @@ def _hermes(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
     return TaggedJsonCalls(tools, ids, parallel=parallel, start="<tool_call>", end="</tool_call>")
 
 
+def _llama3_json(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return JsonCallSequence(
+        tools, ids, parallel=parallel, trigger="<|python_tag|>", separators=";", leading=True
+    )
+
+
+def _mistral(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return JsonCallSequence(
+        tools, ids, parallel=parallel, trigger="[TOOL_CALLS]", separators="[,", closer="]"
+    )
+
+
+def _pythonic(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return PythonicCalls(tools, ids, parallel=parallel)
+
+
 TOOL_PARSERS: Final[Mapping[str, ToolParserFactory]] = {
     "hermes": _hermes,
     "qwen": _hermes,  # SGLang's name for Qwen 2.5's hermes-style markup
     "qwen25": _hermes,
+    "llama3_json": _llama3_json,
+    "mistral": _mistral,
+    "pythonic": _pythonic,
 }
+
+# Tool parsers whose markers are special tokens: the router keeps special tokens for them.
+KEEPS_SPECIAL_TOKENS: Final = frozenset({"mistral"})
 
 REASONING_PARSERS: Final[Mapping[str, Callable[[], TextParser]]] = {
     "deepseek_r1": lambda: ThinkingParser("<think>", "</think>"),
