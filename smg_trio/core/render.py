@@ -129,6 +129,34 @@ class ChatStreamRenderer:
         encoded = logprobs if isinstance(logprobs, bytes) else _encode(logprobs)
         return prefix + _encode(text) + _CHAT_LOGPROBS + encoded + _CHAT_LOGPROBS_TAIL
 
+    def reasoning(self, index: int, text: str) -> bytes:
+        """A reasoning-only chunk, under both names (spliced: the per-token path of a
+        reasoning model; equal to the struct encoding, a test pins it)."""
+        encoded = _encode(text)
+        return b"".join(
+            (
+                self._head,
+                b'{"index":%d,"delta":{"reasoning_content":' % index,
+                encoded,
+                b',"reasoning":',
+                encoded,
+                _CHAT_TAIL,
+            )
+        )
+
+    def arguments(self, index: int, call: int, fragment: str) -> bytes:
+        """A chunk carrying only a piece of call `call`'s arguments (spliced, as `reasoning`)."""
+        return b"".join(
+            (
+                self._head,
+                b'{"index":%d,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":'
+                % (index, call),
+                _encode(fragment),
+                b"}}]",
+                _CHAT_TAIL,
+            )
+        )
+
     def delta(
         self,
         index: int,

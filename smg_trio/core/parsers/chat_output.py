@@ -105,6 +105,17 @@ class ParsingChatRenderer(ChatRenderer):
     def _chunk(
         self, index: int, parsed: Parsed, choice: ChoiceProgress, positions: Positions
     ) -> bytes:
+        if not positions and not self._continuous:  # the per-token shapes, spliced
+            calls = parsed.calls
+            if not calls:
+                if not parsed.reasoning:
+                    return self._chunks.content(index, parsed.content)
+                if not parsed.content:
+                    return self._chunks.reasoning(index, parsed.reasoning)
+            elif len(calls) == 1 and not parsed.content and not parsed.reasoning:
+                piece = calls[0]
+                if type(piece) is ToolCallArguments:
+                    return self._chunks.arguments(index, piece.index, piece.fragment)
         logprobs = self._logprobs(index, positions)
         usage = self._running_usage(choice) if self._continuous else None
         return self._chunks.delta(index, delta_of(parsed), logprobs, usage)

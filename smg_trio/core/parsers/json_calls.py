@@ -64,7 +64,7 @@ class JsonCallBody:
     def __init__(self) -> None:
         self._body = ""
         self._index = -1  # the call's index once open
-        self._args = -1  # where the arguments object starts, once the head was read
+        self._args = -1  # where the arguments object starts, once the call opened
         self._args_end = -1  # where it ended, once it has
         self._sent = 0  # where the unsent arguments text starts, once open
         self._end = -1  # where the whole object ended, once it has
@@ -116,7 +116,20 @@ class JsonCallBody:
             if stop > self._sent:
                 pieces.append(ToolCallArguments(self._index, self._body[self._sent : stop]))
                 self._sent = stop
+            if self._end < 0 and self._args_end < 0:
+                self._forget_sent()
         return pieces
+
+    def _forget_sent(self) -> None:
+        """Drop the arguments text that went out: a long argument must not be copied again
+        with every piece (positions shift; `_args` may go below 0, it is passed)."""
+        cut = self._sent
+        if cut:
+            self._body = self._body[cut:]
+            self._sent = 0
+            self._scanned -= cut
+            self._skip -= cut
+            self._args -= cut
 
     def _scan(self) -> None:
         """Follow the object from where the last piece left off, to its end."""
@@ -137,7 +150,7 @@ class JsonCallBody:
                 depth += 1
             elif char in "}]":
                 depth -= 1
-                if depth == 1 and args >= 0 and at > args and self._args_end < 0:
+                if depth == 1 and self._index >= 0 and at > args and self._args_end < 0:
                     self._args_end = at + 1
                 elif depth <= 0:
                     self._end = at + 1
