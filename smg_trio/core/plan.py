@@ -41,6 +41,7 @@ class ParserSetup(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     tool_parser: str | None = None
+    forced_function: str | None = None  # tool_choice naming a function: the output is its args
     tool_names: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     reasoning_parser: str | None = None

@@ -4,14 +4,18 @@ depend on the configured parsers."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
 import msgspec
 import pytest
 
+from smg_trio.core.finalize import WorkerTarget, finalize
+from smg_trio.core.parsers.registry import NAMED_CALL, REQUIRED_CALLS
 from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ClientError
+from smg_trio.neutral.runtime import SUPPORTED_PAIRS, Runtime, Wire
+from smg_trio.neutral.sampling import ConstraintKind
 from tests.core.test_prepare import MODEL, chat
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
@@ -35,13 +39,15 @@ def plan(model: PromptModel, **fields: object) -> GeneratePlan:
     return chat(body(**fields), model)
 
 
-@pytest.mark.parametrize(
-    "choice", ["auto", "required", {"type": "function", "function": {"name": "f"}}]
-)
-def test_tool_choice_that_needs_a_parser_is_a_400_without_one(choice: Any) -> None:
-    err = refused(MODEL, tool_choice=choice)
+def test_tool_choice_auto_needs_a_parser_and_required_or_named_need_tools() -> None:
+    """As vLLM: "auto" reads the model's markup, so it needs --tool-call-parser; "required"
+    and a named function generate under a schema instead, so they need only the tools."""
+    err = refused(MODEL, tool_choice="auto")
     assert err.param == "tool_choice"
     assert "--tool-call-parser" in err.message
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        err = refused(MODEL, tool_choice=choice)
+        assert (err.param, err.message.endswith("needs `tools`")) == ("tool_choice", True)
     assert plan(MODEL, tool_choice="none", parallel_tool_calls=False).parsers is None
 
 
@@ -92,3 +98,66 @@ def test_a_parser_whose_markers_are_special_tokens_keeps_them_in_the_text() -> N
     assert plan(mistral, tools=TOOLS).stop_spec.skip_special_tokens is False
     assert plan(mistral, tools=TOOLS, tool_choice="none").stop_spec.skip_special_tokens is True
     assert plan(HERMES, tools=TOOLS).stop_spec.skip_special_tokens is True
+
+
+def test_required_constrains_the_engine_to_an_array_of_calls_of_the_tools() -> None:
+    planned = plan(MODEL, tools=TOOLS, tool_choice="required")
+    assert planned.parsers == ParserSetup(tool_parser=REQUIRED_CALLS, tool_names=frozenset({"f"}))
+    constraint = planned.sampling.constraint
+    assert constraint is not None
+    assert (constraint.kind, constraint.param) == (ConstraintKind.JSON_SCHEMA, "tool_choice")
+    assert json.loads(constraint.text) == {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "anyOf": [
+                {
+                    "properties": {
+                        "name": {"type": "string", "enum": ["f"]},
+                        "parameters": {"type": "object"},
+                    },
+                    "required": ["name", "parameters"],
+                }
+            ],
+        },
+    }
+
+
+def test_a_named_function_constrains_the_engine_to_its_parameters() -> None:
+    named = {"type": "function", "function": {"name": "f"}}
+    planned = plan(MODEL, tools=TOOLS, tool_choice=named)
+    assert planned.parsers == ParserSetup(
+        tool_parser=NAMED_CALL, forced_function="f", tool_names=frozenset({"f"})
+    )
+    assert planned.sampling.constraint is not None
+    assert json.loads(planned.sampling.constraint.text) == {"type": "object"}
+    other = {"type": "function", "function": {"name": "g"}}
+    assert refused(MODEL, tools=TOOLS, tool_choice=other).param == "tool_choice"
+
+
+def test_a_forced_call_with_another_constraint_or_after_reasoning_is_a_400() -> None:
+    fmt = {"type": "json_object"}
+    err = refused(MODEL, tools=TOOLS, tool_choice="required", response_format=fmt)
+    assert (err.param, "response_format" in err.message) == ("tool_choice", True)
+    assert refused(QWEN3, tools=TOOLS, tool_choice="required").param == "tool_choice"
+    off = {"enable_thinking": False}
+    planned = plan(QWEN3, tools=TOOLS, tool_choice="required", chat_template_kwargs=off)
+    assert planned.parsers is not None
+    assert planned.parsers.reasoning_parser is None
+
+
+@pytest.mark.parametrize(("runtime", "wire"), sorted(SUPPORTED_PAIRS, key=str))
+def test_a_forced_call_reaches_engines_with_grammars_and_is_a_400_naming_tool_choice_on_mlx(
+    runtime: Runtime, wire: Wire
+) -> None:
+    planned = plan(MODEL, tools=TOOLS, tool_choice="required")
+    target = WorkerTarget(runtime=runtime, wire=wire)
+    if runtime is Runtime.MLX:
+        with pytest.raises(ClientError) as info:
+            finalize(planned, target, MODEL.tokenizer)
+        assert info.value.param == "tool_choice"
+        return
+    (request,) = finalize(planned, target, MODEL.tokenizer).requests
+    assert request.sampling.constraint is not None
+    assert request.sampling.constraint.kind is ConstraintKind.JSON_SCHEMA

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from smg_trio.core.parsers.events import Parsed, TextParser
+from smg_trio.core.parsers.events import Parsed, TextParser, ToolCallArguments
 from smg_trio.core.parsers.json_calls import CallIds
 from smg_trio.core.parsers.json_sequences import JsonCallSequence
 from smg_trio.core.parsers.pythonic import PythonicCalls
@@ -49,6 +49,22 @@ TOOL_PARSERS: Final[Mapping[str, ToolParserFactory]] = {
     "pythonic": _pythonic,
 }
 
+# tool_choice "required" / a named function: the output is JSON made under a schema
+# (core/tool_choice.py), read by these rather than by a model family's parser.
+REQUIRED_CALLS: Final = "tool_choice=required"
+NAMED_CALL: Final = "tool_choice=function"
+
+
+def forced_call(tool_parser: str | None) -> bool:
+    return tool_parser in (REQUIRED_CALLS, NAMED_CALL)
+
+
+def _required(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return JsonCallSequence(
+        tools, ids, parallel=parallel, trigger="[", separators=",", closer="]", leading=True
+    )
+
+
 # Tool parsers whose markers are special tokens: the router keeps special tokens for them.
 KEEPS_SPECIAL_TOKENS: Final = frozenset({"mistral"})
 
@@ -57,6 +73,33 @@ REASONING_PARSERS: Final[Mapping[str, Callable[[], TextParser]]] = {
     "qwen3": lambda: ThinkingParser("<think>", "</think>"),
     "granite": GraniteParser,
 }
+
+
+class NamedCall:
+    """tool_choice naming a function: the whole output is that call's arguments."""
+
+    __slots__ = ("_ids", "_index", "_name")
+
+    def __init__(self, name: str, ids: CallIds) -> None:
+        self._name, self._ids, self._index = name, ids, -1
+
+    def _open(self, out: Parsed) -> None:
+        if self._index < 0:
+            start = self._ids.next(self._name)
+            self._index = start.index
+            out.calls.append(start)
+
+    def feed(self, text: str) -> Parsed:
+        out = Parsed()
+        self._open(out)
+        if text:
+            out.calls.append(ToolCallArguments(self._index, text))
+        return out
+
+    def finish(self) -> Parsed:
+        out = Parsed()
+        self._open(out)
+        return out
 
 
 def check_parser_names(tool_call_parser: str | None, reasoning_parser: str | None) -> None:
@@ -78,11 +121,14 @@ class OutputParser:
         self._ids = CallIds(call_id_prefix)
         reasoning, tools = setup.reasoning_parser, setup.tool_parser
         self._reasoning = None if reasoning is None else REASONING_PARSERS[reasoning]()
-        self._tools = (
-            None
-            if tools is None
-            else TOOL_PARSERS[tools](setup.tool_names, self._ids, setup.parallel_tool_calls)
-        )
+        self._tools: TextParser | None = None
+        if tools == NAMED_CALL and setup.forced_function is not None:
+            self._tools = NamedCall(setup.forced_function, self._ids)
+        elif tools == REQUIRED_CALLS:
+            self._tools = _required(setup.tool_names, self._ids, setup.parallel_tool_calls)
+        elif tools is not None:
+            factory = TOOL_PARSERS[tools]
+            self._tools = factory(setup.tool_names, self._ids, setup.parallel_tool_calls)
 
     @property
     def called(self) -> bool:

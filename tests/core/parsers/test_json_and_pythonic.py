@@ -79,3 +79,25 @@ def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
             tool_parser=setup.tool_parser, tool_names=NAMES, parallel_tool_calls=False
         )
         assert len(whole(single, text)[2]) == 1
+
+
+FORCED_REQUIRED = ParserSetup(tool_parser="tool_choice=required", tool_names=NAMES)
+FORCED_NAMED = ParserSetup(tool_parser="tool_choice=function", forced_function="f")
+FORCED = [
+    (
+        FORCED_REQUIRED,
+        '[{"name": "f", "parameters": {"a": 1}}, {"name": "g", "parameters": {}}]',
+        [("call-0", "f", '{"a": 1}'), ("call-1", "g", "{}")],
+    ),
+    (FORCED_NAMED, '{"a": [1, 2]}', [("call-0", "f", '{"a": [1, 2]}')]),
+    (FORCED_NAMED, "", [("call-0", "f", "")]),
+]
+
+
+@pytest.mark.parametrize(("setup", "text", "calls"), FORCED)
+def test_forced_calls_read_the_schema_made_json(
+    setup: ParserSetup, text: str, calls: list[Call]
+) -> None:
+    """tool_choice "required" / named (docs/tools-and-reasoning.md §5): vLLM's shapes."""
+    assert whole(setup, text) == ("", "", calls)
+    check_any_split(setup, text, range(len(text) + 1))
