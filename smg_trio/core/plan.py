@@ -34,7 +34,7 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ParserSetup(msgspec.Struct, frozen=True, kw_only=True):
-    """Which output parsers a chat request's choices run (docs/tools-and-reasoning.md §4).
+    """Which output parsers a chat request's choices run (docs/tools-and-reasoning.md §5).
 
     `tool_parser` is set only when the request has tools and a tool_choice that lets the model
     call them; `reasoning_parser` only when the model has one and thinking is on.

@@ -31,7 +31,7 @@ from smg_trio.errors import ClientError
 from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 from smg_trio.wire import openai as oa
 
-# vLLM's server without --enable-auto-tool-choice/--tool-call-parser (request-fields.md §3).
+# vLLM's server without --enable-auto-tool-choice/--tool-call-parser (docs/request-fields.md §3).
 NO_TOOL_PARSER: Final = (
     "tool_choice {choice} requires a tool call parser (vLLM: --enable-auto-tool-choice and "
     '--tool-call-parser); this gateway has none, so only tool_choice "none", "required" or '
