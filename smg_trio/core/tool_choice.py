@@ -103,6 +103,10 @@ def with_parsers(
     parsers = parser_setup(req, tool_call_parser, reasoning_parser)
     if parsers is None:
         return plan
+    if req.echo:  # the echoed message would reach the client unparsed in a stream
+        raise ClientError(
+            "echo cannot be combined with tool-call or reasoning parsing", param="echo"
+        )
     stop_spec, sampling = plan.stop_spec, plan.sampling
     if parsers.tool_parser in KEEPS_SPECIAL_TOKENS:
         stop_spec = msgspec.structs.replace(stop_spec, skip_special_tokens=False)

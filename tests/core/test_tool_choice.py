@@ -161,3 +161,8 @@ def test_a_forced_call_reaches_engines_with_grammars_and_is_a_400_naming_tool_ch
     (request,) = finalize(planned, target, MODEL.tokenizer).requests
     assert request.sampling.constraint is not None
     assert request.sampling.constraint.kind is ConstraintKind.JSON_SCHEMA
+
+
+def test_echo_with_parsers_is_a_400_naming_it() -> None:
+    assert refused(QWEN3, echo=True).param == "echo"
+    assert plan(MODEL, echo=True).echo_text is None  # no parsers: echo as before

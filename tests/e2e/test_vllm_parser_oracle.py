@@ -60,15 +60,29 @@ CASES: Final[list[tuple[str | None, str | None, str]]] = [
     (None, "granite", "Here is my thought process: x. Here is my response: y"),
     (None, "granite", "no markers"),
     ("hermes", "qwen3", f"<think>plan</think>ok\n<tool_call>\n{CALL}\n</tool_call>"),
+    (
+        "deepseek_v3",
+        None,
+        "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    ),
+    ("deepseek_v3", None, "no calls"),
+    (
+        "qwen3_coder",
+        None,
+        "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    ),
+    ("qwen3_coder", None, "no calls"),
     # Divergences on purpose (below).
     ("hermes", None, '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'),
     ("llama3_json", None, f"Sure: {CALL}"),
 ]
 # Case index → why we differ from vLLM on purpose.
 DIVERGENCES: Final[dict[int, str]] = {
-    20: "a function that is not among the request's tools is content (the issue's rule); vLLM's "
+    24: "a function that is not among the request's tools is content (the issue's rule); vLLM's "
     "hermes parser returns it as a call the client cannot run",
-    21: "llama3_json calls must open the output, as vLLM's own streaming parser requires; its "
+    25: "llama3_json calls must open the output, as vLLM's own streaming parser requires; its "
     "non-streaming parser takes JSON anywhere, so vLLM's stream and body disagree there",
 }
 

@@ -24,7 +24,11 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # Parsers look their markers up in the vocabulary: give the tiny model them.
     tokenizer.add_tokens(
-        ["<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]"]
+        [
+            *("<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>"),
+            *("[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+            *("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"),
+        ]
     )
     results: list[dict[str, Any]] = []
     for case in cases:

@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from smg_trio.core.parsers.deepseek_calls import DeepSeekV3Calls
 from smg_trio.core.parsers.events import Parsed, TextParser, ToolCallArguments
 from smg_trio.core.parsers.json_calls import CallIds
 from smg_trio.core.parsers.json_sequences import JsonCallSequence
 from smg_trio.core.parsers.pythonic import PythonicCalls
 from smg_trio.core.parsers.reasoning import GraniteParser, ThinkingParser
 from smg_trio.core.parsers.tagged_calls import TaggedJsonCalls
+from smg_trio.core.parsers.xml_calls import XmlCalls
 from smg_trio.core.plan import ParserSetup
 from smg_trio.errors import ConfigError
 
@@ -40,6 +42,14 @@ def _pythonic(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser
     return PythonicCalls(tools, ids, parallel=parallel)
 
 
+def _deepseek_v3(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return DeepSeekV3Calls(tools, ids, parallel=parallel)
+
+
+def _qwen3_coder(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return XmlCalls(tools, ids, parallel=parallel)
+
+
 TOOL_PARSERS: Final[Mapping[str, ToolParserFactory]] = {
     "hermes": _hermes,
     "qwen": _hermes,  # SGLang's name for Qwen 2.5's hermes-style markup
@@ -47,6 +57,9 @@ TOOL_PARSERS: Final[Mapping[str, ToolParserFactory]] = {
     "llama3_json": _llama3_json,
     "mistral": _mistral,
     "pythonic": _pythonic,
+    "deepseek_v3": _deepseek_v3,
+    "qwen3_coder": _qwen3_coder,
+    "qwen3_xml": _qwen3_coder,
 }
 
 # tool_choice "required" / a named function: the output is JSON made under a schema
@@ -66,7 +79,7 @@ def _required(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser
 
 
 # Tool parsers whose markers are special tokens: the router keeps special tokens for them.
-KEEPS_SPECIAL_TOKENS: Final = frozenset({"mistral"})
+KEEPS_SPECIAL_TOKENS: Final = frozenset({"mistral", "deepseek_v3"})
 
 REASONING_PARSERS: Final[Mapping[str, Callable[[], TextParser]]] = {
     "deepseek_r1": lambda: ThinkingParser("<think>", "</think>"),
