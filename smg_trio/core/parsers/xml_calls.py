@@ -8,7 +8,8 @@
     </function>
     </tool_call>
 
-Text before the first call is content. The arguments are the JSON object of the parameters,
+Text before the first call is content, without the newline the template puts before
+`<tool_call>` (as vLLM 0.32 reads it). The arguments are the JSON object of the parameters,
 each value a string with one wrapping newline trimmed (vLLM 0.32's qwen3 parser converts no
 types either), and stream as they arrive: `{"city": "` when a parameter opens, its value's
 characters JSON-escaped as the model writes them, `"` when it closes, `}` with the function,
@@ -56,6 +57,10 @@ _MARKERS: Final = {
 }
 
 
+# States whose text's last newline before the next marker is markup, not text (vLLM's rule).
+_FRAMED: Final = frozenset({_State.VALUE, _State.OUTSIDE})
+
+
 def _escaped(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
@@ -97,15 +102,15 @@ class XmlCalls:
             if not hits:
                 hold = max(partial_tail(text, m) for m in markers)
                 cut = len(text) - hold
-                if self._state is _State.VALUE and cut and text[cut - 1] == "\n":
-                    hold += 1  # it may be the value's wrapping newline: wait for what follows
+                if self._state in _FRAMED and cut and text[cut - 1] == "\n":
+                    hold += 1  # it may be a framing newline: wait for what follows
                 self._take(text[: len(text) - hold], out)
                 self._held = text[len(text) - hold :]
                 break
             at, marker = min(hits)
             piece = text[:at]
-            if self._state is _State.VALUE and piece.endswith("\n"):
-                piece = piece[:-1]  # the wrapping newline before </parameter>
+            if self._state in _FRAMED and piece.endswith("\n"):
+                piece = piece[:-1]  # the newline before </parameter> or <tool_call> is framing
             self._take(piece, out)
             text = text[at + len(marker) :]
             self._advance(marker, out)

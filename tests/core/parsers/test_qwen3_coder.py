@@ -18,11 +18,12 @@ TWO = (
 )
 UNKNOWN = "<tool_call>\n<function=zz>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>"
 CASES: list[tuple[str, str, list[Call]]] = [
-    (TWO, "Sure.\n", [("call-0", "f", '{"city": "Pa\\"ris\\n", "n": "3"}'), ("call-1", "g", "{}")]),
+    (TWO, "Sure.", [("call-0", "f", '{"city": "Pa\\"ris\\n", "n": "3"}'), ("call-1", "g", "{}")]),
     (UNKNOWN + " after", UNKNOWN + " after", []),
     ("<tool_call>\n<function=f>\n<parameter=a>\nx", "", [("call-0", "f", '{"a": "x')]),
     ("<tool_call>\n<funct", "<tool_call>\n<funct", []),
     ("text <tool_c", "text <tool_c", []),
+    ("two\n\nlines\n", "two\n\nlines\n", []),  # a newline not before a call is text
 ]
 
 
