@@ -45,6 +45,7 @@ class ParserSetup(msgspec.Struct, frozen=True, kw_only=True):
     tool_names: frozenset[str] = frozenset()
     parallel_tool_calls: bool = True
     reasoning_parser: str | None = None
+    include_reasoning: bool = True  # vLLM's include_reasoning: false drops what was separated
 
 
 class PromptPart(msgspec.Struct, frozen=True, kw_only=True):

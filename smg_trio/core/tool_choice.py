@@ -10,7 +10,8 @@ choices run (`ParserSetup`), or a 400 naming the field (docs/tools-and-reasoning
   has no grammars, naming `tool_choice`) and the output is read as that JSON.
 - `"none"`: no tool parsing, tools still rendered.
 - Reasoning: the model's reasoning parser, unless `chat_template_kwargs.enable_thinking` is
-  false (the template then closes the think block itself) or `separate_reasoning` is false.
+  false (the template then closes the think block itself) or `separate_reasoning` is false;
+  vLLM's `include_reasoning: false` separates it and leaves it out of the answer.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def parser_setup(
         tool_names=frozenset(t.function.name for t in req.tools or ()),
         parallel_tool_calls=req.parallel_tool_calls is not False,
         reasoning_parser=reasoning,
+        include_reasoning=req.include_reasoning,
     )
 
 

@@ -120,14 +120,22 @@ class ParsingChatRenderer(ChatRenderer):
         usage = self._running_usage(choice) if self._continuous else None
         return self._chunks.delta(index, delta_of(parsed), logprobs, usage)
 
-    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+    def _feed(self, index: int, text: str) -> Parsed:
         parsed = self._parser(index).feed(text)
+        if not self._setup.include_reasoning:
+            parsed.reasoning = ""
+        return parsed
+
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        parsed = self._feed(index, text)
         if not parsed and not positions:
             return b""  # held: the parser waits for more text to know what this is
         return self._chunk(index, parsed, choice, positions)
 
     def closing(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         parsed = self._parser(index).finish()
+        if not self._setup.include_reasoning:
+            parsed.reasoning = ""
         return (self._chunk(index, parsed, choice, ()),) if parsed else ()
 
     def _reason(self, index: int, choice: ChoiceProgress) -> str:
@@ -156,7 +164,7 @@ class ParsingChatRenderer(ChatRenderer):
             choice,
             text=parsed.content,
             parsed=True,
-            reasoning=parsed.reasoning or None,
+            reasoning=(parsed.reasoning or None) if self._setup.include_reasoning else None,
             tool_calls=tool_calls_of(parsed) if called else None,
             finish_reason=TOOL_CALLS_FINISH if called else choice.finish_reason,
         )

@@ -151,3 +151,22 @@ def test_spliced_chunks_equal_the_struct_encoding() -> None:
     assert msgspec.json.decode(chunks.arguments(2, 3, text))["choices"][0]["delta"] == {
         "tool_calls": [{"index": 3, "function": {"arguments": text}}]
     }
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_include_reasoning_false_separates_reasoning_and_leaves_it_out(stream: bool) -> None:
+    """vLLM's `include_reasoning: false`: the think block is neither content nor sent."""
+    setup = msgspec.structs.replace(SETUP, include_reasoning=False)
+    plain = msgspec.structs.replace(plan(stream=stream), parsers=setup)
+    assembler = ResponseAssembler(plain, T2, created=1)
+    ids = tuple(T2.encode(MARKUP, add_special_tokens=False))
+    payloads = assembler.on_events([TokenDelta(0, ids), ChoiceFinished(0, "stop", None, 1, 9)])
+    if stream:
+        deltas = [json.loads(p)["choices"][0]["delta"] for p in payloads]
+        assert not any("reasoning" in d or "reasoning_content" in d for d in deltas)
+        assert "".join(d.get("content", "") for d in deltas) == "Voilà.\n"
+    else:
+        message = json.loads(assembler.response_body())["choices"][0]["message"]
+        assert "reasoning" not in message
+        assert "reasoning_content" not in message
+        assert message["content"] == "Voilà.\n"
