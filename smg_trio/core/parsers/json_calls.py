@@ -101,7 +101,10 @@ class JsonCallBody:
         if self._index < 0 and len(self._body) <= _HEAD_LIMIT:
             head = _HEAD.match(self._body)
             if head is not None:
-                name = json.loads(head.group(1))
+                try:
+                    name = json.loads(head.group(1))
+                except ValueError:  # an escape JSON does not have
+                    raise NotACall from None
                 if not is_known(name):
                     raise NotACall
                 start = ids.next(name)
@@ -165,7 +168,7 @@ class JsonCallBody:
             return []
         try:
             call = json.loads(self._body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what json can read
             raise NotACall from None
         if not isinstance(call, dict):
             raise NotACall

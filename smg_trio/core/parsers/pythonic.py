@@ -106,7 +106,7 @@ class PythonicCalls:
     def _calls(self, source: str) -> list[ToolCallPiece] | None:
         try:
             tree = ast.parse(source.strip(), mode="eval").body
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         if not isinstance(tree, ast.List) or not tree.elts:
             return None
@@ -119,7 +119,7 @@ class PythonicCalls:
             try:
                 arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
                 encoded = json.dumps(arguments, ensure_ascii=False)
-            except (ValueError, TypeError, SyntaxError):
+            except (ValueError, TypeError, SyntaxError, RecursionError):
                 return None
             found.append((node.func.id, encoded))
         pieces: list[ToolCallPiece] = []

@@ -72,6 +72,7 @@ def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
         "<tool_call>[1, 2]</tool_call>",
         '<tool_call>{"name": "add"',
         "text <tool_ca",
+        '<tool_call>{"name": "\\x", "arguments": {}}</tool_call>',  # not a JSON escape
     ],
 )
 def test_what_is_no_call_of_the_tools_is_content(text: str) -> None:
