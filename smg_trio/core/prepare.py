@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.chat_template import ChatTemplate, template_tool_calls
 from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.core.tool_choice import with_parsers
@@ -364,6 +364,8 @@ def _message_for_template(
     }
     if not developer_role and out["role"] == "developer":
         out["role"] = "system"
+    if out["role"] == "assistant":
+        template_tool_calls(out)
     content = getattr(message, "content", None)
     if content is None:
         out["content"] = ""

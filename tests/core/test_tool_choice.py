@@ -9,6 +9,7 @@ import json
 import msgspec
 import pytest
 
+from smg_trio.core.chat_template import ChatTemplate
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.parsers.registry import NAMED_CALL, REQUIRED_CALLS
 from smg_trio.core.plan import GeneratePlan, ParserSetup
@@ -166,3 +167,27 @@ def test_a_forced_call_reaches_engines_with_grammars_and_is_a_400_naming_tool_ch
 def test_echo_with_parsers_is_a_400_naming_it() -> None:
     assert refused(QWEN3, echo=True).param == "echo"
     assert plan(MODEL, echo=True).echo_text is None  # no parsers: echo as before
+
+
+def test_an_assistant_turns_tool_calls_reach_the_template_with_object_arguments() -> None:
+    """vLLM's rule, so the second turn of a tool loop renders as the model was trained."""
+    source = (
+        "calls:{% for m in messages %}{% for c in m.tool_calls or [] %}"
+        "{{ c.function.name }}={{ c.function.arguments | tojson }};{% endfor %}{% endfor %}"
+    )
+    model = msgspec.structs.replace(MODEL, chat_template=ChatTemplate(source, special_tokens={}))
+
+    def call(arguments: str) -> dict[str, object]:
+        return {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+    turn = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [call('{"city": "Paris"}'), call("not json"), call("[1]"), call("")],
+    }
+    planned = chat(body(messages=[{"role": "user", "content": "hi"}, turn]), model)
+    text = MODEL.tokenizer.decode(planned.prompt_ids, skip_special_tokens=False)
+    assert text == 'calls:f={"city": "Paris"};f={};f={};f={};'
+    empty = {"role": "assistant", "content": "ok", "tool_calls": []}
+    planned = chat(body(messages=[{"role": "user", "content": "hi"}, empty]), model)
+    assert MODEL.tokenizer.decode(planned.prompt_ids, skip_special_tokens=False) == "calls:"
