@@ -108,7 +108,7 @@ class ResponseAssembler:
         self._cached_tokens = 0
         self._renderer = (
             renderer_for(plan, tokenizer, created=created)
-            if plan.parsers is None  # chat with tool-call or reasoning parsers: §4 below
+            if plan.parsers is None  # else chat with parsers (docs/tools-and-reasoning.md §4)
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids
