@@ -6,6 +6,7 @@
         [--engine-silence-s S] [--drain-timeout-s S] [--keepalive-s S]
         [--policy P] [--max-retries N] [--max-concurrent-requests N] [--max-queue N]
         [--queue-timeout-s S] [--session-header NAME] [--admin-api-key KEY]
+        [--tool-call-parser NAME] [--reasoning-parser NAME]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -48,6 +49,8 @@ _CONFIG_FLAGS = (
     "max_queue",
     "queue_timeout_s",
     "admin_api_key",
+    "tool_call_parser",
+    "reasoning_parser",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -163,6 +166,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     ):
         serve.add_argument(flag, type=float, metavar="S", help=meaning)
     add_routing_flags(serve)
+    serve.add_argument(
+        "--tool-call-parser", metavar="NAME", help="read tool calls in this format (e.g. hermes)"
+    )
+    serve.add_argument(
+        "--reasoning-parser", metavar="NAME", help="separate reasoning (e.g. deepseek_r1, qwen3)"
+    )
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)
 

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
+from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ConfigError, UnsupportedRuntime
 from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
@@ -68,6 +69,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_queue: int = DEFAULT_MAX_QUEUE
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     admin_api_key: str | None = None
+    # The served model's output parsers, by vLLM's names (docs/tools-and-reasoning.md §6).
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -140,6 +144,7 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     if not config.drain_timeout_s >= 0:
         raise ConfigError(f"drain_timeout_s must be 0 or more, got {config.drain_timeout_s}")
     validate_routing(config)
+    check_parser_names(config.tool_call_parser, config.reasoning_parser)
     return config
 
 

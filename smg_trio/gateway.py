@@ -32,6 +32,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Final, TypeVar
 
+import msgspec
 import trio
 
 from smg_trio.core.plan import GeneratePlan
@@ -97,9 +98,15 @@ class Gateway:
         admission: Admission | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
         rng: random.Random | None = None,
+        tool_call_parser: str | None = None,
+        reasoning_parser: str | None = None,
     ) -> None:
         self.model = model
-        self.prompt_model: PromptModel = model.prompt_model()
+        self.prompt_model: PromptModel = msgspec.structs.replace(
+            model.prompt_model(),
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+        )
         self.pool = pool
         self.request_timeout_s = request_timeout_s
         self.admission = admission or Admission()

@@ -106,6 +106,8 @@ async def serve(
                 queue_timeout_s=config.queue_timeout_s,
             ),
             max_retries=config.max_retries,
+            tool_call_parser=config.tool_call_parser,
+            reasoning_parser=config.reasoning_parser,
         )
         app = GatewayApp(
             gateway,

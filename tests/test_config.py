@@ -171,3 +171,26 @@ def test_bad_routing_settings_are_config_errors(tmp_path: Path, line: str, messa
     )
     with pytest.raises(ConfigError, match=message):
         config_from_toml(path)
+
+
+def test_output_parsers_by_flag_and_toml_and_unknown_names_are_config_errors(
+    tmp_path: Path,
+) -> None:
+    argv = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    args = build_parser().parse_args(
+        [*argv, "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"]
+    )
+    config = config_from_args(args)
+    assert (config.tool_call_parser, config.reasoning_parser) == ("hermes", "qwen3")
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\ntool_call_parser = "qwen"\n'
+        'reasoning_parser = "deepseek_r1"\n',
+        encoding="utf-8",
+    )
+    config = config_from_toml(path)
+    assert (config.tool_call_parser, config.reasoning_parser) == ("qwen", "deepseek_r1")
+    with pytest.raises(ConfigError, match=r"tool_call_parser 'nope' is unknown; known: .*hermes"):
+        config_from_args(build_parser().parse_args([*argv, "--tool-call-parser", "nope"]))
+    with pytest.raises(ConfigError, match="reasoning_parser 'nope' is unknown"):
+        config_from_args(build_parser().parse_args([*argv, "--reasoning-parser", "nope"]))

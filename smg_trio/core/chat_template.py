@@ -100,3 +100,21 @@ class ChatTemplate:
                 f"{exc.detail or 'no detail'}",
                 param="messages",
             ) from exc
+
+
+def template_tool_calls(message: dict[str, Any]) -> None:
+    """An assistant message's `tool_calls` as templates take them, by vLLM's rule: each call's
+    `arguments` JSON string becomes the object it encodes (templates apply `tojson` to it), one
+    that is not a JSON object becomes `{}` (a bad turn in the history must not fail every later
+    request), and an empty list is dropped (docs/tools-and-reasoning.md §5)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        message.pop("tool_calls", None)
+        return
+    for call in calls:
+        function = call["function"]
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except (ValueError, RecursionError):
+            arguments = {}
+        function["arguments"] = arguments if isinstance(arguments, dict) else {}

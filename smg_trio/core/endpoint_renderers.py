@@ -80,7 +80,12 @@ class EndpointRenderer(Protocol):
         ...
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
-        """The chunk for `text`, which the choice just produced (already in `full_text`)."""
+        """The chunk for `text`, which the choice just produced (already in `full_text`); b""
+        when nothing is to be sent yet (an output parser holding markup, never with positions)."""
+        ...
+
+    def closing(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        """The chunks a finished choice sends before its finish chunk (what a parser held)."""
         ...
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
@@ -165,6 +170,9 @@ class _OpenAIRenderer:
         # Per streamed choice, its last sampled ids: a byte-level token's logprob string is
         # completed by the tokens before it (core/logprobs.py).
         self._contexts: dict[int, list[int]] = {}
+
+    def closing(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        return ()
 
     def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
         if self._prompt_strings is None or prompt is None:

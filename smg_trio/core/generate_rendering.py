@@ -166,6 +166,9 @@ class GenerateRenderer:
         logprobs = self._logprobs(index, positions)
         return self._chunks.chunk(index, choice.full_text(), choice.tokens, logprobs=logprobs)
 
+    def closing(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        return ()
+
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.chunk(
             index,

@@ -33,6 +33,21 @@ class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
     eos_token_id: int | None = None
 
 
+class ParserSetup(msgspec.Struct, frozen=True, kw_only=True):
+    """Which output parsers a chat request's choices run (docs/tools-and-reasoning.md §5).
+
+    `tool_parser` is set only when the request has tools and a tool_choice that lets the model
+    call them; `reasoning_parser` only when the model has one and thinking is on.
+    """
+
+    tool_parser: str | None = None
+    forced_function: str | None = None  # tool_choice naming a function: the output is its args
+    tool_names: frozenset[str] = frozenset()
+    parallel_tool_calls: bool = True
+    reasoning_parser: str | None = None
+    include_reasoning: bool = True  # vLLM's include_reasoning: false drops what was separated
+
+
 class PromptPart(msgspec.Struct, frozen=True, kw_only=True):
     """One prompt of a batched completion: its ids, and its text when `echo` asks for it."""
 
@@ -67,6 +82,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     echo_only: bool = False
     # /generate `return_text_in_logprobs`: each SGLang logprob entry carries its token's text.
     logprob_text: bool = False
+    # Chat only: the tool-call / reasoning parsers its choices run; None for plain text.
+    parsers: ParserSetup | None = None
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

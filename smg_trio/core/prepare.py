@@ -15,9 +15,10 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.chat_template import ChatTemplate, template_tool_calls
 from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.core.tool_choice import with_parsers
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
@@ -39,6 +40,8 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int
     context_length: int | None = None
     eos_token_id: int | None = None  # the primary EOS (config.json's first)
+    tool_call_parser: str | None = None  # --tool-call-parser, --reasoning-parser
+    reasoning_parser: str | None = None
 
 
 def prepare_chat(
@@ -57,6 +60,7 @@ def prepare_chat(
         logprobs=logprobs,
         echo_text=_echoed_message(req) if req.echo else None,
     )
+    plan = with_parsers(plan, req, model.tool_call_parser, model.reasoning_parser)
     prompt_logprobs = req.prompt_logprobs
     param: str | None = "prompt_logprobs"
     if prompt_logprobs is None and req.echo and not req.stream:
@@ -352,16 +356,16 @@ def checked_prompt_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple
 def _message_for_template(
     message: oa.ChatMessage, index: int, *, developer_role: bool
 ) -> dict[str, Any]:
-    """A message as transformers templates expect it: content flattened to one string.
-
-    As vLLM renders them: a null content (an assistant turn with tool_calls) is "", and a
-    `developer` message is a `system` one unless the template knows the developer role.
-    """
+    """A message as transformers templates expect it, as vLLM renders them: content flattened
+    to one string, a null content (an assistant turn with tool_calls) "", and a `developer`
+    message a `system` one unless the template knows the developer role."""
     out: dict[str, Any] = {
         key: value for key, value in msgspec.to_builtins(message).items() if value is not None
     }
     if not developer_role and out["role"] == "developer":
         out["role"] = "system"
+    if out["role"] == "assistant":
+        template_tool_calls(out)
     content = getattr(message, "content", None)
     if content is None:
         out["content"] = ""

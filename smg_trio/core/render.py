@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from smg_trio.errors import GatewayError
+from smg_trio.wire.openai import ToolCall
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChatChoice,
@@ -127,6 +128,44 @@ class ChatStreamRenderer:
             return prefix + _encode(text) + _CHAT_TAIL
         encoded = logprobs if isinstance(logprobs, bytes) else _encode(logprobs)
         return prefix + _encode(text) + _CHAT_LOGPROBS + encoded + _CHAT_LOGPROBS_TAIL
+
+    def reasoning(self, index: int, text: str) -> bytes:
+        """A reasoning-only chunk, under both names (spliced: the per-token path of a
+        reasoning model; equal to the struct encoding, a test pins it)."""
+        encoded = _encode(text)
+        return b"".join(
+            (
+                self._head,
+                b'{"index":%d,"delta":{"reasoning_content":' % index,
+                encoded,
+                b',"reasoning":',
+                encoded,
+                _CHAT_TAIL,
+            )
+        )
+
+    def arguments(self, index: int, call: int, fragment: str) -> bytes:
+        """A chunk carrying only a piece of call `call`'s arguments (spliced, as `reasoning`)."""
+        return b"".join(
+            (
+                self._head,
+                b'{"index":%d,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":'
+                % (index, call),
+                _encode(fragment),
+                b"}}]",
+                _CHAT_TAIL,
+            )
+        )
+
+    def delta(
+        self,
+        index: int,
+        delta: ChoiceDelta,
+        logprobs: ChoiceLogprobs | None = None,
+        usage: Usage | None = None,
+    ) -> bytes:
+        """A chunk with any delta (an output parser's: reasoning, tool calls)."""
+        return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=logprobs),), usage)
 
     def finish(
         self,
@@ -239,6 +278,10 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     stop_reason: MatchedStop | None = None
     """vLLM's: the stop string, a stop token id other than the primary EOS, or None."""
     reasoning: str | None = None
+    # Chat with output parsers: `text` is the parsed content (null when empty, as vLLM's),
+    # beside the reasoning and the calls (docs/tools-and-reasoning.md §4).
+    parsed: bool = False
+    tool_calls: tuple[ToolCall, ...] | None = None
     output_ids: tuple[int, ...] | None = None
     logprobs: ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs | None = None
     prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # when asked (vLLM's shape)
@@ -262,8 +305,10 @@ def chat_completion(
         ChatChoice(
             index=c.index,
             message=ResponseMessage(
-                content=c.text,
+                content=(c.text or None) if c.parsed else c.text,
                 reasoning_content=msgspec.UNSET if c.reasoning is None else c.reasoning,
+                reasoning=msgspec.UNSET if c.reasoning is None else c.reasoning,
+                tool_calls=msgspec.UNSET if c.tool_calls is None else c.tool_calls,
             ),
             logprobs=c.logprobs if isinstance(c.logprobs, ChoiceLogprobs) else None,
             finish_reason=c.finish_reason,

@@ -28,6 +28,9 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   usage but shows only the prompt, as vLLM does.
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
+- Chat with output parsers (tool calls, reasoning) gets the parsing renderer
+  (`core/parsers/chat_output.py`, docs/tools-and-reasoning.md §4); every other request the plain
+  one, so parsers cost nothing where they are not asked for.
 Payloads are SSE `data:` bodies without framing, so SSE and WebSocket carry the same bytes.
 """
 
@@ -36,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
-from smg_trio.core.endpoint_renderers import MatchedStop, renderer_for
+from smg_trio.core.endpoint_renderers import MatchedStop, renderer_for, response_id
+from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
@@ -102,7 +106,11 @@ class ResponseAssembler:
         # A batched completion counts every prompt once (as vLLM sums them).
         self._prompt_tokens = sum(len(prompt.ids) for prompt in plan.prompts)
         self._cached_tokens = 0
-        self._renderer = renderer_for(plan, tokenizer, created=created)
+        self._renderer = (
+            renderer_for(plan, tokenizer, created=created)
+            if plan.parsers is None  # else chat with parsers (docs/tools-and-reasoning.md §4)
+            else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
+        )
         self._keeps_ids = self._renderer.keeps_output_ids
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only
@@ -303,7 +311,9 @@ class ResponseAssembler:
             self._release(choice, choice.emitted, final=False)
         if self._stream:
             released = choice.released
-            out.append(self._renderer.text(index, text, choice, released))
+            chunk = self._renderer.text(index, text, choice, released)
+            if chunk:  # b"": an output parser holds the text for now
+                out.append(chunk)
             if released:  # renderers never keep the list: an empty one is reused, not replaced
                 choice.released = []
 
@@ -333,5 +343,6 @@ class ResponseAssembler:
             return
         if not choice.started:
             self._open_choice(index, choice, out)
+        out.extend(self._renderer.closing(index, choice))
         out.append(self._renderer.finish(index, choice, choice.released))
         choice.released = []

@@ -243,6 +243,7 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None
     separate_reasoning: bool = True
     stream_reasoning: bool = True
+    include_reasoning: bool = True  # vLLM: false separates reasoning but leaves it out
 
     @property
     def max_new_tokens(self) -> int | None:

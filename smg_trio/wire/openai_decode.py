@@ -13,7 +13,7 @@ request may carry without a parser or engine support is docs/request-fields.md's
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
@@ -43,15 +43,7 @@ from smg_trio.wire.openai import (
     JsonObjectFormat,
     JsonSchemaFormat,
     StructuredOutputs,
-    ToolChoiceFunction,
     _SamplingFields,
-)
-
-# vLLM's server without --enable-auto-tool-choice/--tool-call-parser: the gateway has no tool
-# parser, so a tool_choice that asks for tool calls cannot be honoured (request-fields.md §3).
-NO_TOOL_PARSER: Final = (
-    "tool_choice {choice} requires a tool call parser (vLLM: --enable-auto-tool-choice and "
-    '--tool-call-parser); this gateway has none, so only tool_choice "none" is supported'
 )
 
 _ERROR_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
@@ -174,16 +166,7 @@ def validate_chat(req: ChatCompletionRequest) -> None:
         check_between(req.top_logprobs, "top_logprobs", 0, MAX_TOP_LOGPROBS)
         if not req.logprobs:
             raise _reject("top_logprobs", "top_logprobs requires logprobs to be true")
-    choice = req.tool_choice
-    if choice is None and req.tools:
-        choice = "auto"  # vLLM's default when tools are given, then its 400 without a parser
-    if choice is not None and choice != "none":
-        shown = (
-            f"{{'function': {choice.function.name!r}}}"
-            if isinstance(choice, ToolChoiceFunction)
-            else repr(choice)
-        )
-        raise _reject("tool_choice", NO_TOOL_PARSER.format(choice=shown))
+    # tool_choice depends on the configured parsers: core/tool_choice.py decides it.
     if req.continue_final_message and req.add_generation_prompt:
         raise _reject(
             "continue_final_message",

@@ -56,10 +56,28 @@ class ChoiceLogprobs(msgspec.Struct, frozen=True):
     content: tuple[TokenLogprob, ...] | None = None
 
 
+class DeltaFunction(msgspec.Struct, frozen=True, kw_only=True):
+    name: str | UnsetType = UNSET  # in a call's first delta only
+    arguments: str = ""
+
+
+class DeltaToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A streamed piece of a tool call: `id`, `type` and the name come once, with the first."""
+
+    index: int
+    id: str | UnsetType = UNSET
+    type: Literal["function"] | UnsetType = UNSET
+    function: DeltaFunction
+
+
 class ChoiceDelta(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["assistant"] | UnsetType = UNSET
     content: str | UnsetType = UNSET
+    # Reasoning goes out under both names: `reasoning_content` (DeepSeek's, SGLang's, most
+    # clients') and `reasoning` (vLLM >= 0.11's) (docs/tools-and-reasoning.md §3).
     reasoning_content: str | UnsetType = UNSET
+    reasoning: str | UnsetType = UNSET
+    tool_calls: tuple[DeltaToolCall, ...] | UnsetType = UNSET
 
 
 class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +102,7 @@ class ResponseMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     reasoning_content: str | UnsetType = UNSET
+    reasoning: str | UnsetType = UNSET
     tool_calls: tuple[ToolCall, ...] | UnsetType = UNSET
 
 

@@ -180,6 +180,7 @@ def test_chat_completion_reasoning() -> None:
         "role": "assistant",
         "content": "4",
         "reasoning_content": "2+2",
+        "reasoning": "2+2",  # vLLM >= 0.11's name for it (docs/tools-and-reasoning.md §3)
     }
 
 

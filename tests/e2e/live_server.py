@@ -114,6 +114,8 @@ async def live_server(
     served_model_names: tuple[str, ...] = (),
     runtime: Runtime = Runtime.VLLM,
     resilience: Mapping[str, float] | None = None,
+    tool_call_parser: str | None = None,
+    reasoning_parser: str | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s."""
@@ -127,6 +129,8 @@ async def live_server(
         certfile=None if tls is None else tls[0],
         keyfile=None if tls is None else tls[1],
         served_model_names=served_model_names,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
     replay = tmp_path / "replay.txt"

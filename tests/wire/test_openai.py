@@ -637,31 +637,6 @@ def test_bad_constraints_and_sampling_fields_are_400s_naming_them(
     assert rejected(decode_chat_request, chat(**fields)).param == param
 
 
-@pytest.mark.parametrize(
-    "choice", ["auto", "required", {"type": "function", "function": {"name": "f"}}]
-)
-def test_tool_choice_that_needs_a_parser_is_a_400(choice: Any) -> None:
-    err = rejected(decode_chat_request, chat(tool_choice=choice))
-    assert err.param == "tool_choice"
-    assert "--tool-call-parser" in err.message
-    assert (
-        decode_chat_request(chat(tool_choice="none", parallel_tool_calls=False)).tool_choice
-        == "none"
-    )
-
-
-def test_tools_without_tool_choice_default_to_auto_and_are_a_400_as_in_vllm() -> None:
-    """vLLM's server makes tool_choice "auto" when tools are given without one, then answers
-    400 without --tool-call-parser (verified on vLLM 0.32); no tools, or none: accepted."""
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    err = rejected(decode_chat_request, chat(tools=tools))
-    assert err.param == "tool_choice"
-    assert "'auto'" in err.message
-    assert "--tool-call-parser" in err.message
-    assert decode_chat_request(chat(tools=tools, tool_choice="none")).tools is not None
-    assert decode_chat_request(chat()).tool_choice is None
-
-
 def test_completion_suffix_is_a_400() -> None:
     assert rejected(decode_completion_request, completion(suffix="!")).param == "suffix"
 

@@ -1,0 +1,180 @@
+"""Pure. Calls written as bare JSON objects one after another: `llama3_json` (the output is
+`{"name": …, "parameters": {…}}` objects separated by `;`, optionally after `<|python_tag|>`)
+and `mistral` (`[TOOL_CALLS]` then a JSON array of calls; text before it is content).
+
+Each object streams through `JsonCallBody` (json_calls.py). Llama's calls must open the
+output, as vLLM's streaming parser requires: anything else is content. The first object that
+is no call of the request's tools turns the whole markup into content; after a call, text
+that does not continue the sequence is dropped (docs/tools-and-reasoning.md §2).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from smg_trio.core.parsers.events import Parsed, partial_tail
+from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall
+
+
+class _State(enum.Enum):
+    PROSE = enum.auto()  # before the trigger: content
+    BETWEEN = enum.auto()  # after the trigger, between objects
+    BODY = enum.auto()  # inside an object
+    LITERAL = enum.auto()  # the markup was no call: everything is content
+    DONE = enum.auto()  # the sequence ended: the rest is dropped
+
+
+class JsonCallSequence:
+    """`trigger` then JSON call objects separated by `separators`, until `closer` (if any).
+
+    `leading`: the trigger (or the first object) must open the output, else it is all content.
+    """
+
+    __slots__ = (
+        "_body",
+        "_closer",
+        "_held",
+        "_ids",
+        "_leading",
+        "_parallel",
+        "_raw",
+        "_separators",
+        "_started",
+        "_state",
+        "_tools",
+        "_trigger",
+    )
+
+    def __init__(
+        self,
+        tools: frozenset[str],
+        ids: CallIds,
+        *,
+        parallel: bool,
+        trigger: str,
+        separators: str,
+        closer: str = "",
+        leading: bool = False,
+    ) -> None:
+        self._tools, self._ids, self._parallel = tools, ids, parallel
+        self._trigger, self._separators, self._closer = trigger, separators, closer
+        self._leading = leading
+        self._state = _State.PROSE
+        self._held = ""
+        self._raw = ""  # the markup so far, while it may still turn out to be content
+        self._started = False  # (leading) the output's first non-space text has been seen
+        self._body = JsonCallBody()
+
+    def _known(self, name: str) -> bool:
+        return name in self._tools
+
+    def feed(self, text: str) -> Parsed:
+        out = Parsed()
+        text = self._held + text
+        self._held = ""
+        while text:
+            match self._state:
+                case _State.PROSE:
+                    text = self._prose(text, out)
+                case _State.BETWEEN:
+                    text = self._between(text, out)
+                case _State.BODY:
+                    text = self._in_body(text, out)
+                case _State.LITERAL:
+                    out.content += text
+                    text = ""
+                case _State.DONE:
+                    text = ""
+        return out
+
+    def _prose(self, text: str, out: Parsed) -> str:
+        if self._leading:
+            stripped = text.lstrip()
+            if not stripped:
+                self._held = text
+                return ""
+            if stripped.startswith(self._trigger) or stripped[0] == "{":
+                self._raw = text[: len(text) - len(stripped)]
+                self._state = _State.BETWEEN
+                if stripped.startswith(self._trigger):
+                    self._raw += self._trigger
+                    return stripped[len(self._trigger) :]
+                return stripped
+            if self._trigger.startswith(stripped):
+                self._held = text
+                return ""
+            self._state = _State.LITERAL
+            return text
+        at = text.find(self._trigger)
+        if at < 0:
+            hold = partial_tail(text, self._trigger)
+            out.content += text[: len(text) - hold]
+            self._held = text[len(text) - hold :]
+            return ""
+        out.content += text[:at]
+        self._raw = self._trigger
+        self._state = _State.BETWEEN
+        return text[at + len(self._trigger) :]
+
+    def _between(self, text: str, out: Parsed) -> str:
+        skipped = len(text) - len(text.lstrip(self._separators + " \t\r\n"))
+        self._remember(text[:skipped])
+        text = text[skipped:]
+        if not text:
+            return ""
+        if text[0] == "{":
+            self._body = JsonCallBody()
+            self._state = _State.BODY
+            return text
+        if self._closer and text[0] == self._closer:
+            self._state = _State.DONE
+            return ""
+        self._not_a_call(out)
+        return text
+
+    def _in_body(self, text: str, out: Parsed) -> str:
+        body = self._body
+        try:
+            out.calls.extend(body.feed(text, self._known, self._ids))
+            if not body.ended:
+                return ""
+            out.calls.extend(body.close(self._known, self._ids))
+        except NotACall:
+            self._remember(body.text)
+            self._not_a_call(out)
+            return body.rest
+        self._raw = ""
+        self._state = _State.BETWEEN if self._parallel else _State.DONE
+        return body.rest
+
+    def _remember(self, text: str) -> None:
+        if self._ids.count == 0:
+            self._raw += text
+
+    def _not_a_call(self, out: Parsed) -> None:
+        """The markup is no (further) call: content if nothing was called, else dropped."""
+        if self._ids.count == 0:
+            out.content += self._raw
+            self._state = _State.LITERAL
+        else:
+            self._state = _State.DONE
+        self._raw = ""
+
+    def finish(self) -> Parsed:
+        out = Parsed()
+        held, self._held = self._held, ""
+        match self._state:
+            case _State.PROSE | _State.LITERAL:
+                out.content = held
+            case _State.BODY:
+                try:
+                    out.calls.extend(self._body.close(self._known, self._ids))
+                except NotACall:
+                    self._remember(self._body.text)
+                    self._not_a_call(out)
+            case _State.BETWEEN:
+                if self._ids.count == 0:
+                    out.content = self._raw + held
+            case _State.DONE:
+                pass
+        return out

@@ -1,0 +1,60 @@
+"""The parsed row of `python -m bench.core_pipeline`, scaled down: a qwen3-style answer with a
+hermes tool call through the assembler yields the right reasoning, content and call, at a
+per-token cost within a loose bound (the bench's goal is 100,000 tokens/s; this checks a tenth
+of it, min of three runs, so a loaded machine does not fail it while a per-token regression
+of an order of magnitude does)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from bench.core_pipeline import PARSERS, STOP_SETS, long_generation, parsed_generation
+from smg_trio.core.plan import GeneratePlan, StopSpec
+from smg_trio.core.response_assembler import ResponseAssembler
+from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.events import ChoiceFinished, TokenDelta
+from smg_trio.neutral.runtime import Endpoint
+from smg_trio.neutral.sampling import SamplingParams
+
+FLOOR_TOKENS_PER_S = 10_000
+
+
+def test_the_parsed_pipeline_is_right_and_not_an_order_of_magnitude_slower() -> None:
+    tokenizer = load_model_dir(demo_model_path()).tokenizer
+    generation = long_generation(tokenizer, STOP_SETS[4])
+    ids, arguments = parsed_generation(tokenizer, generation)
+    thought, answer = (
+        tokenizer.decode(part, skip_special_tokens=True)
+        for part in (
+            generation[: len(generation) // 3],
+            generation[len(generation) // 3 :][: len(generation) // 3],
+        )
+    )
+    plan = GeneratePlan(
+        request_id="bench",
+        endpoint=Endpoint.CHAT,
+        model="demo",
+        prompt_ids=(1,),
+        sampling=SamplingParams(stop=STOP_SETS[4]),
+        stream=True,
+        stop_spec=StopSpec(strings=STOP_SETS[4]),
+        parsers=PARSERS,
+    )
+    best = float("inf")
+    for _ in range(3):
+        assembler = ResponseAssembler(plan, tokenizer, created=0)
+        started = time.perf_counter()
+        payloads = [
+            p for token_id in ids for p in assembler.on_events([TokenDelta(0, (token_id,))])
+        ]
+        best = min(best, time.perf_counter() - started)
+    payloads += assembler.on_events([ChoiceFinished(0, "stop", None, 1, len(ids))])
+    deltas = [json.loads(p)["choices"][0]["delta"] for p in payloads]
+    fragments = [c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", [])]
+    assert "".join(fragments) == arguments
+    assert len(fragments) > 100  # streamed, not sent whole at the close
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == thought
+    assert "".join(d.get("content", "") for d in deltas) == answer + "\n"
+    assert json.loads(payloads[-1])["choices"][0]["finish_reason"] == "tool_calls"
+    assert len(ids) / best >= FLOOR_TOKENS_PER_S
