@@ -71,9 +71,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     import trio  # the server stack is imported only for the commands that run it
 
+    from smg_trio.heap import pin_mmap_threshold
     from smg_trio.serve import serve_until_signal
 
     _configure_logging(args.log_level)
+    pin_mmap_threshold()  # large request buffers go back to the system when freed (heap.py)
     trio.run(serve_until_signal, config)
     return 0
 

@@ -31,7 +31,8 @@ from smg_trio.core.finalize import finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
-from smg_trio.errors import ClientError, RequestTimeout
+from smg_trio.errors import ClientError, GatewayError, RequestTimeout
+from smg_trio.heap import release_free_heap
 from smg_trio.model import ModelDir
 from smg_trio.request import ClientSink, run_request
 from smg_trio.request_ids import current_request_id, new_request_id
@@ -57,6 +58,9 @@ HANDLED_PATHS: Final = (*GENERATE_PATHS, TOKENIZE_PATH, DETOKENIZE_PATH)
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
 # How long a request that ran out of time may still spend sending its timeout error.
 TIMEOUT_ERROR_GRACE_S: Final = 1.0
+# After a request whose body was at least this large, the freed heap is handed back to the
+# system (heap.release_free_heap; docs/limits.md §2). Per request, never per token.
+RELEASE_HEAP_AFTER_BYTES: Final = 1024 * 1024
 
 
 class ModelNotFound(ClientError):
@@ -90,6 +94,7 @@ class Gateway:
         self.request_timeout_s = request_timeout_s
         self.served_model_names = served_model_names or (model.served_name,)
         self._created = int(time.time())
+        self._heap_release = trio.Lock()  # one trim at a time; a busy one covers the others
 
     @property
     def ready(self) -> bool:
@@ -137,6 +142,16 @@ class Gateway:
         finally:
             logger.debug("%s: finished", path)
             current_request_id.reset(token)
+            if len(body) >= RELEASE_HEAP_AFTER_BYTES:
+                await self._release_heap()
+
+    async def _release_heap(self) -> None:
+        if self._heap_release.locked():
+            return
+        # Shielded and bounded: a trim takes milliseconds, and runs off the event loop.
+        with trio.CancelScope(shield=True):
+            async with self._heap_release:
+                await trio.to_thread.run_sync(release_free_heap)
 
     async def _handle(self, path: str, body: bytes, sink: ClientSink, request_id: str) -> None:
         if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
@@ -172,7 +187,15 @@ class Gateway:
     async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
         if len(body) <= INLINE_PREPARE_MAX_BYTES:
             return work()
-        return await trio.to_thread.run_sync(work)
+        try:
+            return await trio.to_thread.run_sync(work)
+        except GatewayError as error:
+            # trio's thread hand-off keeps the error in a reference cycle with the frames of
+            # its traceback, and those frames hold the decoded body, the templated prompt and
+            # this request's body until the cycle collector runs, which under a lull is never:
+            # 16 rejected 8 MB prompts held 400 MB (docs/limits.md §2). A client error needs
+            # no traceback; dropping it frees all of that now.
+            raise error.with_traceback(None) from None
 
     def _prepare_now(self, path: str, body: bytes, request_id: str) -> GeneratePlan:
         model = self.prompt_model
