@@ -3,6 +3,7 @@
     smg-trio serve --model-path DIR --worker RUNTIME+WIRE://HOST:PORT [--worker ...] [--host H]
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
+        [--memory-budget-mb MB]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -34,6 +35,7 @@ _CONFIG_FLAGS = (
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
+    "memory_budget_mb",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -143,6 +145,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     serve.add_argument(
         "--max-body-bytes", type=int, metavar="N", help="largest request body accepted"
+    )
+    serve.add_argument(
+        "--memory-budget-mb",
+        type=int,
+        metavar="MB",
+        help="memory the bodies and prompts of requests in flight may hold; past it, 429 "
+        "(default: a quarter of physical memory)",
     )
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)

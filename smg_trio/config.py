@@ -45,6 +45,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     certfile: Path | None = None
     keyfile: Path | None = None
+    # Bytes of bodies and prompt ids all requests in flight may hold (docs/limits.md §4);
+    # None: a quarter of physical memory.
+    memory_budget_mb: int | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -111,6 +114,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"max_body_bytes must be at least 1024, got {config.max_body_bytes}")
     if any(not name for name in config.served_model_names):
         raise ConfigError("a served model name must not be empty")
+    if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
+        raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
     if not config.request_timeout_s > 0:
         raise ConfigError(f"request_timeout_s must be positive, got {config.request_timeout_s}")
     return config

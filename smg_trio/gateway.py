@@ -33,6 +33,7 @@ from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion,
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
 from smg_trio.errors import ClientError, GatewayError, RequestTimeout
 from smg_trio.heap import release_free_heap
+from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
 from smg_trio.model import ModelDir
 from smg_trio.request import ClientSink, run_request
 from smg_trio.request_ids import current_request_id, new_request_id
@@ -87,6 +88,7 @@ class Gateway:
         *,
         request_timeout_s: float,
         served_model_names: tuple[str, ...] = (),
+        memory_budget: MemoryBudget | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = model.prompt_model()
@@ -94,6 +96,7 @@ class Gateway:
         self.request_timeout_s = request_timeout_s
         self.served_model_names = served_model_names or (model.served_name,)
         self._created = int(time.time())
+        self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self._heap_release = trio.Lock()  # one trim at a time; a busy one covers the others
 
     @property
@@ -126,19 +129,31 @@ class Gateway:
         return self.pool.pick()
 
     async def handle(
-        self, path: str, body: bytes, sink: ClientSink, *, request_id: str | None = None
+        self,
+        path: str,
+        body: bytes,
+        sink: ClientSink,
+        *,
+        request_id: str | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
         A request that fails before it reaches a backend (a bad body, no ready worker) raises
         GatewayError, nothing having been sent; every later failure, the deadline included,
-        ends the response through `sink.fail`.
+        ends the response through `sink.fail`. `reservation` holds the body's bytes from the
+        memory budget (the front end took it while reading); without one, the body's bytes are
+        reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
         logger.debug("%s: started", path)
         try:
-            await self._handle(path, body, sink, request_id)
+            if reservation is None:
+                with self.memory_budget.reserve(len(body)) as own:
+                    await self._handle(path, body, sink, request_id, own)
+            else:
+                await self._handle(path, body, sink, request_id, reservation)
         finally:
             logger.debug("%s: finished", path)
             current_request_id.reset(token)
@@ -153,7 +168,9 @@ class Gateway:
             async with self._heap_release:
                 await trio.to_thread.run_sync(release_free_heap)
 
-    async def _handle(self, path: str, body: bytes, sink: ClientSink, request_id: str) -> None:
+    async def _handle(
+        self, path: str, body: bytes, sink: ClientSink, request_id: str, reservation: Reservation
+    ) -> None:
         if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
             await sink.send_body(
                 await self._off_loop_if_large(partial(self._tokenize_now, path, body), body)
@@ -165,6 +182,7 @@ class Gateway:
                 plan = await self._off_loop_if_large(
                     partial(self._prepare_now, path, body, request_id), body
                 )
+                reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
                 worker = self.pick_worker()
                 finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
                 await run_request(

@@ -42,6 +42,7 @@ from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.gateway import Gateway
+from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
 from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
@@ -94,6 +95,7 @@ async def serve(
             pool,
             request_timeout_s=config.request_timeout_s,
             served_model_names=names or (model.served_name,),
+            memory_budget=memory_budget(config.memory_budget_mb),
         )
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
         async with trio.open_nursery() as nursery:

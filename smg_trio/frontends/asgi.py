@@ -13,7 +13,8 @@
 - With an API key configured, every route but `/health` needs `Authorization: Bearer KEY`.
 - A body is read only up to the limit: a declared `content-length` over it is refused before a
   byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
-  into memory past the limit.
+  into memory past the limit. Its bytes are reserved from the gateway's memory budget as they
+  are declared or read: past the budget, a 429 with `Retry-After` (docs/limits.md §4).
 - The content type is not checked: clients send JSON as `application/json`, with a charset,
   as `text/plain`, or with none at all; the body either decodes or is a 400.
 - Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
@@ -39,8 +40,9 @@ from smg_trio.frontends.responses import (
     send_error_discarding_body,
     send_json,
 )
-from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.frontends.sse import respond
 from smg_trio.gateway import HANDLED_PATHS, Gateway
+from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
@@ -156,15 +158,17 @@ class GatewayApp:
                 code="upgrade_required",
             )
         else:
-            body = await self._read_body(receive, headers)
-            await respond(
-                lambda response: self._generate(path, body, response, request_id), receive, send
-            )
-
-    async def _generate(
-        self, path: str, body: bytes, response: SseResponse, request_id: str
-    ) -> None:
-        await self.gateway.handle(path, body, response, request_id=request_id)
+            # The body's bytes are held from the memory budget from before it is read until
+            # the response ends (docs/limits.md §4).
+            with self.gateway.memory_budget.reserve() as reservation:
+                body = await self._read_body(receive, headers, reservation)
+                await respond(
+                    lambda response: self.gateway.handle(
+                        path, body, response, request_id=request_id, reservation=reservation
+                    ),
+                    receive,
+                    send,
+                )
 
     async def _health(self, send: Send) -> None:
         if self.gateway.ready:
@@ -183,11 +187,15 @@ class GatewayApp:
                 code="invalid_api_key",
             )
 
-    async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:
+    async def _read_body(
+        self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
+    ) -> bytes:
         limit = self._max_body_bytes
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
+        if declared is not None and declared.isdigit():
+            reservation.grow(int(declared))
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -198,6 +206,7 @@ class GatewayApp:
             size += len(chunk)
             if size > limit:
                 raise _too_large(limit)
+            reservation.grow(size - reservation.bytes)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -233,6 +242,8 @@ def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
         return [(b"allow", ", ".join(error.allowed).encode())]
     if error.status == 401:
         return [(b"www-authenticate", b"Bearer")]
+    if isinstance(error, MemoryBudgetExceeded):
+        return [(b"retry-after", str(error.retry_after_s).encode())]
     return []
 
 
