@@ -190,20 +190,28 @@ async def fuzz(args: argparse.Namespace, base_url: str, watch: RssWatch) -> Fuzz
                 for offset in range(8):
                     nursery.start_soon(post_every, offset)
 
+        async def read_answers(ws: trio_websocket.WebSocketConnection) -> None:
+            while True:  # every frame's answer, then the end marker's
+                answer = json.loads(await ws.get_message())
+                code = answer.get("error", {}).get("code")
+                result.server_errors += code == "internal_error"
+                if code == "unknown_id" and "end-of-fuzz" in answer["error"]["message"]:
+                    return
+
         async def send_every(offset: int) -> None:
             ws_url = base_url.replace("http://", "ws://") + "/v1/ws"
             try:
-                async with trio_websocket.open_websocket_url(ws_url) as ws:
+                # Answers are read while frames are sent: the server holds back a socket
+                # whose client does not read (docs/limits.md §5).
+                async with (
+                    trio_websocket.open_websocket_url(ws_url) as ws,
+                    trio.open_nursery() as readers,
+                ):
+                    readers.start_soon(read_answers, ws)
                     for frame in frames[offset::SOCKETS]:
                         await ws.send_message(frame)
                         result.frames += 1
                     await ws.send_message('{"type":"cancel","id":"end-of-fuzz"}')
-                    while True:  # every frame's answer, then the marker's
-                        answer = json.loads(await ws.get_message())
-                        code = answer.get("error", {}).get("code")
-                        result.server_errors += code == "internal_error"
-                        if code == "unknown_id" and "end-of-fuzz" in answer["error"]["message"]:
-                            return
             except trio_websocket.ConnectionClosed:
                 result.sockets_closed += 1
 

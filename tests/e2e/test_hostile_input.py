@@ -79,17 +79,23 @@ async def test_fuzzed_frames_never_close_the_socket_or_stop_other_streams(
     last = {"type": "request", "id": "last", "path": CHAT, "body": chat_body(max_tokens=3)}
     with trio.fail_after(TEST_S):
         async with trio_websocket.open_websocket_url(url) as ws:
-            await ws.send_message(json.dumps(live))
-            for hostile in hostile_frames(SEED, FRAMES):
-                await ws.send_message(hostile)
-            await ws.send_message(json.dumps(last))
-            ended: set[object] = set()
-            while not {"live", "last"} <= ended:
-                frame = await next_frame(ws)
-                if frame["type"] == "error":
-                    assert frame["error"]["code"] != "internal_error", frame
-                if frame["type"] in ("done", "response", "error"):
-                    ended.add(frame["id"])
+
+            async def read_until_both_ended() -> None:
+                ended: set[object] = set()
+                while not {"live", "last"} <= ended:
+                    frame = await next_frame(ws)
+                    if frame["type"] == "error":
+                        assert frame["error"]["code"] != "internal_error", frame
+                    if frame["type"] in ("done", "response", "error"):
+                        ended.add(frame["id"])
+
+            # Read while sending: the server holds back a socket whose client does not read.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_until_both_ended)
+                await ws.send_message(json.dumps(live))
+                for hostile in hostile_frames(SEED, FRAMES):
+                    await ws.send_message(hostile)
+                await ws.send_message(json.dumps(last))
             assert not ws.closed
 
 
