@@ -97,7 +97,8 @@ class Gateway:
         self.served_model_names = served_model_names or (model.served_name,)
         self._created = int(time.time())
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
-        self._heap_release = trio.Lock()  # one trim at a time; a busy one covers the others
+        self._heap_release = trio.Lock()
+        self._heap_release_wanted = False
 
     @property
     def ready(self) -> bool:
@@ -161,12 +162,19 @@ class Gateway:
                 await self._release_heap()
 
     async def _release_heap(self) -> None:
+        # One trim at a time; a request ending during a trim asks for one more after it, so
+        # the last large request of a burst is always followed by a trim.
+        self._heap_release_wanted = True
         if self._heap_release.locked():
             return
-        # Shielded and bounded: a trim takes milliseconds, and runs off the event loop.
+        # Shielded and bounded (at most two trims of milliseconds each, off the event loop).
         with trio.CancelScope(shield=True):
             async with self._heap_release:
-                await trio.to_thread.run_sync(release_free_heap)
+                for _ in range(2):
+                    if not self._heap_release_wanted:
+                        break
+                    self._heap_release_wanted = False
+                    await trio.to_thread.run_sync(release_free_heap)
 
     async def _handle(
         self, path: str, body: bytes, sink: ClientSink, request_id: str, reservation: Reservation
