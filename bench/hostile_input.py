@@ -212,7 +212,7 @@ async def fuzz(args: argparse.Namespace, base_url: str, watch: RssWatch) -> Fuzz
                         await ws.send_message(frame)
                         result.frames += 1
                     await ws.send_message('{"type":"cancel","id":"end-of-fuzz"}')
-            except trio_websocket.ConnectionClosed:
+            except* trio_websocket.ConnectionClosed:  # the reader's or the sender's
                 result.sockets_closed += 1
 
         async with trio.open_nursery() as nursery:
