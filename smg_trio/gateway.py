@@ -159,9 +159,10 @@ class Gateway:
             logger.debug("%s: finished", path)
             current_request_id.reset(token)
             if len(body) >= RELEASE_HEAP_AFTER_BYTES:
-                await self._release_heap()
+                await self.release_heap()
 
-    async def _release_heap(self) -> None:
+    async def release_heap(self) -> None:
+        """Hand the freed heap back to the system (heap.release_free_heap), off the loop."""
         # One trim at a time; a request ending during a trim asks for one more after it, so
         # the last large request of a burst is always followed by a trim.
         self._heap_release_wanted = True

@@ -35,7 +35,7 @@ from smg_trio.core.render import websocket_chunk
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
-from smg_trio.gateway import Gateway
+from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
 
@@ -168,6 +168,7 @@ class _Socket:
         self._nursery = nursery
         self._frames_send = frames_send
         self._streams: dict[str | int, trio.CancelScope] = {}
+        self.largest_frame = 0
 
     async def send_frame(self, frame: bytes) -> None:
         try:
@@ -196,6 +197,7 @@ class _Socket:
                 await self._on_text(text)
 
     async def _on_text(self, text: str) -> None:
+        self.largest_frame = max(self.largest_frame, len(text))
         # The frame wraps its body one level down: a body within the limit passes here and is
         # checked (and answered under its id) by the gateway's decoder (docs/limits.md §3).
         if json_depth_exceeds(text, MAX_JSON_DEPTH + 1):
@@ -328,3 +330,7 @@ async def handle_websocket(
         socket = _Socket(gateway, nursery, frames_send)
         await socket.receive_until_disconnect(receive)
         nursery.cancel_scope.cancel()
+    # The socket's own large frames (hypercorn's message buffers, the decoded texts) are free
+    # only now that it is gone: hand them back too (docs/limits.md §2).
+    if socket.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
+        await gateway.release_heap()
