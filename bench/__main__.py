@@ -4,6 +4,7 @@
         [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--quick] [--no-write]
     python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
     python -m bench routing [--requests 400] [--concurrency 32]   (bench/routing.py)
+    python -m bench hostile_input [--big 16 --big-mb 8 --bodies 20000 --frames 5000] [--write]
     python -m bench run --url http://127.0.0.1:PORT --transport h2c|http1|ws
         [--concurrency 1,16 | --rate R] [--requests N] [--prompt-tokens 128|64-256]
         [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
@@ -31,6 +32,7 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
+from bench import hostile_input
 from bench.load_output import (
     RESULTS_DIR,
     load_average,
@@ -254,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     scenarios.add_argument("--out", type=Path, default=RESULTS_DIR, help="results folder")
     render = commands.add_parser("render", help="rewrite RESULTS.md sections from results JSON")
     render.add_argument("files", type=Path, nargs="+", help="bench/results/load-*.json")
+    hostile = commands.add_parser(
+        "hostile_input", help="issue 17's figures: big prompts, fuzzed bodies and frames"
+    )
+    hostile_input.add_arguments(hostile)
     run = commands.add_parser("run", help="load one running server")
     run.add_argument("--url", required=True, help="http://127.0.0.1:PORT")
     run.add_argument("--transport", choices=("h2c", "http1", "ws"), default="h2c")
@@ -289,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "routing":
         return main_routing(args)
+    if args.command == "hostile_input":
+        return hostile_input.main(args, command)
     if args.command == "render":
         for path in args.files:
             report = msgspec.convert(json.loads(path.read_text("utf-8")), RunReport)

@@ -7,6 +7,7 @@
         [--policy P] [--max-retries N] [--max-concurrent-requests N] [--max-queue N]
         [--queue-timeout-s S] [--session-header NAME] [--admin-api-key KEY]
         [--tool-call-parser NAME] [--reasoning-parser NAME]
+        [--memory-budget-mb MB]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -51,6 +52,7 @@ _CONFIG_FLAGS = (
     "admin_api_key",
     "tool_call_parser",
     "reasoning_parser",
+    "memory_budget_mb",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -88,9 +90,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     import trio  # the server stack is imported only for the commands that run it
 
+    from smg_trio.heap import pin_mmap_threshold
     from smg_trio.serve import serve_until_signal
 
     _configure_logging(args.log_level)
+    pin_mmap_threshold()  # large request buffers go back to the system when freed (heap.py)
     trio.run(serve_until_signal, config)
     return 0
 
@@ -171,6 +175,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     serve.add_argument(
         "--reasoning-parser", metavar="NAME", help="separate reasoning (e.g. deepseek_r1, qwen3)"
+    )
+    serve.add_argument(
+        "--memory-budget-mb",
+        type=int,
+        metavar="MB",
+        help="memory the bodies and prompts of requests in flight may hold; past it, 429 "
+        "(default: a quarter of physical memory)",
     )
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)

@@ -72,6 +72,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # The served model's output parsers, by vLLM's names (docs/tools-and-reasoning.md §6).
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    # Bytes of bodies and prompt ids all requests in flight may hold (docs/limits.md §4);
+    # None: a quarter of physical memory.
+    memory_budget_mb: int | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -145,6 +148,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"drain_timeout_s must be 0 or more, got {config.drain_timeout_s}")
     validate_routing(config)
     check_parser_names(config.tool_call_parser, config.reasoning_parser)
+    if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
+        raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
     return config
 
 

@@ -38,8 +38,10 @@ import trio
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
-from smg_trio.errors import BackendUnavailable, ClientError, RequestTimeout
+from smg_trio.errors import BackendUnavailable, ClientError, GatewayError, RequestTimeout
+from smg_trio.heap import release_free_heap
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
+from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
 from smg_trio.model import ModelDir
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
@@ -69,6 +71,9 @@ HANDLED_PATHS: Final = (*GENERATE_PATHS, TOKENIZE_PATH, DETOKENIZE_PATH)
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
 # How long a request that ran out of time may still spend sending its timeout error.
 TIMEOUT_ERROR_GRACE_S: Final = 1.0
+# After a request whose body was at least this large, the freed heap is handed back to the
+# system (heap.release_free_heap; docs/limits.md §2). Per request, never per token.
+RELEASE_HEAP_AFTER_BYTES: Final = 1024 * 1024
 
 
 class ModelNotFound(ClientError):
@@ -100,6 +105,7 @@ class Gateway:
         rng: random.Random | None = None,
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
+        memory_budget: MemoryBudget | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -115,6 +121,9 @@ class Gateway:
         self.served_model_names = served_model_names or (model.served_name,)
         self.lifecycle = Lifecycle()
         self._created = int(time.time())
+        self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
+        self._heap_release = trio.Lock()
+        self._heap_release_wanted = False
 
     @property
     def ready(self) -> bool:
@@ -153,6 +162,7 @@ class Gateway:
         *,
         request_id: str | None = None,
         session_key: str | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -161,20 +171,44 @@ class Gateway:
 
         A request that fails before it reaches a backend (a bad body, no ready worker) raises
         GatewayError, nothing having been sent; every later failure, the deadline included,
-        ends the response through `sink.fail`.
+        ends the response through `sink.fail`. `reservation` holds the body's bytes from the
+        memory budget (the front end took it while reading); without one, the body's bytes are
+        reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
         logger.debug("%s: started", path)
         try:
             with self.lifecycle.admit(sink) as live:
-                await self._handle(path, body, sink, request_id, session_key, live)
+                if reservation is None:
+                    with self.memory_budget.reserve(len(body)) as own:
+                        await self._handle(path, body, sink, request_id, session_key, live, own)
+                else:
+                    await self._handle(path, body, sink, request_id, session_key, live, reservation)
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                     await sink.fail(Draining("the gateway shut down before the request finished"))
         finally:
             logger.debug("%s: finished", path)
             current_request_id.reset(token)
+            if len(body) >= RELEASE_HEAP_AFTER_BYTES:
+                await self.release_heap()
+
+    async def release_heap(self) -> None:
+        """Hand the freed heap back to the system (heap.release_free_heap), off the loop."""
+        # One trim at a time; a request ending during a trim asks for one more after it, so
+        # the last large request of a burst is always followed by a trim.
+        self._heap_release_wanted = True
+        if self._heap_release.locked():
+            return
+        # Shielded and bounded (at most two trims of milliseconds each, off the event loop).
+        with trio.CancelScope(shield=True):
+            async with self._heap_release:
+                for _ in range(2):
+                    if not self._heap_release_wanted:
+                        break
+                    self._heap_release_wanted = False
+                    await trio.to_thread.run_sync(release_free_heap)
 
     async def _handle(
         self,
@@ -184,6 +218,7 @@ class Gateway:
         request_id: str,
         session_key: str | None,
         live: LiveRequest,
+        reservation: Reservation,
     ) -> None:
         if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
             await sink.send_body(
@@ -197,6 +232,7 @@ class Gateway:
                     partial(self._prepare_now, path, body, request_id), body
                 )
                 live.streaming = plan.stream
+                reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
                 context = RoutingContext(
                     model=plan.model, prompt_ids=plan.prompt_ids, session_key=session_key or user
                 )
@@ -225,7 +261,15 @@ class Gateway:
     async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
         if len(body) <= INLINE_PREPARE_MAX_BYTES:
             return work()
-        return await trio.to_thread.run_sync(work)
+        try:
+            return await trio.to_thread.run_sync(work)
+        except GatewayError as error:
+            # trio's thread hand-off keeps the error in a reference cycle with the frames of
+            # its traceback, and those frames hold the decoded body, the templated prompt and
+            # this request's body until the cycle collector runs, which under a lull is never:
+            # 16 rejected 8 MB prompts held 400 MB (docs/limits.md §2). A client error needs
+            # no traceback; dropping it frees all of that now.
+            raise error.with_traceback(None) from None
 
     def _prepare_now(
         self, path: str, body: bytes, request_id: str

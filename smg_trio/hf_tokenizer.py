@@ -7,11 +7,21 @@ that once per id so incremental detokenization can join raw bytes instead of dec
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any, Final
 
 from tokenizers import Tokenizer, decoders
 
 U32_MAX = 2**32 - 1
+# How many input bytes a normalizer may fold into one normalized byte: Unicode normalization and
+# lowercasing map a 4-byte character to at most one byte (NFKC: U+1D400 -> "A"), never more.
+_SHRINKING_NORMALIZERS: Final = {"NFC": 4, "NFD": 4, "NFKC": 4, "NFKD": 4, "Lowercase": 4}
+# Pre-tokenizers that keep every input character (those that drop whitespace or delimiters
+# would let a body of spaces be any length at zero tokens).
+_KEEPING_PRE_TOKENIZERS: Final = frozenset(
+    {"ByteLevel", "Metaspace", "Digits", "UnicodeScripts", "Punctuation", "Split"}
+)
 
 
 def _byte_level_char_to_byte() -> dict[str, int]:
@@ -71,10 +81,16 @@ class ModelTokenizer:
                 if token_id not in added:
                     table[token_id] = byte_level_token_bytes(token)
         self._token_bytes = table
+        self._max_bytes_per_token = max_bytes_per_token(tokenizer)
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         return self._eos_token_ids
+
+    @property
+    def max_bytes_per_token(self) -> int | None:
+        """The most input bytes one token can stand for, or None when nothing bounds it."""
+        return self._max_bytes_per_token
 
     @property
     def special_token_ids(self) -> frozenset[int]:
@@ -116,3 +132,58 @@ class ModelTokenizer:
         if 0 <= token_id < self._vocab_size:
             return self._token_bytes[token_id]
         return None
+
+
+def max_bytes_per_token(tokenizer: Tokenizer) -> int | None:
+    """An upper bound on the input bytes one token of `tokenizer` covers (docs/limits.md §1).
+
+    A token's raw bytes (byte-level vocabularies) or UTF-8 spelling (others: a SentencePiece "▁"
+    for one byte, "<0x41>" for one byte) are at least the input bytes it stands for, times what the
+    normalizer may fold. None (no bound, so no rejection by size) unless the model is BPE with
+    no fused unknown token and every pre-tokenizer keeps every character.
+    """
+    model = tokenizer.model
+    if type(model).__name__ != "BPE" or (model.unk_token is not None and model.fuse_unk):
+        return None
+    shrink = _normalizer_shrink(tokenizer.normalizer)
+    if shrink is None or not _keeps_every_character(tokenizer.pre_tokenizer):
+        return None
+    added = tokenizer.get_added_tokens_decoder().values()
+    spelled = (
+        byte_level_token_bytes
+        if isinstance(tokenizer.decoder, decoders.ByteLevel)
+        else lambda token: token.encode("utf-8")
+    )
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    longest = max((len(spelled(token)) for token in vocab), default=1)
+    longest = max(longest, *(len(token.content.encode("utf-8")) for token in added), 4)
+    return longest * shrink
+
+
+def _components(component: Any, list_key: str) -> list[dict[str, Any]]:
+    """A normalizer's or pre-tokenizer's parts, from its own JSON (Sequence flattened)."""
+    if component is None:
+        return []
+    state: dict[str, Any] = json.loads(component.__getstate__())
+    return list(state.get(list_key, [])) if state.get("type") == "Sequence" else [state]
+
+
+def _normalizer_shrink(normalizer: Any) -> int | None:
+    shrink = 1
+    for part in _components(normalizer, "normalizers"):
+        kind = part.get("type")
+        if kind == "Prepend":
+            continue
+        if kind not in _SHRINKING_NORMALIZERS:
+            return None
+        shrink *= _SHRINKING_NORMALIZERS[kind]
+    return shrink
+
+
+def _keeps_every_character(pre_tokenizer: Any) -> bool:
+    for part in _components(pre_tokenizer, "pretokenizers"):
+        if part.get("type") not in _KEEPING_PRE_TOKENIZERS:
+            return False
+        if str(part.get("behavior", "")).lower() == "removed":
+            return False
+    return True

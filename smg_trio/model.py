@@ -74,6 +74,7 @@ class ModelDir:
             vocab_size=self.tokenizer.vocab_size,
             context_length=self.context_length,
             eos_token_id=self.eos_ids.primary,
+            max_bytes_per_token=self.tokenizer.max_bytes_per_token,
         )
 
 

@@ -46,6 +46,7 @@ from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.gateway import Gateway
+from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
 from smg_trio.routing.admission import Admission
@@ -108,6 +109,7 @@ async def serve(
             max_retries=config.max_retries,
             tool_call_parser=config.tool_call_parser,
             reasoning_parser=config.reasoning_parser,
+            memory_budget=memory_budget(config.memory_budget_mb),
         )
         app = GatewayApp(
             gateway,

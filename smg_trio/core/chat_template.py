@@ -118,3 +118,19 @@ def template_tool_calls(message: dict[str, Any]) -> None:
         except (ValueError, RecursionError):
             arguments = {}
         function["arguments"] = arguments if isinstance(arguments, dict) else {}
+
+
+def cut_after_final_message(text: str, final: dict[str, Any]) -> str:
+    """continue_final_message: drop what the template wrote after the last message's content."""
+    content = final.get("content")
+    if not isinstance(content, str) or not content:
+        raise ClientError(
+            "continue_final_message needs a final message with text content", param="messages"
+        )
+    at = text.rfind(content)
+    if at < 0:
+        raise ClientError(
+            "continue_final_message: the template does not reproduce the final message verbatim",
+            param="messages",
+        )
+    return text[: at + len(content)]

@@ -15,8 +15,9 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.core.chat_template import ChatTemplate, template_tool_calls
+from smg_trio.core.chat_template import ChatTemplate, cut_after_final_message, template_tool_calls
 from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
+from smg_trio.core.prompt_bound import PromptLimit, bounded_encode, kept_tokens, truncated
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.core.tool_choice import with_parsers
 from smg_trio.errors import ClientError
@@ -42,12 +43,26 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     eos_token_id: int | None = None  # the primary EOS (config.json's first)
     tool_call_parser: str | None = None  # --tool-call-parser, --reasoning-parser
     reasoning_parser: str | None = None
+    # The most input bytes one token stands for (None: unbounded), for prompt_bound's byte rule.
+    max_bytes_per_token: int | None = None
+
+    def prompt_limit(self, truncate_prompt_tokens: int | None, param: str) -> PromptLimit | None:
+        """What bounds a prompt's tokenization (docs/limits.md §1); None without a context."""
+        if self.context_length is None:
+            return None
+        return PromptLimit(
+            context_length=self.context_length,
+            max_bytes_per_token=self.max_bytes_per_token,
+            keep=kept_tokens(truncate_prompt_tokens, self.context_length),
+            param=param,
+        )
 
 
 def prepare_chat(
     req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
 ) -> GeneratePlan:
-    prompt_ids = chat_prompt_ids(req, model, now=now)
+    limit = model.prompt_limit(req.truncate_prompt_tokens, "messages")
+    prompt_ids = chat_prompt_ids(req, model, now=now, limit=limit)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     plan = _plan(
         req,
@@ -79,11 +94,13 @@ def chat_prompt_ids(
     *,
     now: _dt.datetime,
     add_special_tokens: bool = False,
+    limit: PromptLimit | None = None,
 ) -> tuple[int, ...]:
     """The prompt ids of a chat request: its messages templated, then encoded.
 
     The one place chat prompts are built: `prepare_chat` sends these to the engine and
     /v1/tokenize returns them (`add_special_tokens` is tokenize's option; chat never adds).
+    `limit` bounds the encoding (prompt_bound); /v1/tokenize, like vLLM's, has none.
     """
     if model.chat_template is None:
         raise ClientError(
@@ -108,8 +125,8 @@ def chat_prompt_ids(
         extra=extra or None,
     )
     if req.continue_final_message:
-        text = _cut_after_final_message(text, messages[-1])
-    return tuple(model.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        text = cut_after_final_message(text, messages[-1])
+    return bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
 
 
 def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
@@ -130,9 +147,14 @@ def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
 def prepare_completion(
     req: oa.CompletionRequest, model: PromptModel, *, request_id: str
 ) -> GeneratePlan:
+    limit = model.prompt_limit(req.truncate_prompt_tokens, "prompt")
     parts = tuple(
-        msgspec.structs.replace(part, ids=_truncated(part.ids, req.truncate_prompt_tokens, model))
-        for part in (_completion_prompt(p, bool(req.echo), model) for p in _prompt_list(req.prompt))
+        msgspec.structs.replace(
+            part, ids=truncated(part.ids, req.truncate_prompt_tokens, model.context_length)
+        )
+        for part in (
+            _completion_prompt(p, bool(req.echo), model, limit) for p in _prompt_list(req.prompt)
+        )
     )
     # Echo with max_tokens 0 asks the engine for one token, as vLLM does (see GeneratePlan).
     echo_only = bool(req.echo) and req.max_tokens == 0
@@ -178,9 +200,11 @@ def _prompt_list(prompt: str | tuple[str | int | tuple[int, ...], ...]) -> list[
     return [p if isinstance(p, str) else list(p) for p in prompt if not isinstance(p, int)]
 
 
-def _completion_prompt(prompt: str | list[int], echo: bool, model: PromptModel) -> PromptPart:
+def _completion_prompt(
+    prompt: str | list[int], echo: bool, model: PromptModel, limit: PromptLimit | None
+) -> PromptPart:
     if isinstance(prompt, str):
-        ids = tuple(model.tokenizer.encode(prompt, add_special_tokens=True))
+        ids = bounded_encode(model.tokenizer, prompt, add_special_tokens=True, limit=limit)
         return PromptPart(ids=ids, echo_text=prompt if echo else None)
     ids = checked_prompt_ids(prompt, model.vocab_size, "prompt")
     text = model.tokenizer.decode(ids, skip_special_tokens=False) if echo else None
@@ -195,7 +219,9 @@ def prepare_generate(
         prompt_ids = checked_prompt_ids(req.input_ids, model.vocab_size, "input_ids")
         param = "input_ids"
     else:
-        prompt_ids = tuple(model.tokenizer.encode(req.text or "", add_special_tokens=True))
+        limit = model.prompt_limit(None, "text")
+        text = req.text or ""
+        prompt_ids = bounded_encode(model.tokenizer, text, add_special_tokens=True, limit=limit)
         param = "text"
     sampling = SamplingParams(
         temperature=params.temperature,
@@ -262,7 +288,7 @@ def _plan(
     logprobs: int | None,
     echo_text: str | None,
 ) -> GeneratePlan:
-    prompt_ids = _truncated(prompt_ids, req.truncate_prompt_tokens, model)
+    prompt_ids = truncated(prompt_ids, req.truncate_prompt_tokens, model.context_length)
     max_tokens = _max_tokens(len(prompt_ids), max_tokens, model, prompt_param)
     if max_tokens is not None and req.min_tokens > max_tokens:
         raise ClientError(
@@ -324,25 +350,6 @@ def _max_tokens(
     return room if requested is None else min(requested, room)
 
 
-def _truncated(
-    prompt_ids: tuple[int, ...], keep: int | None, model: PromptModel
-) -> tuple[int, ...]:
-    """vLLM's truncate_prompt_tokens: keep the prompt's last `keep` tokens (-1: the context)."""
-    if keep is None:
-        return prompt_ids
-    limit = model.context_length
-    if keep == -1:
-        if limit is None:
-            return prompt_ids
-        keep = limit
-    elif limit is not None and keep > limit:
-        raise ClientError(
-            f"truncate_prompt_tokens ({keep}) must not exceed the model's context length ({limit})",
-            param="truncate_prompt_tokens",
-        )
-    return prompt_ids[-keep:]
-
-
 def checked_prompt_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple[int, ...]:
     for token_id in ids:
         if not 0 <= token_id < vocab_size:
@@ -382,19 +389,3 @@ def _message_for_template(
             texts.append(part.text)
         out["content"] = "\n".join(texts)
     return out
-
-
-def _cut_after_final_message(text: str, final: dict[str, Any]) -> str:
-    """continue_final_message: drop what the template wrote after the last message's content."""
-    content = final.get("content")
-    if not isinstance(content, str) or not content:
-        raise ClientError(
-            "continue_final_message needs a final message with text content", param="messages"
-        )
-    at = text.rfind(content)
-    if at < 0:
-        raise ClientError(
-            "continue_final_message: the template does not reproduce the final message verbatim",
-            param="messages",
-        )
-    return text[: at + len(content)]

@@ -16,7 +16,8 @@
 - With an API key configured, every route but the three probes needs `Authorization: Bearer KEY`.
 - A body is read only up to the limit: a declared `content-length` over it is refused before a
   byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
-  into memory past the limit.
+  into memory past the limit. Its bytes are reserved from the gateway's memory budget as they
+  are declared or read: past the budget, a 429 with `Retry-After` (docs/limits.md §4).
 - The content type is not checked: clients send JSON as `application/json`, with a charset,
   as `text/plain`, or with none at all; the body either decodes or is a 400.
 - Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
@@ -52,6 +53,7 @@ from smg_trio.frontends.workers_api import (
     serve_workers,
 )
 from smg_trio.gateway import HANDLED_PATHS, Gateway
+from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
@@ -188,14 +190,19 @@ class GatewayApp:
                 code="upgrade_required",
             )
         else:
-            body = await self._read_body(receive, headers)
+            # The body's bytes are held from the memory budget from before it is read until
+            # the response ends (docs/limits.md §4).
             session = headers.get(self._session_header)
             session_key = None if session is None else session.decode("latin-1")
-            await respond(
-                lambda response: self._generate(path, body, response, request_id, session_key),
-                receive,
-                send,
-            )
+            with self.gateway.memory_budget.reserve() as reservation:
+                body = await self._read_body(receive, headers, reservation)
+                await respond(
+                    lambda response: self._generate(
+                        path, body, response, request_id, session_key, reservation
+                    ),
+                    receive,
+                    send,
+                )
 
     async def _generate(
         self,
@@ -204,9 +211,15 @@ class GatewayApp:
         response: SseResponse,
         request_id: str,
         session_key: str | None,
+        reservation: Reservation,
     ) -> None:
         await self.gateway.handle(
-            path, body, response, request_id=request_id, session_key=session_key
+            path,
+            body,
+            response,
+            request_id=request_id,
+            session_key=session_key,
+            reservation=reservation,
         )
 
     async def _workers(
@@ -217,7 +230,10 @@ class GatewayApp:
         allowed = allowed_methods(path)
         if method not in allowed:
             raise _MethodNotAllowed(method, path, allowed)
-        body = await self._read_body(receive, headers) if method == "POST" else b""
+        body = b""
+        if method == "POST":
+            with self.gateway.memory_budget.reserve() as reservation:
+                body = await self._read_body(receive, headers, reservation)
         await serve_workers(self._admin, method, path, body, send)
 
     async def _health(self, send: Send) -> None:
@@ -238,11 +254,15 @@ class GatewayApp:
                 code="invalid_api_key",
             )
 
-    async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:
+    async def _read_body(
+        self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
+    ) -> bytes:
         limit = self._max_body_bytes
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
+        if declared is not None and declared.isdigit():
+            reservation.grow(int(declared))
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -253,6 +273,7 @@ class GatewayApp:
             size += len(chunk)
             if size > limit:
                 raise _too_large(limit)
+            reservation.grow(size - reservation.bytes)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -288,6 +309,8 @@ def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
         return [(b"allow", ", ".join(error.allowed).encode())]
     if error.status == 401:
         return [(b"www-authenticate", b"Bearer")]
+    if isinstance(error, MemoryBudgetExceeded):
+        return [(b"retry-after", str(error.retry_after_s).encode())]
     return []
 
 

@@ -12,7 +12,9 @@ The protocol is documented in README.md ("WebSocket protocol"). Shape of one soc
 - Every request id gets exactly one terminal frame: `done`, `response` or `error`. An error
   frame with a non-null id always ends that id's request; errors about frames that concern no
   live request (malformed JSON, a binary frame, a duplicate id, a cancel for an unknown id)
-  carry `"id": null`, so they can never be mistaken for the end of a live stream.
+  carry `"id": null`, so they can never be mistaken for the end of a live stream. A frame too
+  deep to decode is answered the same way, its id read from its top level (docs/limits.md §3);
+  no frame, however malformed, closes the socket.
 - An id is free again the moment its terminal frame is queued, before the frame is sent.
 - `websocket.disconnect` cancels the nursery: every request leaves its backend stream, which
   aborts its engine requests. hypercorn never raises on sending to a closed socket, so the
@@ -33,7 +35,8 @@ from smg_trio.core.render import websocket_chunk
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
-from smg_trio.gateway import Gateway
+from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
 
 logger = logging.getLogger(__name__)
@@ -174,6 +177,7 @@ class _Socket:
         self._nursery = nursery
         self._frames_send = frames_send
         self._streams: dict[str | int, trio.CancelScope] = {}
+        self.largest_frame = 0
 
     async def send_frame(self, frame: bytes) -> None:
         try:
@@ -202,6 +206,12 @@ class _Socket:
                 await self._on_text(text)
 
     async def _on_text(self, text: str) -> None:
+        self.largest_frame = max(self.largest_frame, len(text))
+        # The frame wraps its body one level down: a body within the limit passes here and is
+        # checked (and answered under its id) by the gateway's decoder (docs/limits.md §3).
+        if json_depth_exceeds(text, MAX_JSON_DEPTH + 1):
+            await self._reject_too_deep(text)
+            return
         try:
             message = _decode_message(text)
         except msgspec.DecodeError as exc:
@@ -215,6 +225,23 @@ class _Socket:
             case _:
                 assert_never(message)
 
+    async def _reject_too_deep(self, text: str) -> None:
+        try:
+            envelope = _decode_envelope(shallow_json(text))
+        except msgspec.DecodeError:
+            envelope = _Envelope()
+        await self.send_frame(
+            error_frame(self._unlive_request_id(envelope), JsonTooDeep(MAX_JSON_DEPTH))
+        )
+
+    def _unlive_request_id(self, envelope: _Envelope) -> str | int | None:
+        """The id a malformed frame's error goes under: its own, if it is a request whose id
+        names no live request (so the error ends it); else null."""
+        stream_id = envelope.id
+        if envelope.type != "request" or stream_id in self._streams:
+            return None
+        return stream_id
+
     async def _reject_malformed(self, text: str, exc: msgspec.DecodeError) -> None:
         if not isinstance(exc, msgspec.ValidationError):
             err = _protocol_error(f"the frame is not valid JSON: {exc}", "invalid_json")
@@ -226,10 +253,7 @@ class _Socket:
         except msgspec.DecodeError:
             envelope = _Envelope()
         # A malformed request still ends its id, unless that id belongs to a live request.
-        stream_id = envelope.id
-        if envelope.type != "request" or stream_id in self._streams:
-            stream_id = None
-        await self.send_frame(error_frame(stream_id, err))
+        await self.send_frame(error_frame(self._unlive_request_id(envelope), err))
 
     async def _start(self, stream_id: str | int, path: str, body: bytes) -> None:
         if stream_id in self._streams:
@@ -315,3 +339,7 @@ async def handle_websocket(
         socket = _Socket(gateway, nursery, frames_send)
         await socket.receive_until_disconnect(receive)
         nursery.cancel_scope.cancel()
+    # The socket's own large frames (hypercorn's message buffers, the decoded texts) are free
+    # only now that it is gone: hand them back too (docs/limits.md §2).
+    if socket.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
+        await gateway.release_heap()

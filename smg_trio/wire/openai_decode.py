@@ -3,7 +3,8 @@
 Bodies decode with msgspec (unknown fields ignored, as vLLM/SGLang servers do) and are then
 checked: here, which fields may combine and what shape they take; the value rules (ranges,
 limits) are `neutral.validation`'s, applied to each field as the client spelled it. Every
-rejection is a 400 `ClientError` whose `param` names the offending field.
+rejection is a 400 `ClientError` whose `param` names the offending field; a body nesting deeper
+than `json_depth.MAX_JSON_DEPTH` is refused before decoding (docs/limits.md §3).
 
 Decoding is lax the way vLLM's pydantic models are (`strict=False`): an integral float such as
 `"max_tokens": 16.0` is the integer 16, a non-integral one is a 400. Which known fields a
@@ -36,6 +37,7 @@ from smg_trio.neutral.validation import (
     checked_constraint,
     checked_logit_bias,
 )
+from smg_trio.wire.json_depth import check_json_depth
 from smg_trio.wire.openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -231,6 +233,7 @@ _GENERATE_DECODER = msgspec.json.Decoder(GenerateRequest, strict=False)
 
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     """JSON body → validated request; any problem is a 400 `ClientError` naming the param."""
+    check_json_depth(body)
     try:
         req = _CHAT_DECODER.decode(body)
     except msgspec.DecodeError as exc:
@@ -240,6 +243,7 @@ def decode_chat_request(body: bytes) -> ChatCompletionRequest:
 
 
 def decode_completion_request(body: bytes) -> CompletionRequest:
+    check_json_depth(body)
     try:
         req = _COMPLETION_DECODER.decode(body)
     except msgspec.DecodeError as exc:
@@ -249,6 +253,7 @@ def decode_completion_request(body: bytes) -> CompletionRequest:
 
 
 def decode_generate_request(body: bytes) -> GenerateRequest:
+    check_json_depth(body)
     try:
         req = _GENERATE_DECODER.decode(body)
     except msgspec.DecodeError as exc:

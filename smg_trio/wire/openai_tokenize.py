@@ -17,6 +17,7 @@ from __future__ import annotations
 import msgspec
 
 from smg_trio.errors import ClientError
+from smg_trio.wire.json_depth import check_json_depth
 from smg_trio.wire.openai import ChatCompletionRequest
 
 # One error rendering for every body the gateway decodes: the parameter named from msgspec's path.
@@ -79,6 +80,7 @@ _DETOKENIZE_DECODER = msgspec.json.Decoder(DetokenizeRequest)
 
 def decode_tokenize_request(body: bytes) -> TokenizeRequest:
     """JSON body → the prompt or chat form; any problem is a 400 naming the parameter."""
+    check_json_depth(body)
     try:
         options = _OPTIONS_DECODER.decode(body)
     except msgspec.DecodeError as exc:
@@ -110,6 +112,7 @@ def decode_tokenize_request(body: bytes) -> TokenizeRequest:
 
 
 def decode_detokenize_request(body: bytes) -> DetokenizeRequest:
+    check_json_depth(body)
     try:
         return _DETOKENIZE_DECODER.decode(body)
     except msgspec.DecodeError as exc:

@@ -1,0 +1,152 @@
+"""Pure. A seeded corpus of hostile request bodies and WebSocket frames (docs/limits.md §5).
+
+Every item starts from a valid request of one endpoint and is bent by one or two mutations
+drawn from what an attacker (or a buggy client) sends: cut-off or bit-flipped JSON, values of
+the wrong type, huge or negative numbers, deep nesting (in a known field and in an unknown
+one), long strings, junk bytes, non-objects. The same seed always gives the same items, so a
+failure names its seed and index. Valid bodies ask for at most two tokens: a mutation that
+leaves a request valid costs the engine almost nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+CHAT: Final = "/v1/chat/completions"
+COMPLETIONS: Final = "/v1/completions"
+GENERATE: Final = "/generate"
+TOKENIZE: Final = "/v1/tokenize"
+DETOKENIZE: Final = "/v1/detokenize"
+POST_PATHS: Final = (CHAT, COMPLETIONS, GENERATE, TOKENIZE, DETOKENIZE)
+GET_PATHS: Final = ("/v1/models", "/health", "/v1/ws", "/nowhere")
+DEEP: Final = 5000
+
+VALID: Final[dict[str, tuple[dict[str, Any], ...]]] = {
+    CHAT: (
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        {
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+            "max_tokens": 2,
+            "stream": True,
+            "stop": ["x"],
+            "temperature": 0.5,
+            "logprobs": True,
+            "top_logprobs": 2,
+        },
+    ),
+    COMPLETIONS: (
+        {"prompt": "once upon", "max_tokens": 2},
+        {"prompt": [1, 2, 3], "max_tokens": 2, "stream": True, "echo": True, "logprobs": 1},
+        {"prompt": ["a", "b"], "max_tokens": 1, "n": 2, "truncate_prompt_tokens": 3},
+    ),
+    GENERATE: (
+        {"text": "hello", "sampling_params": {"max_new_tokens": 2}},
+        {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 1}, "stream": True},
+    ),
+    TOKENIZE: (
+        {"prompt": "hello world"},
+        {"messages": [{"role": "user", "content": "hi"}], "return_token_strs": True},
+    ),
+    DETOKENIZE: ({"tokens": [5, 6, 7]},),
+}
+
+_ODD_VALUES: Final[tuple[Any, ...]] = (
+    None,
+    True,
+    -1,
+    0,
+    2**70,
+    -(2**70),
+    1e308,
+    "",
+    "x" * 300,
+    "\u0000\ud7ff\U0001f600",
+    [],
+    {},
+    [None],
+    {"": None},
+    [[[]]],
+)
+
+
+@dataclass(frozen=True)
+class HostileBody:
+    path: str
+    body: bytes
+
+
+def _deep(rng: random.Random) -> str:
+    opener = rng.choice("[{")
+    if opener == "[":
+        return "[" * DEEP + "]" * DEEP
+    return '{"a":' * DEEP + "1" + "}" * DEEP
+
+
+def _mutate_value(value: dict[str, Any], rng: random.Random) -> str:
+    value = json.loads(json.dumps(value))
+    # Never max_tokens: a null one asks for the whole context, a long (valid) generation.
+    key = rng.choice([*(k for k in value if k != "max_tokens"), "unknown_field", "prompt", "n"])
+    value[key] = rng.choice(_ODD_VALUES)
+    return json.dumps(value)
+
+
+def _text_mutations() -> tuple[Callable[[str, random.Random], str], ...]:
+    def cut(text: str, rng: random.Random) -> str:
+        return text[: rng.randrange(len(text) + 1)]
+
+    def flip(text: str, rng: random.Random) -> str:
+        at = rng.randrange(len(text))
+        return text[:at] + rng.choice('{}[]":,\\x0 \u00ff') + text[at + 1 :]
+
+    def deep_unknown(text: str, rng: random.Random) -> str:
+        return text[:1] + '"zz":' + _deep(rng) + "," + text[1:] if text.startswith("{") else text
+
+    def deep_known(text: str, rng: random.Random) -> str:
+        key = rng.choice(["messages", "prompt", "stop", "tokens", "sampling_params", "tools"])
+        return text[:1] + json.dumps(key) + ":" + _deep(rng) + "," + text[1:]
+
+    def junk(text: str, rng: random.Random) -> str:
+        return "".join(chr(rng.randrange(0x20, 0x250)) for _ in range(rng.randrange(1, 64)))
+
+    def not_object(text: str, rng: random.Random) -> str:
+        return rng.choice(["[]", "null", "1", '"s"', "", "[" + text + "]", text + text])
+
+    def long_string(text: str, rng: random.Random) -> str:
+        return text[:1] + '"junk":"' + "y" * rng.randrange(1000, 100_000) + '",' + text[1:]
+
+    return (cut, flip, deep_unknown, deep_known, junk, not_object, long_string)
+
+
+_MUTATIONS: Final = _text_mutations()
+
+
+def hostile_text(path: str, rng: random.Random) -> str:
+    """One mutated body of `path` (POST paths only)."""
+    text = _mutate_value(rng.choice(VALID[path]), rng) if rng.random() < 0.4 else None
+    if text is None or rng.random() < 0.5:
+        base = text or json.dumps(rng.choice(VALID[path]))
+        text = rng.choice(_MUTATIONS)(base, rng)
+    return text
+
+
+def hostile_bodies(seed: int, count: int) -> Iterator[HostileBody]:
+    rng = random.Random(seed)
+    for _ in range(count):
+        path = rng.choice(POST_PATHS)
+        yield HostileBody(path, hostile_text(path, rng).encode("utf-8", "surrogatepass"))
+
+
+def hostile_frames(seed: int, count: int) -> Iterator[str]:
+    """WebSocket text frames: a mutated request envelope, or a request with a mutated body."""
+    rng = random.Random(seed)
+    for index in range(count):
+        path = rng.choice(POST_PATHS)
+        body = hostile_text(path, rng)
+        frame = f'{{"type":"request","id":"f{index}","path":{json.dumps(path)},"body":{body}}}'
+        if rng.random() < 0.3:
+            frame = rng.choice(_MUTATIONS)(frame, rng)
+        yield frame.encode("utf-8", "replace").decode("utf-8")
