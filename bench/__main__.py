@@ -3,6 +3,7 @@
     python -m bench scenarios [--scenarios a,b,c] [--vllm-venv DIR --real-model DIR]
         [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--quick] [--no-write]
     python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
+    python -m bench disconnect_storm [--rounds 3] [--scale 1.0] ...  (bench/disconnect_storm.py)
     python -m bench run --url http://127.0.0.1:PORT --transport h2c|http1|ws
         [--concurrency 1,16 | --rate R] [--requests N] [--prompt-tokens 128|64-256]
         [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
@@ -275,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["disconnect_storm"]:
+        from bench.disconnect_storm import main as disconnect_storm
+
+        return disconnect_storm(arguments[1:])
     args = build_parser().parse_args(argv)
     command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.command == "run":

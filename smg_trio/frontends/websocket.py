@@ -119,6 +119,10 @@ class _StreamSink:
         self._lifecycle = SinkLifecycle()
         self.ended = False
 
+    def gone_before_engine(self) -> bool:
+        """Cancelled (a cancel frame, or the socket went away) before reaching the engine."""
+        return self._scope.cancel_called
+
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self._lifecycle.chunks()  # a WebSocket stream has no head to open
         for payload in payloads:
