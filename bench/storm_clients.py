@@ -4,7 +4,9 @@ received its first body bytes, then waiting for a shared `go` and leaving all at
 
 - HTTP/1.1, one stream per connection: close with FIN, or with RST (SO_LINGER 0).
 - h2c: many streams on one connection: RST_STREAM(CANCEL) each (then a clean close), or drop
-  the connection with its streams open (TCP RST).
+  the connection with its streams open (TCP RST), either once every stream streams or as soon
+  as half of them do (the others' response heads are still going out: the window where
+  hypercorn once lost `http.disconnect`s, docs/architecture.md §3.1).
 - WebSocket (`/v1/ws`, our multiplexed protocol): a `cancel` frame per stream (then a close
   frame), or a close frame with every stream still open.
 - Rapid reset (h2c): HEADERS + DATA immediately followed by RST_STREAM, as fast as the

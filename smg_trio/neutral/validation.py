@@ -28,7 +28,7 @@ MAX_CHOICES: Final = 128
 MAX_TOP_LOGPROBS: Final = 20  # vLLM's default max_logprobs; its EngineCore does not check it
 MAX_COMPLETION_LOGPROBS: Final = 20  # vLLM: max_logprobs (20), as chat
 MAX_LOGIT_BIAS: Final = 100.0  # OpenAI's documented range is [-100, 100]
-# How many items a list in a request may hold (docs/request-fields.md §8). Every one is work per
+# How many items a list in a request may hold (docs/request-fields.md §6). Every one is work per
 # request (or per chunk: stop strings are scanned on every chunk), so each is bounded before
 # anything else looks at it; a longer list is a 400 naming the field.
 MAX_GENERATE_STOP_STRINGS: Final = 64  # /generate (SGLang sets no limit; OpenAI's is 4)

@@ -248,7 +248,7 @@ def validate_generate(req: GenerateRequest) -> None:
         "sampling_params.min_new_tokens",
     )
     # SGLang sets no limit on the number of stop strings; ours keeps the stop scan per chunk
-    # cheap (docs/request-fields.md §8). Empty ones would match at once.
+    # cheap (docs/request-fields.md §6). Empty ones would match at once.
     check_stops(sp.stop, "sampling_params.stop", max_count=MAX_GENERATE_STOP_STRINGS)
     check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
     if req.logprob_start_len not in (None, -1):

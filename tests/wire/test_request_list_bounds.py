@@ -1,4 +1,4 @@
-"""Every list a client sends is bounded (docs/request-fields.md §8): a list at its bound decodes,
+"""Every list a client sends is bounded (docs/request-fields.md §6): a list at its bound decodes,
 one entry more is a 400 naming the field, on every endpoint that takes it; the bounds are the
 named constants of `neutral/validation.py`. A 500,000-stop /generate body is refused fast."""
 
