@@ -156,12 +156,14 @@ def mix_for(scale: float, kinds: set[Leave]) -> dict[Leave, int]:
 async def storm_round(target: StormTarget, mix: Mapping[Leave, int], body: bytes) -> int:
     """Open every stream of `mix`, wait for each one's first event, leave them all at once."""
     total = sum(mix.values())
-    arrivals = Arrivals(total)
+    all_arrivals = Arrivals(total)
+    by_kind = {kind: Arrivals(streams, all_arrivals) for kind, streams in mix.items()}
     go = trio.Event()
     port = target.port
     with trio.fail_after(FIRST_EVENTS_S + 30):
         async with trio.open_nursery() as nursery:
             for kind, streams in mix.items():
+                arrivals = by_kind[kind]
                 match kind:
                     case Leave.HTTP1_FIN | Leave.HTTP1_RST:
                         rst = kind is Leave.HTTP1_RST
@@ -181,9 +183,10 @@ async def storm_round(target: StormTarget, mix: Mapping[Leave, int], body: bytes
                             count = min(STREAMS_PER_CONNECTION, streams - start)
                             nursery.start_soon(client, port, body, count, arrivals, go)
             with trio.move_on_after(FIRST_EVENTS_S):
-                await arrivals.all_in.wait()
-            if not arrivals.all_in.is_set():
-                raise RuntimeError(f"{arrivals.count} of {total} streams got a first event")
+                await all_arrivals.all_in.wait()
+            if not all_arrivals.all_in.is_set():
+                counts = ", ".join(f"{k.value} {a.count}/{a.expected}" for k, a in by_kind.items())
+                raise RuntimeError(f"not every stream got a first event: {counts}")
             go.set()
     return total
 

@@ -38,10 +38,11 @@ READ_BYTES: Final = 64 * 1024
 class Arrivals:
     """Counts streams that received their first bytes; `all_in` is set when `expected` did."""
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, expected: int, total: Arrivals | None = None) -> None:
         self.expected = expected
         self.count = 0
         self.all_in = trio.Event()
+        self._total = total  # also counted there (one kind of client within a round)
         if expected == 0:
             self.all_in.set()
 
@@ -49,6 +50,8 @@ class Arrivals:
         self.count += 1
         if self.count >= self.expected:
             self.all_in.set()
+        if self._total is not None:
+            self._total.arrived()
 
 
 class Leave(enum.Enum):

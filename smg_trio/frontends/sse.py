@@ -50,10 +50,13 @@ SSE_HEADERS: Final = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # reverse proxies must not buffer a token stream
 ]
-RESPONSE_START_GRACE_S: Final = 30.0
-"""How long sending the response head may take, shielded (see the module doc): hypercorn
-yields once per stream while it tells a dropped connection's streams, and a loaded loop with
-thousands of streams takes a few seconds for a hundred of them."""
+RESPONSE_START_GRACE_S: Final = 300.0
+"""How long sending the response head may take, shielded (see the module doc). Long on purpose:
+the head waits for the connection's send lock, behind every other stream's writes, and a head
+cancelled there is lost from the h2 connection (hypercorn has already taken its bytes), so the
+stream's DATA would arrive without HEADERS, a connection error for the client. Under a storm of
+thousands of streams on a loaded loop that wait took over 30 s; only a connection whose peer
+stopped reading waits longer, and hypercorn's own (shielded) write on it is stuck as long."""
 
 
 class SseResponse:
