@@ -5,6 +5,7 @@
     python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
     python -m bench routing [--requests 400] [--concurrency 32]   (bench/routing.py)
     python -m bench hostile_input [--big 16 --big-mb 8 --bodies 20000 --frames 5000] [--write]
+    python -m bench disconnect_storm [--rounds 3] [--scale 1.0] ...  (bench/disconnect_storm.py)
     python -m bench run --url http://127.0.0.1:PORT --transport h2c|http1|ws
         [--concurrency 1,16 | --rate R] [--requests N] [--prompt-tokens 128|64-256]
         [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
@@ -284,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["disconnect_storm"]:
+        from bench.disconnect_storm import main as disconnect_storm
+
+        return disconnect_storm(arguments[1:])
     args = build_parser().parse_args(argv)
     command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.command == "run":

@@ -15,6 +15,9 @@
   string aborts the engine as soon as its tokens arrive, and a slow client gets the payloads
   that piled up in one write. Memory is bounded by the request: at most one payload list per
   engine batch (max_tokens), freed when the nursery ends.
+- A client already gone when the request is ready for the engine costs no engine work: the
+  sink's `gone_before_engine()` is asked right before `open_stream` sends the ADD (rapid reset,
+  docs/architecture.md §3.1).
 - A client that goes away raises `ClientGone` from the sink; it cancels the nursery and is
   swallowed here. Any other failure is the sink's to render (`ClientSink.fail`: an HTTP error
   while nothing was sent, a final error event after). A failed scanner never closes the chunks
@@ -43,6 +46,11 @@ from smg_trio.errors import ClientGone, GatewayError
 
 class ClientSink(Protocol):
     """Where one request's output goes (an SSE response, a WebSocket stream)."""
+
+    def gone_before_engine(self) -> bool:
+        """Asked once, right before the engine ADD: whether the client already left (then
+        nothing is sent to the engine for it)."""
+        ...
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         """Streaming payloads, in order (one or more; as one write where the transport
@@ -105,6 +113,11 @@ async def _run_tasks(
     async with trio.open_nursery() as nursery:
         if chunks is not None:
             nursery.start_soon(_write, chunks, sink)
+        # One yield first: the HTTP server may still be reading the packet that carried this
+        # request and its reset (rapid reset); then no ADD, and no ABORT, for a client gone.
+        await trio.lowlevel.checkpoint()
+        if sink.gone_before_engine():
+            raise ClientGone
         async with backend.open_stream(finalized) as events:
             async for batch in events.batches():
                 payloads = assembler.on_events(batch)

@@ -13,6 +13,20 @@ only news of a vanished client is `http.disconnect` from `receive()`. `respond` 
 request beside a watcher of `receive()`: on disconnect it marks the response gone (every later
 `send_chunks` raises `ClientGone`) and cancels the request's scope at once, which leaves the
 backend stream and aborts the engine request.
+
+Two rules keep that news from being lost or coming too late (docs/architecture.md §3.1):
+
+- The response head (`http.response.start`) is sent shielded, with its own bound. Over h2,
+  hypercorn flushes the head from the sending task; when that flush finds the connection gone,
+  the same task tells every other stream of the connection `http.disconnect`, one stream at a
+  time. Cancelling it there (its own disconnect arrived first) skipped the streams after it:
+  their requests never heard of the client leaving, their writers parked forever on a
+  connection that no longer drains, and their engine requests ran to max_tokens.
+- Right before the engine ADD, `gone_before_engine` reads what is already queued on `receive`
+  without waiting (hypercorn's trio worker hands the app a trio memory channel's `receive`), so
+  a stream reset in the same packet as its request (rapid reset) costs no ADD. Until then the
+  watcher leaves `receive` alone: a disconnect it had taken but not yet acted on would be
+  invisible to that check. Servers whose `receive` is not such a channel are watched at once.
 """
 
 from __future__ import annotations
@@ -26,7 +40,7 @@ import trio
 from smg_trio.core.render import SSE_DONE, sse, sse_error
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientGone, GatewayError
-from smg_trio.frontends.responses import Receive, Send, send_error, send_json
+from smg_trio.frontends.responses import Message, Receive, Send, send_error, send_json
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 
 logger = logging.getLogger(__name__)
@@ -38,16 +52,28 @@ SSE_HEADERS: Final = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # reverse proxies must not buffer a token stream
 ]
+RESPONSE_START_GRACE_S: Final = 300.0
+"""How long sending the response head may take, shielded (see the module doc). Long on purpose:
+the head waits for the connection's send lock, behind every other stream's writes, and a head
+cancelled there is lost from the h2 connection (hypercorn has already taken its bytes), so the
+stream's DATA would arrive without HEADERS, a connection error for the client. Under a storm of
+thousands of streams on a loaded loop that wait took over 30 s; only a connection whose peer
+stopped reading waits longer, and hypercorn's own (shielded) write on it is stuck as long."""
 
 
 class SseResponse:
     """A `ClientSink` writing one HTTP response through ASGI `send` (see the module doc)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, receive: Receive | None = None) -> None:
         self._send = send
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
         self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
+        self._receive_queued = _queued_messages_reader(receive)
+        self.watch_from = trio.Event()
+        """Set when the watcher may take over `receive` (see the module doc)."""
+        if self._receive_queued is None:
+            self.watch_from.set()
 
     @property
     def state(self) -> SinkState:
@@ -55,6 +81,17 @@ class SseResponse:
 
     @property
     def client_gone(self) -> bool:
+        return self._client_gone
+
+    def gone_before_engine(self) -> bool:
+        """Whether the client already left, from what is queued on `receive`; from now on the
+        watcher takes over (see the module doc)."""
+        if self._receive_queued is not None:
+            while (message := self._receive_queued()) is not None:
+                if message["type"] == "http.disconnect":
+                    self._client_gone = True
+                    break
+        self.watch_from.set()
         return self._client_gone
 
     def mark_client_gone(self) -> None:
@@ -73,7 +110,7 @@ class SseResponse:
         if self._client_gone:
             raise ClientGone
         self._lifecycle.body()
-        await send_json(self._send, 200, body)
+        await send_json(self._send_head_shielded, 200, body)
 
     async def end_stream(self, end: StreamEnd) -> None:
         if self._client_gone:
@@ -98,7 +135,7 @@ class SseResponse:
         form = self._lifecycle.fail()
         match form:
             case ErrorForm.WHOLE_RESPONSE:
-                await send_error(self._send, error)
+                await send_error(self._send_head_shielded, error)
             case ErrorForm.FINAL_EVENT:
                 tail = sse_error(error) + SSE_DONE
                 await self._send({"type": "http.response.body", "body": tail, "more_body": False})
@@ -119,7 +156,20 @@ class SseResponse:
         )
 
     async def _start_stream(self) -> None:
-        await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await self._send_head_shielded(
+            {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS}
+        )
+
+    async def _send_head_shielded(self, message: Message) -> None:
+        """`send`, uncancellable for `http.response.start` (see the module doc)."""
+        if message["type"] != "http.response.start":
+            await self._send(message)
+            return
+        with trio.move_on_after(RESPONSE_START_GRACE_S, shield=True) as scope:
+            await self._send(message)
+        if scope.cancelled_caught:  # the connection is wedged: treat the client as gone
+            self._client_gone = True
+            raise ClientGone
 
 
 async def respond(
@@ -130,11 +180,13 @@ async def respond(
     A GatewayError from `handle` ends the response (status or final event); any other exception
     is a bug: logged with its traceback, and the client gets a 500 or a final error event.
     """
-    response = SseResponse(send)
+    response = SseResponse(send, receive)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_disconnect, receive, response, nursery.cancel_scope)
         try:
             await handle(response)
+        except ClientGone:
+            pass  # a send found the client gone: nothing more to say to it
         except GatewayError as error:
             await response.fail(error)
         except Exception:
@@ -149,9 +201,27 @@ async def _watch_disconnect(
 ) -> None:
     # The request body was read already; anything but a disconnect (hypercorn may repeat an
     # empty end-of-body message) is ignored, and the loop goes on until the client leaves.
+    await response.watch_from.wait()
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             response.mark_client_gone()
             scope.cancel()
             return
+
+
+def _queued_messages_reader(receive: Receive | None) -> Callable[[], Message | None] | None:
+    """A reader of the messages already queued on `receive`, None once none is; or None when
+    the server's `receive` is not a trio memory channel's (then only the watcher tells)."""
+    channel = getattr(receive, "__self__", None)
+    if not isinstance(channel, trio.MemoryReceiveChannel):
+        return None
+
+    def read_queued() -> Message | None:
+        try:
+            message: Message = channel.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return None
+        return message
+
+    return read_queued

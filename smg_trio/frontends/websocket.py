@@ -126,6 +126,10 @@ class _StreamSink:
         self.ended = False
         self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
 
+    def gone_before_engine(self) -> bool:
+        """Cancelled (a cancel frame, or the socket went away) before reaching the engine."""
+        return self._scope.cancel_called
+
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.quiet = False
         self._lifecycle.chunks()  # a WebSocket stream has no head to open

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Final, Protocol
 
 import msgspec
@@ -28,6 +28,18 @@ MAX_CHOICES: Final = 128
 MAX_TOP_LOGPROBS: Final = 20  # vLLM's default max_logprobs; its EngineCore does not check it
 MAX_COMPLETION_LOGPROBS: Final = 20  # vLLM: max_logprobs (20), as chat
 MAX_LOGIT_BIAS: Final = 100.0  # OpenAI's documented range is [-100, 100]
+# How many items a list in a request may hold (docs/request-fields.md §6). Every one is work per
+# request (or per chunk: stop strings are scanned on every chunk), so each is bounded before
+# anything else looks at it; a longer list is a 400 naming the field.
+MAX_GENERATE_STOP_STRINGS: Final = 64  # /generate (SGLang sets no limit; OpenAI's is 4)
+MAX_STOP_TOKEN_IDS: Final = 1024
+MAX_LOGIT_BIAS_ENTRIES: Final = 1024
+MAX_BAD_WORDS: Final = 1024
+MAX_ALLOWED_TOKEN_IDS: Final = 262_144  # a whole vocabulary of the largest current models
+MAX_MESSAGES: Final = 4096
+MAX_TOOLS: Final = 128  # OpenAI documents at most 128 functions
+MAX_BATCH_PROMPTS: Final = 1024  # /v1/completions prompt lists (times n, at most MAX_CHOICES each)
+MAX_PROMPT_TOKEN_IDS: Final = 1_048_576  # token ids in one prompt; the context window cuts lower
 _TOKEN_ID_END: Final = 2**32  # without a vocab size, ids must still fit the engines' u32
 
 
@@ -57,10 +69,18 @@ def check_at_least(value: int | None, param: str, low: int) -> None:
         raise ClientError(f"{param} must be at least {low}, got {value}", param=param)
 
 
-def check_stops(stop: str | Sequence[str] | None, param: str, *, max_count: int | None) -> None:
+def check_count(items: Sized | None, param: str, max_count: int) -> None:
+    """`items` unset, or holding at most `max_count` entries."""
+    if items is not None and len(items) > max_count:
+        raise ClientError(
+            f"{param} accepts at most {max_count} entries, got {len(items)}", param=param
+        )
+
+
+def check_stops(stop: str | Sequence[str] | None, param: str, *, max_count: int) -> None:
     if stop is None or isinstance(stop, str):
         return  # a bare "" means "no stop", as OpenAI treats it
-    if max_count is not None and len(stop) > max_count:
+    if len(stop) > max_count:
         raise ClientError(
             f"{param} accepts at most {max_count} sequences, got {len(stop)}", param=param
         )
@@ -102,6 +122,7 @@ def check_knobs(knobs: SamplingKnobs, prefix: str) -> None:
     check_between(penalty, param, -math.inf, math.inf)  # a finite number
     if penalty is not None and penalty <= 0:
         raise ClientError(f"{param} must be greater than 0, got {penalty:g}", param=param)
+    check_count(knobs.stop_token_ids, prefix + "stop_token_ids", MAX_STOP_TOKEN_IDS)
     if knobs.stop_token_ids is not None and any(t < 0 for t in knobs.stop_token_ids):
         param = prefix + "stop_token_ids"
         raise ClientError(f"{param} must be non-negative", param=param)
@@ -187,6 +208,7 @@ def checked_logit_bias(
     """
     if not bias:
         return ()
+    check_count(bias, param, MAX_LOGIT_BIAS_ENTRIES)
     pairs: list[tuple[int, float]] = []
     for key, value in bias.items():
         try:
@@ -207,6 +229,7 @@ def checked_allowed_token_ids(
         return None
     if not ids:
         raise ClientError(f"{param} must not be empty when given", param=param)
+    check_count(ids, param, MAX_ALLOWED_TOKEN_IDS)
     return checked_ids(ids, param, vocab_size)
 
 

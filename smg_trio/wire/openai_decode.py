@@ -23,12 +23,19 @@ from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 from smg_trio.neutral.validation import (
     INT64_MAX,
     INT64_MIN,
+    MAX_BAD_WORDS,
+    MAX_BATCH_PROMPTS,
     MAX_CHOICES,
     MAX_COMPLETION_LOGPROBS,
+    MAX_GENERATE_STOP_STRINGS,
+    MAX_MESSAGES,
+    MAX_PROMPT_TOKEN_IDS,
     MAX_STOP_STRINGS,
+    MAX_TOOLS,
     MAX_TOP_LOGPROBS,
     check_at_least,
     check_between,
+    check_count,
     check_knobs,
     check_lengths,
     check_stops,
@@ -76,6 +83,7 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
     check_between(req.seed, "seed", INT64_MIN, INT64_MAX)
     check_lengths(max_tokens, max_param, req.min_tokens, "min_tokens")
     check_stops(req.stop, "stop", max_count=MAX_STOP_STRINGS)
+    check_count(req.bad_words, "bad_words", MAX_BAD_WORDS)
     if req.stream_options is not None and not req.stream:
         raise _reject("stream_options", "stream_options is only allowed when stream is true")
     checked_logit_bias(req.logit_bias, "logit_bias", None)
@@ -161,6 +169,8 @@ def _choice(choices: tuple[str, ...], param: str) -> StructuredConstraint:
 def validate_chat(req: ChatCompletionRequest) -> None:
     if not req.messages:
         raise _reject("messages", "messages must contain at least one message")
+    check_count(req.messages, "messages", MAX_MESSAGES)
+    check_count(req.tools, "tools", MAX_TOOLS)
     check_at_least(req.max_tokens, "max_tokens", 1)
     max_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     _check_openai_common(req, req.max_new_tokens, max_param)
@@ -190,6 +200,10 @@ def validate_completion(req: CompletionRequest) -> None:
             if kinds == {int}
             else [p for p in prompt if isinstance(p, tuple)]
         )
+        if kinds != {int}:
+            check_count(prompt, "prompt", MAX_BATCH_PROMPTS)
+        for ids in id_lists:
+            check_count(ids, "prompt", MAX_PROMPT_TOKEN_IDS)
         if any(not ids or any(t < 0 for t in ids) for ids in id_lists):
             raise _reject("prompt", "prompt token ids must be non-empty and non-negative")
     # `echo` with max_tokens 0 scores the prompt alone (vLLM generates one token and drops it).
@@ -205,6 +219,7 @@ def validate_completion(req: CompletionRequest) -> None:
 def validate_generate(req: GenerateRequest) -> None:
     if (req.text is None) == (req.input_ids is None):
         raise _reject("text", "exactly one of text and input_ids must be given")
+    check_count(req.input_ids, "input_ids", MAX_PROMPT_TOKEN_IDS)
     if req.input_ids is not None and (not req.input_ids or any(t < 0 for t in req.input_ids)):
         raise _reject("input_ids", "input_ids must be non-empty and non-negative")
     sp = req.sampling_params
@@ -217,8 +232,9 @@ def validate_generate(req: GenerateRequest) -> None:
         sp.min_new_tokens,
         "sampling_params.min_new_tokens",
     )
-    # SGLang sets no limit on the number of stop strings; empty ones would match at once.
-    check_stops(sp.stop, "sampling_params.stop", max_count=None)
+    # SGLang sets no limit on the number of stop strings; ours keeps the stop scan per chunk
+    # cheap (docs/request-fields.md §6). Empty ones would match at once.
+    check_stops(sp.stop, "sampling_params.stop", max_count=MAX_GENERATE_STOP_STRINGS)
     check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
     if req.logprob_start_len not in (None, -1):
         # SGLang's input (prompt) logprobs: no /generate path here returns them.

@@ -339,6 +339,9 @@ class CollectingSink:
         self.end: StreamEnd | None = None
         self.failure: GatewayError | None = None
 
+    def gone_before_engine(self) -> bool:
+        return False
+
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.payloads.extend(payloads)
         await trio.lowlevel.checkpoint()
