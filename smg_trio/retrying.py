@@ -46,6 +46,9 @@ class FirstByteGuard:
         self.failure: GatewayError | None = None
         self.held = False
 
+    def gone_before_engine(self) -> bool:
+        return self._sink.gone_before_engine()
+
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.sent = True
         try:

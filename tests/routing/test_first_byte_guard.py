@@ -27,6 +27,9 @@ class ClientSide:
         self.sent: list[bytes] = []
         self.failures: list[GatewayError] = []
 
+    def gone_before_engine(self) -> bool:
+        return False
+
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.sent.extend(payloads)
         await trio.lowlevel.checkpoint()
