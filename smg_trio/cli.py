@@ -3,6 +3,8 @@
     smg-trio serve --model-path DIR --worker RUNTIME+WIRE://HOST:PORT [--worker ...] [--host H]
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
+        [--keep-alive-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S] [--max-connections N]
+        [--max-websockets N]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -34,6 +36,14 @@ _CONFIG_FLAGS = (
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
+    *(
+        "keep_alive_s",
+        "header_timeout_s",
+        "body_timeout_s",
+        "body_idle_s",
+        "max_connections",
+        "max_websockets",
+    ),
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -142,8 +152,23 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     serve.add_argument(
         "--max-body-bytes", type=int, metavar="N", help="largest request body accepted"
     )
+    add_http_limit_flags(serve)
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)
+
+
+def add_http_limit_flags(serve: argparse.ArgumentParser) -> None:
+    """The HTTP server's timeouts and caps (docs/http.md has the defaults and why)."""
+    limits = serve.add_argument_group("HTTP limits")
+    for flag, kind, text in (
+        ("--keep-alive-s", float, "idle keep-alive connections close after S (default 75)"),
+        ("--header-timeout-s", float, "a request head must arrive within S (default 20)"),
+        ("--body-timeout-s", float, "a request body must arrive within S (default 60); else 408"),
+        ("--body-idle-s", float, "longest gap between body reads (default 15); else 408"),
+        ("--max-connections", int, "open HTTP connections; more get 503 (default: from fd limit)"),
+        ("--max-websockets", int, "open WebSockets; more are closed 1013 (default: half that)"),
+    ):
+        limits.add_argument(flag, type=kind, metavar="S" if kind is float else "N", help=text)
 
 
 def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

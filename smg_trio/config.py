@@ -45,6 +45,13 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     certfile: Path | None = None
     keyfile: Path | None = None
+    # HTTP server limits (docs/http.md): seconds, and 0 = derived from the fd limit for caps.
+    keep_alive_s: float = 75.0
+    header_timeout_s: float = 20.0
+    body_timeout_s: float = 60.0
+    body_idle_s: float = 15.0
+    max_connections: int = 0
+    max_websockets: int = 0
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -113,4 +120,14 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError("a served model name must not be empty")
     if not config.request_timeout_s > 0:
         raise ConfigError(f"request_timeout_s must be positive, got {config.request_timeout_s}")
+    check_http_limits(config)
     return config
+
+
+def check_http_limits(config: GatewayConfig) -> None:
+    for name in ("keep_alive_s", "header_timeout_s", "body_timeout_s", "body_idle_s"):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+    for name in ("max_connections", "max_websockets"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name} must be 0 (derived from the fd limit) or more")

@@ -4,13 +4,14 @@ server on one port, all in the caller's `trio.run`.
     serve ─┬─ load the model folder, check every worker and the listener (ConfigError: nothing ran)
            ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial;
            │   gRPC: a channel to the engine, ready once its health check passes)
-           └─ hypercorn.trio.serve(GatewayApp): HTTP/1.1 and h2c with prior knowledge on one
-              cleartext port, or, with a certificate and key, TLS on that port with ALPN
-              offering h2 and http/1.1
+           └─ frontends.http_server.serve_http(GatewayApp): our accept loop over hypercorn's
+              protocols; HTTP/1.1 and h2c (prior knowledge or Upgrade) on one cleartext port,
+              or, with a certificate and key, TLS on that port with ALPN offering h2 and
+              http/1.1; connection caps, keep-alive, header and body timers (docs/http.md)
 
 - `task_status.started(Serving(...))` reports the bound URLs, the port (port 0 picks one), each
   worker's bound address (a ZMQ worker given port 0 gets one too) and the Gateway.
-- Shutdown: when `shutdown_trigger` returns, hypercorn stops accepting, gives in-flight
+- Shutdown: when `shutdown_trigger` returns, the server stops accepting, gives in-flight
   requests `GRACEFUL_SHUTDOWN_S`, then cancels them (each cancelled stream aborts its engine
   request); the backends close last, their own aborts bounded by the backend's grace period.
   Without a trigger, `serve` runs until cancelled.
@@ -30,9 +31,9 @@ from functools import partial
 from typing import Final, assert_never, cast
 
 import hypercorn.config
-import hypercorn.trio
 import trio
-from hypercorn.typing import Framework
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.typing import ASGIFramework
 
 from smg_trio.backends.base import Backend
 from smg_trio.backends.grpc_backend import open_grpc_backend
@@ -41,6 +42,8 @@ from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
+from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.http_server import serve_http
 from smg_trio.gateway import Gateway
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
@@ -48,9 +51,9 @@ from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
 """How long in-flight requests may go on after shutdown is triggered."""
-KEEP_ALIVE_S: Final = 20.0
-"""Idle keep-alive connections close after this; longer than common client pool expiries (5 s)
-so a client never reuses a connection the server is closing."""
+UNLIMITED_REQUESTS: Final = 2**62
+"""Requests per connection: unlimited. hypercorn's default (1,000) ends an h2 connection with a
+GOAWAY whose in-flight streams then hang (docs/http.md §3)."""
 LIFESPAN_TIMEOUT_S: Final = 5.0
 HTTP_LOGGER: Final = "smg_trio.http"
 
@@ -95,17 +98,15 @@ async def serve(
             request_timeout_s=config.request_timeout_s,
             served_model_names=names or (model.served_name,),
         )
-        app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
+        limits = http_limits(config)
+        app = GatewayApp(
+            gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes, limits=limits
+        )
+        # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
+        wrapped = ASGIWrapper(cast(ASGIFramework, app))
         async with trio.open_nursery() as nursery:
             urls: list[str] = await nursery.start(
-                partial(
-                    hypercorn.trio.serve,
-                    cast(
-                        Framework, app
-                    ),  # our ASGI types are plain dicts; hypercorn's are TypedDicts
-                    http_config,
-                    shutdown_trigger=shutdown_trigger,
-                )
+                partial(serve_http, wrapped, http_config, limits, shutdown_trigger=shutdown_trigger)
             )
             port = int(urls[0].rsplit(":", 1)[1])
             task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
@@ -167,13 +168,25 @@ def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
         http.certfile = str(config.certfile)
         http.keyfile = str(config.keyfile)
     http.alpn_protocols = ["h2", "http/1.1"]
-    http.keep_alive_timeout = KEEP_ALIVE_S
+    http.keep_alive_timeout = config.keep_alive_s
+    http.keep_alive_max_requests = UNLIMITED_REQUESTS
     http.graceful_timeout = GRACEFUL_SHUTDOWN_S
     http.startup_timeout = LIFESPAN_TIMEOUT_S
     http.shutdown_timeout = LIFESPAN_TIMEOUT_S
     http.accesslog = None  # one line per request is noise at token-streaming rates
     http.errorlog = logging.getLogger(HTTP_LOGGER)
     return http
+
+
+def http_limits(config: GatewayConfig) -> HttpLimits:
+    return HttpLimits(
+        keep_alive_s=config.keep_alive_s,
+        header_timeout_s=config.header_timeout_s,
+        body_timeout_s=config.body_timeout_s,
+        body_idle_s=config.body_idle_s,
+        max_connections=config.max_connections,
+        max_websockets=config.max_websockets,
+    ).resolved()
 
 
 def check_listener(config: GatewayConfig, http: hypercorn.config.Config) -> None:

@@ -111,8 +111,10 @@ async def live_server(
     engine_args: Sequence[str] = (),
     served_model_names: tuple[str, ...] = (),
     runtime: Runtime = Runtime.VLLM,
+    http_limits: Mapping[str, float] = {},
 ) -> AsyncIterator[LiveServer]:
-    """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed."""
+    """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed;
+    `http_limits`: GatewayConfig's HTTP server fields (`keep_alive_s`, `max_connections`...)."""
     config = GatewayConfig(
         model_path=demo_model_path(),
         workers=(WorkerSpec(runtime, Wire.ZMQ, "127.0.0.1:0"),) * workers,
@@ -123,6 +125,7 @@ async def live_server(
         certfile=None if tls is None else tls[0],
         keyfile=None if tls is None else tls[1],
         served_model_names=served_model_names,
+        **http_limits,  # type: ignore[arg-type]
     )
     replay = tmp_path / "replay.txt"
     replay.write_text(replay_text, encoding="utf-8")

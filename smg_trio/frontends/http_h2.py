@@ -1,0 +1,104 @@
+"""I/O. HTTP/2 connections that refuse one stream instead of failing all of them, and that shed
+a client resetting streams faster than any real client does (docs/http.md §3).
+
+- `StreamRefusingH2Connection` (h2): a HEADERS frame opening a stream beyond our advertised
+  SETTINGS_MAX_CONCURRENT_STREAMS is answered RST_STREAM(REFUSED_STREAM) for that stream only
+  (RFC 9113 §5.1.2: the client may retry it); h2 itself raises TooManyStreamsError there, which
+  hypercorn turns into GOAWAY(PROTOCOL_ERROR) for every stream on the connection.
+- `GatewayH2Protocol` (hypercorn): counts the client's RST_STREAMs on streams whose request was
+  still being served; more than `RAPID_RESET_LIMIT` within `RAPID_RESET_WINDOW_S` is the
+  "rapid reset" attack (CVE-2023-44487), answered GOAWAY(ENHANCE_YOUR_CALM) and the connection
+  is closed, which cancels its streams and so their engine requests.
+
+Both lean on h2 and hypercorn internals (`_receive_headers_frame`, `_closed_streams`,
+`_decode_headers`, H2Protocol's `_handle_events`); pyproject.toml pins their minor versions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import trio
+from h2.stream import StreamClosedBy
+from hpack.exceptions import HPACKError
+from hypercorn.events import Closed
+from hypercorn.protocol.h2 import H2Protocol
+from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
+
+RAPID_RESET_LIMIT: Final = 40
+"""Client resets of unfinished streams a connection may make within the window: a client that
+cancels a whole batch of concurrent requests stays under it (the default stream limit is 100
+and a batch is rarely cancelled twice in a window); an attack passes it within a second."""
+RAPID_RESET_WINDOW_S: Final = 10.0
+
+
+class StreamRefusingH2Connection(h2.connection.H2Connection):
+    """h2's server connection, refusing (not failing on) a stream over the concurrency limit."""
+
+    def _receive_headers_frame(
+        self, frame: HeadersFrame
+    ) -> tuple[list[Frame], list[h2.events.Event]]:
+        try:
+            return super()._receive_headers_frame(frame)
+        except h2.exceptions.TooManyStreamsError:
+            return self._refuse_stream(frame), []
+
+    def _refuse_stream(self, frame: HeadersFrame) -> list[Frame]:
+        # The header block must still go through the HPACK decoder: the client's encoder
+        # already counted it, and skipping it would corrupt every later header block.
+        try:
+            h2.connection._decode_headers(self.decoder, frame.data)
+        except HPACKError as exc:
+            raise h2.exceptions.ProtocolError(f"bad header block: {exc}") from exc
+        # The stream now counts as seen and as closed by our reset, so frames the client had in
+        # flight on it (DATA, its own RST) are answered per stream, not as connection errors.
+        self.highest_inbound_stream_id = max(self.highest_inbound_stream_id, frame.stream_id)
+        self._closed_streams[frame.stream_id] = StreamClosedBy.SEND_RST_STREAM
+        refusal = RstStreamFrame(frame.stream_id)
+        refusal.error_code = h2.errors.ErrorCodes.REFUSED_STREAM
+        return [refusal]
+
+
+class GatewayH2Protocol(H2Protocol):
+    """hypercorn's H2Protocol over `StreamRefusingH2Connection`, with the rapid-reset guard."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        stock = self.connection
+        refusing = StreamRefusingH2Connection(config=stock.config)
+        refusing.DEFAULT_MAX_INBOUND_FRAME_SIZE = stock.DEFAULT_MAX_INBOUND_FRAME_SIZE
+        refusing.local_settings = stock.local_settings
+        self.connection = refusing
+        self._resets: deque[float] = deque()
+
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        # A stream opened and reset in the same read (the attack's HEADERS + RST_STREAM pair)
+        # is not in `self.streams` yet, so this batch's new streams count as unfinished too.
+        opened: set[int] = set()
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                opened.add(event.stream_id)
+            elif (
+                isinstance(event, h2.events.StreamReset)
+                and event.remote_reset
+                and (event.stream_id in opened or event.stream_id in self.streams)
+                and self._too_many_resets()
+            ):
+                self.connection.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+                await self._flush()
+                await self.send(Closed())
+                return
+        await super()._handle_events(events)
+
+    def _too_many_resets(self) -> bool:
+        now = trio.current_time()
+        resets = self._resets
+        resets.append(now)
+        while resets[0] < now - RAPID_RESET_WINDOW_S:
+            resets.popleft()
+        return len(resets) > RAPID_RESET_LIMIT
