@@ -89,7 +89,10 @@ class GatewayH2Protocol(H2Protocol):
                 and (event.stream_id in opened or event.stream_id in self.streams)
                 and self._too_many_resets()
             ):
-                self.connection.close_connection(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+                # Streams after this one in the same read are never served: say so.
+                self.connection.close_connection(
+                    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=event.stream_id
+                )
                 await self._flush()
                 await self.send(Closed())
                 return
