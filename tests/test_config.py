@@ -113,3 +113,19 @@ def test_served_model_names_repeat_on_the_command_line_and_in_toml(tmp_path: Pat
     )
     with pytest.raises(ConfigError, match="must not be empty"):
         config_from_toml(path)
+
+
+def test_http_limit_flags_reach_the_config_and_bad_values_are_refused(tmp_path: Path) -> None:
+    base = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    limits = ["--keep-alive-s", "5", "--header-timeout-s", "3", "--body-timeout-s", "9"]
+    limits += ["--body-idle-s", "2", "--max-connections", "100", "--max-websockets", "10"]
+    config = config_from_args(build_parser().parse_args([*base, *limits]))
+    assert (config.keep_alive_s, config.header_timeout_s) == (5.0, 3.0)
+    assert (config.body_timeout_s, config.body_idle_s) == (9.0, 2.0)
+    assert (config.max_connections, config.max_websockets) == (100, 10)
+    defaults = config_from_args(build_parser().parse_args(base))
+    assert (defaults.keep_alive_s, defaults.max_connections) == (75.0, 0)  # 0: from fd limit
+    with pytest.raises(ConfigError, match="body_idle_s must be positive"):
+        config_from_args(build_parser().parse_args([*base, "--body-idle-s", "0"]))
+    with pytest.raises(ConfigError, match="max_connections must be 0"):
+        config_from_args(build_parser().parse_args([*base, "--max-connections", "-1"]))
