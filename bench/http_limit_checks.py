@@ -133,7 +133,7 @@ async def body_dribblers(
     start = trio.current_time()
     head = (
         f"POST /v1/completions HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\n"
-        "content-length: 100000\r\n\r\n{"
+        "content-length: 8000\r\n\r\n{"
     ).encode()
 
     async def one() -> None:

@@ -96,7 +96,17 @@ class GatewayH2Protocol(H2Protocol):
                 await self._flush()
                 await self.send(Closed())
                 return
+        if self.context.terminated.is_set():
+            # While shutting down, hypercorn resets each new stream, and h2 raises on resetting
+            # one the client already reset in the same read (HEADERS + RST_STREAM): skip those.
+            events = [event for event in events if not self._already_closed(event)]
         await super()._handle_events(events)
+
+    def _already_closed(self, event: h2.events.Event) -> bool:
+        if not isinstance(event, h2.events.RequestReceived):
+            return False
+        stream = self.connection.streams.get(event.stream_id)
+        return stream is None or stream.closed
 
     def _too_many_resets(self) -> bool:
         now = trio.current_time()

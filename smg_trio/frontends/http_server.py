@@ -20,6 +20,7 @@ response), then they are cancelled.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from math import inf
@@ -41,6 +42,8 @@ from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
 from smg_trio.frontends.http_h2 import GatewayH2Protocol
 from smg_trio.frontends.http_limits import HttpLimits
+
+logger = logging.getLogger(__name__)
 
 BOOKKEEPING_S: Final = 1.0
 """Bound on the shielded per-connection bookkeeping (close a socket, start a timer)."""
@@ -150,6 +153,10 @@ class ConnectionGate:
         self.open += 1
         try:
             await self._connection(stream).run()
+        except Exception:
+            # A bug in one connection's handling must not end the accept loop (and with it
+            # every other connection): it is logged, and that connection is gone.
+            logger.exception("an HTTP connection failed")
         finally:
             self.open -= 1
 
