@@ -155,3 +155,32 @@ async def test_rapid_reset_gets_goaway_enhance_your_calm(tmp_path: Path) -> None
             assert goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
             assert sent <= RAPID_RESET_LIMIT + 10, sent
             await server.seconds_until_idle()  # nothing the resets started is left running
+
+
+async def test_h2c_upgrade_switches_to_our_h2_protocol(tmp_path: Path) -> None:
+    async with live_server(tmp_path, with_engine=False) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = RawH2(await trio.open_tcp_stream("127.0.0.1", server.port))
+            async with client.stream:
+                settings = client.connection.initiate_upgrade_connection()
+                assert settings is not None
+                head = (
+                    "GET /health HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+                    f"upgrade: h2c\r\nhttp2-settings: {settings.decode()}\r\n\r\n"
+                )
+                await client.stream.send_all(head.encode())
+                raw = b""
+                while b"\r\n\r\n" not in raw:
+                    raw += await client.stream.receive_some(65536)
+                assert raw.startswith(b"HTTP/1.1 101 ")
+                await client.flush()  # our preface and SETTINGS
+                events = client.connection.receive_data(raw.partition(b"\r\n\r\n")[2])
+                client.events.extend(events)
+                # The upgraded request is stream 1, answered over h2 (no worker: 503).
+                await client.receive_until([h2.events.StreamEnded], 1)
+                [response] = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+                assert dict(response.headers or ())[b":status"] == b"503"
+                # The connection is h2 from here: a second stream is served on it.
+                extra = client.request("GET", "/v1/models")
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], extra)
