@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Final
 
 import trio
+import trio.testing
 import trio_websocket
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import CloseConnection, Request
@@ -78,18 +79,22 @@ async def test_keep_alive_timer_runs_after_a_generation_request(tmp_path: Path) 
     assert 0.25 < close_s < 1.5, close_s  # the 0.3 s idle timer, not a dead connection kept
 
 
-async def test_a_body_dribbler_gets_408_and_the_connection_closes(tmp_path: Path) -> None:
-    limits = {"body_idle_s": 0.3, "body_timeout_s": 0.8}
-    async with live_server(tmp_path, with_engine=False, http_limits=limits) as server:
-        head = (
-            f"POST /v1/completions HTTP/1.1\r\nhost: t\r\n{AUTH}"
-            "content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
-        ).encode()
-        for gap_s in (0.5, 0.2):  # stalls (gap > idle bound); trickles past the whole deadline
-            start = trio.current_time()
-            with trio.fail_after(TEST_TIMEOUT_S):
+async def test_a_body_dribbler_gets_408_and_the_connection_closes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The defaults (15 s between reads, 60 s for the whole body), in virtual time.
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: t\r\n{AUTH}"
+        "content-type: application/json\r\ncontent-length: 100\r\n\r\n{"
+    ).encode()
+    async with live_server(tmp_path, with_engine=False) as server:
+        # A stall (one byte every 20 s) ends at the 15 s read bound; a trickle (one byte every
+        # 10 s, each gap under the bound) at the 60 s body deadline.
+        for gap_s, expected_s in ((20.0, 15.0), (10.0, 60.0)):
+            with trio.fail_after(TEST_TIMEOUT_S + expected_s):
                 async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
                     await client.send_all(head)
+                    start = trio.current_time()
                     async with trio.open_nursery() as nursery:
 
                         async def dribble(
@@ -102,22 +107,27 @@ async def test_a_body_dribbler_gets_408_and_the_connection_closes(tmp_path: Path
                         nursery.start_soon(dribble)
                         raw, _ = await read_until_eof(client)
                         nursery.cancel_scope.cancel()
-            took = trio.current_time() - start
             assert raw.startswith(b"HTTP/1.1 408 "), raw
             assert b'"code":"request_timeout"' in raw
-            assert took < 1.5, took
+            assert expected_s <= trio.current_time() - start < expected_s + 0.5
 
 
-async def test_a_stalled_request_head_is_closed_by_the_header_timer(tmp_path: Path) -> None:
-    # The keep-alive timer (long here) is not what closes it: bytes of a head arrived.
-    limits = {"keep_alive_s": 30.0, "header_timeout_s": 0.3}
-    async with live_server(tmp_path, with_engine=False, http_limits=limits) as server:
-        with trio.fail_after(TEST_TIMEOUT_S):
+async def test_a_stalled_request_head_is_closed_by_the_header_timer(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Defaults, in virtual time: the 75 s keep-alive timer is not what closes it, the 20 s
+    # header timer is, once bytes of a head arrived.
+    async with live_server(tmp_path, with_engine=False) as server:
+        with trio.fail_after(TEST_TIMEOUT_S + 20 + 75):
             async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
                 await client.send_all(b"GET /health HTTP/1.1\r\nhost: t\r\n")
                 start = trio.current_time()
                 assert await client.receive_some(65536) == b""
-                assert 0.25 < trio.current_time() - start < 1.5
+                assert 20.0 <= trio.current_time() - start < 20.5
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+                start = trio.current_time()  # no byte sent: the keep-alive timer
+                assert await client.receive_some(65536) == b""
+                assert 75.0 <= trio.current_time() - start < 75.5
 
 
 async def test_past_the_connection_cap_a_fresh_connection_gets_503_fast(tmp_path: Path) -> None:
