@@ -18,6 +18,8 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import CloseConnection, RejectConnection, Request
 
 from bench.h2c_client import H2cError, open_h2c_connection
 
@@ -360,3 +362,73 @@ async def _reset_one_connection(port: int, body: bytes) -> tuple[int, str]:
             await done.wait()
         nursery.cancel_scope.cancel()
     return (accepted[0] if accepted else sent), ended[0] if ended else "connection reset"
+
+
+async def websocket_storm(port: int, *, sockets: int, concurrency: int) -> Figures:
+    """Open `sockets` WebSockets (`concurrency` handshakes at a time, each kept open) while
+    `/health` is polled on its own keep-alive connection: served vs closed 1013, health latency."""
+    outcomes: dict[str, int] = {}
+    health: list[float] = []
+    held: list[trio.SocketStream] = []
+    done = trio.Event()
+
+    async def open_one(limiter: trio.Semaphore) -> None:
+        try:
+            outcome = await _websocket_outcome(port, held)
+        finally:
+            limiter.release()
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    async def poll_health() -> None:
+        async with await trio.open_tcp_stream(HOST, port) as stream:
+            while not done.is_set():
+                start = trio.current_time()
+                await stream.send_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+                raw = b""
+                while not response_complete(raw):
+                    raw += await stream.receive_some(65536)
+                health.append(trio.current_time() - start)
+                await trio.sleep(0.02)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll_health)
+            limiter = trio.Semaphore(concurrency)
+            async with trio.open_nursery() as openers:
+                for _ in range(sockets):
+                    await limiter.acquire()
+                    openers.start_soon(open_one, limiter)
+            done.set()
+    finally:
+        for stream in held:
+            await stream.aclose()
+    ms = sorted(h * 1000 for h in health)
+    return {
+        "WebSocket opens": sockets,
+        "outcomes": dict(sorted(outcomes.items())),
+        "/health during the storm": (
+            f"{len(ms)} polls, p50 {statistics.median(ms):.1f} ms, "
+            f"p99 {ms[min(len(ms) - 1, int(len(ms) * 0.99))]:.1f} ms, max {ms[-1]:.1f} ms"
+            if ms
+            else "—"
+        ),
+    }
+
+
+async def _websocket_outcome(port: int, held: list[trio.SocketStream]) -> str:
+    """Handshake one WebSocket: "served" (kept open in `held`) or the server's close code."""
+    client = WSConnection(ConnectionType.CLIENT)
+    stream = await trio.open_tcp_stream(HOST, port)
+    await stream.send_all(client.send(Request(host=HOST, target="/v1/ws")))
+    with trio.move_on_after(0.5):
+        while data := await stream.receive_some(65536):
+            client.receive_data(data)
+            for event in client.events():
+                if isinstance(event, CloseConnection):
+                    await stream.aclose()
+                    return f"closed {event.code}"
+                if isinstance(event, RejectConnection):
+                    await stream.aclose()
+                    return f"rejected {event.status_code}"
+    held.append(stream)  # accepted and quiet for 0.5 s: served
+    return "served"

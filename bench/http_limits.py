@@ -7,7 +7,8 @@ so streams stay open), loopback only, every phase bounded in count and time.
 Phases: `Connection: close` (close delay after the response), keep-alive after generation
 requests (all idle connections closed by the timer), 500 body dribblers (closed by the body
 timeout with 408), control requests on fresh connections while the connection cap is held,
-h2: 1,000 concurrent streams over 10 connections and 5,000 requests on one connection, then
+2,000 WebSocket opens against the WebSocket cap while /health is polled, h2: 1,000
+concurrent streams over 10 connections and 5,000 requests on one connection, then
 rapid reset (engine ADDs counted by the engine itself). The section "HTTP limits" of
 bench/RESULTS.md is rewritten unless `--no-write`.
 """
@@ -108,6 +109,11 @@ async def run_phases(quick: bool, rapid_reset_s: float) -> list[tuple[str, check
             f"control requests at the connection cap (--max-connections {MAX_CONNECTIONS})",
             lambda: checks.control_at_cap(port, holders=MAX_CONNECTIONS + 20, controls=20),
         )
+        await phase(
+            "2,000 WebSocket opens (cap: half the connections, 350) while /health is polled",
+            lambda: checks.websocket_storm(port, sockets=2_000 // scale, concurrency=64),
+        )
+        await trio.sleep(1.0)  # the server notices the sockets' FINs and frees their slots
         await phase(
             "h2c: 1,000 concurrent streamed chats over 10 connections",
             lambda: checks.h2_streams(

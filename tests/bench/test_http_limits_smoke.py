@@ -14,7 +14,12 @@ from bench.http_limits import section
 from tests.e2e.live_server import MODEL, live_server
 
 TEST_TIMEOUT_S: Final = 15.0
-LIMITS: Final = {"keep_alive_s": 0.3, "body_timeout_s": 0.6, "body_idle_s": 0.5}
+LIMITS: Final = {
+    "keep_alive_s": 0.3,
+    "body_timeout_s": 0.6,
+    "body_idle_s": 0.5,
+    "max_websockets": 2,
+}
 
 
 async def test_the_http_limit_checks_run_and_show_the_behaviour(tmp_path: Path) -> None:
@@ -30,6 +35,7 @@ async def test_the_http_limit_checks_run_and_show_the_behaviour(tmp_path: Path) 
                 port, MODEL, connections=2, per_connection=3, max_tokens=2
             )
             resets = await checks.rapid_reset(port, MODEL, duration_s=0.3)
+            storm = await checks.websocket_storm(port, sockets=4, concurrency=4)
     assert closing["failures"] == 0
     assert isinstance(closing["max_s"], float)
     assert closing["max_s"] < 0.1
@@ -39,5 +45,6 @@ async def test_the_http_limit_checks_run_and_show_the_behaviour(tmp_path: Path) 
     ends = resets["how connections ended"]
     assert isinstance(ends, dict)
     assert set(ends) == {"GOAWAY ENHANCE_YOUR_CALM"}
+    assert storm["outcomes"] == {"closed 1013": 2, "served": 2}
     text = section([("Connection: close", closing)], "python -m bench http_limits", 1.0)
     assert "| Connection: close | requests: 2; failures: 0; close after response end: p50" in text
