@@ -182,21 +182,20 @@ async def refuse(stream: Stream) -> None:
     try:
         if isinstance(stream, trio.SSLStream):
             await stream.do_handshake()
+            if stream.selected_alpn_protocol() == "h2":
+                await stream.send_all(_h2_refusal())
+                return
         while b"\r\n\r\n" not in head and len(head) < MAX_RECV:
             data = await stream.receive_some(MAX_RECV)
             if not data:
                 return
             head += data
-            if head.startswith(H2_PREFACE) or stream_is_h2(stream):
+            if head.startswith(H2_PREFACE):
                 await stream.send_all(_h2_refusal())
                 return
         await stream.send_all(REFUSAL_503)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return
-
-
-def stream_is_h2(stream: Stream) -> bool:
-    return isinstance(stream, trio.SSLStream) and stream.selected_alpn_protocol() == "h2"
 
 
 def _h2_refusal() -> bytes:

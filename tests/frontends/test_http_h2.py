@@ -93,7 +93,10 @@ async def test_a_stream_past_the_limit_is_refused_alone(tmp_path: Path) -> None:
                 # Sent before the server's SETTINGS are read, so our h2 does not hold the extra
                 # stream back. Requests whose bodies never come stay open: the limit is full.
                 held = [client.request("POST", "/v1/completions", end=False) for _ in range(100)]
-                extra = client.request("GET", "/health")
+                # The extra stream's body is already on its way when the refusal arrives: h2 answers
+                # that DATA per stream and credits the connection's flow-control window back.
+                extra = client.request("POST", "/v1/completions", end=False)
+                client.connection.send_data(extra, b"{}" * 1000, end_stream=True)
                 await client.flush()
                 await client.receive_until([h2.events.StreamReset], extra)
                 reset = next(e for e in client.events if isinstance(e, h2.events.StreamReset))

@@ -4,13 +4,20 @@ connection cap (503 on a fresh connection) and the WebSocket cap (close 1013). d
 
 from __future__ import annotations
 
+import contextlib
 import json
+import ssl
 from pathlib import Path
 from typing import Final
 
 import trio
 import trio.testing
 import trio_websocket
+import trustme
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import ConnectionTerminated
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import CloseConnection, Request
 
@@ -32,11 +39,14 @@ def chat_request(*, close: bool, stream: bool = True) -> bytes:
     return head.encode() + body
 
 
-async def read_until_eof(stream: trio.SocketStream) -> tuple[bytes, float]:
+async def read_until_eof(
+    stream: trio.SocketStream, *, response: bool = True
+) -> tuple[bytes, float]:
     """Everything the server sends, and the seconds from the response's end to the server's
-    EOF (a chunked body ends with `0\\r\\n\\r\\n`; a sized one at its content-length)."""
+    EOF (a chunked body ends with `0\\r\\n\\r\\n`; a sized one at its content-length).
+    `response=False`: the bytes are not HTTP/1.1 (the delay is then 0)."""
     seen = b""
-    ended_at: float | None = None
+    ended_at: float | None = None if response else trio.current_time()
     while data := await stream.receive_some(65536):
         seen += data
         if ended_at is None and response_complete(seen):
@@ -144,6 +154,14 @@ async def test_past_the_connection_cap_a_fresh_connection_gets_503_fast(tmp_path
             assert trio.current_time() - start < 1.0
             assert raw.startswith(b"HTTP/1.1 503 "), raw
             assert b'"code":"too_many_connections"' in raw
+            # An h2c client (prior knowledge) is refused in HTTP/2: GOAWAY, nothing processed.
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as control:
+                preface = H2Connection(H2Configuration(client_side=True))
+                preface.initiate_connection()
+                await control.send_all(preface.data_to_send())
+                raw, _ = await read_until_eof(control, response=False)
+            [goaway] = [e for e in h2_client_events(raw) if isinstance(e, ConnectionTerminated)]
+            assert (goaway.error_code, goaway.last_stream_id) == (ErrorCodes.REFUSED_STREAM, 0)
             await held.pop().aclose()
             await trio.sleep(0.05)
             async with await trio.open_tcp_stream("127.0.0.1", server.port) as control:
@@ -193,3 +211,48 @@ def test_default_caps_follow_the_descriptor_limit() -> None:
     limits = HttpLimits().resolved()
     assert limits.max_connections == default_max_connections() >= 16
     assert limits.max_websockets == limits.max_connections // 2
+
+
+async def test_past_the_cap_tls_clients_are_refused_in_their_protocol(tmp_path: Path) -> None:
+    # TLS: the refusal completes the handshake, then answers in what ALPN picked.
+    authority = trustme.CA()
+    certificate = authority.issue_cert("127.0.0.1")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    certificate.private_key_pem.write_to_path(str(keyfile))
+    certificate.cert_chain_pems[0].write_to_path(str(certfile))
+    context = ssl.create_default_context()
+    authority.configure_trust(context)
+    async with live_server(
+        tmp_path, with_engine=False, tls=(certfile, keyfile), http_limits={"max_connections": 1}
+    ) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with await trio.open_tcp_stream("127.0.0.1", server.port):
+                await trio.sleep(0.05)  # the one connection the cap allows
+                for alpn in ("http/1.1", "h2"):
+                    context.set_alpn_protocols([alpn])
+                    tls = trio.SSLStream(
+                        await trio.open_tcp_stream("127.0.0.1", server.port),
+                        context,
+                        server_hostname="127.0.0.1",
+                    )
+                    async with tls:
+                        await tls.do_handshake()
+                        if alpn == "http/1.1":
+                            await tls.send_all(b"GET /health HTTP/1.1\r\nhost: t\r\n\r\n")
+                        raw = b""
+                        with contextlib.suppress(trio.BrokenResourceError):
+                            while data := await tls.receive_some(65536):
+                                raw += data
+                    if alpn == "http/1.1":
+                        assert raw.startswith(b"HTTP/1.1 503 "), raw
+                    else:
+                        events = h2_client_events(raw)
+                        [goaway] = [e for e in events if isinstance(e, ConnectionTerminated)]
+                        assert goaway.error_code == ErrorCodes.REFUSED_STREAM
+                        assert goaway.last_stream_id == 0
+
+
+def h2_client_events(raw: bytes) -> list[object]:
+    client = H2Connection(H2Configuration(client_side=True))
+    client.initiate_connection()
+    return list(client.receive_data(raw))
