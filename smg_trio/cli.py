@@ -4,7 +4,7 @@
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
         [--keep-alive-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S] [--max-connections N]
-        [--max-websockets N]
+        [--max-websockets N] [--h2-max-streams N]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -36,14 +36,14 @@ _CONFIG_FLAGS = (
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
-    *(
-        "keep_alive_s",
-        "header_timeout_s",
-        "body_timeout_s",
-        "body_idle_s",
-        "max_connections",
-        "max_websockets",
-    ),
+    # HTTP limits (add_http_limit_flags)
+    "keep_alive_s",
+    "header_timeout_s",
+    "body_timeout_s",
+    "body_idle_s",
+    "max_connections",
+    "max_websockets",
+    "h2_max_streams",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -167,6 +167,7 @@ def add_http_limit_flags(serve: argparse.ArgumentParser) -> None:
         ("--body-idle-s", float, "longest gap between body reads (default 15); else 408"),
         ("--max-connections", int, "open HTTP connections; more get 503 (default: from fd limit)"),
         ("--max-websockets", int, "open WebSockets; more are closed 1013 (default: half that)"),
+        ("--h2-max-streams", int, "concurrent streams per HTTP/2 connection (default 100)"),
     ):
         limits.add_argument(flag, type=kind, metavar="S" if kind is float else "N", help=text)
 

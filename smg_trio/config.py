@@ -52,6 +52,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     body_idle_s: float = 15.0
     max_connections: int = 0
     max_websockets: int = 0
+    h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS we advertise (hypercorn's, smg's)
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -131,3 +132,5 @@ def check_http_limits(config: GatewayConfig) -> None:
     for name in ("max_connections", "max_websockets"):
         if getattr(config, name) < 0:
             raise ConfigError(f"{name} must be 0 (derived from the fd limit) or more")
+    if config.h2_max_streams < 1:
+        raise ConfigError(f"h2_max_streams must be at least 1, got {config.h2_max_streams}")

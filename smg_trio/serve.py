@@ -170,6 +170,7 @@ def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
     http.alpn_protocols = ["h2", "http/1.1"]
     http.keep_alive_timeout = config.keep_alive_s
     http.keep_alive_max_requests = UNLIMITED_REQUESTS
+    http.h2_max_concurrent_streams = config.h2_max_streams
     http.graceful_timeout = GRACEFUL_SHUTDOWN_S
     http.startup_timeout = LIFESPAN_TIMEOUT_S
     http.shutdown_timeout = LIFESPAN_TIMEOUT_S

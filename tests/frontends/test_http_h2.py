@@ -86,13 +86,16 @@ def goaways(events: list[h2.events.Event]) -> list[h2.events.ConnectionTerminate
 
 
 async def test_a_stream_past_the_limit_is_refused_alone(tmp_path: Path) -> None:
-    async with live_server(tmp_path, with_engine=False) as server:
+    limit = 10  # --h2-max-streams
+    async with live_server(
+        tmp_path, with_engine=False, http_limits={"h2_max_streams": limit}
+    ) as server:
         with trio.fail_after(TEST_TIMEOUT_S):
             client = await open_h2(server.port)
             async with client.stream:
                 # Sent before the server's SETTINGS are read, so our h2 does not hold the extra
                 # stream back. Requests whose bodies never come stay open: the limit is full.
-                held = [client.request("POST", "/v1/completions", end=False) for _ in range(100)]
+                held = [client.request("POST", "/v1/completions", end=False) for _ in range(limit)]
                 # The extra stream's body is already on its way when the refusal arrives: h2 answers
                 # that DATA per stream and credits the connection's flow-control window back.
                 extra = client.request("POST", "/v1/completions", end=False)
