@@ -5,7 +5,9 @@ a client resetting streams faster than any real client does (docs/http.md §3).
   SETTINGS_MAX_CONCURRENT_STREAMS is answered RST_STREAM(REFUSED_STREAM) for that stream only
   (RFC 9113 §5.1.2: the client may retry it); h2 itself raises TooManyStreamsError there, which
   hypercorn turns into GOAWAY(PROTOCOL_ERROR) for every stream on the connection.
-- `GatewayH2Protocol` (hypercorn): counts the client's RST_STREAMs on streams whose request was
+- `GatewayH2Protocol` (hypercorn): DATA for a stream whose response already ended (a 413 or
+  408 answered before the body was complete) is dropped and the upload stopped with
+  RST_STREAM(NO_ERROR), where hypercorn raised KeyError and lost the connection. It also counts the client's RST_STREAMs on streams whose request was
   still being served; more than `RAPID_RESET_LIMIT` within `RAPID_RESET_WINDOW_S` is the
   "rapid reset" attack (CVE-2023-44487), answered GOAWAY(ENHANCE_YOUR_CALM) and the connection
   is closed, which cancels its streams and so their engine requests.
@@ -16,8 +18,9 @@ Both lean on h2 and hypercorn internals (`_receive_headers_frame`, `_closed_stre
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from typing import Final
+from typing import Final, cast
 
 import h2.connection
 import h2.errors
@@ -27,7 +30,10 @@ import trio
 from h2.stream import StreamClosedBy
 from hpack.exceptions import HPACKError
 from hypercorn.events import Closed
+from hypercorn.protocol.events import Body
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.protocol.ws_stream import WSStream
 from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
 
 RAPID_RESET_LIMIT: Final = 40
@@ -74,6 +80,7 @@ class GatewayH2Protocol(H2Protocol):
         refusing.DEFAULT_MAX_INBOUND_FRAME_SIZE = stock.DEFAULT_MAX_INBOUND_FRAME_SIZE
         refusing.local_settings = stock.local_settings
         self.connection = refusing
+        self.streams = _Streams(self)
         self._resets: deque[float] = deque()
 
     async def _handle_events(self, events: list[h2.events.Event]) -> None:
@@ -108,6 +115,12 @@ class GatewayH2Protocol(H2Protocol):
         stream = self.connection.streams.get(event.stream_id)
         return stream is None or stream.closed
 
+    def stop_upload(self, stream_id: int) -> None:
+        """The response ended before the request body did: ask the client to stop sending
+        (RST_STREAM NO_ERROR, RFC 9113 §8.1); its DATA in flight is still credited back."""
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+
     def _too_many_resets(self) -> bool:
         now = trio.current_time()
         resets = self._resets
@@ -115,3 +128,31 @@ class GatewayH2Protocol(H2Protocol):
         while resets[0] < now - RAPID_RESET_WINDOW_S:
             resets.popleft()
         return len(resets) > RAPID_RESET_LIMIT
+
+
+class _FinishedStream:
+    """Stands in for a stream whose response already ended (hypercorn forgets it then): body
+    bytes the client still sends on it are dropped, and the upload is stopped."""
+
+    idle = True
+
+    def __init__(self, protocol: GatewayH2Protocol, stream_id: int) -> None:
+        self._protocol = protocol
+        self._stream_id = stream_id
+
+    async def handle(self, event: object) -> None:
+        if isinstance(event, Body):
+            self._protocol.stop_upload(self._stream_id)
+
+
+class _Streams(dict[int, "HTTPStream | WSStream"]):
+    """hypercorn's stream table. hypercorn looks a stream up by `streams[id]` for every DATA
+    frame and raised KeyError (ending the connection, every stream on it) when the client was
+    still uploading to a stream already answered, e.g. a 413 or 408 sent before the body ended."""
+
+    def __init__(self, protocol: GatewayH2Protocol) -> None:
+        super().__init__()
+        self._protocol = protocol
+
+    def __missing__(self, stream_id: int) -> HTTPStream | WSStream:
+        return cast("HTTPStream | WSStream", _FinishedStream(self._protocol, stream_id))

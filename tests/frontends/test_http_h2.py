@@ -190,3 +190,27 @@ async def test_h2c_upgrade_switches_to_our_h2_protocol(tmp_path: Path) -> None:
                 extra = client.request("GET", "/v1/models")
                 await client.flush()
                 await client.receive_until([h2.events.StreamEnded], extra)
+
+
+async def test_upload_after_an_early_answer_is_stopped_not_fatal(tmp_path: Path) -> None:
+    # A 413 goes out while the client is still sending its body (RFC 9113 §8.1 allows it):
+    # the rest of the upload is stopped with RST_STREAM(NO_ERROR); the connection lives on.
+    async with live_server(tmp_path, with_engine=False, max_body_bytes=4096) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                upload = client.request("POST", "/v1/completions", end=False)
+                client.connection.send_data(upload, b"x" * 5000)
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], upload)
+                [answer] = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+                assert dict(answer.headers or ())[b":status"] == b"413"
+                client.connection.send_data(upload, b"y" * 1000)
+                await client.flush()
+                await client.receive_until([h2.events.StreamReset], upload)
+                [reset] = [e for e in client.events if isinstance(e, h2.events.StreamReset)]
+                assert reset.error_code == h2.errors.ErrorCodes.NO_ERROR
+                after = client.request("GET", "/v1/models")
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], after)
+                assert goaways(client.events) == []
