@@ -243,8 +243,7 @@ class GatewayConnection(TCPServer):
             async with TaskGroup() as task_group:
                 self._task_group = task_group
                 self.protocol = ProtocolSwitch(  # type: ignore[assignment]
-                    partial(
-                        _protocol_args,
+                    (
                         self.app,
                         self.config,
                         self.context,
@@ -304,18 +303,14 @@ class GatewayConnection(TCPServer):
             await self._initiate_server_close()
 
 
-def _protocol_args(*args: object) -> tuple[object, ...]:
-    return args
-
-
 class ProtocolSwitch:
     """hypercorn's ProtocolWrapper, but the HTTP/2 it switches to is `GatewayH2Protocol`:
     HTTP/1.1 first, then h2 by ALPN, prior knowledge (`PRI *`) or `Upgrade: h2c`."""
 
-    def __init__(self, args: Callable[[], tuple[object, ...]], *, h2: bool) -> None:
-        self._args = args
+    def __init__(self, args: tuple[object, ...], *, h2: bool) -> None:
+        self._args = args  # what hypercorn's protocols take: app, config, context, ... send
         self.protocol: H11Protocol | GatewayH2Protocol = (
-            GatewayH2Protocol(*args()) if h2 else H11Protocol(*args())  # type: ignore[arg-type]
+            GatewayH2Protocol(*args) if h2 else H11Protocol(*args)  # type: ignore[arg-type]
         )
 
     async def initiate(self) -> None:
@@ -325,12 +320,12 @@ class ProtocolSwitch:
         try:
             await self.protocol.handle(event)
         except H2ProtocolAssumedError as prior_knowledge:
-            self.protocol = GatewayH2Protocol(*self._args())
+            self.protocol = GatewayH2Protocol(*self._args)
             await self.protocol.initiate()
             if prior_knowledge.data:
                 await self.protocol.handle(RawData(data=prior_knowledge.data))
         except H2CProtocolRequiredError as upgrade:
-            self.protocol = GatewayH2Protocol(*self._args())
+            self.protocol = GatewayH2Protocol(*self._args)
             await self.protocol.initiate(upgrade.headers, upgrade.settings)
             if upgrade.data:
                 await self.protocol.handle(RawData(data=upgrade.data))
