@@ -44,6 +44,7 @@ HEADER_TIMEOUT_S: Final = 15.0  # holds the cap long enough to open 700 holders 
 BODY_TIMEOUT_S: Final = 6.0
 BODY_IDLE_S: Final = 4.0  # longer than the dribblers' 2 s gap: the whole-body deadline ends them
 MAX_CONNECTIONS: Final = 700
+MAX_WEBSOCKETS: Final = 350
 PHASE_CAP_S: Final = 120.0
 
 
@@ -51,7 +52,7 @@ def server_flags() -> list[str]:
     return [
         *("--keep-alive-s", str(KEEP_ALIVE_S), "--header-timeout-s", str(HEADER_TIMEOUT_S)),
         *("--body-timeout-s", str(BODY_TIMEOUT_S), "--body-idle-s", str(BODY_IDLE_S)),
-        *("--max-connections", str(MAX_CONNECTIONS)),
+        *("--max-connections", str(MAX_CONNECTIONS), "--max-websockets", str(MAX_WEBSOCKETS)),
     ]
 
 
@@ -110,7 +111,7 @@ async def run_phases(quick: bool, rapid_reset_s: float) -> list[tuple[str, check
             lambda: checks.control_at_cap(port, holders=MAX_CONNECTIONS + 20, controls=20),
         )
         await phase(
-            "2,000 WebSocket opens (cap: half the connections, 350) while /health is polled",
+            f"2,000 WebSocket opens (--max-websockets {MAX_WEBSOCKETS}) while /health is polled",
             lambda: checks.websocket_storm(port, sockets=2_000 // scale, concurrency=64),
         )
         await trio.sleep(1.0)  # the server notices the sockets' FINs and frees their slots

@@ -28,6 +28,10 @@ CONNECTIONS_SHARE: Final = 0.75
 """The share of the remaining descriptors that client connections may hold; the rest lets a
 refusal (a 503 answer needs its socket) and bursts of accepted-then-refused sockets through."""
 
+WEBSOCKETS_SHARE: Final = 0.9
+"""The share of the connection cap WebSockets may hold: a socket serves many streams and lives
+long, so most slots may be WebSockets, but a tenth stays for plain HTTP (health checks, SSE)."""
+
 
 @dataclass(frozen=True)
 class HttpLimits:
@@ -36,7 +40,7 @@ class HttpLimits:
     body_timeout_s: float = BODY_TIMEOUT_S
     body_idle_s: float = BODY_IDLE_S
     max_connections: int = 0  # 0: derived from the descriptor limit
-    max_websockets: int = 0  # 0: half the connections
+    max_websockets: int = 0  # 0: WEBSOCKETS_SHARE of the connections
 
     def resolved(self) -> HttpLimits:
         """These limits with every derived default filled in."""
@@ -47,7 +51,7 @@ class HttpLimits:
             body_timeout_s=self.body_timeout_s,
             body_idle_s=self.body_idle_s,
             max_connections=connections,
-            max_websockets=self.max_websockets or max(1, connections // 2),
+            max_websockets=self.max_websockets or max(1, int(connections * WEBSOCKETS_SHARE)),
         )
 
 

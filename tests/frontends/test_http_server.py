@@ -210,7 +210,7 @@ async def test_past_the_websocket_cap_a_socket_is_closed_1013(tmp_path: Path) ->
 def test_default_caps_follow_the_descriptor_limit() -> None:
     limits = HttpLimits().resolved()
     assert limits.max_connections == default_max_connections() >= 16
-    assert limits.max_websockets == limits.max_connections // 2
+    assert limits.max_websockets == int(limits.max_connections * 0.9)
 
 
 async def test_past_the_cap_tls_clients_are_refused_in_their_protocol(tmp_path: Path) -> None:
