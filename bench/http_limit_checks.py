@@ -19,7 +19,7 @@ import h2.events
 import h2.exceptions
 import trio
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import CloseConnection, RejectConnection, Request
+from wsproto.events import AcceptConnection, CloseConnection, RejectConnection, Request
 
 from bench.h2c_client import H2cError, open_h2c_connection
 
@@ -416,19 +416,32 @@ async def websocket_storm(port: int, *, sockets: int, concurrency: int) -> Figur
 
 
 async def _websocket_outcome(port: int, held: list[trio.SocketStream]) -> str:
-    """Handshake one WebSocket: "served" (kept open in `held`) or the server's close code."""
+    """Handshake one WebSocket: "served" (accepted, then no close for 1 s; kept open in `held`),
+    the server's close code, or "no answer" (no handshake answer within 5 s)."""
     client = WSConnection(ConnectionType.CLIENT)
     stream = await trio.open_tcp_stream(HOST, port)
     await stream.send_all(client.send(Request(host=HOST, target="/v1/ws")))
-    with trio.move_on_after(0.5):
+    accepted_at: float | None = None
+    with trio.move_on_after(5):
         while data := await stream.receive_some(65536):
             client.receive_data(data)
             for event in client.events():
+                if isinstance(event, AcceptConnection):
+                    accepted_at = trio.current_time()
                 if isinstance(event, CloseConnection):
                     await stream.aclose()
                     return f"closed {event.code}"
                 if isinstance(event, RejectConnection):
                     await stream.aclose()
                     return f"rejected {event.status_code}"
-    held.append(stream)  # accepted and quiet for 0.5 s: served
-    return "served"
+            if accepted_at is not None:
+                break
+        with trio.move_on_after(1):  # a refusal's close follows its accept at once
+            while data := await stream.receive_some(65536):
+                client.receive_data(data)
+                for event in client.events():
+                    if isinstance(event, CloseConnection):
+                        await stream.aclose()
+                        return f"closed {event.code}"
+    held.append(stream)
+    return "no answer" if accepted_at is None else "served"

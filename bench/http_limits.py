@@ -46,6 +46,15 @@ BODY_IDLE_S: Final = 4.0  # longer than the dribblers' 2 s gap: the whole-body d
 MAX_CONNECTIONS: Final = 700
 MAX_WEBSOCKETS: Final = 350
 PHASE_CAP_S: Final = 120.0
+READING: Final = (
+    "Reading: the close delay runs from the response's last byte to the server's FIN; the "
+    "dribblers' end times count from the first connect (opening 500 takes a second or two; "
+    "each body timer starts at its own request head); the WebSocket storm keeps every served "
+    "socket open to its end; rapid reset reconnects after each GOAWAY, so its engine ADDs are "
+    "the total over all connections (about two per connection: streams whose ADD went out "
+    "before their reset was read; what a reset stream costs the engine is the request path's "
+    "part of issue 18 item 4)."
+)
 
 
 def server_flags() -> list[str]:
@@ -152,7 +161,7 @@ def section(results: list[tuple[str, checks.Figures]], command: str, took_s: flo
     for name, figures in results:
         shown = {k: v for k, v in figures.items() if not k.endswith("_s") or k == "wall_s"}
         lines.append(f"| {name} | {'; '.join(f'{k}: {v}' for k, v in shown.items())} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", READING]) + "\n"
 
 
 def main(argv: list[str]) -> int:
