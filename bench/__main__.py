@@ -11,6 +11,8 @@
         [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
         [--connections N] [--pid PID] [--model-path DIR] [--json FILE]
 
+    python -m bench http_limits [--quick] [--no-write]   (HTTP hardening checks, docs/http.md)
+
 `scenarios` runs (a) always, (b) when --vllm-venv and --real-model are given, (c) when
 --smg-bin is given (or exactly the --scenarios listed), writes bench/results/ and the sections
 of bench/RESULTS.md. `run` loads one server that is already running. Every target is on
@@ -290,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.disconnect_storm import main as disconnect_storm
 
         return disconnect_storm(arguments[1:])
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["http_limits"]:  # its own flags: bench/http_limits.py
+        from bench import http_limits
+
+        return http_limits.main(given[1:])
     args = build_parser().parse_args(argv)
     command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.command == "run":

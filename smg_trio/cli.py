@@ -8,6 +8,8 @@
         [--queue-timeout-s S] [--session-header NAME] [--admin-api-key KEY]
         [--tool-call-parser NAME] [--reasoning-parser NAME]
         [--memory-budget-mb MB]
+        [--idle-timeout-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S]
+        [--max-connections N] [--max-websockets N] [--h2-max-streams N]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -53,6 +55,14 @@ _CONFIG_FLAGS = (
     "tool_call_parser",
     "reasoning_parser",
     "memory_budget_mb",
+    # HTTP limits (add_http_limit_flags)
+    "idle_timeout_s",
+    "header_timeout_s",
+    "body_timeout_s",
+    "body_idle_s",
+    "max_connections",
+    "max_websockets",
+    "h2_max_streams",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -183,6 +193,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="memory the bodies and prompts of requests in flight may hold; past it, 429 "
         "(default: a quarter of physical memory)",
     )
+    add_http_limit_flags(serve)
     serve.add_argument("--log-level", default="INFO")
     serve.set_defaults(command=_run_serve)
 
@@ -226,6 +237,21 @@ def add_routing_flags(serve: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="enables GET/POST/DELETE /workers for `Authorization: Bearer KEY`",
     )
+
+
+def add_http_limit_flags(serve: argparse.ArgumentParser) -> None:
+    """The HTTP server's timeouts and caps (docs/http.md has the defaults and why)."""
+    limits = serve.add_argument_group("HTTP limits")
+    for flag, kind, text in (
+        ("--idle-timeout-s", float, "idle keep-alive connections close after S (default 75)"),
+        ("--header-timeout-s", float, "a request head must arrive within S (default 20)"),
+        ("--body-timeout-s", float, "a request body must arrive within S (default 60); else 408"),
+        ("--body-idle-s", float, "longest gap between body reads (default 15); else 408"),
+        ("--max-connections", int, "open HTTP connections; more get 503 (default: from fd limit)"),
+        ("--max-websockets", int, "open WebSockets; more are closed 1013 (default: 90% of that)"),
+        ("--h2-max-streams", int, "concurrent streams per HTTP/2 connection (default 100)"),
+    ):
+        limits.add_argument(flag, type=kind, metavar="S" if kind is float else "N", help=text)
 
 
 def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -75,6 +75,14 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Bytes of bodies and prompt ids all requests in flight may hold (docs/limits.md §4);
     # None: a quarter of physical memory.
     memory_budget_mb: int | None = None
+    # HTTP server limits (docs/http.md): seconds, and 0 = derived from the fd limit for caps.
+    idle_timeout_s: float = 75.0
+    header_timeout_s: float = 20.0
+    body_timeout_s: float = 60.0
+    body_idle_s: float = 15.0
+    max_connections: int = 0
+    max_websockets: int = 0
+    h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS we advertise (hypercorn's, smg's)
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -150,6 +158,7 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     check_parser_names(config.tool_call_parser, config.reasoning_parser)
     if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
         raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
+    check_http_limits(config)
     return config
 
 
@@ -174,3 +183,14 @@ def validate_routing(config: GatewayConfig) -> None:
         raise ConfigError(f"queue_timeout_s must be positive, got {config.queue_timeout_s}")
     if not config.session_header:
         raise ConfigError("session_header must not be empty")
+
+
+def check_http_limits(config: GatewayConfig) -> None:
+    for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "body_idle_s"):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+    for name in ("max_connections", "max_websockets"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name} must be 0 (derived from the fd limit) or more")
+    if config.h2_max_streams < 1:
+        raise ConfigError(f"h2_max_streams must be at least 1, got {config.h2_max_streams}")

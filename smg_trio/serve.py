@@ -5,16 +5,17 @@ server on one port, all in the caller's `trio.run`.
            ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial;
            │   gRPC: a channel to the engine, ready once its health check passes), each held
            │   by a task of `worker_lifetimes` so /workers can add and remove workers later
-           └─ hypercorn.trio.serve(GatewayApp): HTTP/1.1 and h2c with prior knowledge on one
-              cleartext port, or, with a certificate and key, TLS on that port with ALPN
-              offering h2 and http/1.1
+           └─ frontends.http_server.serve_http(GatewayApp): our accept loop over hypercorn's
+              protocols; HTTP/1.1 and h2c (prior knowledge or Upgrade) on one cleartext port,
+              or, with a certificate and key, TLS on that port with ALPN offering h2 and
+              http/1.1; connection caps, keep-alive, header and body timers (docs/http.md)
 
 - `task_status.started(Serving(...))` reports the bound URLs, the port (port 0 picks one), each
   worker's bound address (a ZMQ worker given port 0 gets one too) and the Gateway.
 - Shutdown: when `shutdown_trigger` returns, the gateway drains (lifecycle.py,
   docs/resilience.md §4): new requests get 503 and running ones may finish for
   `drain_timeout_s` (a second signal, `hurry_trigger`, ends the wait at once), then end with a
-  `draining` error event and their engine requests aborted; then hypercorn stops accepting,
+  `draining` error event and their engine requests aborted; then the server stops accepting,
   gives what is left `GRACEFUL_SHUTDOWN_S` (the last frames flush) and cancels it; the
   backends close last. Without a trigger, `serve` runs until cancelled.
 - One keep-alive task per process writes to streams silent for `keepalive_s` (lifecycle.py).
@@ -35,9 +36,9 @@ from functools import partial
 from typing import Final, assert_never, cast
 
 import hypercorn.config
-import hypercorn.trio
 import trio
-from hypercorn.typing import Framework
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.typing import ASGIFramework
 
 from smg_trio.backends.base import Backend
 from smg_trio.backends.grpc_backend import open_grpc_backend
@@ -45,6 +46,8 @@ from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
+from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.http_server import serve_http
 from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
@@ -55,10 +58,10 @@ from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
-"""After the drain (lifecycle.py): how long hypercorn lets connections flush before cancelling."""
-KEEP_ALIVE_S: Final = 20.0
-"""Idle keep-alive connections close after this; longer than common client pool expiries (5 s)
-so a client never reuses a connection the server is closing."""
+"""After the drain (lifecycle.py): how long the server lets connections flush before cancelling."""
+UNLIMITED_REQUESTS: Final = 2**62
+"""Requests per connection: unlimited. hypercorn's default (1,000) ends an h2 connection with a
+GOAWAY whose in-flight streams then hang (docs/http.md §3)."""
 LIFESPAN_TIMEOUT_S: Final = 5.0
 HTTP_LOGGER: Final = "smg_trio.http"
 
@@ -111,6 +114,7 @@ async def serve(
             reasoning_parser=config.reasoning_parser,
             memory_budget=memory_budget(config.memory_budget_mb),
         )
+        limits = http_limits(config)
         app = GatewayApp(
             gateway,
             api_key=config.api_key,
@@ -118,7 +122,10 @@ async def serve(
             session_header=config.session_header,
             admin=None if config.admin_api_key is None else RuntimeWorkers(pool, lifetimes),
             admin_api_key=config.admin_api_key,
+            limits=limits,
         )
+        # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
+        wrapped = ASGIWrapper(cast(ASGIFramework, app))
 
         async def drain_on_shutdown() -> None:
             if shutdown_trigger is None:
@@ -127,17 +134,19 @@ async def serve(
                 await shutdown_trigger()
             await gateway.lifecycle.drain(config.drain_timeout_s, hurry=hurry_trigger)
 
-        async def serve_http(task_status: trio.TaskStatus[list[str]]) -> None:
-            # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
-            framework = cast(Framework, app)
-            await hypercorn.trio.serve(
-                framework, http_config, shutdown_trigger=drain_on_shutdown, task_status=task_status
+        async def serve_then_stop(task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve_http(
+                wrapped,
+                http_config,
+                limits,
+                shutdown_trigger=drain_on_shutdown,
+                task_status=task_status,
             )
             nursery.cancel_scope.cancel()  # the keep-alive task has nothing left to keep
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
-            urls: list[str] = await nursery.start(serve_http)
+            urls: list[str] = await nursery.start(serve_then_stop)
             port = int(urls[0].rsplit(":", 1)[1])
             task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
 
@@ -214,13 +223,26 @@ def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
         http.certfile = str(config.certfile)
         http.keyfile = str(config.keyfile)
     http.alpn_protocols = ["h2", "http/1.1"]
-    http.keep_alive_timeout = KEEP_ALIVE_S
+    http.keep_alive_timeout = config.idle_timeout_s
+    http.keep_alive_max_requests = UNLIMITED_REQUESTS
+    http.h2_max_concurrent_streams = config.h2_max_streams
     http.graceful_timeout = GRACEFUL_SHUTDOWN_S
     http.startup_timeout = LIFESPAN_TIMEOUT_S
     http.shutdown_timeout = LIFESPAN_TIMEOUT_S
     http.accesslog = None  # one line per request is noise at token-streaming rates
     http.errorlog = logging.getLogger(HTTP_LOGGER)
     return http
+
+
+def http_limits(config: GatewayConfig) -> HttpLimits:
+    return HttpLimits(
+        idle_timeout_s=config.idle_timeout_s,
+        header_timeout_s=config.header_timeout_s,
+        body_timeout_s=config.body_timeout_s,
+        body_idle_s=config.body_idle_s,
+        max_connections=config.max_connections,
+        max_websockets=config.max_websockets,
+    ).resolved()
 
 
 def check_listener(config: GatewayConfig, http: hypercorn.config.Config) -> None:

@@ -194,3 +194,21 @@ def test_output_parsers_by_flag_and_toml_and_unknown_names_are_config_errors(
         config_from_args(build_parser().parse_args([*argv, "--tool-call-parser", "nope"]))
     with pytest.raises(ConfigError, match="reasoning_parser 'nope' is unknown"):
         config_from_args(build_parser().parse_args([*argv, "--reasoning-parser", "nope"]))
+
+
+def test_http_limit_flags_reach_the_config_and_bad_values_are_refused(tmp_path: Path) -> None:
+    base = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    limits = ["--idle-timeout-s", "5", "--header-timeout-s", "3", "--body-timeout-s", "9"]
+    limits += ["--body-idle-s", "2", "--max-connections", "100", "--max-websockets", "10"]
+    limits += ["--h2-max-streams", "8"]
+    config = config_from_args(build_parser().parse_args([*base, *limits]))
+    assert (config.idle_timeout_s, config.header_timeout_s) == (5.0, 3.0)
+    assert (config.body_timeout_s, config.body_idle_s) == (9.0, 2.0)
+    assert (config.max_connections, config.max_websockets) == (100, 10)
+    assert config.h2_max_streams == 8
+    defaults = config_from_args(build_parser().parse_args(base))
+    assert (defaults.idle_timeout_s, defaults.max_connections) == (75.0, 0)  # 0: from fd limit
+    with pytest.raises(ConfigError, match="body_idle_s must be positive"):
+        config_from_args(build_parser().parse_args([*base, "--body-idle-s", "0"]))
+    with pytest.raises(ConfigError, match="max_connections must be 0"):
+        config_from_args(build_parser().parse_args([*base, "--max-connections", "-1"]))

@@ -23,6 +23,11 @@
 - Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
   the client's own, or the one generated for the request (`request_ids`); the same id is the
   request's id in the gateway, its engine requests and its log lines.
+- The body must keep arriving (docs/http.md §1): a gap longer than `body_idle_s` between two
+  reads, or a body not complete `body_timeout_s` after the head, is a 408 and the connection
+  closes (the body was not read to its end).
+- At most `max_websockets` WebSockets are open at once; one more is accepted and closed at once
+  with 1013 "try again later" (docs/http.md §2).
 - The lifespan scope is answered at once (the backends are opened by `serve` around the app).
 """
 
@@ -34,8 +39,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
+import trio
+
 from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.responses import (
     Message,
     Receive,
@@ -79,6 +87,7 @@ ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
 HEALTHY_BODY: Final = b'{"status":"ok"}'
 WEBSOCKET_POLICY_VIOLATION: Final = 1008
 WEBSOCKET_INTERNAL_ERROR: Final = 1011
+WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
 
 WebSocketHandler = Callable[[Gateway, Scope, Receive, Send], Awaitable[None]]
 
@@ -111,6 +120,7 @@ class GatewayApp:
         session_header: str = DEFAULT_SESSION_HEADER,
         admin: WorkerAdmin | None = None,
         admin_api_key: str | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.gateway = gateway
         self._api_key = api_key.encode() if api_key else None
@@ -118,6 +128,8 @@ class GatewayApp:
         self._session_header = session_header.lower().encode()
         self._admin = admin
         self._admin_key = admin_api_key.encode() if admin_api_key and admin else None
+        self._limits = (limits or HttpLimits()).resolved()
+        self.open_websockets = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match scope["type"]:
@@ -265,18 +277,29 @@ class GatewayApp:
             reservation.grow(int(declared))
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            reservation.grow(size - reservation.bytes)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        limits = self._limits
+        with trio.move_on_after(limits.body_timeout_s) as whole_body:
+            while True:
+                with trio.move_on_after(limits.body_idle_s) as one_read:
+                    message = await receive()
+                if one_read.cancelled_caught:
+                    break
+                if message["type"] == "http.disconnect":
+                    raise ClientGone
+                chunk: bytes = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                reservation.grow(size - reservation.bytes)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        stalled = "was not complete in time" if whole_body.cancelled_caught else "stalled"
+        raise ClientError(
+            f"the request body {stalled} (received {size} bytes)",
+            status=408,
+            code="request_timeout",
+        )
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["path"] != WEBSOCKET_PATH:
@@ -291,7 +314,14 @@ class GatewayApp:
         if handler is None:
             await send({"type": "websocket.close", "code": WEBSOCKET_INTERNAL_ERROR})
             return
-        await handler(self.gateway, scope, receive, send)
+        if self.open_websockets >= self._limits.max_websockets:
+            await _refuse_websocket(receive, send)
+            return
+        self.open_websockets += 1
+        try:
+            await handler(self.gateway, scope, receive, send)
+        finally:
+            self.open_websockets -= 1
 
 
 class _MethodNotAllowed(ClientError):
@@ -335,6 +365,21 @@ def _websocket_handler() -> WebSocketHandler | None:
         logger.exception("the WebSocket front end is not available")
         return None
     return cast(WebSocketHandler, module.handle_websocket)
+
+
+async def _refuse_websocket(receive: Receive, send: Send) -> None:
+    # A close before the accept would be an HTTP 403; accepting first lets the client read
+    # the code: 1013 "try again later" (RFC 6455 §7.4.1 registry).
+    if (await receive())["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept"})
+    await send(
+        {
+            "type": "websocket.close",
+            "code": WEBSOCKET_TRY_AGAIN_LATER,
+            "reason": "the server is at its WebSocket limit",
+        }
+    )
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -116,9 +116,11 @@ async def live_server(
     resilience: Mapping[str, float] | None = None,
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
+    http_limits: Mapping[str, float] = {},
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
-    `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s."""
+    `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
+    `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...)."""
     config = GatewayConfig(
         model_path=demo_model_path(),
         workers=(WorkerSpec(runtime, Wire.ZMQ, "127.0.0.1:0"),) * workers,
@@ -131,6 +133,7 @@ async def live_server(
         served_model_names=served_model_names,
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
+        **http_limits,  # type: ignore[arg-type]
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
     replay = tmp_path / "replay.txt"

@@ -1,0 +1,158 @@
+"""I/O. HTTP/2 connections that refuse one stream instead of failing all of them, and that shed
+a client resetting streams faster than any real client does (docs/http.md §3).
+
+- `StreamRefusingH2Connection` (h2): a HEADERS frame opening a stream beyond our advertised
+  SETTINGS_MAX_CONCURRENT_STREAMS is answered RST_STREAM(REFUSED_STREAM) for that stream only
+  (RFC 9113 §5.1.2: the client may retry it); h2 itself raises TooManyStreamsError there, which
+  hypercorn turns into GOAWAY(PROTOCOL_ERROR) for every stream on the connection.
+- `GatewayH2Protocol` (hypercorn): DATA for a stream whose response already ended (a 413 or
+  408 answered before the body was complete) is dropped and the upload stopped with
+  RST_STREAM(NO_ERROR), where hypercorn raised KeyError and lost the connection. It also counts the client's RST_STREAMs on streams whose request was
+  still being served; more than `RAPID_RESET_LIMIT` within `RAPID_RESET_WINDOW_S` is the
+  "rapid reset" attack (CVE-2023-44487), answered GOAWAY(ENHANCE_YOUR_CALM) and the connection
+  is closed, which cancels its streams and so their engine requests.
+
+Both lean on h2 and hypercorn internals (`_receive_headers_frame`, `_closed_streams`,
+`_decode_headers`, H2Protocol's `_handle_events`); pyproject.toml pins their minor versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from typing import Final, cast
+
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import trio
+from h2.stream import StreamClosedBy
+from hpack.exceptions import HPACKError
+from hypercorn.events import Closed
+from hypercorn.protocol.events import Body
+from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.protocol.ws_stream import WSStream
+from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
+
+RAPID_RESET_LIMIT: Final = 40
+"""Client resets of unfinished streams a connection may make within the window: a client that
+cancels a whole batch of concurrent requests stays under it (the default stream limit is 100
+and a batch is rarely cancelled twice in a window); an attack passes it within a second."""
+RAPID_RESET_WINDOW_S: Final = 10.0
+
+
+class StreamRefusingH2Connection(h2.connection.H2Connection):
+    """h2's server connection, refusing (not failing on) a stream over the concurrency limit."""
+
+    def _receive_headers_frame(
+        self, frame: HeadersFrame
+    ) -> tuple[list[Frame], list[h2.events.Event]]:
+        try:
+            return super()._receive_headers_frame(frame)
+        except h2.exceptions.TooManyStreamsError:
+            return self._refuse_stream(frame), []
+
+    def _refuse_stream(self, frame: HeadersFrame) -> list[Frame]:
+        # The header block must still go through the HPACK decoder: the client's encoder
+        # already counted it, and skipping it would corrupt every later header block.
+        try:
+            h2.connection._decode_headers(self.decoder, frame.data)
+        except HPACKError as exc:
+            raise h2.exceptions.ProtocolError(f"bad header block: {exc}") from exc
+        # The stream now counts as seen and as closed by our reset, so frames the client had in
+        # flight on it (DATA, its own RST) are answered per stream, not as connection errors.
+        self.highest_inbound_stream_id = max(self.highest_inbound_stream_id, frame.stream_id)
+        self._closed_streams[frame.stream_id] = StreamClosedBy.SEND_RST_STREAM
+        refusal = RstStreamFrame(frame.stream_id)
+        refusal.error_code = h2.errors.ErrorCodes.REFUSED_STREAM
+        return [refusal]
+
+
+class GatewayH2Protocol(H2Protocol):
+    """hypercorn's H2Protocol over `StreamRefusingH2Connection`, with the rapid-reset guard."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        stock = self.connection
+        refusing = StreamRefusingH2Connection(config=stock.config)
+        refusing.DEFAULT_MAX_INBOUND_FRAME_SIZE = stock.DEFAULT_MAX_INBOUND_FRAME_SIZE
+        refusing.local_settings = stock.local_settings
+        self.connection = refusing
+        self.streams = _Streams(self)
+        self._resets: deque[float] = deque()
+
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        # A stream opened and reset in the same read (the attack's HEADERS + RST_STREAM pair)
+        # is not in `self.streams` yet, so this batch's new streams count as unfinished too.
+        opened: set[int] = set()
+        for event in events:
+            if isinstance(event, h2.events.RequestReceived):
+                opened.add(event.stream_id)
+            elif (
+                isinstance(event, h2.events.StreamReset)
+                and event.remote_reset
+                and (event.stream_id in opened or event.stream_id in self.streams)
+                and self._too_many_resets()
+            ):
+                # Streams after this one in the same read are never served: say so.
+                self.connection.close_connection(
+                    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=event.stream_id
+                )
+                await self._flush()
+                await self.send(Closed())
+                return
+        if self.context.terminated.is_set():
+            # While shutting down, hypercorn resets each new stream, and h2 raises on resetting
+            # one the client already reset in the same read (HEADERS + RST_STREAM): skip those.
+            events = [event for event in events if not self._already_closed(event)]
+        await super()._handle_events(events)
+
+    def _already_closed(self, event: h2.events.Event) -> bool:
+        if not isinstance(event, h2.events.RequestReceived):
+            return False
+        stream = self.connection.streams.get(event.stream_id)
+        return stream is None or stream.closed
+
+    def stop_upload(self, stream_id: int) -> None:
+        """The response ended before the request body did: ask the client to stop sending
+        (RST_STREAM NO_ERROR, RFC 9113 §8.1); its DATA in flight is still credited back."""
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.connection.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+
+    def _too_many_resets(self) -> bool:
+        now = trio.current_time()
+        resets = self._resets
+        resets.append(now)
+        while resets[0] < now - RAPID_RESET_WINDOW_S:
+            resets.popleft()
+        return len(resets) > RAPID_RESET_LIMIT
+
+
+class _FinishedStream:
+    """Stands in for a stream whose response already ended (hypercorn forgets it then): body
+    bytes the client still sends on it are dropped, and the upload is stopped."""
+
+    idle = True
+
+    def __init__(self, protocol: GatewayH2Protocol, stream_id: int) -> None:
+        self._protocol = protocol
+        self._stream_id = stream_id
+
+    async def handle(self, event: object) -> None:
+        if isinstance(event, Body):
+            self._protocol.stop_upload(self._stream_id)
+
+
+class _Streams(dict[int, "HTTPStream | WSStream"]):
+    """hypercorn's stream table. hypercorn looks a stream up by `streams[id]` for every DATA
+    frame and raised KeyError (ending the connection, every stream on it) when the client was
+    still uploading to a stream already answered, e.g. a 413 or 408 sent before the body ended."""
+
+    def __init__(self, protocol: GatewayH2Protocol) -> None:
+        super().__init__()
+        self._protocol = protocol
+
+    def __missing__(self, stream_id: int) -> HTTPStream | WSStream:
+        return cast("HTTPStream | WSStream", _FinishedStream(self._protocol, stream_id))

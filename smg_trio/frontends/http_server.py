@@ -1,0 +1,331 @@
+"""I/O. Our accept loop around hypercorn's protocols: connection caps, keep-alive and header
+timers that always run, HTTP/2 that refuses streams gracefully (docs/http.md).
+
+    serve_http ─┬─ lifespan (hypercorn's), then listeners (TLS + ALPN h2/http/1.1, or cleartext
+                │   HTTP/1.1 with h2c prior knowledge and Upgrade)
+                └─ trio.serve_listeners → ConnectionGate.handle, one task per connection:
+                     past `max_connections`: `refuse` (503 + close, or GOAWAY for h2)
+                     else GatewayConnection (hypercorn's TCPServer, our protocols)
+
+It replaces `hypercorn.trio.serve`, which has no connection cap and whose per-connection
+bookkeeping (close after `Connection: close`, restart the keep-alive timer) runs inside the
+app's final `send`: an app that cancels its own scope when the response ends (ours does, when
+the stream's disconnect arrives) cancelled that bookkeeping, so such connections were neither
+closed nor timed out. `GatewayConnection` runs it shielded, with a bound.
+
+Shutdown mirrors hypercorn's: when `shutdown_trigger` returns, accepting stops, connections get
+`graceful_timeout` to finish (new h2 streams are refused, HTTP/1.1 connections close after their
+response), then they are cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from math import inf
+from typing import Final
+
+import h2.config
+import h2.connection
+import h2.errors
+import hypercorn.config
+import trio
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.task_group import TaskGroup
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState
+from hypercorn.utils import parse_socket_addr, repr_socket_addr
+
+from smg_trio.frontends.http_h2 import GatewayH2Protocol
+from smg_trio.frontends.http_limits import HttpLimits
+
+logger = logging.getLogger(__name__)
+
+BOOKKEEPING_S: Final = 1.0
+"""Bound on the shielded per-connection bookkeeping (close a socket, start a timer)."""
+REFUSAL_S: Final = 1.0
+"""How long a refused connection may take to send its request head and read the 503."""
+REFUSALS_IN_FLIGHT: Final = 64
+"""Refusals answered at once; past this a refused socket is closed without an answer."""
+H2_PREFACE: Final = b"PRI * HTTP/2.0"
+REFUSAL_BODY: Final = (
+    b'{"error":{"message":"the server is at its connection limit; retry shortly",'
+    b'"type":"server_error","param":null,"code":"too_many_connections"}}'
+)
+REFUSAL_503: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"x-error-code: too_many_connections\r\nretry-after: 1\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n" % len(REFUSAL_BODY)
+) + REFUSAL_BODY
+
+Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
+
+
+async def serve_http(
+    app: AppWrapper,
+    config: hypercorn.config.Config,
+    limits: HttpLimits,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `app` on `config.bind` until `shutdown_trigger` returns (or until cancelled)."""
+    lifespan_state: dict[str, object] = {}
+    lifespan = Lifespan(app, config, lifespan_state)
+    context = WorkerContext(None)
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as connections:
+            listeners, urls = _open_listeners(config)
+            for url in urls:
+                await config.log.info(f"Running on {url} (CTRL + C to quit)")
+            gate = ConnectionGate(app, config, context, limits, ConnectionState(lifespan_state))
+            try:
+                async with trio.open_nursery() as accepting:
+                    accepting.start_soon(
+                        partial(
+                            trio.serve_listeners,
+                            gate.handle,
+                            listeners,
+                            handler_nursery=connections,
+                        )
+                    )
+                    task_status.started(urls)
+                    if shutdown_trigger is None:
+                        await trio.sleep_forever()
+                    await shutdown_trigger()
+                    accepting.cancel_scope.cancel()
+            finally:
+                await context.terminated.set()
+                connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
+
+
+def _open_listeners(
+    config: hypercorn.config.Config,
+) -> tuple[list[trio.abc.Listener[Stream]], list[str]]:
+    sockets = config.create_sockets()
+    listeners: list[trio.abc.Listener[Stream]] = []
+    urls: list[str] = []
+    ssl_context = config.create_ssl_context()
+    for sock in sockets.secure_sockets:
+        assert ssl_context is not None  # hypercorn makes secure sockets only with a context
+        sock.listen(config.backlog)
+        plain = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        listeners.append(trio.SSLListener(plain, ssl_context, https_compatible=True))
+        urls.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
+    for sock in sockets.insecure_sockets:
+        sock.listen(config.backlog)
+        listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+        urls.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+    return listeners, urls
+
+
+class ConnectionGate:
+    """Counts open connections; past the cap a connection is refused (docs/http.md §2)."""
+
+    def __init__(
+        self,
+        app: AppWrapper,
+        config: hypercorn.config.Config,
+        context: WorkerContext,
+        limits: HttpLimits,
+        state: ConnectionState,
+    ) -> None:
+        self._connection = partial(GatewayConnection, app, config, context, state, limits)
+        self._config = config
+        self._max = limits.max_connections
+        self._refusals = trio.Semaphore(REFUSALS_IN_FLIGHT)
+        self.open = 0
+        self.refused = 0
+
+    async def handle(self, stream: Stream) -> None:
+        if self.open >= self._max:
+            self.refused += 1
+            await self._refuse(stream)
+            return
+        self.open += 1
+        try:
+            await self._connection(stream).run()
+        except Exception:
+            # A bug in one connection's handling must not end the accept loop (and with it
+            # every other connection): it is logged, and that connection is gone.
+            logger.exception("an HTTP connection failed")
+        finally:
+            self.open -= 1
+
+    async def _refuse(self, stream: Stream) -> None:
+        try:
+            self._refusals.acquire_nowait()
+        except trio.WouldBlock:
+            await stream.aclose()
+            return
+        try:
+            with trio.move_on_after(REFUSAL_S):
+                await refuse(stream)
+        finally:
+            self._refusals.release()
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
+                await stream.aclose()
+
+
+async def refuse(stream: Stream) -> None:
+    """Answer one connection we cannot take: 503 (HTTP/1.1), or GOAWAY(REFUSED_STREAM) with
+    last stream 0, telling an HTTP/2 client that nothing was processed and it may retry."""
+    head = b""
+    try:
+        if isinstance(stream, trio.SSLStream):
+            await stream.do_handshake()
+            if stream.selected_alpn_protocol() == "h2":
+                await stream.send_all(_h2_refusal())
+                return
+        while b"\r\n\r\n" not in head and len(head) < MAX_RECV:
+            data = await stream.receive_some(MAX_RECV)
+            if not data:
+                return
+            head += data
+            if head.startswith(H2_PREFACE):
+                await stream.send_all(_h2_refusal())
+                return
+        await stream.send_all(REFUSAL_503)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+
+
+def _h2_refusal() -> bytes:
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    connection.initiate_connection()
+    connection.close_connection(h2.errors.ErrorCodes.REFUSED_STREAM, last_stream_id=0)
+    return connection.data_to_send()
+
+
+class GatewayConnection(TCPServer):
+    """hypercorn's TCPServer with our protocol choice, shielded bookkeeping, and a header timer
+    (HTTP/1.1: once a request head starts arriving, it must end within `header_timeout_s`)."""
+
+    def __init__(
+        self,
+        app: AppWrapper,
+        config: hypercorn.config.Config,
+        context: WorkerContext,
+        state: ConnectionState,
+        limits: HttpLimits,
+        stream: Stream,
+    ) -> None:
+        super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
+        self._limits = limits
+        self._between_requests = True
+        self._timer_s = limits.idle_timeout_s
+
+    async def run(self) -> None:
+        stream: Stream = self.stream
+        if isinstance(stream, trio.SSLStream):
+            try:
+                with trio.fail_after(self.config.ssl_handshake_timeout):
+                    await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError):
+                await self._close()
+                return
+            alpn = stream.selected_alpn_protocol()
+            sock = stream.transport_stream.socket
+        else:
+            alpn = "http/1.1"
+            sock = stream.socket
+        try:
+            client = parse_socket_addr(sock.family, sock.getpeername())
+            server = parse_socket_addr(sock.family, sock.getsockname())
+            async with TaskGroup() as task_group:
+                self._task_group = task_group
+                self.protocol = ProtocolSwitch(  # type: ignore[assignment]
+                    (
+                        self.app,
+                        self.config,
+                        self.context,
+                        task_group,
+                        ConnectionState(self.state),
+                        isinstance(stream, trio.SSLStream),
+                        client,
+                        server,
+                        self.protocol_send,
+                    ),
+                    h2=alpn == "h2",
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                await self._read_data()
+        except OSError:
+            pass
+        finally:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
+                await self._close()
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            self._between_requests = event.idle
+            self._timer_s = self._limits.idle_timeout_s
+        if isinstance(event, RawData):
+            await super().protocol_send(event)  # hypercorn shields the write itself
+            return
+        # Closing the socket and (re)starting the idle timer must happen even when the app that
+        # sent its last message is being cancelled (docs/http.md §1).
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
+            await super().protocol_send(event)
+
+    async def _read_data(self) -> None:
+        while True:
+            try:
+                data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            if data and self._between_requests and isinstance(self.protocol.protocol, H11Protocol):
+                # The first bytes of a request head: the keep-alive timer becomes the header one.
+                self._between_requests = False
+                self._timer_s = self._limits.header_timeout_s
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+            await self.protocol.handle(RawData(bytes(data)))
+            if not data:
+                break
+        await self.protocol.handle(Closed())
+        # hypercorn leaves the idle timer running after the client left, which kept the socket
+        # (and a slot under the connection cap) for up to the keep-alive time.
+        await self.idle_task.stop()
+
+    async def _idle_timeout(self) -> None:
+        with trio.move_on_after(self._timer_s if self._timer_s > 0 else inf):
+            await self.context.terminated.wait()
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
+            await self._initiate_server_close()
+
+
+class ProtocolSwitch:
+    """hypercorn's ProtocolWrapper, but the HTTP/2 it switches to is `GatewayH2Protocol`:
+    HTTP/1.1 first, then h2 by ALPN, prior knowledge (`PRI *`) or `Upgrade: h2c`."""
+
+    def __init__(self, args: tuple[object, ...], *, h2: bool) -> None:
+        self._args = args  # what hypercorn's protocols take: app, config, context, ... send
+        self.protocol: H11Protocol | GatewayH2Protocol = (
+            GatewayH2Protocol(*args) if h2 else H11Protocol(*args)  # type: ignore[arg-type]
+        )
+
+    async def initiate(self) -> None:
+        await self.protocol.initiate()
+
+    async def handle(self, event: Event) -> None:
+        try:
+            await self.protocol.handle(event)
+        except H2ProtocolAssumedError as prior_knowledge:
+            self.protocol = GatewayH2Protocol(*self._args)
+            await self.protocol.initiate()
+            if prior_knowledge.data:
+                await self.protocol.handle(RawData(data=prior_knowledge.data))
+        except H2CProtocolRequiredError as upgrade:
+            self.protocol = GatewayH2Protocol(*self._args)
+            await self.protocol.initiate(upgrade.headers, upgrade.settings)
+            if upgrade.data:
+                await self.protocol.handle(RawData(data=upgrade.data))

@@ -1,0 +1,216 @@
+"""HTTP/2 limits through our accept loop (frontends.http_h2), with the `h2` package as a raw
+client over loopback: an extra stream is refused alone, a connection carries more requests
+than hypercorn's old per-connection limit, and rapid reset is answered GOAWAY(ENHANCE_YOUR_CALM).
+docs/http.md §3."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import trio
+
+from smg_trio.frontends.http_h2 import RAPID_RESET_LIMIT
+from tests.e2e.live_server import API_KEY, chat_body, live_server
+
+TEST_TIMEOUT_S: Final = 10.0
+MAX_STREAMS: Final = 100  # hypercorn's h2_max_concurrent_streams, which serve() keeps
+
+
+@dataclass
+class RawH2:
+    """One h2 client connection; `events` collects everything the server sent."""
+
+    stream: trio.SocketStream
+    connection: h2.connection.H2Connection = field(
+        default_factory=lambda: h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+    )
+    events: list[h2.events.Event] = field(default_factory=list)
+
+    def request(self, method: str, path: str, *, end: bool = True) -> int:
+        stream_id = self.connection.get_next_available_stream_id()
+        headers = [
+            (":method", method),
+            (":scheme", "http"),
+            (":authority", "t"),
+            (":path", path),
+            ("authorization", f"Bearer {API_KEY}"),
+        ]
+        self.connection.send_headers(stream_id, headers, end_stream=end)
+        return stream_id
+
+    async def flush(self) -> None:
+        await self.stream.send_all(self.connection.data_to_send())
+
+    async def receive(self) -> list[h2.events.Event]:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise EOFError
+        events = self.connection.receive_data(data)
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                self.connection.acknowledge_received_data(
+                    event.flow_controlled_length, event.stream_id
+                )
+        self.events.extend(events)
+        await self.flush()
+        return events
+
+    async def receive_until(self, done: Iterable[type[h2.events.Event]], stream_id: int) -> None:
+        kinds = tuple(done)
+        while not any(
+            isinstance(e, kinds) and getattr(e, "stream_id", stream_id) == stream_id
+            for e in self.events
+        ):
+            await self.receive()
+
+
+async def open_h2(port: int) -> RawH2:
+    client = RawH2(await trio.open_tcp_stream("127.0.0.1", port))
+    client.connection.initiate_connection()
+    await client.flush()
+    return client
+
+
+def goaways(events: list[h2.events.Event]) -> list[h2.events.ConnectionTerminated]:
+    return [e for e in events if isinstance(e, h2.events.ConnectionTerminated)]
+
+
+async def test_a_stream_past_the_limit_is_refused_alone(tmp_path: Path) -> None:
+    limit = 10  # --h2-max-streams
+    async with live_server(
+        tmp_path, with_engine=False, http_limits={"h2_max_streams": limit}
+    ) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                # Sent before the server's SETTINGS are read, so our h2 does not hold the extra
+                # stream back. Requests whose bodies never come stay open: the limit is full.
+                held = [client.request("POST", "/v1/completions", end=False) for _ in range(limit)]
+                # The extra stream's body is already on its way when the refusal arrives: h2 answers
+                # that DATA per stream and credits the connection's flow-control window back.
+                extra = client.request("POST", "/v1/completions", end=False)
+                client.connection.send_data(extra, b"{}" * 1000, end_stream=True)
+                await client.flush()
+                await client.receive_until([h2.events.StreamReset], extra)
+                reset = next(e for e in client.events if isinstance(e, h2.events.StreamReset))
+                assert reset.stream_id == extra
+                assert reset.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+                # The held streams go on: one ends its (empty) body and gets its answer.
+                client.connection.end_stream(held[0])
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], held[0])
+                after = client.request("GET", "/health")
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], after)
+                assert goaways(client.events) == []
+
+
+async def test_one_connection_carries_more_than_a_thousand_requests(tmp_path: Path) -> None:
+    # hypercorn's keep_alive_max_requests (1,000) used to GOAWAY here and strand streams.
+    windows, window = 11, MAX_STREAMS  # 1,100 requests, as many at once as the limit allows
+    async with live_server(tmp_path, with_engine=False) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                statuses: dict[int, int] = {}
+                for _ in range(windows):
+                    ids = [client.request("GET", "/v1/models") for _ in range(window)]
+                    await client.flush()
+                    for stream_id in ids:
+                        await client.receive_until([h2.events.StreamEnded], stream_id)
+                    for event in client.events:
+                        if isinstance(event, h2.events.ResponseReceived):
+                            statuses[event.stream_id] = int(dict(event.headers)[b":status"])
+                    assert goaways(client.events) == []
+                    client.events.clear()
+    assert len(statuses) == windows * window
+    assert set(statuses.values()) == {200}
+
+
+async def test_rapid_reset_gets_goaway_enhance_your_calm(tmp_path: Path) -> None:
+    body = json.dumps(chat_body(max_tokens=50)).encode()
+    async with live_server(tmp_path, step_ms=20) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                sent = 0
+                while not goaways(client.events) and sent < 4 * RAPID_RESET_LIMIT:
+                    stream_id = client.request("POST", "/v1/chat/completions", end=False)
+                    client.connection.send_data(stream_id, body, end_stream=True)
+                    client.connection.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+                    await client.flush()
+                    sent += 1
+                    with trio.move_on_after(0.005):
+                        await client.receive()
+                while True:  # the server closes the connection after its GOAWAY
+                    try:
+                        await client.receive()
+                    except EOFError:
+                        break
+            [goaway] = goaways(client.events)
+            assert goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+            assert sent <= RAPID_RESET_LIMIT + 10, sent
+            await server.seconds_until_idle()  # nothing the resets started is left running
+
+
+async def test_h2c_upgrade_switches_to_our_h2_protocol(tmp_path: Path) -> None:
+    async with live_server(tmp_path, with_engine=False) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = RawH2(await trio.open_tcp_stream("127.0.0.1", server.port))
+            async with client.stream:
+                settings = client.connection.initiate_upgrade_connection()
+                assert settings is not None
+                head = (
+                    "GET /health HTTP/1.1\r\nhost: t\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+                    f"upgrade: h2c\r\nhttp2-settings: {settings.decode()}\r\n\r\n"
+                )
+                await client.stream.send_all(head.encode())
+                raw = b""
+                while b"\r\n\r\n" not in raw:
+                    raw += await client.stream.receive_some(65536)
+                assert raw.startswith(b"HTTP/1.1 101 ")
+                await client.flush()  # our preface and SETTINGS
+                events = client.connection.receive_data(raw.partition(b"\r\n\r\n")[2])
+                client.events.extend(events)
+                # The upgraded request is stream 1, answered over h2 (no worker: 503).
+                await client.receive_until([h2.events.StreamEnded], 1)
+                [response] = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+                assert dict(response.headers or ())[b":status"] == b"503"
+                # The connection is h2 from here: a second stream is served on it.
+                extra = client.request("GET", "/v1/models")
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], extra)
+
+
+async def test_upload_after_an_early_answer_is_stopped_not_fatal(tmp_path: Path) -> None:
+    # A 413 goes out while the client is still sending its body (RFC 9113 §8.1 allows it):
+    # the rest of the upload is stopped with RST_STREAM(NO_ERROR); the connection lives on.
+    async with live_server(tmp_path, with_engine=False, max_body_bytes=4096) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                upload = client.request("POST", "/v1/completions", end=False)
+                client.connection.send_data(upload, b"x" * 5000)
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], upload)
+                [answer] = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+                assert dict(answer.headers or ())[b":status"] == b"413"
+                client.connection.send_data(upload, b"y" * 1000)
+                await client.flush()
+                await client.receive_until([h2.events.StreamReset], upload)
+                [reset] = [e for e in client.events if isinstance(e, h2.events.StreamReset)]
+                assert reset.error_code == h2.errors.ErrorCodes.NO_ERROR
+                after = client.request("GET", "/v1/models")
+                await client.flush()
+                await client.receive_until([h2.events.StreamEnded], after)
+                assert goaways(client.events) == []
