@@ -3,6 +3,8 @@
     smg-trio serve --model-path DIR --worker RUNTIME+WIRE://HOST:PORT [--worker ...] [--host H]
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
+        [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P]
+        [--otlp-endpoint URL]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -24,6 +26,7 @@ from smg_trio.config import DEFAULT_HOST, DEFAULT_PORT, GatewayConfig, config_fr
 from smg_trio.engines.cli import add_engine_commands
 from smg_trio.errors import ConfigError
 from smg_trio.model import demo_model_path
+from smg_trio.observability.request_log import LOG_FORMATS
 from smg_trio.request_ids import RequestIdLogFilter
 
 # Flag destinations that map one-to-one onto GatewayConfig fields.
@@ -34,6 +37,9 @@ _CONFIG_FLAGS = (
     "api_key",
     "max_body_bytes",
     "request_timeout_s",
+    "metrics_port",
+    "log_requests",
+    "otlp_endpoint",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -71,10 +77,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     import trio  # the server stack is imported only for the commands that run it
 
+    from smg_trio.observability.request_log import logging_to_stderr
     from smg_trio.serve import serve_until_signal
 
-    _configure_logging(args.log_level)
-    trio.run(serve_until_signal, config)
+    with logging_to_stderr(args.log_level, args.log_format):
+        trio.run(serve_until_signal, config)
     return 0
 
 
@@ -142,7 +149,32 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     serve.add_argument(
         "--max-body-bytes", type=int, metavar="N", help="largest request body accepted"
     )
-    serve.add_argument("--log-level", default="INFO")
+    # Observability (docs/observability.md).
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines, or one JSON object per line",
+    )
+    serve.add_argument(
+        "--log-requests",
+        action="store_const",
+        const=True,
+        default=None,
+        help="add each request's body and completion text to its log line (off: never logged)",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="P",
+        help="also serve GET /metrics on this port (it is always on the main port)",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export OpenTelemetry traces over OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces",
+    )
     serve.set_defaults(command=_run_serve)
 
 

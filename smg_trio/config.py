@@ -45,6 +45,11 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     certfile: Path | None = None
     keyfile: Path | None = None
+    # Observability (docs/observability.md): a second, metrics-only listener; prompt and
+    # completion text in the request log lines; OTLP/HTTP traces endpoint.
+    metrics_port: int | None = None
+    log_requests: bool = False
+    otlp_endpoint: str | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -111,6 +116,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"max_body_bytes must be at least 1024, got {config.max_body_bytes}")
     if any(not name for name in config.served_model_names):
         raise ConfigError("a served model name must not be empty")
+    if config.metrics_port is not None and not 0 <= config.metrics_port < 65536:
+        raise ConfigError(f"metrics_port must be in 0..65535, got {config.metrics_port}")
     if not config.request_timeout_s > 0:
         raise ConfigError(f"request_timeout_s must be positive, got {config.request_timeout_s}")
     return config

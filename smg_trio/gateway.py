@@ -14,6 +14,9 @@ Either way the sink's state decides what the error becomes (an HTTP status or a 
 - The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
   response id and the engine request id's stem, and it is set as the current request id for
   the log lines of the request (`request_ids`).
+- Every request handled here gets a `RequestRecord` (docs/observability.md §2): opened on
+  arrival, filled by the request's nursery once per engine batch, and handed to the metrics and
+  the request log when the request ends, however it ends.
 """
 
 from __future__ import annotations
@@ -31,8 +34,16 @@ from smg_trio.core.finalize import finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
-from smg_trio.errors import ClientError, RequestTimeout
+from smg_trio.errors import ClientError, GatewayError, RequestTimeout
 from smg_trio.model import ModelDir
+from smg_trio.observability.metrics import GatewayMetrics
+from smg_trio.observability.request_log import log_request
+from smg_trio.observability.request_record import (
+    CLIENT_GONE,
+    DEADLINE,
+    DRAIN,
+    RequestRecord,
+)
 from smg_trio.request import ClientSink, run_request
 from smg_trio.request_ids import current_request_id, new_request_id
 from smg_trio.routing.workers import Worker, WorkerPool
@@ -52,6 +63,8 @@ TOKENIZE_PATH: Final = "/v1/tokenize"
 DETOKENIZE_PATH: Final = "/v1/detokenize"
 # Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
 HANDLED_PATHS: Final = (*GENERATE_PATHS, TOKENIZE_PATH, DETOKENIZE_PATH)
+# The endpoint label of any other path (a WebSocket request may name anything).
+OTHER_ENDPOINT: Final = "other"
 # Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
 # cannot stall every other stream on the event loop; short ones are cheaper inline.
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
@@ -83,6 +96,8 @@ class Gateway:
         *,
         request_timeout_s: float,
         served_model_names: tuple[str, ...] = (),
+        metrics: GatewayMetrics | None = None,
+        log_requests: bool = False,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = model.prompt_model()
@@ -90,6 +105,10 @@ class Gateway:
         self.request_timeout_s = request_timeout_s
         self.served_model_names = served_model_names or (model.served_name,)
         self._created = int(time.time())
+        self.metrics = metrics or GatewayMetrics(pool)
+        # Set by `serve` once shutdown began: a request cancelled from then on was drained.
+        self.draining = False
+        self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
 
     @property
     def ready(self) -> bool:
@@ -121,24 +140,54 @@ class Gateway:
         return self.pool.pick()
 
     async def handle(
-        self, path: str, body: bytes, sink: ClientSink, *, request_id: str | None = None
+        self,
+        path: str,
+        body: bytes,
+        sink: ClientSink,
+        *,
+        request_id: str | None = None,
+        transport: str = "http1",
+        client: str = "-",
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
         A request that fails before it reaches a backend (a bad body, no ready worker) raises
         GatewayError, nothing having been sent; every later failure, the deadline included,
-        ends the response through `sink.fail`.
+        ends the response through `sink.fail`. `transport` (http1, h2, ws) and `client` (the
+        peer's address) label its metrics and its log line.
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
+        endpoint = path if path in HANDLED_PATHS else OTHER_ENDPOINT
+        record = RequestRecord(
+            request_id, endpoint, transport, client, keeps_text=self.log_requests
+        )
+        self.metrics.request_started(record)
         logger.debug("%s: started", path)
         try:
-            await self._handle(path, body, sink, request_id)
+            await self._handle(path, body, sink, record)
+        except GatewayError as error:
+            record.failed(error)
+            raise
+        except trio.Cancelled:
+            # After the whole answer was handed to the transport, a cancel (the client closing
+            # as the last bytes went) ends nothing: the request was served.
+            if record.abort_cause is None and not record.answered:
+                record.aborted(DRAIN if self.draining else CLIENT_GONE)
+            raise
+        except Exception:
+            record.failed(GatewayError("internal error"))
+            raise
         finally:
             logger.debug("%s: finished", path)
+            ended = time.perf_counter()
+            self.metrics.request_finished(record, ended)
+            log_request(record, ended, with_text=self._logged_text(body, record))
             current_request_id.reset(token)
 
-    async def _handle(self, path: str, body: bytes, sink: ClientSink, request_id: str) -> None:
+    async def _handle(
+        self, path: str, body: bytes, sink: ClientSink, record: RequestRecord
+    ) -> None:
         if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
             await sink.send_body(
                 await self._off_loop_if_large(partial(self._tokenize_now, path, body), body)
@@ -148,9 +197,10 @@ class Gateway:
         try:
             with trio.fail_at(deadline):
                 plan = await self._off_loop_if_large(
-                    partial(self._prepare_now, path, body, request_id), body
+                    partial(self._prepare_now, path, body, record.request_id), body
                 )
                 worker = self.pick_worker()
+                record.worker, record.runtime = worker.name, worker.target.runtime.value
                 finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
                 await run_request(
                     plan,
@@ -159,14 +209,23 @@ class Gateway:
                     self.prompt_model.tokenizer,
                     sink,
                     created=int(time.time()),
+                    record=record,
                 )
         except trio.TooSlowError:
             error = RequestTimeout(
                 f"the request did not finish within {self.request_timeout_s:g} s"
             )
+            record.failed(error)
+            record.aborted(DEADLINE)
             # Past the deadline: telling the client gets a short, shielded grace of its own.
             with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                 await sink.fail(error)
+
+    def _logged_text(self, body: bytes, record: RequestRecord) -> dict[str, object] | None:
+        if not self.log_requests:
+            return None
+        texts = list(record.texts) if record.texts is not None else []
+        return {"request_body": body.decode("utf-8", "replace"), "completion_texts": texts}
 
     @staticmethod
     async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:

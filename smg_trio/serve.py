@@ -15,6 +15,10 @@ server on one port, all in the caller's `trio.run`.
   request); the backends close last, their own aborts bounded by the backend's grace period.
   Without a trigger, `serve` runs until cancelled.
 - Every configuration problem is a ConfigError raised before any task or socket is started.
+- `/metrics` is served on the main port; with `metrics_port` also on a listener of its own
+  (`MetricsApp`, cleartext, same host), which stops when the main server has stopped. Once
+  shutdown is triggered the gateway is marked draining, so requests cancelled from then on
+  count as drained (docs/observability.md §1).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ConfigError
-from smg_trio.frontends.asgi import GatewayApp
+from smg_trio.frontends.asgi import GatewayApp, MetricsApp
 from smg_trio.gateway import Gateway
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
@@ -65,6 +69,7 @@ class Serving:
     port: int
     worker_addresses: tuple[str, ...]  # per worker spec, bound (ZMQ: tcp://HOST:PORT to dial)
     gateway: Gateway
+    metrics_port: int | None = None  # the metrics-only listener's port, when configured
 
 
 async def serve(
@@ -80,6 +85,10 @@ async def serve(
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
     http_config = hypercorn_config(config)
     check_listener(config, http_config)
+    metrics_config = None
+    if config.metrics_port is not None:
+        metrics_config = hypercorn_config(config, port=config.metrics_port, tls=False)
+        check_listener(config, metrics_config, port=config.metrics_port)
     async with AsyncExitStack() as stack:
         workers: list[Worker] = []
         addresses: list[str] = []
@@ -94,21 +103,52 @@ async def serve(
             pool,
             request_timeout_s=config.request_timeout_s,
             served_model_names=names or (model.served_name,),
+            log_requests=config.log_requests,
         )
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
         async with trio.open_nursery() as nursery:
+            metrics_port = None
+            if metrics_config is not None:
+                metrics_app = cast(Framework, MetricsApp(gateway.metrics))
+                metrics_urls: list[str] = await nursery.start(
+                    partial(hypercorn.trio.serve, metrics_app, metrics_config)
+                )
+                metrics_port = int(metrics_urls[0].rsplit(":", 1)[1])
             urls: list[str] = await nursery.start(
                 partial(
-                    hypercorn.trio.serve,
+                    _serve_then_stop_all,
                     cast(
                         Framework, app
                     ),  # our ASGI types are plain dicts; hypercorn's are TypedDicts
                     http_config,
-                    shutdown_trigger=shutdown_trigger,
+                    None
+                    if shutdown_trigger is None
+                    else partial(_drain, shutdown_trigger, gateway),
+                    nursery.cancel_scope,
                 )
             )
             port = int(urls[0].rsplit(":", 1)[1])
-            task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
+            task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port))
+
+
+async def _serve_then_stop_all(
+    app: Framework,
+    http_config: hypercorn.config.Config,
+    shutdown_trigger: ShutdownTrigger | None,
+    everything: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The main server; once it stopped, the metrics listener beside it stops too."""
+    await hypercorn.trio.serve(
+        app, http_config, shutdown_trigger=shutdown_trigger, task_status=task_status
+    )
+    everything.cancel()
+
+
+async def _drain(shutdown_trigger: ShutdownTrigger, gateway: Gateway) -> None:
+    await shutdown_trigger()
+    gateway.draining = True
 
 
 async def serve_until_signal(config: GatewayConfig) -> None:
@@ -159,11 +199,14 @@ async def open_backend(spec: WorkerSpec, model: ModelDir) -> AsyncIterator[tuple
             assert_never(spec.wire)
 
 
-def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
+def hypercorn_config(
+    config: GatewayConfig, *, port: int | None = None, tls: bool = True
+) -> hypercorn.config.Config:
+    """The main listener's settings, or with `port` (and `tls=False`) the metrics listener's."""
     http = hypercorn.config.Config()
     host = f"[{config.host}]" if ":" in config.host else config.host
-    http.bind = [f"{host}:{config.port}"]
-    if config.certfile is not None and config.keyfile is not None:
+    http.bind = [f"{host}:{config.port if port is None else port}"]
+    if tls and config.certfile is not None and config.keyfile is not None:
         http.certfile = str(config.certfile)
         http.keyfile = str(config.keyfile)
     http.alpn_protocols = ["h2", "http/1.1"]
@@ -176,14 +219,16 @@ def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
     return http
 
 
-def check_listener(config: GatewayConfig, http: hypercorn.config.Config) -> None:
+def check_listener(
+    config: GatewayConfig, http: hypercorn.config.Config, *, port: int | None = None
+) -> None:
     """Bind (and release) the listening address and load the TLS files, so a busy port or a
     bad certificate is a ConfigError before any backend or engine is started."""
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hypercorn binds
         try:
-            probe.bind((config.host, config.port))
+            probe.bind((config.host, config.port if port is None else port))
         except OSError as exc:
             raise ConfigError(f"cannot listen on {http.bind[0]}: {exc.strerror or exc}") from exc
     try:

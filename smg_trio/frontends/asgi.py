@@ -4,13 +4,18 @@
     POST /v1/tokenize, /v1/detokenize                      → Gateway.handle (JSON)
     GET  /v1/models                                        → the served model names
     GET  /health                                           → 200 while a worker is ready, else 503
+    GET  /metrics                                          → Prometheus text (observability.metrics)
     GET  /v1/ws (WebSocket)                                → frontends.websocket
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
   object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
   413 body too large, 400 bad JSON or parameters) and never a traceback. A bug becomes a logged
   500; `trio.Cancelled` always propagates.
-- With an API key configured, every route but `/health` needs `Authorization: Bearer KEY`.
+- With an API key configured, every route but `/health` and `/metrics` needs
+  `Authorization: Bearer KEY` (vLLM leaves both open too: probes and scrapers carry no key).
+- A request refused here (auth, route, method, body size, a bad `x-request-id`) is counted in
+  the metrics; every other generation request is counted by `Gateway.handle`
+  (docs/observability.md §1).
 - A body is read only up to the limit: a declared `content-length` over it is refused before a
   byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
   into memory past the limit.
@@ -36,11 +41,14 @@ from smg_trio.frontends.responses import (
     Receive,
     Scope,
     Send,
+    client_address,
+    http_transport,
     send_error_discarding_body,
     send_json,
 )
 from smg_trio.frontends.sse import SseResponse, respond
-from smg_trio.gateway import HANDLED_PATHS, Gateway
+from smg_trio.gateway import HANDLED_PATHS, OTHER_ENDPOINT, Gateway
+from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
@@ -52,11 +60,13 @@ logger = logging.getLogger(__name__)
 
 WEBSOCKET_PATH: Final = "/v1/ws"
 HEALTH_PATH: Final = "/health"
+METRICS_PATH: Final = "/metrics"
 MODELS_PATH: Final = "/v1/models"
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
     **dict.fromkeys(HANDLED_PATHS, ("POST",)),
     MODELS_PATH: ("GET", "HEAD"),
     HEALTH_PATH: ("GET", "HEAD"),
+    METRICS_PATH: ("GET", "HEAD"),
     WEBSOCKET_PATH: ("GET",),
 }
 HEALTHY_BODY: Final = b'{"status":"ok"}'
@@ -108,6 +118,7 @@ class GatewayApp:
         except ClientError as error:
             request_id = new_request_id()
             tracked = _ResponseStarted(send, request_id)
+            self._count_rejected(scope, error)
             await send_error_discarding_body(receive, tracked, error)
             return
         tracked = _ResponseStarted(send, request_id)
@@ -125,6 +136,8 @@ class GatewayApp:
         except ClientGone:
             return
         except GatewayError as error:
+            # Raised before `Gateway.handle` (which answers its own errors through the sink).
+            self._count_rejected(scope, error)
             if not tracked.started:
                 await send_error_discarding_body(receive, tracked, error, _error_headers(error))
         except Exception:
@@ -138,7 +151,7 @@ class GatewayApp:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = _header_map(scope)
-        if path != HEALTH_PATH:
+        if path not in (HEALTH_PATH, METRICS_PATH):
             self._authorize(headers)
         allowed = ROUTE_METHODS.get(path)
         if allowed is None:
@@ -147,6 +160,8 @@ class GatewayApp:
             raise _MethodNotAllowed(method, path, allowed)
         if path == HEALTH_PATH:
             await self._health(send)
+        elif path == METRICS_PATH:
+            await send_metrics(send, self.gateway.metrics)
         elif path == MODELS_PATH:
             await send_json(send, 200, self.gateway.models_body())
         elif path == WEBSOCKET_PATH:
@@ -158,13 +173,27 @@ class GatewayApp:
         else:
             body = await self._read_body(receive, headers)
             await respond(
-                lambda response: self._generate(path, body, response, request_id), receive, send
+                lambda response: self._generate(scope, body, response, request_id), receive, send
             )
 
     async def _generate(
-        self, path: str, body: bytes, response: SseResponse, request_id: str
+        self, scope: Scope, body: bytes, response: SseResponse, request_id: str
     ) -> None:
-        await self.gateway.handle(path, body, response, request_id=request_id)
+        await self.gateway.handle(
+            scope["path"],
+            body,
+            response,
+            request_id=request_id,
+            transport=http_transport(scope),
+            client=client_address(scope),
+        )
+
+    def _count_rejected(self, scope: Scope, error: GatewayError) -> None:
+        path = scope["path"]
+        endpoint = path if path in ROUTE_METHODS else OTHER_ENDPOINT
+        self.gateway.metrics.request_rejected(
+            endpoint, http_transport(scope), error.status, error.code
+        )
 
     async def _health(self, send: Send) -> None:
         if self.gateway.ready:
@@ -216,6 +245,32 @@ class GatewayApp:
             await send({"type": "websocket.close", "code": WEBSOCKET_INTERNAL_ERROR})
             return
         await handler(self.gateway, scope, receive, send)
+
+
+async def send_metrics(send: Send, metrics: GatewayMetrics) -> None:
+    """The Prometheus text exposition; rendered inline (a few ms), so a scrape never waits
+    behind the streams (docs/observability.md §1)."""
+    await send_json(send, 200, metrics.exposition(), content_type=EXPOSITION_CONTENT_TYPE)
+
+
+class MetricsApp:
+    """The ASGI application of `--metrics-port`: `GET /metrics` and nothing else."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+        elif scope["path"] == METRICS_PATH and scope["method"] in ("GET", "HEAD"):
+            await send_metrics(send, self._metrics)
+        else:
+            error = ClientError(
+                f"this port serves only GET {METRICS_PATH}", status=404, code="not_found"
+            )
+            await send_error_discarding_body(receive, send, error)
 
 
 class _MethodNotAllowed(ClientError):

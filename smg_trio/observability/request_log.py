@@ -1,0 +1,131 @@
+"""I/O. Logging: one line per finished request, text or JSON, written off the event loop.
+
+- `log_request` builds the request's line from its `RequestRecord` once it ended (fields in
+  docs/observability.md §2) and hands it to the `smg_trio.requests` logger at INFO. Prompt and
+  completion text are never in it: `--log-requests` adds them (`with_text`).
+- `logging_to_stderr` installs the process's handler for `smg-trio serve`: every record (the
+  request lines, startup, shutdown and worker events alike) goes through a bounded queue to a
+  listener thread that formats and writes it, so a slow stderr never blocks the trio loop. A full
+  queue drops the record and counts it (`dropped`) rather than waiting.
+- `--log-format json` uses python-json-logger: one JSON object per line, the record's `extra`
+  fields at the top level; `text` is one readable line with the same fields as key=value.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import queue
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+from pythonjsonlogger.json import JsonFormatter
+
+from smg_trio.observability.request_record import RequestRecord
+from smg_trio.request_ids import RequestIdLogFilter
+
+REQUEST_LOGGER: Final = "smg_trio.requests"
+LOG_FORMATS: Final = ("text", "json")
+LOG_QUEUE_SIZE: Final = 10_000  # records waiting for the writer thread; more are dropped
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+_JSON_FIELDS: Final = "{asctime}{levelname}{name}{request_id}{message}"
+_JSON_NAMES: Final = {"asctime": "time", "levelname": "level", "name": "logger"}
+
+request_logger: Final = logging.getLogger(REQUEST_LOGGER)
+
+
+def request_fields(record: RequestRecord, ended: float) -> dict[str, Any]:
+    """What one request's line says (docs/observability.md §2); times in seconds."""
+    return {
+        "request_id": record.request_id,
+        "endpoint": record.endpoint,
+        "transport": record.transport,
+        "client": record.client,
+        "worker": record.worker,
+        "status": record.status,
+        "error_code": record.error_code,
+        "abort_cause": record.abort_cause,
+        "finish_reasons": list(record.finish_reasons),
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "queue_s": _rounded(record.seconds(record.arrived, record.sent)),
+        "ttft_s": _rounded(record.seconds(record.arrived, record.first_token)),
+        "total_s": _rounded(ended - record.arrived),
+    }
+
+
+def log_request(
+    record: RequestRecord, ended: float, *, with_text: dict[str, object] | None
+) -> None:
+    """One line for a finished request; `with_text` (prompt/completion) only with --log-requests."""
+    if not request_logger.isEnabledFor(logging.INFO):
+        return
+    fields = request_fields(record, ended)
+    if with_text is not None:
+        fields.update(with_text)
+    summary = " ".join(f"{key}={value}" for key, value in fields.items() if key != "request_id")
+    request_logger.info("request finished: %s", summary, extra=fields)
+
+
+class JsonLineFormatter(JsonFormatter):
+    """One JSON object per record: time, level, logger, request_id, message and the extras.
+
+    The text summary of a request line is dropped from its `message` (its fields are there)."""
+
+    def __init__(self) -> None:
+        super().__init__(_JSON_FIELDS, style="{", rename_fields=_JSON_NAMES)
+
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        if log_data.get("logger") == REQUEST_LOGGER:
+            log_data["message"] = "request finished"
+        return log_data
+
+
+def formatter_for(log_format: str) -> logging.Formatter:
+    if log_format == "json":
+        return JsonLineFormatter()
+    if log_format == "text":
+        return logging.Formatter(TEXT_FORMAT)
+    raise ValueError(f"log format must be one of {LOG_FORMATS}, got {log_format!r}")
+
+
+class _DroppingQueueHandler(logging.handlers.QueueHandler):
+    def __init__(self, records: queue.Queue[logging.LogRecord]) -> None:
+        super().__init__(records)
+        self.dropped = 0
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+
+@contextmanager
+def logging_to_stderr(level: str, log_format: str) -> Iterator[None]:
+    """For the block: every log record formatted as `log_format` on stderr, via a writer thread."""
+    writer = logging.StreamHandler(sys.stderr)
+    writer.setFormatter(formatter_for(log_format))
+    records: queue.Queue[logging.LogRecord] = queue.Queue(LOG_QUEUE_SIZE)
+    handler = _DroppingQueueHandler(records)
+    # Every line names the request it was logged for (`-` outside any request): the filter runs
+    # in the logging task, where the request's context variable is set.
+    handler.addFilter(RequestIdLogFilter())
+    listener = logging.handlers.QueueListener(records, writer)
+    root = logging.getLogger()
+    previous = (root.level, list(root.handlers))
+    root.handlers = [handler]
+    root.setLevel(level.upper())
+    listener.start()
+    try:
+        yield
+    finally:
+        listener.stop()  # writes what is queued, then joins the thread
+        root.handlers = previous[1]
+        root.setLevel(previous[0])
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 6)
