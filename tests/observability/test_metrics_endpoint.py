@@ -127,11 +127,13 @@ async def test_metrics_count_requests_tokens_and_latencies_per_transport(
 
 
 async def test_a_scrape_during_64_streams_is_quick_and_sees_them_in_flight(
-    server: LiveServer,
+    tmp_path: Path,
 ) -> None:
-    """The scaled-down check of bench `python -m bench run --scrape` (bench/RESULTS.md): the
-    scrape is rendered inline, so it waits for no stream; the bound here is loose because the
-    64 clients share this process and its 2 loaded cores."""
+    """The scaled-down check of `python -m bench run` scraping under load (bench/RESULTS.md):
+    the scrape is rendered inline, so it waits for no stream (they would run for 80 s). The
+    engine steps every 20 ms and the scraper's connection is open beforehand; the bound is
+    loose because the 64 clients share this process (and its loop) with the gateway, on 2
+    loaded cores: the < 50 ms figure is measured by the bench, clients in another process."""
     streams = 64
     opened = 0
     all_open = trio.Event()
@@ -151,12 +153,14 @@ async def test_a_scrape_during_64_streams_is_quick_and_sees_them_in_flight(
     with trio.fail_after(TEST_S):
         limits = httpx.Limits(max_connections=streams + 4)
         async with (
+            live_server(tmp_path, step_ms=20.0) as server,
             httpx.AsyncClient(
                 base_url=server.base_url, headers=AUTH, limits=limits, timeout=10
             ) as http,
             httpx.AsyncClient(base_url=server.base_url) as scraper,
             trio.open_nursery() as nursery,
         ):
+            assert (await scraper.get("/metrics")).status_code == 200  # connected, warm
             for _ in range(streams):
                 nursery.start_soon(one_stream, http)
             await all_open.wait()
@@ -167,4 +171,4 @@ async def test_a_scrape_during_64_streams_is_quick_and_sees_them_in_flight(
     found = samples(scraped.text)
     assert total(found, "smg_trio_requests_in_flight", transport="http1") == streams
     assert total(found, "smg_trio_worker_open_streams") == streams
-    assert took < 0.5, took
+    assert took < 1.0, took
