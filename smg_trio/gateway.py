@@ -24,9 +24,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import trio
 
@@ -44,6 +44,7 @@ from smg_trio.observability.request_record import (
     DRAIN,
     RequestRecord,
 )
+from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink, run_request
 from smg_trio.request_ids import current_request_id, new_request_id
 from smg_trio.routing.workers import Worker, WorkerPool
@@ -54,6 +55,9 @@ from smg_trio.wire.openai_decode import (
 )
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
 from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
+
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
+    from smg_trio.observability.tracing import RequestTracer
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -98,6 +102,7 @@ class Gateway:
         served_model_names: tuple[str, ...] = (),
         metrics: GatewayMetrics | None = None,
         log_requests: bool = False,
+        tracer: RequestTracer | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = model.prompt_model()
@@ -109,6 +114,7 @@ class Gateway:
         # Set by `serve` once shutdown began: a request cancelled from then on was drained.
         self.draining = False
         self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
+        self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
 
     @property
     def ready(self) -> bool:
@@ -148,13 +154,15 @@ class Gateway:
         request_id: str | None = None,
         transport: str = "http1",
         client: str = "-",
+        trace_headers: Mapping[str, str] | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
         A request that fails before it reaches a backend (a bad body, no ready worker) raises
         GatewayError, nothing having been sent; every later failure, the deadline included,
         ends the response through `sink.fail`. `transport` (http1, h2, ws) and `client` (the
-        peer's address) label its metrics and its log line.
+        peer's address) label its metrics and its log line; `trace_headers` (the client's
+        `traceparent`, `tracestate`) parent its trace when tracing is on.
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -164,6 +172,10 @@ class Gateway:
         )
         self.metrics.request_started(record)
         logger.debug("%s: started", path)
+        tracer = self.tracer
+        if tracer is not None:
+            traced = tracer.start(trace_headers or {}, record)
+            trace_token = outgoing_trace_headers.set(traced.outgoing)
         try:
             await self._handle(path, body, sink, record)
         except GatewayError as error:
@@ -183,6 +195,9 @@ class Gateway:
             ended = time.perf_counter()
             self.metrics.request_finished(record, ended)
             log_request(record, ended, with_text=self._logged_text(body, record))
+            if tracer is not None:
+                tracer.finish(traced, record, ended)
+                outgoing_trace_headers.reset(trace_token)
             current_request_id.reset(token)
 
     async def _handle(
@@ -200,7 +215,7 @@ class Gateway:
                     partial(self._prepare_now, path, body, record.request_id), body
                 )
                 worker = self.pick_worker()
-                record.worker, record.runtime = worker.name, worker.target.runtime.value
+                record.worker_picked(worker.name, worker.target.runtime.value)
                 finalized = finalize(plan, worker.target, self.prompt_model.tokenizer)
                 await run_request(
                     plan,

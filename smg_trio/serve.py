@@ -28,10 +28,10 @@ import signal
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, assert_never, cast
+from typing import TYPE_CHECKING, Final, assert_never, cast
 
 import hypercorn.config
 import hypercorn.trio
@@ -49,6 +49,9 @@ from smg_trio.gateway import Gateway
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
 from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
+
+if TYPE_CHECKING:
+    from smg_trio.observability.tracing import RequestTracer
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
 """How long in-flight requests may go on after shutdown is triggered."""
@@ -85,11 +88,13 @@ async def serve(
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
     http_config = hypercorn_config(config)
     check_listener(config, http_config)
+    tracing = tracing_for(config)
     metrics_config = None
     if config.metrics_port is not None:
         metrics_config = hypercorn_config(config, port=config.metrics_port, tls=False)
         check_listener(config, metrics_config, port=config.metrics_port)
     async with AsyncExitStack() as stack:
+        tracer = None if tracing is None else stack.enter_context(tracing())
         workers: list[Worker] = []
         addresses: list[str] = []
         for spec in config.workers:
@@ -104,6 +109,7 @@ async def serve(
             request_timeout_s=config.request_timeout_s,
             served_model_names=names or (model.served_name,),
             log_requests=config.log_requests,
+            tracer=tracer,
         )
         app = GatewayApp(gateway, api_key=config.api_key, max_body_bytes=config.max_body_bytes)
         async with trio.open_nursery() as nursery:
@@ -167,6 +173,23 @@ def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
                 return
 
         yield first_signal
+
+
+def tracing_for(
+    config: GatewayConfig,
+) -> Callable[[], AbstractContextManager[RequestTracer]] | None:
+    """The OTLP tracing to run with `config` (None: off); a ConfigError when it is asked for
+    and the `tracing` extra is not installed (docs/observability.md §4)."""
+    endpoint = config.otlp_endpoint
+    if endpoint is None:
+        return None
+    try:
+        from smg_trio.observability.tracing import otlp_tracing
+    except ImportError as exc:
+        raise ConfigError(
+            f"--otlp-endpoint needs OpenTelemetry: pip install 'smg-trio[tracing]' ({exc})"
+        ) from exc
+    return partial(otlp_tracing, endpoint)
 
 
 def check_worker_available(spec: WorkerSpec) -> None:

@@ -186,6 +186,7 @@ class GatewayApp:
             request_id=request_id,
             transport=http_transport(scope),
             client=client_address(scope),
+            trace_headers=None if self.gateway.tracer is None else _trace_headers(scope),
         )
 
     def _count_rejected(self, scope: Scope, error: GatewayError) -> None:
@@ -289,6 +290,16 @@ def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
     if error.status == 401:
         return [(b"www-authenticate", b"Bearer")]
     return []
+
+
+def _trace_headers(scope: Scope) -> dict[str, str]:
+    """The client's W3C trace context headers (docs/observability.md §4)."""
+    headers = _header_map(scope)
+    return {
+        name.decode(): headers[name].decode("latin-1")
+        for name in (b"traceparent", b"tracestate")
+        if name in headers
+    }
 
 
 def _too_large(limit: int) -> ClientError:

@@ -48,6 +48,7 @@ class RequestRecord:
         "inter_token_gaps",
         "keeps_text",
         "last_token",
+        "picked",
         "prompt_tokens",
         "request_id",
         "runtime",
@@ -74,6 +75,7 @@ class RequestRecord:
         self.arrived = time.perf_counter()
         self.worker = NO_WORKER
         self.runtime = NO_WORKER
+        self.picked: float | None = None  # a worker was chosen (the plan is ready)
         self.sent: float | None = None  # the engine requests went out
         self.first_token: float | None = None
         self.last_token: float | None = None
@@ -89,6 +91,10 @@ class RequestRecord:
         self.answered = False  # the whole answer was built and is being handed to the transport
         self.keeps_text = keeps_text  # --log-requests: the completion texts are kept for the log
         self.texts: tuple[str, ...] | None = None
+
+    def worker_picked(self, worker: str, runtime: str) -> None:
+        self.worker, self.runtime = worker, runtime
+        self.picked = time.perf_counter()
 
     def engine_sent(self) -> None:
         self.sent = time.perf_counter()

@@ -111,6 +111,7 @@ async def live_server(
     engine_args: Sequence[str] = (),
     served_model_names: tuple[str, ...] = (),
     runtime: Runtime = Runtime.VLLM,
+    metrics_port: int | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed."""
     config = GatewayConfig(
@@ -123,6 +124,7 @@ async def live_server(
         certfile=None if tls is None else tls[0],
         keyfile=None if tls is None else tls[1],
         served_model_names=served_model_names,
+        metrics_port=metrics_port,
     )
     replay = tmp_path / "replay.txt"
     replay.write_text(replay_text, encoding="utf-8")

@@ -98,10 +98,14 @@ async def test_metrics_count_requests_tokens_and_latencies_per_transport(
             assert refused.status_code == 404
             # No API key needed (as vLLM): scrapers carry none.
             async with httpx.AsyncClient(base_url=server.base_url) as anonymous:
-                scraped = await anonymous.get("/metrics")
+                while True:  # a request is counted as its handler returns, after its last byte
+                    scraped = await anonymous.get("/metrics")
+                    found = samples(scraped.text)
+                    if total(found, "smg_trio_requests_in_flight") == 0:
+                        break
+                    await trio.sleep(0.01)
     assert scraped.status_code == 200
     assert scraped.headers["content-type"].startswith("text/plain")
-    found = samples(scraped.text)
     requests = "smg_trio_requests_total"
     assert total(found, requests, endpoint=COMPLETIONS, transport="http1", status="200") == 2
     assert total(found, requests, endpoint=COMPLETIONS, transport="h2", status="200") == 1
@@ -117,13 +121,26 @@ async def test_metrics_count_requests_tokens_and_latencies_per_transport(
     gaps = total(found, "smg_trio_inter_token_latency_seconds_count")
     assert 1 <= gaps <= sum(tokens) - 4
     assert total(found, "smg_trio_finished_choices_total", finish_reason="length") == 4
-    assert total(found, "smg_trio_requests_in_flight") == 0
     assert total(found, "smg_trio_websocket_connections") == 0
     worker = server.serving.gateway.pool.workers[0].name
     assert total(found, "smg_trio_worker_ready", worker=worker) == 1
     assert total(found, "smg_trio_engine_dead", worker=worker) == 0
     assert total(found, "smg_trio_ready") == 1
     assert done["request_id"]  # the WebSocket done frame names the gateway request
+
+
+async def test_the_metrics_port_serves_metrics_and_nothing_else(tmp_path: Path) -> None:
+    with trio.fail_after(TEST_S):
+        async with live_server(tmp_path, metrics_port=0, with_engine=False) as server:
+            assert server.serving.metrics_port not in (None, server.port)
+            base = f"http://127.0.0.1:{server.serving.metrics_port}"
+            async with httpx.AsyncClient(base_url=base) as http:
+                scraped = await http.get("/metrics")
+                other = await http.post("/v1/completions", json={})
+    assert scraped.status_code == 200
+    assert total(samples(scraped.text), "smg_trio_ready") == 0  # no engine came up
+    assert other.status_code == 404
+    assert other.json()["error"]["code"] == "not_found"
 
 
 async def test_a_scrape_during_64_streams_is_quick_and_sees_them_in_flight(
