@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from smg_trio.backends.base import EngineStatus
+from smg_trio.backends.base import EngineLoad, EngineStatus
 from smg_trio.backends.in_flight import InFlight, InFlightTable
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
@@ -56,6 +56,7 @@ class EngineSlot:
     said_ready: bool = False
     registration: Registration | None = None
     dead_reason: str | None = None
+    load: EngineLoad | None = None  # the last load it reported (metrics)
 
     @property
     def ready(self) -> bool:
@@ -177,6 +178,7 @@ class EngineRegistry:
                 in_flight=self.in_flight.count(engine),
                 version="" if engine.registration is None else engine.registration.version,
                 dead_reason=engine.dead_reason,
+                load=engine.load,
             )
             for engine in self.engines
         )
@@ -228,7 +230,10 @@ class EngineRegistry:
         """Apply one output message: resolve a utility reply, deliver steps to their streams."""
         in_flight = self.in_flight
         if 0 <= message.engine_index < len(self.engines):
-            in_flight.heard_from(self.engines[message.engine_index], now)
+            engine = self.engines[message.engine_index]
+            in_flight.heard_from(engine, now)
+            if message.load is not None:
+                engine.load = message.load
         if message.utility is not None:
             call = self.calls.get(message.utility.call_id)
             if call is not None:

@@ -69,6 +69,22 @@ class WorkerStateCollector(Collector):
         engine_in_flight = GaugeMetricFamily(
             "smg_trio_engine_in_flight", "Engine requests in flight on the engine", labels=by_engine
         )
+        # What the engine itself last reported, where its wire carries it (EngineStatus.load).
+        running = GaugeMetricFamily(
+            "smg_trio_engine_running_requests",
+            "Requests the engine reported running (its scheduler's count)",
+            labels=by_engine,
+        )
+        waiting = GaugeMetricFamily(
+            "smg_trio_engine_waiting_requests",
+            "Requests the engine reported waiting (its scheduler's queue)",
+            labels=by_engine,
+        )
+        kv_usage = GaugeMetricFamily(
+            "smg_trio_engine_kv_cache_usage_ratio",
+            "Share of KV cache blocks in use, as the engine reported it (0 to 1)",
+            labels=by_engine,
+        )
         for worker in workers:
             stats = worker.backend.statistics()
             labels = [worker.name, stats.runtime.value, stats.wire.value]
@@ -81,7 +97,11 @@ class WorkerStateCollector(Collector):
                 engine_ready.add_metric(engine_labels, 1.0 if engine.ready else 0.0)
                 engine_dead.add_metric(engine_labels, 0.0 if engine.dead_reason is None else 1.0)
                 engine_in_flight.add_metric(engine_labels, float(engine.in_flight))
+                if engine.load is not None:
+                    running.add_metric(engine_labels, float(engine.load.running))
+                    waiting.add_metric(engine_labels, float(engine.load.waiting))
+                    kv_usage.add_metric(engine_labels, engine.load.kv_cache_usage)
         yield from (worker_ready, in_flight, streams, protocol_errors)
-        yield from (engine_ready, engine_dead, engine_in_flight)
+        yield from (engine_ready, engine_dead, engine_in_flight, running, waiting, kv_usage)
         for source in self._extra_sources:
             yield from source.families(workers)

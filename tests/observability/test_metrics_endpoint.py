@@ -14,6 +14,7 @@ import trio
 import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
 
+from smg_trio.neutral.runtime import Runtime
 from tests.e2e.live_server import API_KEY, LiveServer, live_server
 
 TEST_S: Final = 20.0
@@ -127,6 +128,30 @@ async def test_metrics_count_requests_tokens_and_latencies_per_transport(
     assert total(found, "smg_trio_engine_dead", worker=worker) == 0
     assert total(found, "smg_trio_ready") == 1
     assert done["request_id"]  # the WebSocket done frame names the gateway request
+
+
+async def test_the_load_a_tokenspeed_engine_reports_is_exported(tmp_path: Path) -> None:
+    body = {"prompt": "hi", "max_tokens": 3, "ignore_eos": True}
+    with trio.fail_after(TEST_S):
+        async with (
+            live_server(tmp_path, runtime=Runtime.TOKENSPEED) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=AUTH) as http,
+        ):
+            assert (await http.post(COMPLETIONS, json=body)).status_code == 200
+            found = samples((await http.get("/metrics")).text)
+    worker = server.serving.gateway.pool.workers[0].name
+    usage = [
+        value
+        for (name, labels), value in found.items()
+        if name == "smg_trio_engine_kv_cache_usage_ratio" and ("worker", worker) in labels
+    ]
+    assert len(usage) == 1
+    assert 0.0 <= usage[0] <= 1.0
+    assert total(found, "smg_trio_engine_running_requests", worker=worker) >= 0
+    assert (
+        "smg_trio_engine_waiting_requests",
+        frozenset({("worker", worker), ("engine", "0")}),
+    ) in found
 
 
 async def test_the_metrics_port_serves_metrics_and_nothing_else(tmp_path: Path) -> None:
