@@ -8,7 +8,8 @@ run (and scraped every half second during it), differenced and printed beside th
   once the body was read and ends at the first engine token, so it can only be smaller than
   the client's, which adds the HTTP round trip, the first chunk's rendering and its write.
 - Scrape times while the load runs: what a Prometheus scrape costs under load (< 50 ms wanted,
-  docs/observability.md §1).
+  docs/observability.md §1), beside a `/health` request timed the same way (a fresh connection
+  each), the floor any request meets on that loop and machine at that moment.
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ SCRAPE_EVERY_S: Final = 0.5
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-async def scrape(host: str, port: int) -> Samples:
+async def _get(host: str, port: int, path: str) -> tuple[int, bytes]:
     connection = await Http1Connection.connect(host, port)
     try:
-        status, body = await connection.get("/metrics")
+        return await connection.get(path)
     finally:
         await connection.aclose()
+
+
+async def scrape(host: str, port: int) -> Samples:
+    status, body = await _get(host, port, "/metrics")
     if status != 200:
         raise SystemExit(f"bench: GET /metrics answered {status}: is this an smg-trio gateway?")
     return {
@@ -45,15 +50,19 @@ async def scrape(host: str, port: int) -> Samples:
 
 @dataclass
 class ScrapeTimes:
-    """How long each scrape took while the load ran (a fresh connection each time)."""
+    """How long each scrape, and each `/health` beside it, took while the load ran."""
 
     seconds: list[float] = field(default_factory=list)
+    health_seconds: list[float] = field(default_factory=list)
 
     async def keep_scraping(self, host: str, port: int) -> None:
         while True:
             started = time.perf_counter()
             await scrape(host, port)
             self.seconds.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await _get(host, port, "/health")
+            self.health_seconds.append(time.perf_counter() - started)
             await trio.sleep(SCRAPE_EVERY_S)
 
 
@@ -127,6 +136,12 @@ def side_by_side(summary: RunSummary, before: Samples, after: Samples, scrapes: 
             "",
             f"{len(scrapes.seconds)}, {ms(percentile(scrapes.seconds, 50))} / "
             f"{ms(max(scrapes.seconds, default=None))}",
+        ),
+        (
+            "GET /health beside each scrape: p50 / max ms",
+            "",
+            f"{ms(percentile(scrapes.health_seconds, 50))} / "
+            f"{ms(max(scrapes.health_seconds, default=None))}",
         ),
     ]
     lines = ["| figure | client (bench) | gateway (/metrics) |", "|---|---:|---:|"]

@@ -53,8 +53,10 @@ def request_id_from_header(value: bytes | str | None, *, param: str = "x-request
 
 
 class RequestIdLogFilter(logging.Filter):
-    """Adds `record.request_id`: the id of the request being served, or `-`."""
+    """Adds `record.request_id`: the id of the request being served, or `-` (a record that
+    names its request itself, as the request log's lines do, keeps its own)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = current_request_id.get()
+        if not hasattr(record, "request_id"):
+            record.request_id = current_request_id.get()
         return True

@@ -7,8 +7,10 @@
   request lines, startup, shutdown and worker events alike) goes through a bounded queue to a
   listener thread that formats and writes it, so a slow stderr never blocks the trio loop. A full
   queue drops the record and counts it (`dropped`) rather than waiting.
-- `--log-format json` uses python-json-logger: one JSON object per line, the record's `extra`
-  fields at the top level; `text` is one readable line with the same fields as key=value.
+- `--log-format json` uses python-json-logger (its msgspec encoder): one JSON object per line,
+  the record's `extra` fields at the top level; `text` is one readable line with the request's
+  fields as key=value. Either way the formatting happens on the writer thread: the request's
+  task only builds the fields and queues the record (docs/observability.md §2).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
-from pythonjsonlogger.json import JsonFormatter
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.msgspec import MsgspecFormatter
 
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.request_ids import RequestIdLogFilter
@@ -32,6 +35,9 @@ LOG_QUEUE_SIZE: Final = 10_000  # records waiting for the writer thread; more ar
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 _JSON_FIELDS: Final = "{asctime}{levelname}{name}{request_id}{message}"
 _JSON_NAMES: Final = {"asctime": "time", "levelname": "level", "name": "logger"}
+REQUEST_MESSAGE: Final = "request finished"
+# The record attribute naming a request line's fields, in order (for the text format).
+_FIELD_NAMES: Final = "request_field_names"
 
 request_logger: Final = logging.getLogger(REQUEST_LOGGER)
 
@@ -65,29 +71,42 @@ def log_request(
     fields = request_fields(record, ended)
     if with_text is not None:
         fields.update(with_text)
-    summary = " ".join(f"{key}={value}" for key, value in fields.items() if key != "request_id")
-    request_logger.info("request finished: %s", summary, extra=fields)
+    fields[_FIELD_NAMES] = tuple(fields)
+    request_logger.info(REQUEST_MESSAGE, extra=fields)
 
 
-class JsonLineFormatter(JsonFormatter):
-    """One JSON object per record: time, level, logger, request_id, message and the extras.
-
-    The text summary of a request line is dropped from its `message` (its fields are there)."""
+class JsonLineFormatter(MsgspecFormatter):
+    """One JSON object per record: time, level, logger, request_id, message and the extras."""
 
     def __init__(self) -> None:
-        super().__init__(_JSON_FIELDS, style="{", rename_fields=_JSON_NAMES)
+        super().__init__(
+            _JSON_FIELDS,
+            style="{",
+            rename_fields=_JSON_NAMES,
+            reserved_attrs=(*RESERVED_ATTRS, _FIELD_NAMES),
+        )
 
-    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
-        if log_data.get("logger") == REQUEST_LOGGER:
-            log_data["message"] = "request finished"
-        return log_data
+
+class TextLineFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, and a request line's fields as key=value after its message."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        names: tuple[str, ...] = getattr(record, _FIELD_NAMES, ())
+        if not names:
+            return line
+        pairs = " ".join(f"{name}={getattr(record, name)}" for name in names[1:])
+        return f"{line}: {pairs}"
 
 
 def formatter_for(log_format: str) -> logging.Formatter:
     if log_format == "json":
         return JsonLineFormatter()
     if log_format == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return TextLineFormatter()
     raise ValueError(f"log format must be one of {LOG_FORMATS}, got {log_format!r}")
 
 
@@ -95,6 +114,12 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
     def __init__(self, records: queue.Queue[logging.LogRecord]) -> None:
         super().__init__(records)
         self.dropped = 0
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        # The stdlib formats here, on the logging thread, to make the record picklable; the
+        # listener is in this process, so the record goes as it is and the writer thread does
+        # all the formatting.
+        return record
 
     def enqueue(self, record: logging.LogRecord) -> None:
         try:
