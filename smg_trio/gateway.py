@@ -178,17 +178,8 @@ class Gateway:
             trace_token = outgoing_trace_headers.set(traced.outgoing)
         try:
             await self._handle(path, body, sink, record)
-        except GatewayError as error:
-            record.failed(error)
-            raise
-        except trio.Cancelled:
-            # After the whole answer was handed to the transport, a cancel (the client closing
-            # as the last bytes went) ends nothing: the request was served.
-            if record.abort_cause is None and not record.answered:
-                record.aborted(DRAIN if self.draining else CLIENT_GONE)
-            raise
-        except Exception:
-            record.failed(GatewayError("internal error"))
+        except BaseException as exc:
+            self._record_exit(record, exc)
             raise
         finally:
             logger.debug("%s: finished", path)
@@ -236,6 +227,18 @@ class Gateway:
             with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                 await sink.fail(error)
 
+    def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:
+        """What an exception leaving `handle` says about the request, on its record."""
+        if isinstance(exc, GatewayError):
+            record.failed(exc)
+        elif _is_cancellation(exc):
+            # After the whole answer was handed to the transport, a cancel (the client closing
+            # as the last bytes went) ends nothing: the request was served.
+            if record.abort_cause is None and not record.answered:
+                record.aborted(DRAIN if self.draining else CLIENT_GONE)
+        else:
+            record.failed(GatewayError("internal error"))
+
     def _logged_text(self, body: bytes, record: RequestRecord) -> dict[str, object] | None:
         if not self.log_requests:
             return None
@@ -274,3 +277,11 @@ class Gateway:
         detokenize = decode_detokenize_request(body)
         self.check_model(detokenize.model)
         return detokenize_body(detokenize, self.prompt_model)
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """`trio.Cancelled`, alone or as the only kind in a group (a nursery's strict groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        _, others = exc.split(trio.Cancelled)
+        return others is None
+    return isinstance(exc, trio.Cancelled)

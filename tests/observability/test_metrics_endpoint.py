@@ -214,3 +214,43 @@ async def test_a_scrape_during_64_streams_is_quick_and_sees_them_in_flight(
     assert total(found, "smg_trio_requests_in_flight", transport="http1") == streams
     assert total(found, "smg_trio_worker_open_streams") == streams
     assert took < 1.0, took
+
+
+async def test_aborts_are_counted_by_cause(tmp_path: Path) -> None:
+    """A stop string the gateway matched (vLLM over ZMQ has no tokenizer: the router stops it),
+    a client that leaves mid-stream, and a request past its deadline."""
+    long = {"prompt": "hi", "max_tokens": 3000, "stream": True, "ignore_eos": True}
+    with trio.fail_after(TEST_S):
+        async with (
+            live_server(tmp_path, request_timeout_s=1.0) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=AUTH, timeout=10) as http,
+        ):
+            stopped = await http.post(
+                COMPLETIONS, json={"prompt": "hi", "max_tokens": 100, "stop": ["STOP"]}
+            )
+            assert stopped.json()["choices"][0]["finish_reason"] == "stop"
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as raw:
+                body = json.dumps(long).encode()
+                await raw.send_all(
+                    f"POST {COMPLETIONS} HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                    f"authorization: {AUTH['authorization']}\r\n"
+                    f"content-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                received = b""
+                while b"data: " not in received:
+                    received += await raw.receive_some(65536)
+            # The connection closed mid-stream.
+            timed_out = await http.post(COMPLETIONS, json={**long, "stream": False})
+            assert timed_out.status_code == 504
+            while True:  # each is counted as its handler returns
+                found = samples((await http.get("/metrics")).text)
+                if total(found, "smg_trio_requests_in_flight") == 0:
+                    break
+                await trio.sleep(0.01)
+    aborts = "smg_trio_request_aborts_total"
+    assert total(found, aborts, cause="router_stop") == 1
+    assert total(found, aborts, cause="client_gone") == 1
+    assert total(found, aborts, cause="deadline") == 1
+    assert total(found, "smg_trio_requests_total", status="499") == 1
+    assert total(found, "smg_trio_request_errors_total", code="request_timeout") == 1
