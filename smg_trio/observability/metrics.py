@@ -19,7 +19,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from smg_trio.observability.request_record import RequestRecord
+from smg_trio.observability.request_record import NO_WORKER, ROUTER_STOP, RequestRecord
 from smg_trio.observability.worker_collector import WorkerStateCollector, WorkerStateSource
 from smg_trio.routing.workers import WorkerPool
 
@@ -119,6 +119,7 @@ class GatewayMetrics:
         self.websocket_streams = Gauge(
             "smg_trio_websocket_streams", "Requests running on WebSocket connections", registry=r
         )
+        self._routes: dict[tuple[str, str, str], _RouteChildren] = {}
         if pool is not None:
             r.register(WorkerStateCollector(pool, extra_sources))
 
@@ -127,7 +128,16 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
     def request_started(self, record: RequestRecord) -> None:
-        self.in_flight.labels(record.endpoint, record.transport).inc()
+        self._route(record.endpoint, record.transport, record.worker).in_flight.inc()
+
+    def _route(self, endpoint: str, transport: str, worker: str) -> _RouteChildren:
+        # `labels()` validates and locks on every call; a request's children are looked up once
+        # per route instead (a handful of routes per gateway).
+        key = (endpoint, transport, worker)
+        children = self._routes.get(key)
+        if children is None:
+            children = self._routes[key] = _RouteChildren(self, endpoint, transport, worker)
+        return children
 
     def request_rejected(self, endpoint: str, transport: str, status: int, code: str) -> None:
         """An HTTP request refused before it reached the gateway (auth, route, body size)."""
@@ -136,26 +146,54 @@ class GatewayMetrics:
 
     def request_finished(self, record: RequestRecord, ended: float) -> None:
         """Observe everything of `record`, which ended at `ended` (perf_counter)."""
-        endpoint, transport, worker = record.endpoint, record.transport, record.worker
-        self.in_flight.labels(endpoint, transport).dec()
-        self.requests.labels(endpoint, transport, str(record.status)).inc()
+        endpoint, transport = record.endpoint, record.transport
+        # In flight was counted under the route the request started on (no worker yet).
+        self._route(endpoint, transport, NO_WORKER).in_flight.dec()
+        route = self._route(endpoint, transport, record.worker)
+        if record.status == 200:
+            route.served.inc()
+        else:
+            self.requests.labels(endpoint, transport, str(record.status)).inc()
         if record.error is not None:
             self.errors.labels(endpoint, transport, record.error.code).inc()
         if record.abort_cause is not None:
             self.aborts.labels(record.abort_cause).inc()
         for reason in record.finish_reasons:
-            self.finishes.labels(endpoint, reason).inc()
+            route.finished(reason).inc()
         if record.prompt_tokens:
-            self.prompt_tokens.labels(endpoint, worker).inc(record.prompt_tokens)
+            route.prompt_tokens.inc(record.prompt_tokens)
         if record.completion_tokens:
-            self.completion_tokens.labels(endpoint, worker).inc(record.completion_tokens)
+            route.completion_tokens.inc(record.completion_tokens)
         if record.sent is not None:
-            self.queue.labels(endpoint, worker).observe(record.sent - record.arrived)
+            route.queue.observe(record.sent - record.arrived)
         if record.first_token is not None:
-            self.ttft.labels(endpoint, worker).observe(record.first_token - record.arrived)
+            route.ttft.observe(record.first_token - record.arrived)
         if record.inter_token_gaps:
-            observe = self.inter_token.labels(worker).observe
+            observe = route.inter_token.observe
             for gap in record.inter_token_gaps:
                 observe(gap)
-        if record.error is None and record.abort_cause in (None, "router_stop"):
-            self.e2e.labels(endpoint, worker).observe(ended - record.arrived)
+        if record.error is None and record.abort_cause in (None, ROUTER_STOP):
+            route.e2e.observe(ended - record.arrived)
+
+
+class _RouteChildren:
+    """The labelled children one (endpoint, transport, worker) route updates per request."""
+
+    def __init__(self, metrics: GatewayMetrics, endpoint: str, transport: str, worker: str):
+        self._metrics = metrics
+        self._endpoint = endpoint
+        self.in_flight = metrics.in_flight.labels(endpoint, transport)
+        self.served = metrics.requests.labels(endpoint, transport, "200")
+        self.prompt_tokens = metrics.prompt_tokens.labels(endpoint, worker)
+        self.completion_tokens = metrics.completion_tokens.labels(endpoint, worker)
+        self.queue = metrics.queue.labels(endpoint, worker)
+        self.ttft = metrics.ttft.labels(endpoint, worker)
+        self.e2e = metrics.e2e.labels(endpoint, worker)
+        self.inter_token = metrics.inter_token.labels(worker)
+        self._finishes: dict[str, Counter] = {}
+
+    def finished(self, reason: str) -> Counter:
+        child = self._finishes.get(reason)
+        if child is None:
+            child = self._finishes[reason] = self._metrics.finishes.labels(self._endpoint, reason)
+        return child

@@ -16,7 +16,9 @@ import pytest
 import trio
 
 from smg_trio.observability.request_log import (
+    LOG_QUEUE_SIZE,
     REQUEST_LOGGER,
+    BufferedHandler,
     JsonLineFormatter,
     logging_to_stderr,
 )
@@ -109,3 +111,17 @@ def test_the_stderr_writer_formats_json_off_the_calling_thread(
 def test_an_unknown_log_format_is_refused() -> None:
     with pytest.raises(ValueError, match="log format"), logging_to_stderr("INFO", "xml"):
         pass
+
+
+def test_a_full_buffer_drops_and_counts_instead_of_waiting() -> None:
+    handler = BufferedHandler()
+    record = logging.LogRecord("smg_trio.test", logging.INFO, __file__, 1, "m", None, None)
+    for _ in range(LOG_QUEUE_SIZE + 3):
+        handler.emit(record)
+    assert handler.dropped == 3
+    written = io.StringIO()
+    writer = logging.StreamHandler(written)
+    handler.drain(writer)
+    assert written.getvalue().count("m\n") == LOG_QUEUE_SIZE
+    handler.drain(writer)  # nothing left
+    assert written.getvalue().count("m\n") == LOG_QUEUE_SIZE
