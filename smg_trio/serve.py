@@ -60,6 +60,7 @@ KEEP_ALIVE_S: Final = 20.0
 so a client never reuses a connection the server is closing."""
 LIFESPAN_TIMEOUT_S: Final = 5.0
 HTTP_LOGGER: Final = "smg_trio.http"
+logger = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
 
@@ -134,6 +135,12 @@ async def serve(
                 )
             )
             port = int(urls[0].rsplit(":", 1)[1])
+            logger.info(
+                "serving %s for %s",
+                " ".join(urls),
+                ", ".join(addresses),
+                extra={"urls": urls, "workers": addresses, "metrics_port": metrics_port},
+            )
             task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port))
 
 
@@ -155,6 +162,11 @@ async def _serve_then_stop_all(
 async def _drain(shutdown_trigger: ShutdownTrigger, gateway: Gateway) -> None:
     await shutdown_trigger()
     gateway.draining = True
+    logger.info("shutting down: %d requests still in flight", _in_flight(gateway))
+
+
+def _in_flight(gateway: Gateway) -> int:
+    return sum(worker.backend.statistics().open_streams for worker in gateway.pool.workers)
 
 
 async def serve_until_signal(config: GatewayConfig) -> None:
