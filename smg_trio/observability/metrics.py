@@ -13,7 +13,9 @@ finish reason and abort cause.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import math
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -169,11 +171,26 @@ class GatewayMetrics:
         if record.first_token is not None:
             route.ttft.observe(record.first_token - record.arrived)
         if record.inter_token_gaps:
-            observe = route.inter_token.observe
-            for gap in record.inter_token_gaps:
-                observe(gap)
+            observe_all(route.inter_token, record.inter_token_gaps)
         if record.error is None and record.abort_cause in (None, ROUTER_STOP):
             route.e2e.observe(ended - record.arrived)
+
+
+def observe_all(child: Histogram, values: Sequence[float]) -> None:
+    """Observe every one of `values` on a labelled histogram: the same buckets, count and sum as
+    one `observe` each, with one locked update per bucket touched instead of per value (a
+    request's inter-token samples are one per engine batch; tests/observability holds this to
+    `observe`). It reads prometheus-client's child internals (`_upper_bounds`, `_buckets`,
+    `_sum`), which its public API has no bulk form of."""
+    bounds = child._upper_bounds
+    counts = [0] * len(bounds)
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1  # the first bucket with value <= bound
+    child._sum.inc(math.fsum(values))
+    buckets = child._buckets
+    for index, count in enumerate(counts):
+        if count:
+            buckets[index].inc(count)
 
 
 class _RouteChildren:
