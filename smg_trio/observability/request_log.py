@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.msgspec import MsgspecFormatter
@@ -130,18 +130,23 @@ class BufferedHandler(logging.Handler):
         else:
             self._pending.append(record)
 
-    def drain(self, writer: logging.Handler) -> None:
+    def drain(self, formatter: logging.Formatter, stream: TextIO) -> None:
+        """Format everything buffered and write it with one write and one flush."""
         pending = self._pending
+        lines = []
         while pending:
-            writer.handle(pending.popleft())
+            lines.append(formatter.format(pending.popleft()))
+        if lines:
+            lines.append("")
+            stream.write("\n".join(lines))
+            stream.flush()
 
 
 @contextmanager
 def logging_to_stderr(level: str, log_format: str) -> Iterator[None]:
     """For the block: every log record formatted as `log_format` on stderr, by a writer thread
     that wakes every `FLUSH_EVERY_S` (see the module doc)."""
-    writer = logging.StreamHandler(sys.stderr)
-    writer.setFormatter(formatter_for(log_format))
+    formatter, stream = formatter_for(log_format), sys.stderr
     handler = BufferedHandler()
     # Every line names the request it was logged for (`-` outside any request): the filter runs
     # in the logging task, where the request's context variable is set.
@@ -150,14 +155,17 @@ def logging_to_stderr(level: str, log_format: str) -> Iterator[None]:
 
     def write_until_stopped() -> None:
         while not stop.wait(FLUSH_EVERY_S):
-            handler.drain(writer)
-        handler.drain(writer)
+            handler.drain(formatter, stream)
+        handler.drain(formatter, stream)
 
     thread = threading.Thread(target=write_until_stopped, name="smg-trio-log-writer", daemon=True)
     root = logging.getLogger()
-    previous = (root.level, list(root.handlers))
+    previous = (root.level, list(root.handlers), _record_extras())
     root.handlers = [handler]
     root.setLevel(level.upper())
+    # No line prints the caller, thread or process: skip finding them for every record (the
+    # logging docs' "Optimization" settings).
+    _set_record_extras((None, False, False, False))
     thread.start()
     try:
         yield
@@ -166,6 +174,20 @@ def logging_to_stderr(level: str, log_format: str) -> Iterator[None]:
         thread.join()  # it writes what is still buffered first
         root.handlers = previous[1]
         root.setLevel(previous[0])
+        _set_record_extras(previous[2])
+
+
+_RecordExtras = tuple[str | None, bool, bool, bool]
+
+
+def _record_extras() -> _RecordExtras:
+    return (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
+
+
+def _set_record_extras(extras: _RecordExtras) -> None:
+    (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing) = (
+        extras
+    )
 
 
 def _rounded(seconds: float | None) -> float | None:

@@ -120,8 +120,7 @@ def test_a_full_buffer_drops_and_counts_instead_of_waiting() -> None:
         handler.emit(record)
     assert handler.dropped == 3
     written = io.StringIO()
-    writer = logging.StreamHandler(written)
-    handler.drain(writer)
+    handler.drain(logging.Formatter(), written)
     assert written.getvalue().count("m\n") == LOG_QUEUE_SIZE
-    handler.drain(writer)  # nothing left
+    handler.drain(logging.Formatter(), written)  # nothing left
     assert written.getvalue().count("m\n") == LOG_QUEUE_SIZE
