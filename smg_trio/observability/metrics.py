@@ -18,7 +18,6 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -123,25 +122,12 @@ class GatewayMetrics:
             "smg_trio_websocket_streams", "Requests running on WebSocket connections", registry=r
         )
         self._routes: dict[tuple[str, str, str], _RouteChildren] = {}
-        self._workers = None if pool is None else WorkerStateCollector(pool, extra_sources)
-        if self._workers is not None:
-            r.register(self._workers)
+        if pool is not None:
+            r.register(WorkerStateCollector(pool, extra_sources))
 
     def exposition(self) -> bytes:
-        """The text exposition of every metric, rendered here (tests, tools)."""
-        if self._workers is not None:
-            self._workers.take_snapshot()
+        """The text exposition of every metric (what `/metrics` answers)."""
         return generate_latest(self.registry)
-
-    async def render(self) -> bytes:
-        """What `/metrics` answers: the workers read on this (trio) thread, the text rendered on
-        a worker thread. Rendering is pure Python, so it still shares the interpreter with the
-        loop, but in 5 ms turns (the GIL's switch interval) rather than holding the loop for
-        the whole exposition: a scrape never stalls every stream at once
-        (docs/observability.md §1)."""
-        if self._workers is not None:
-            self._workers.take_snapshot()
-        return await trio.to_thread.run_sync(generate_latest, self.registry)
 
     def request_started(self, record: RequestRecord) -> None:
         self._route(record.endpoint, record.transport, record.worker).in_flight.inc()

@@ -3,8 +3,6 @@
 The backends already count what is in flight, which engines are ready and which died
 (`Backend.statistics()`); this collector turns one snapshot per worker into gauges when
 `/metrics` is scraped, so nothing is updated on the request path (docs/observability.md §1).
-The snapshot is taken on the trio thread (`take_snapshot`), so the exposition itself can be
-rendered on a worker thread without reading the backends from there.
 
 `WorkerStateSource` is the hook for state that lives outside the backends: routing's circuit
 breakers and retries export through one (`families(workers)`), registered with the
@@ -34,17 +32,8 @@ class WorkerStateCollector(Collector):
     def __init__(self, pool: WorkerPool, extra_sources: Iterable[WorkerStateSource] = ()) -> None:
         self._pool = pool
         self._extra_sources = tuple(extra_sources)
-        self._snapshot: tuple[Metric, ...] = ()
-
-    def take_snapshot(self) -> None:
-        """Read every worker now, on the trio thread that owns the backends; the next
-        `collect` (possibly on the rendering thread) yields what was read here."""
-        self._snapshot = tuple(self._families())
 
     def collect(self) -> Iterator[Metric]:
-        return iter(self._snapshot)
-
-    def _families(self) -> Iterator[Metric]:
         workers = self._pool.workers
         ready = GaugeMetricFamily(
             "smg_trio_ready", "1 while at least one worker is ready (what /health reports)"
