@@ -4,6 +4,7 @@ own parser (docs/observability.md §1)."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -254,3 +255,25 @@ async def test_aborts_are_counted_by_cause(tmp_path: Path) -> None:
     assert total(found, aborts, cause="deadline") == 1
     assert total(found, "smg_trio_requests_total", status="499") == 1
     assert total(found, "smg_trio_request_errors_total", code="request_timeout") == 1
+
+
+async def test_an_engine_that_dies_shows_as_dead_and_its_worker_not_ready(tmp_path: Path) -> None:
+    with trio.fail_after(TEST_S):
+        async with live_server(tmp_path) as server:
+            worker = server.serving.gateway.pool.workers[0].name
+            async with httpx.AsyncClient(base_url=server.base_url) as http:
+                before = samples((await http.get("/metrics")).text)
+                await server.stop_engine(signal.SIGKILL)
+                while True:
+                    # The backend notices the lost connection when it next sends to the engine.
+                    body = {"prompt": "hi", "max_tokens": 2}
+                    await http.post(COMPLETIONS, json=body, headers=AUTH)
+                    found = samples((await http.get("/metrics")).text)
+                    if total(found, "smg_trio_engine_dead", worker=worker) == 1:
+                        break
+                    await trio.sleep(0.05)
+    assert total(before, "smg_trio_engine_dead", worker=worker) == 0
+    assert total(before, "smg_trio_worker_ready", worker=worker) == 1
+    assert total(found, "smg_trio_worker_ready", worker=worker) == 0
+    assert total(found, "smg_trio_engine_ready", worker=worker) == 0
+    assert total(found, "smg_trio_ready") == 0
