@@ -77,6 +77,8 @@ class BackendStatistics(msgspec.Struct, frozen=True, kw_only=True):
     engines: tuple[EngineStatus, ...]
     protocol_errors: int = 0
     """Engine messages we could not decode and dropped (each is logged)."""
+    engine_deaths: int = 0
+    """Times an engine was declared dead (sentinel, silence, lost connection) so far."""
 
 
 class EngineStream(Protocol):

@@ -136,6 +136,7 @@ class GrpcBackend:
             in_flight=in_flight,
             engines=(status,),
             protocol_errors=self._protocol_errors,
+            engine_deaths=self._in_flight.engine_deaths,
         )
 
     def handoff_statistics(self) -> HandoffStatistics:

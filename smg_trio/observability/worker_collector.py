@@ -57,6 +57,11 @@ class WorkerStateCollector(Collector):
             "Engine messages the worker's backend could not decode and dropped",
             labels=by_worker,
         )
+        deaths = CounterMetricFamily(
+            "smg_trio_worker_engine_deaths",
+            "Times an engine of the worker was declared dead (sentinel, silence, lost connection)",
+            labels=by_worker,
+        )
         by_engine = ["worker", "engine"]
         engine_ready = GaugeMetricFamily(
             "smg_trio_engine_ready", "1 while the engine (rank) takes requests", labels=by_engine
@@ -92,6 +97,7 @@ class WorkerStateCollector(Collector):
             in_flight.add_metric(labels, float(stats.in_flight))
             streams.add_metric(labels, float(stats.open_streams))
             protocol_errors.add_metric(labels, float(stats.protocol_errors))
+            deaths.add_metric(labels, float(stats.engine_deaths))
             for engine in stats.engines:
                 engine_labels = [worker.name, str(engine.index)]
                 engine_ready.add_metric(engine_labels, 1.0 if engine.ready else 0.0)
@@ -101,7 +107,7 @@ class WorkerStateCollector(Collector):
                     running.add_metric(engine_labels, float(engine.load.running))
                     waiting.add_metric(engine_labels, float(engine.load.waiting))
                     kv_usage.add_metric(engine_labels, engine.load.kv_cache_usage)
-        yield from (worker_ready, in_flight, streams, protocol_errors)
+        yield from (worker_ready, in_flight, streams, protocol_errors, deaths)
         yield from (engine_ready, engine_dead, engine_in_flight, running, waiting, kv_usage)
         for source in self._extra_sources:
             yield from source.families(workers)

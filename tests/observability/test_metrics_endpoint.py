@@ -277,3 +277,5 @@ async def test_an_engine_that_dies_shows_as_dead_and_its_worker_not_ready(tmp_pa
     assert total(found, "smg_trio_worker_ready", worker=worker) == 0
     assert total(found, "smg_trio_engine_ready", worker=worker) == 0
     assert total(found, "smg_trio_ready") == 0
+    deaths = "smg_trio_worker_engine_deaths_total"
+    assert (total(before, deaths, worker=worker), total(found, deaths, worker=worker)) == (0, 1)
