@@ -265,9 +265,11 @@ async def test_an_engine_that_dies_shows_as_dead_and_its_worker_not_ready(tmp_pa
                 before = samples((await http.get("/metrics")).text)
                 await server.stop_engine(signal.SIGKILL)
                 while True:
-                    # The backend notices the lost connection when it next sends to the engine.
+                    # The backend notices the lost connection when it next sends to the engine
+                    # (an ADD sent before it noticed waits for nothing: that client gives up).
                     body = {"prompt": "hi", "max_tokens": 2}
-                    await http.post(COMPLETIONS, json=body, headers=AUTH)
+                    with trio.move_on_after(0.5):
+                        await http.post(COMPLETIONS, json=body, headers=AUTH)
                     found = samples((await http.get("/metrics")).text)
                     if total(found, "smg_trio_engine_dead", worker=worker) == 1:
                         break
