@@ -9,7 +9,11 @@
     python -m bench run --url http://127.0.0.1:PORT --transport h2c|http1|ws
         [--concurrency 1,16 | --rate R] [--requests N] [--prompt-tokens 128|64-256]
         [--output-tokens 128] [--stop S ...] [--endpoint completions|chat] [--time-cap S]
-        [--connections N] [--pid PID] [--model-path DIR] [--json FILE]
+        [--connections N] [--pid PID] [--model-path DIR] [--json FILE] [--no-gateway-view]
+
+`run` also reads the gateway's /metrics before and after each load (scraping it every 0.5 s
+meanwhile) and prints the gateway's view beside its own (bench/gateway_view.py); pass
+--no-gateway-view for a server without /metrics.
 
     python -m bench http_limits [--quick] [--no-write]   (HTTP hardening checks, docs/http.md)
 
@@ -35,7 +39,8 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
-from bench import hostile_input
+from bench import hostile_input, load_servers
+from bench.gateway_view import Samples, ScrapeTimes, scrape, side_by_side
 from bench.load_output import (
     RESULTS_DIR,
     load_average,
@@ -186,7 +191,7 @@ def _write(report: RunReport, args: argparse.Namespace) -> None:
             replace_section(heading, text)
 
 
-async def _run(args: argparse.Namespace) -> list[RunSummary]:
+async def _run(args: argparse.Namespace) -> list[tuple[RunSummary, str | None]]:
     host, port = check_loopback(args.url)
     model = args.model or await fetch_model_name(host, port)
     target = Target("server", model, port, ProcessProbe(args.pid) if args.pid else None)
@@ -216,9 +221,17 @@ async def _run(args: argparse.Namespace) -> list[RunSummary]:
             stops=workload.stops,
             ignore_eos=workload.ignore_eos,
         )
-        async with open_http_transport(
-            args.transport, host, port, bodies, connections=args.connections
-        ) as transport:
+        view = not args.no_gateway_view
+        before: Samples = await scrape(host, port) if view else {}
+        scrapes = ScrapeTimes()
+        async with (
+            open_http_transport(
+                args.transport, host, port, bodies, connections=args.connections
+            ) as transport,
+            trio.open_nursery() as nursery,
+        ):
+            if view:
+                nursery.start_soon(scrapes.keep_scraping, host, port)
             summary, _ = await run_load(
                 transport,
                 specs,
@@ -228,7 +241,11 @@ async def _run(args: argparse.Namespace) -> list[RunSummary]:
                 probe=target.probe,
                 progress=Progress(),
             )
-        summaries.append(summary)
+            nursery.cancel_scope.cancel()
+        # The last request's record is observed as its handler returns, just after its last byte.
+        await trio.sleep(0.2)
+        gateway = side_by_side(summary, before, await scrape(host, port), scrapes) if view else None
+        summaries.append((summary, gateway))
     return summaries
 
 
@@ -241,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     scenarios = commands.add_parser("scenarios", help="the side-by-side scenarios (a), (b), (c)")
     scenarios.add_argument("--scenarios", help="comma list of a, b, c (default: see above)")
+    scenarios.add_argument(
+        "--gateway-logs",
+        choices=("quiet", "json"),
+        default="quiet",
+        help="smg-trio's logging: WARNING only, or a JSON line per request (its cost)",
+    )
     scenarios.add_argument(
         "--model-path", type=Path, default=demo_model_path(), help="model for (a), (c)"
     )
@@ -283,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", type=Path, help="also write the summaries here")
     add_routing_command(commands)
+    run.add_argument(
+        "--no-gateway-view", action="store_true", help="do not read the server's /metrics"
+    )
     return parser
 
 
@@ -300,10 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.command == "run":
-        summaries = trio.run(_run, args)
-        print(runs_table(summaries))
+        results = trio.run(_run, args)
+        print(runs_table([summary for summary, _ in results]))
+        for summary, gateway in results:
+            if gateway is not None:
+                print(f"\nThe gateway's view of {summary.load} (its /metrics, over the run):\n")
+                print(gateway)
         if args.json is not None:
-            rows = [dataclasses.asdict(summary) for summary in summaries]
+            rows = [dataclasses.asdict(summary) for summary, _ in results]
             args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
         return 0
     if args.command == "routing":
@@ -317,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                 replace_section(heading, text)
                 print(f"{path}: rewrote {heading!r}", file=sys.stderr)
         return 0
+    if args.gateway_logs == "json":
+        load_servers.gateway_log_flags = load_servers.JSON_GATEWAY_LOGS
     report = trio.run(_scenarios, args, command)
     _write(report, args)
     return 0

@@ -204,6 +204,13 @@ def reference_engine_command(
     return engine.argv()
 
 
+# The gateway's logging flags in every run; `scenarios --gateway-logs json` turns on its request
+# log (one JSON line per request, at INFO), to measure what it costs (bench/RESULTS.md).
+QUIET_GATEWAY_LOGS: Final = ("--log-level", "WARNING")
+JSON_GATEWAY_LOGS: Final = ("--log-level", "INFO", "--log-format", "json")
+gateway_log_flags: tuple[str, ...] = QUIET_GATEWAY_LOGS
+
+
 def smg_trio_command(port: int, worker: str, model_path: Path) -> list[str]:
     """`worker`: a `RUNTIME+WIRE://HOST:PORT` spec, e.g. `vllm+zmq://127.0.0.1:27937`."""
     return python_module(
@@ -217,8 +224,7 @@ def smg_trio_command(port: int, worker: str, model_path: Path) -> list[str]:
         str(model_path),
         "--worker",
         worker,
-        "--log-level",
-        "WARNING",
+        *gateway_log_flags,
     )
 
 

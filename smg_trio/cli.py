@@ -10,6 +10,8 @@
         [--memory-budget-mb MB]
         [--idle-timeout-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S]
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
+        [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P]
+        [--otlp-endpoint URL]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -31,6 +33,7 @@ from smg_trio.config import DEFAULT_HOST, DEFAULT_PORT, GatewayConfig, config_fr
 from smg_trio.engines.cli import add_engine_commands
 from smg_trio.errors import ConfigError
 from smg_trio.model import demo_model_path
+from smg_trio.observability.request_log import LOG_FORMATS
 from smg_trio.request_ids import RequestIdLogFilter
 from smg_trio.routing.policies import POLICY_NAMES
 
@@ -63,6 +66,9 @@ _CONFIG_FLAGS = (
     "max_connections",
     "max_websockets",
     "h2_max_streams",
+    "metrics_port",
+    "log_requests",
+    "otlp_endpoint",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -101,11 +107,12 @@ def _run_serve(args: argparse.Namespace) -> int:
     import trio  # the server stack is imported only for the commands that run it
 
     from smg_trio.heap import pin_mmap_threshold
+    from smg_trio.observability.request_log import logging_to_stderr
     from smg_trio.serve import serve_until_signal
 
-    _configure_logging(args.log_level)
     pin_mmap_threshold()  # large request buffers go back to the system when freed (heap.py)
-    trio.run(serve_until_signal, config)
+    with logging_to_stderr(args.log_level, args.log_format):
+        trio.run(serve_until_signal, config)
     return 0
 
 
@@ -194,7 +201,32 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "(default: a quarter of physical memory)",
     )
     add_http_limit_flags(serve)
-    serve.add_argument("--log-level", default="INFO")
+    # Observability (docs/observability.md).
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    serve.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text lines, or one JSON object per line",
+    )
+    serve.add_argument(
+        "--log-requests",
+        action="store_const",
+        const=True,
+        default=None,
+        help="add each request's body and completion text to its log line (off: never logged)",
+    )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="P",
+        help="also serve GET /metrics on this port (it is always on the main port)",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="export OpenTelemetry traces over OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces",
+    )
     serve.set_defaults(command=_run_serve)
 
 

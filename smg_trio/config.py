@@ -83,6 +83,11 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_connections: int = 0
     max_websockets: int = 0
     h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS we advertise (hypercorn's, smg's)
+    # Observability (docs/observability.md): a second, metrics-only listener; prompt and
+    # completion text in the request log lines; OTLP/HTTP traces endpoint.
+    metrics_port: int | None = None
+    log_requests: bool = False
+    otlp_endpoint: str | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -159,6 +164,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
         raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
     check_http_limits(config)
+    if config.metrics_port is not None and not 0 <= config.metrics_port < 65536:
+        raise ConfigError(f"metrics_port must be in 0..65535, got {config.metrics_port}")
     return config
 
 

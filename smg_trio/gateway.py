@@ -20,6 +20,9 @@ status or a final event).
 - The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
   response id and the engine request id's stem, and it is set as the current request id for
   the log lines of the request (`request_ids`).
+- Every request handled here gets a `RequestRecord` (docs/observability.md §2): opened on
+  arrival, filled by the request's nursery once per engine batch, and handed to the metrics and
+  the request log when the request ends, however it ends.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import msgspec
 import trio
@@ -43,6 +46,15 @@ from smg_trio.heap import release_free_heap
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
 from smg_trio.model import ModelDir
+from smg_trio.observability.metrics import GatewayMetrics
+from smg_trio.observability.request_log import log_request
+from smg_trio.observability.request_record import (
+    CLIENT_GONE,
+    DEADLINE,
+    DRAIN,
+    RequestRecord,
+)
+from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
 from smg_trio.retrying import run_with_retries
@@ -58,6 +70,9 @@ from smg_trio.wire.openai_decode import (
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
 from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
 
+if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
+    from smg_trio.observability.tracing import RequestTracer
+
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -66,6 +81,8 @@ TOKENIZE_PATH: Final = "/v1/tokenize"
 DETOKENIZE_PATH: Final = "/v1/detokenize"
 # Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
 HANDLED_PATHS: Final = (*GENERATE_PATHS, TOKENIZE_PATH, DETOKENIZE_PATH)
+# The endpoint label of any other path (a WebSocket request may name anything).
+OTHER_ENDPOINT: Final = "other"
 # Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
 # cannot stall every other stream on the event loop; short ones are cheaper inline.
 INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
@@ -106,6 +123,9 @@ class Gateway:
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
         memory_budget: MemoryBudget | None = None,
+        metrics: GatewayMetrics | None = None,
+        log_requests: bool = False,
+        tracer: RequestTracer | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -124,6 +144,9 @@ class Gateway:
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self._heap_release = trio.Lock()
         self._heap_release_wanted = False
+        self.metrics = metrics or GatewayMetrics(pool)
+        self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
+        self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
 
     @property
     def ready(self) -> bool:
@@ -163,6 +186,9 @@ class Gateway:
         request_id: str | None = None,
         session_key: str | None = None,
         reservation: Reservation | None = None,
+        transport: str = "http1",
+        client: str = "-",
+        trace_headers: Mapping[str, str] | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -174,22 +200,44 @@ class Gateway:
         ends the response through `sink.fail`. `reservation` holds the body's bytes from the
         memory budget (the front end took it while reading); without one, the body's bytes are
         reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
+        `transport` (http1, h2, ws) and `client` (the peer's address) label its metrics and its
+        log line; `trace_headers` (the client's `traceparent`, `tracestate`) parent its trace
+        when tracing is on.
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
+        endpoint = path if path in HANDLED_PATHS else OTHER_ENDPOINT
+        record = RequestRecord(
+            request_id, endpoint, transport, client, keeps_text=self.log_requests
+        )
+        self.metrics.request_started(record)
         logger.debug("%s: started", path)
+        tracer = self.tracer
+        if tracer is not None:
+            traced = tracer.start(trace_headers or {}, record)
+            trace_token = outgoing_trace_headers.set(traced.outgoing)
         try:
             with self.lifecycle.admit(sink) as live:
                 if reservation is None:
                     with self.memory_budget.reserve(len(body)) as own:
-                        await self._handle(path, body, sink, request_id, session_key, live, own)
+                        await self._handle(path, body, sink, record, session_key, live, own)
                 else:
-                    await self._handle(path, body, sink, request_id, session_key, live, reservation)
+                    await self._handle(path, body, sink, record, session_key, live, reservation)
             if live.drained:  # docs/resilience.md §4: past the drain timeout
+                record.aborted(DRAIN)
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                     await sink.fail(Draining("the gateway shut down before the request finished"))
+        except BaseException as exc:
+            self._record_exit(record, exc)
+            raise
         finally:
             logger.debug("%s: finished", path)
+            ended = time.perf_counter()
+            self.metrics.request_finished(record, ended)
+            log_request(record, ended, with_text=self._logged_text(body, record))
+            if tracer is not None:
+                tracer.finish(traced, record, ended)
+                outgoing_trace_headers.reset(trace_token)
             current_request_id.reset(token)
             if len(body) >= RELEASE_HEAP_AFTER_BYTES:
                 await self.release_heap()
@@ -215,7 +263,7 @@ class Gateway:
         path: str,
         body: bytes,
         sink: ClientSink,
-        request_id: str,
+        record: RequestRecord,
         session_key: str | None,
         live: LiveRequest,
         reservation: Reservation,
@@ -229,7 +277,7 @@ class Gateway:
         try:
             with trio.fail_at(deadline):
                 plan, user = await self._off_loop_if_large(
-                    partial(self._prepare_now, path, body, request_id), body
+                    partial(self._prepare_now, path, body, record.request_id), body
                 )
                 live.streaming = plan.stream
                 reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
@@ -248,14 +296,35 @@ class Gateway:
                         max_retries=self.max_retries,
                         deadline=deadline,
                         rng=self._rng,
+                        record=record,
                     )
         except trio.TooSlowError:
             error = RequestTimeout(
                 f"the request did not finish within {self.request_timeout_s:g} s"
             )
+            record.failed(error)
+            record.aborted(DEADLINE)
             # Past the deadline: telling the client gets a short, shielded grace of its own.
             with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                 await sink.fail(error)
+
+    def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:
+        """What an exception leaving `handle` says about the request, on its record."""
+        if isinstance(exc, GatewayError):
+            record.failed(exc)
+        elif _is_cancellation(exc):
+            # After the whole answer was handed to the transport, a cancel (the client closing
+            # as the last bytes went) ends nothing: the request was served.
+            if record.abort_cause is None and not record.answered:
+                record.aborted(DRAIN if self.lifecycle.draining else CLIENT_GONE)
+        else:
+            record.failed(GatewayError("internal error"))
+
+    def _logged_text(self, body: bytes, record: RequestRecord) -> dict[str, object] | None:
+        if not self.log_requests:
+            return None
+        texts = list(record.texts) if record.texts is not None else []
+        return {"request_body": body.decode("utf-8", "replace"), "completion_texts": texts}
 
     @staticmethod
     async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
@@ -302,3 +371,11 @@ class Gateway:
         detokenize = decode_detokenize_request(body)
         self.check_model(detokenize.model)
         return detokenize_body(detokenize, self.prompt_model)
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """`trio.Cancelled`, alone or as the only kind in a group (a nursery's strict groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        _, others = exc.split(trio.Cancelled)
+        return others is None
+    return isinstance(exc, trio.Cancelled)

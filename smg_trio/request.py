@@ -25,6 +25,8 @@
 - A stream ends with the assembler's `StreamEnd` (closing chunks, finish and usage as data); a
   non-streaming request has no writer and its body goes out once the nursery ended.
 - Deadlines are the caller's (`trio.fail_at` around `run_request`).
+- The request's `RequestRecord` is updated once per engine batch, never per token, and gets the
+  usage and finish reasons once the request ended (docs/observability.md §2).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
+from smg_trio.observability.request_record import CLIENT_GONE, ROUTER_STOP, RequestRecord
 
 
 class ClientSink(Protocol):
@@ -78,13 +81,14 @@ async def run_request(
     sink: ClientSink,
     *,
     created: int,
+    record: RequestRecord,
 ) -> None:
     """Serve one request to `sink`, its failures included (through `sink.fail`)."""
     assembler = ResponseAssembler(plan, tokenizer, created=created)
     failure: GatewayError | None = None
     client_gone = False
     try:
-        await _run_tasks(plan, finalized, backend, assembler, sink)
+        await _run_tasks(plan, finalized, backend, assembler, sink, record)
     except* ClientGone:
         client_gone = True
     except* GatewayError as group:
@@ -92,14 +96,26 @@ async def run_request(
         first = group.exceptions[0]
         assert isinstance(first, GatewayError)
         failure = first
+    finally:
+        record.assembled(
+            assembler.usage,
+            assembler.finish_reasons,
+            assembler.texts() if record.keeps_text else None,
+        )
     if client_gone:
+        record.aborted(CLIENT_GONE)
         return
     if failure is not None:
+        record.failed(failure)
         await sink.fail(failure)
     elif plan.stream:
-        await sink.end_stream(assembler.stream_end())
+        end = assembler.stream_end()
+        record.answered = True
+        await sink.end_stream(end)
     else:
-        await sink.send_body(assembler.response_body())
+        body = assembler.response_body()
+        record.answered = True
+        await sink.send_body(body)
 
 
 async def _run_tasks(
@@ -108,6 +124,7 @@ async def _run_tasks(
     backend: Backend,
     assembler: ResponseAssembler,
     sink: ClientSink,
+    record: RequestRecord,
 ) -> None:
     chunks: Mailbox[list[bytes]] | None = Mailbox() if plan.stream else None
     async with trio.open_nursery() as nursery:
@@ -119,12 +136,17 @@ async def _run_tasks(
         if sink.gone_before_engine():
             raise ClientGone
         async with backend.open_stream(finalized) as events:
+            record.engine_sent()
             async for batch in events.batches():
+                record.on_batch(batch)
                 payloads = assembler.on_events(batch)
                 if chunks is not None and payloads:
                     chunks.put_nowait(payloads)
                 if assembler.done:
-                    break  # every choice is over: leaving the stream aborts the engine's rest
+                    # Every choice is over: leaving the stream aborts the engine's rest.
+                    if record.engine_finishes < assembler.choice_count:
+                        record.aborted(ROUTER_STOP)
+                    break
         if chunks is not None:
             chunks.close()
 

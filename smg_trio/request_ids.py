@@ -31,26 +31,32 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-def request_id_from_header(value: bytes | None) -> str:
-    """The client's `x-request-id`, checked, or a fresh id when it sent none.
+def request_id_from_header(value: bytes | str | None, *, param: str = "x-request-id") -> str:
+    """The client's id (the `x-request-id` header, or `param` where it came from elsewhere),
+    checked, or a fresh id when it sent none.
 
     The id travels to engines and into log lines, so only visible ASCII is taken (a header
-    cannot carry more anyway, and an engine id must stay printable); anything else is a 400.
+    cannot carry more anyway, and an engine id must stay printable); anything else is a 400
+    naming `param`.
     """
+    if isinstance(value, str):
+        value = value.encode("utf-8")
     if value is None or not value.strip():
         return new_request_id()
     text = value.strip()
     if len(text) > MAX_REQUEST_ID_LENGTH or not all(0x21 <= byte <= 0x7E for byte in text):
         raise ClientError(
-            f"x-request-id must be 1 to {MAX_REQUEST_ID_LENGTH} visible ASCII characters",
-            param="x-request-id",
+            f"{param} must be 1 to {MAX_REQUEST_ID_LENGTH} visible ASCII characters",
+            param=param,
         )
     return text.decode("ascii")
 
 
 class RequestIdLogFilter(logging.Filter):
-    """Adds `record.request_id`: the id of the request being served, or `-`."""
+    """Adds `record.request_id`: the id of the request being served, or `-` (a record that
+    names its request itself, as the request log's lines do, keeps its own)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = current_request_id.get()
+        if not hasattr(record, "request_id"):
+            record.request_id = current_request_id.get()
         return True

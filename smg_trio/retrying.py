@@ -29,6 +29,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
+from smg_trio.observability.request_record import RequestRecord
 from smg_trio.request import ClientSink, run_request
 from smg_trio.routing.retry import backoff_s, counts_against_worker, retryable
 from smg_trio.routing.vocabulary import RoutingContext
@@ -92,6 +93,7 @@ async def run_with_retries(
     max_retries: int,
     deadline: float,
     rng: random.Random,
+    record: RequestRecord,
 ) -> None:
     """Serve `plan` to `sink` on up to 1 + `max_retries` workers (see the module doc).
 
@@ -111,13 +113,20 @@ async def run_with_retries(
             if held is None:
                 raise
             break
+        record.worker_picked(worker.name, worker.target.runtime.value)
         finalized = finalize(plan, worker.target, tokenizer)
         guard = FirstByteGuard(sink, may_hold=attempt < max_retries)
         pool.on_routed(worker, trio.current_time())
         outcome = Outcome.NEUTRAL  # cut short (deadline, shutdown): nothing learnt
         try:
             await run_request(
-                plan, finalized, worker.backend, tokenizer, guard, created=int(time.time())
+                plan,
+                finalized,
+                worker.backend,
+                tokenizer,
+                guard,
+                created=int(time.time()),
+                record=record,
             )
             outcome = guard.outcome()
         finally:
@@ -125,6 +134,7 @@ async def run_with_retries(
         if not guard.held:
             return
         held = guard.failure
+        record.retrying()  # the held failure is not the request's outcome (yet)
         tried.append(worker.name)
     assert held is not None
     await sink.fail(held)

@@ -20,6 +20,10 @@ server on one port, all in the caller's `trio.run`.
   backends close last. Without a trigger, `serve` runs until cancelled.
 - One keep-alive task per process writes to streams silent for `keepalive_s` (lifecycle.py).
 - Every configuration problem is a ConfigError raised before any task or socket is started.
+- `/metrics` is served on the main port; with `metrics_port` also on a listener of its own
+  (`MetricsApp`, cleartext, same host), which stops when the main server has stopped. Once
+  shutdown is triggered the gateway is marked draining, so requests cancelled from then on
+  count as drained (docs/observability.md §1).
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ import signal
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, assert_never, cast
+from typing import TYPE_CHECKING, Final, assert_never, cast
 
 import hypercorn.config
 import trio
@@ -45,7 +49,7 @@ from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
 from smg_trio.errors import ConfigError
-from smg_trio.frontends.asgi import GatewayApp
+from smg_trio.frontends.asgi import GatewayApp, MetricsApp
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.http_server import serve_http
 from smg_trio.gateway import Gateway
@@ -57,6 +61,9 @@ from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 
+if TYPE_CHECKING:
+    from smg_trio.observability.tracing import RequestTracer
+
 GRACEFUL_SHUTDOWN_S: Final = 1.0
 """After the drain (lifecycle.py): how long the server lets connections flush before cancelling."""
 UNLIMITED_REQUESTS: Final = 2**62
@@ -64,6 +71,7 @@ UNLIMITED_REQUESTS: Final = 2**62
 GOAWAY whose in-flight streams then hang (docs/http.md §3)."""
 LIFESPAN_TIMEOUT_S: Final = 5.0
 HTTP_LOGGER: Final = "smg_trio.http"
+logger = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
 
@@ -76,6 +84,7 @@ class Serving:
     port: int
     worker_addresses: tuple[str, ...]  # per worker spec, bound (ZMQ: tcp://HOST:PORT to dial)
     gateway: Gateway
+    metrics_port: int | None = None  # the metrics-only listener's port, when configured
 
 
 async def serve(
@@ -93,9 +102,18 @@ async def serve(
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
     http_config = hypercorn_config(config)
     check_listener(config, http_config)
-    async with open_worker_lifetimes(
-        model, partial(open_backend, engine_silence_s=config.engine_silence_s)
-    ) as lifetimes:
+    tracing = tracing_for(config)
+    metrics_config = None
+    if config.metrics_port is not None:
+        metrics_config = hypercorn_config(config, port=config.metrics_port, tls=False)
+        check_listener(config, metrics_config, port=config.metrics_port)
+    async with AsyncExitStack() as stack:
+        tracer = None if tracing is None else stack.enter_context(tracing())
+        lifetimes = await stack.enter_async_context(
+            open_worker_lifetimes(
+                model, partial(open_backend, engine_silence_s=config.engine_silence_s)
+            )
+        )
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
         addresses = [address for _, address in opened]
         pool = routing_pool(config, [worker for worker, _ in opened])
@@ -113,6 +131,8 @@ async def serve(
             tool_call_parser=config.tool_call_parser,
             reasoning_parser=config.reasoning_parser,
             memory_budget=memory_budget(config.memory_budget_mb),
+            log_requests=config.log_requests,
+            tracer=tracer,
         )
         limits = http_limits(config)
         app = GatewayApp(
@@ -132,6 +152,7 @@ async def serve(
                 await trio.sleep_forever()
             else:
                 await shutdown_trigger()
+            logger.info("shutting down: %d requests still in flight", _in_flight(gateway))
             await gateway.lifecycle.drain(config.drain_timeout_s, hurry=hurry_trigger)
 
         async def serve_then_stop(task_status: trio.TaskStatus[list[str]]) -> None:
@@ -142,13 +163,31 @@ async def serve(
                 shutdown_trigger=drain_on_shutdown,
                 task_status=task_status,
             )
-            nursery.cancel_scope.cancel()  # the keep-alive task has nothing left to keep
+            # The keep-alive task and the metrics listener have nothing left to serve.
+            nursery.cancel_scope.cancel()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
+            metrics_port = None
+            if metrics_config is not None:
+                metrics_app = ASGIWrapper(cast(ASGIFramework, MetricsApp(gateway.metrics)))
+                metrics_urls: list[str] = await nursery.start(
+                    partial(serve_http, metrics_app, metrics_config, limits)
+                )
+                metrics_port = int(metrics_urls[0].rsplit(":", 1)[1])
             urls: list[str] = await nursery.start(serve_then_stop)
             port = int(urls[0].rsplit(":", 1)[1])
-            task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway))
+            logger.info(
+                "serving %s for %s",
+                " ".join(urls),
+                ", ".join(addresses),
+                extra={"urls": urls, "workers": addresses, "metrics_port": metrics_port},
+            )
+            task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port))
+
+
+def _in_flight(gateway: Gateway) -> int:
+    return sum(worker.backend.statistics().open_streams for worker in gateway.pool.workers)
 
 
 def routing_pool(config: GatewayConfig, workers: list[Worker]) -> WorkerPool:
@@ -180,6 +219,23 @@ def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
                 return
 
         yield first_signal
+
+
+def tracing_for(
+    config: GatewayConfig,
+) -> Callable[[], AbstractContextManager[RequestTracer]] | None:
+    """The OTLP tracing to run with `config` (None: off); a ConfigError when it is asked for
+    and the `tracing` extra is not installed (docs/observability.md §4)."""
+    endpoint = config.otlp_endpoint
+    if endpoint is None:
+        return None
+    try:
+        from smg_trio.observability.tracing import otlp_tracing
+    except ImportError as exc:
+        raise ConfigError(
+            f"--otlp-endpoint needs OpenTelemetry: pip install 'smg-trio[tracing]' ({exc})"
+        ) from exc
+    return partial(otlp_tracing, endpoint)
 
 
 def check_worker_available(spec: WorkerSpec) -> None:
@@ -215,11 +271,14 @@ async def open_backend(
             assert_never(spec.wire)
 
 
-def hypercorn_config(config: GatewayConfig) -> hypercorn.config.Config:
+def hypercorn_config(
+    config: GatewayConfig, *, port: int | None = None, tls: bool = True
+) -> hypercorn.config.Config:
+    """The main listener's settings, or with `port` (and `tls=False`) the metrics listener's."""
     http = hypercorn.config.Config()
     host = f"[{config.host}]" if ":" in config.host else config.host
-    http.bind = [f"{host}:{config.port}"]
-    if config.certfile is not None and config.keyfile is not None:
+    http.bind = [f"{host}:{config.port if port is None else port}"]
+    if tls and config.certfile is not None and config.keyfile is not None:
         http.certfile = str(config.certfile)
         http.keyfile = str(config.keyfile)
     http.alpn_protocols = ["h2", "http/1.1"]
@@ -245,14 +304,16 @@ def http_limits(config: GatewayConfig) -> HttpLimits:
     ).resolved()
 
 
-def check_listener(config: GatewayConfig, http: hypercorn.config.Config) -> None:
+def check_listener(
+    config: GatewayConfig, http: hypercorn.config.Config, *, port: int | None = None
+) -> None:
     """Bind (and release) the listening address and load the TLS files, so a busy port or a
     bad certificate is a ConfigError before any backend or engine is started."""
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hypercorn binds
         try:
-            probe.bind((config.host, config.port))
+            probe.bind((config.host, config.port if port is None else port))
         except OSError as exc:
             raise ConfigError(f"cannot listen on {http.bind[0]}: {exc.strerror or exc}") from exc
     try:

@@ -212,3 +212,29 @@ def test_http_limit_flags_reach_the_config_and_bad_values_are_refused(tmp_path: 
         config_from_args(build_parser().parse_args([*base, "--body-idle-s", "0"]))
     with pytest.raises(ConfigError, match="max_connections must be 0"):
         config_from_args(build_parser().parse_args([*base, "--max-connections", "-1"]))
+
+
+def test_observability_flags_reach_the_config(tmp_path: Path) -> None:
+    base = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    plain = config_from_args(build_parser().parse_args(base))
+    assert (plain.metrics_port, plain.log_requests, plain.otlp_endpoint) == (None, False, None)
+    args = build_parser().parse_args(
+        [
+            *base,
+            "--metrics-port",
+            "9100",
+            "--log-requests",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4318/v1/traces",
+            "--log-format",
+            "json",
+        ]
+    )
+    config = config_from_args(args)
+    assert (config.metrics_port, config.log_requests) == (9100, True)
+    assert config.otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
+    assert args.log_format == "json"
+    with pytest.raises(ConfigError, match="metrics_port"):
+        config_from_args(build_parser().parse_args([*base, "--metrics-port", "70000"]))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--log-format", "xml"])

@@ -35,6 +35,16 @@ from smg_trio.neutral.events import EngineEvent
 from smg_trio.neutral.runtime import Runtime, Wire
 
 
+class EngineLoad(msgspec.Struct, frozen=True):
+    """The load an engine last reported on its wire (vLLM ZMQ `scheduler_stats`, TokenSpeed's
+    load tail); exported as metrics (docs/observability.md §1)."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    """The share of KV cache blocks in use, 0 to 1."""
+
+
 class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """One engine (one data-parallel rank) as the backend sees it."""
 
@@ -49,6 +59,8 @@ class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The engine's self-reported version string (vLLM `vllm_version`), "" when unknown."""
     dead_reason: str | None = None
     """Why the engine was declared dead (sentinel, silence, lost connection); None if not."""
+    load: EngineLoad | None = None
+    """The engine's last reported load; None when its wire carries none (or not yet)."""
 
 
 class BackendStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,6 +77,8 @@ class BackendStatistics(msgspec.Struct, frozen=True, kw_only=True):
     engines: tuple[EngineStatus, ...]
     protocol_errors: int = 0
     """Engine messages we could not decode and dropped (each is logged)."""
+    engine_deaths: int = 0
+    """Times an engine was declared dead (sentinel, silence, lost connection) so far."""
 
 
 class EngineStream(Protocol):

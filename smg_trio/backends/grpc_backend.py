@@ -56,6 +56,7 @@ from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S, InF
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
 from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
+from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class GrpcBackend:
             in_flight=in_flight,
             engines=(status,),
             protocol_errors=self._protocol_errors,
+            engine_deaths=self._in_flight.engine_deaths,
         )
 
     def handoff_statistics(self) -> HandoffStatistics:
@@ -162,6 +164,7 @@ class GrpcBackend:
             message = generate_message(service, request, engine_request_id, self._info)
             planned[engine_request_id] = (request.choice_index, len(request.prompt_ids), message)
         stream = in_flight.new_stream(tuple(planned))
+        trace_metadata = outgoing_trace_headers.get()  # the request's trace, when traced
         calls = []
         for engine_request_id, (choice_index, prompt_tokens, message) in planned.items():
             call = GrpcCall(
@@ -174,7 +177,11 @@ class GrpcBackend:
             )
             in_flight.add(call)
             call.task = self._bridge.start_soon(
-                self._client.generate, message, self._pusher(call), on_done=self._pusher(call)
+                self._client.generate,
+                message,
+                self._pusher(call),
+                trace_metadata,
+                on_done=self._pusher(call),
             )
             calls.append(call)
         return stream, calls

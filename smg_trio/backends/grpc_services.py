@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -225,10 +225,16 @@ class LoopClient:
         self.address = address
         self._stub: Any = service.stub_class(channel)
 
-    async def generate(self, message: Any, on_event: Callable[[GrpcEvent], None]) -> None:
-        """One server-streaming Generate call; every parsed response goes to `on_event`."""
+    async def generate(
+        self,
+        message: Any,
+        on_event: Callable[[GrpcEvent], None],
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """One server-streaming Generate call; every parsed response goes to `on_event`.
+        `metadata`: the request's W3C trace context, when traced (docs/observability.md §4)."""
         with translated_errors(self.address):
-            async with self._stub.Generate.open() as grpc_stream:
+            async with self._stub.Generate.open(metadata=list(metadata) or None) as grpc_stream:
                 await grpc_stream.send_message(message, end=True)
                 async for response in grpc_stream:
                     on_event(parse_generate_response(response))

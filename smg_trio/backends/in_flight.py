@@ -102,6 +102,7 @@ class InFlightTable(Generic[E, R]):
     def __init__(self, engines: Sequence[E]) -> None:
         self.requests: dict[str, R] = {}
         self.open_streams = 0
+        self.engine_deaths = 0  # `fail_engine` calls so far (docs/observability.md §1)
         self._activity = {engine: _Activity() for engine in engines}
         self._closed_reason: str | None = None
 
@@ -246,6 +247,7 @@ class InFlightTable(Generic[E, R]):
     def fail_engine(self, engine: E, message: str) -> list[R]:
         """`engine` died: every stream with a request on it raises `EngineDead(message)`.
         Returns those requests (out of the table; nobody is listening to an abort)."""
+        self.engine_deaths += 1
         requests = [request for request in self.requests.values() if request.engine == engine]
         for request in requests:
             self.fail(request, EngineDead(message))

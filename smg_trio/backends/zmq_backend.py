@@ -179,6 +179,7 @@ class ZmqBackend:
             in_flight=len(self._in_flight.requests),
             engines=engines,
             protocol_errors=self._registry.protocol_errors,
+            engine_deaths=self._in_flight.engine_deaths,
         )
 
     def _start_stream(self, finalized: Finalized) -> tuple[EngineEventStream, list[Route]]:

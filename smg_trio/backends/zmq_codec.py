@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from smg_trio.backends.base import EngineLoad
 from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
 from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Runtime
@@ -56,6 +57,7 @@ class OutputMessage(msgspec.Struct, frozen=True):
     engine_index: int
     steps: tuple[RequestStep, ...]
     utility: UtilityReply | None = None
+    load: EngineLoad | None = None  # what the message reported of the engine's load, if any
 
 
 def decode_registration(runtime: Runtime, payload: bytes) -> Registration:
@@ -178,7 +180,13 @@ def _vllm_message(
         reply = message.utility_output
         value = None if reply.result is None else reply.result[1]
         utility = UtilityReply(reply.call_id, reply.failure_message, value)
-    return OutputMessage(message.engine_index, tuple(steps), utility)
+    stats = message.scheduler_stats  # only when the engine logs stats (docs/wire.md §A.7.4)
+    load = (
+        None
+        if stats is None
+        else EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
+    )
+    return OutputMessage(message.engine_index, tuple(steps), utility, load)
 
 
 def _tokenspeed_message(batch: tokenspeed_zmq.BatchTokenIDOutSlim) -> OutputMessage:
@@ -206,4 +214,9 @@ def _tokenspeed_message(batch: tokenspeed_zmq.BatchTokenIDOutSlim) -> OutputMess
                 cached_tokens=row.cached_tokens,
             )
         )
-    return OutputMessage(batch.engine_index, tuple(steps))
+    # The 0.1.1 load tail; an engine without it leaves every field 0 (a real one has KV pages).
+    load = None
+    if batch.kv_total_pages > 0:
+        usage = batch.kv_active_pages / batch.kv_total_pages
+        load = EngineLoad(batch.num_running, batch.num_waiting, usage)
+    return OutputMessage(batch.engine_index, tuple(steps), load=load)

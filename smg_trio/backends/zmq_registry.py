@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from smg_trio.backends.base import EngineStatus
+from smg_trio.backends.base import EngineLoad, EngineStatus
 from smg_trio.backends.in_flight import InFlight, InFlightTable
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
@@ -60,6 +60,7 @@ class EngineSlot:
     """Dead by silence only: it is still probed, and its next output takes it back."""
     abandoned: list[str] = field(default_factory=list)
     """Engine request ids sent to it and given up when it went silent: aborted if it revives."""
+    load: EngineLoad | None = None  # the last load it reported (metrics)
 
     @property
     def ready(self) -> bool:
@@ -187,6 +188,7 @@ class EngineRegistry:
                 in_flight=self.in_flight.count(engine),
                 version="" if engine.registration is None else engine.registration.version,
                 dead_reason=engine.dead_reason,
+                load=engine.load,
             )
             for engine in self.engines
         )
@@ -259,6 +261,8 @@ class EngineRegistry:
             in_flight.heard_from(engine, now)
             if engine.revivable:  # once per message, never per token
                 self.revive(engine)
+            if message.load is not None:
+                engine.load = message.load
         if message.utility is not None:
             call = self.calls.get(message.utility.call_id)
             if call is not None:

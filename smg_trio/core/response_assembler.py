@@ -136,6 +136,19 @@ class ResponseAssembler:
     def usage(self) -> Usage:
         return Usage.of(self._prompt_tokens, self.completion_tokens, self._cached_tokens)
 
+    @property
+    def choice_count(self) -> int:
+        return len(self._choices)
+
+    @property
+    def finish_reasons(self) -> tuple[str, ...]:
+        """The finish reason of every choice that finished, in choice order."""
+        return tuple(c.finish_reason for c in self._choices if c.done)
+
+    def texts(self) -> tuple[str, ...]:
+        """Every choice's text so far (echo included), in choice order."""
+        return tuple(c.full_text() for c in self._choices)
+
     def on_events(self, events: Sequence[EngineEvent]) -> list[bytes]:
         """Take one batch of engine events; return the chunk payloads to send, in order.
 

@@ -103,9 +103,11 @@ class EngineCore:
         request = await stream.recv_message()
         if request is None:
             raise GRPCError(Status.INVALID_ARGUMENT, "Generate needs a request message")
-        self.scheduler.received.record(
-            request.request_id, json_format.MessageToDict(request, preserving_proto_field_name=True)
-        )
+        fields = json_format.MessageToDict(request, preserving_proto_field_name=True)
+        traceparent = stream.metadata.get("traceparent")
+        if traceparent is not None:  # the client's trace context, as the gateway passed it on
+            fields["traceparent"] = traceparent
+        self.scheduler.received.record(request.request_id, fields)
         try:
             job = self.scheduler.submit(self.policy.admit(request, self.model))
         except Rejected as exc:

@@ -7,13 +7,19 @@
                                                              (a worker ready, not draining), else 503
     GET  /liveness                                         → 200 while the process serves at all
     GET, POST /workers; DELETE /workers/{id}               → frontends.workers_api (admin key)
+    GET  /metrics                                          → Prometheus text (observability.metrics)
     GET  /v1/ws (WebSocket)                                → frontends.websocket
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
   object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
   413 body too large, 400 bad JSON or parameters) and never a traceback. A bug becomes a logged
   500; `trio.Cancelled` always propagates.
-- With an API key configured, every route but the three probes needs `Authorization: Bearer KEY`.
+- With an API key configured, every route but the three probes and `/metrics` needs
+  `Authorization: Bearer KEY` (vLLM leaves health and metrics open too: probes and scrapers
+  carry no key).
+- A request refused here (auth, route, method, body size, a bad `x-request-id`) is counted in
+  the metrics; every other generation request is counted by `Gateway.handle`
+  (docs/observability.md §1).
 - A body is read only up to the limit: a declared `content-length` over it is refused before a
   byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
   into memory past the limit. Its bytes are reserved from the gateway's memory budget as they
@@ -49,6 +55,8 @@ from smg_trio.frontends.responses import (
     Receive,
     Scope,
     Send,
+    client_address,
+    http_transport,
     send_error_discarding_body,
     send_json,
 )
@@ -60,8 +68,9 @@ from smg_trio.frontends.workers_api import (
     is_workers_path,
     serve_workers,
 )
-from smg_trio.gateway import HANDLED_PATHS, Gateway
+from smg_trio.gateway import HANDLED_PATHS, OTHER_ENDPOINT, Gateway
 from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
+from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
@@ -77,11 +86,13 @@ READINESS_PATH: Final = "/readiness"
 LIVENESS_PATH: Final = "/liveness"
 # Orchestrators' probes (docs/resilience.md §4): never behind the API key.
 PROBE_PATHS: Final = (HEALTH_PATH, READINESS_PATH, LIVENESS_PATH)
+METRICS_PATH: Final = "/metrics"
 MODELS_PATH: Final = "/v1/models"
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
     **dict.fromkeys(HANDLED_PATHS, ("POST",)),
     MODELS_PATH: ("GET", "HEAD"),
     **dict.fromkeys(PROBE_PATHS, ("GET", "HEAD")),
+    METRICS_PATH: ("GET", "HEAD"),
     WEBSOCKET_PATH: ("GET",),
 }
 HEALTHY_BODY: Final = b'{"status":"ok"}'
@@ -149,6 +160,7 @@ class GatewayApp:
         except ClientError as error:
             request_id = new_request_id()
             tracked = _ResponseStarted(send, request_id)
+            self._count_rejected(scope, error)
             await send_error_discarding_body(receive, tracked, error)
             return
         tracked = _ResponseStarted(send, request_id)
@@ -166,6 +178,8 @@ class GatewayApp:
         except ClientGone:
             return
         except GatewayError as error:
+            # Raised before `Gateway.handle` (which answers its own errors through the sink).
+            self._count_rejected(scope, error)
             if not tracked.started:
                 await send_error_discarding_body(receive, tracked, error, _error_headers(error))
         except Exception:
@@ -182,7 +196,7 @@ class GatewayApp:
         if is_workers_path(path):
             await self._workers(method, path, headers, receive, send)
             return
-        if path not in PROBE_PATHS:
+        if path not in PROBE_PATHS and path != METRICS_PATH:
             self._authorize(headers)
         allowed = ROUTE_METHODS.get(path)
         if allowed is None:
@@ -193,6 +207,8 @@ class GatewayApp:
             await send_json(send, 200, HEALTHY_BODY)
         elif path in PROBE_PATHS:
             await self._health(send)
+        elif path == METRICS_PATH:
+            await send_metrics(send, self.gateway.metrics)
         elif path == MODELS_PATH:
             await send_json(send, 200, self.gateway.models_body())
         elif path == WEBSOCKET_PATH:
@@ -210,7 +226,7 @@ class GatewayApp:
                 body = await self._read_body(receive, headers, reservation)
                 await respond(
                     lambda response: self._generate(
-                        path, body, response, request_id, session_key, reservation
+                        scope, body, response, request_id, session_key, reservation
                     ),
                     receive,
                     send,
@@ -218,7 +234,7 @@ class GatewayApp:
 
     async def _generate(
         self,
-        path: str,
+        scope: Scope,
         body: bytes,
         response: SseResponse,
         request_id: str,
@@ -226,12 +242,15 @@ class GatewayApp:
         reservation: Reservation,
     ) -> None:
         await self.gateway.handle(
-            path,
+            scope["path"],
             body,
             response,
             request_id=request_id,
             session_key=session_key,
             reservation=reservation,
+            transport=http_transport(scope),
+            client=client_address(scope),
+            trace_headers=None if self.gateway.tracer is None else _trace_headers(scope),
         )
 
     async def _workers(
@@ -247,6 +266,13 @@ class GatewayApp:
             with self.gateway.memory_budget.reserve() as reservation:
                 body = await self._read_body(receive, headers, reservation)
         await serve_workers(self._admin, method, path, body, send)
+
+    def _count_rejected(self, scope: Scope, error: GatewayError) -> None:
+        path = scope["path"]
+        endpoint = path if path in ROUTE_METHODS else OTHER_ENDPOINT
+        self.gateway.metrics.request_rejected(
+            endpoint, http_transport(scope), error.status, error.code
+        )
 
     async def _health(self, send: Send) -> None:
         if self.gateway.ready:
@@ -324,6 +350,32 @@ class GatewayApp:
             self.open_websockets -= 1
 
 
+async def send_metrics(send: Send, metrics: GatewayMetrics) -> None:
+    """The Prometheus text exposition; rendered inline (a few ms), so a scrape never waits
+    behind the streams (docs/observability.md §1)."""
+    await send_json(send, 200, metrics.exposition(), content_type=EXPOSITION_CONTENT_TYPE)
+
+
+class MetricsApp:
+    """The ASGI application of `--metrics-port`: `GET /metrics` and nothing else."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
+        elif scope["path"] == METRICS_PATH and scope["method"] in ("GET", "HEAD"):
+            await send_metrics(send, self._metrics)
+        else:
+            error = ClientError(
+                f"this port serves only GET {METRICS_PATH}", status=404, code="not_found"
+            )
+            await send_error_discarding_body(receive, send, error)
+
+
 class _MethodNotAllowed(ClientError):
     def __init__(self, method: str, path: str, allowed: tuple[str, ...]) -> None:
         super().__init__(
@@ -342,6 +394,16 @@ def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
     if isinstance(error, MemoryBudgetExceeded):
         return [(b"retry-after", str(error.retry_after_s).encode())]
     return []
+
+
+def _trace_headers(scope: Scope) -> dict[str, str]:
+    """The client's W3C trace context headers (docs/observability.md §4)."""
+    headers = _header_map(scope)
+    return {
+        name.decode(): headers[name].decode("latin-1")
+        for name in (b"traceparent", b"tracestate")
+        if name in headers
+    }
 
 
 def _too_large(limit: int) -> ClientError:

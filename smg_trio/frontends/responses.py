@@ -8,7 +8,7 @@ front ends share.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
 import trio
@@ -26,14 +26,35 @@ ERROR_CODE_HEADER: Final = b"x-error-code"
 JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
 
 
-async def send_json(send: Send, status: int, body: bytes, headers: Iterable[Header] = ()) -> None:
-    """A whole JSON response: start and body in one go (the body is never streamed)."""
+def client_address(scope: Mapping[str, object]) -> str:
+    """The peer as `host:port` for logs (`-` when the server does not say)."""
+    client = scope.get("client")
+    if isinstance(client, tuple | list) and len(client) == 2:
+        return f"{client[0]}:{client[1]}"
+    return "-"
+
+
+def http_transport(scope: Mapping[str, object]) -> str:
+    """The metrics' transport label of an HTTP scope: `h2` or `http1`."""
+    return "h2" if scope.get("http_version") == "2" else "http1"
+
+
+async def send_json(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: Iterable[Header] = (),
+    *,
+    content_type: bytes = JSON_CONTENT_TYPE[1],
+) -> None:
+    """A whole response (JSON unless `content_type` says otherwise): start and body in one go
+    (the body is never streamed)."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                JSON_CONTENT_TYPE,
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
                 *headers,
             ],

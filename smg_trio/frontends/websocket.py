@@ -19,6 +19,11 @@ The protocol is documented in README.md ("WebSocket protocol"). Shape of one soc
 - `websocket.disconnect` cancels the nursery: every request leaves its backend stream, which
   aborts its engine requests. hypercorn never raises on sending to a closed socket, so the
   receive loop is what notices a vanished client.
+- Every request on the socket has a gateway request id: the request frame's optional
+  `request_id` (checked like the `x-request-id` header) or a fresh one. It is the request's
+  id in the gateway, its engine requests and its log line, and every terminal frame of the
+  request (`done`, `response`, `error`) carries it as `request_id` (docs/observability.md §3).
+- The metrics count the open sockets and the requests running on them (transport `ws`).
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 from smg_trio.core.render import websocket_chunk
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.request_ids import request_id_from_header
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
 
@@ -48,6 +55,7 @@ MAX_ID_LENGTH: Final = 256
 # Sent on a stream silent for the keep-alive period (docs/resilience.md §5); `"id": null` so it
 # never touches a live id. ASGI has no way to send a WebSocket ping, so it is a frame.
 KEEPALIVE_FRAME: Final = b'{"type":"keepalive","id":null}'
+WEBSOCKET_TRANSPORT: Final = "ws"
 
 StreamId = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | int
 
@@ -56,6 +64,7 @@ class RequestMessage(msgspec.Struct, frozen=True, tag_field="type", tag="request
     id: StreamId
     path: str
     body: msgspec.Raw
+    request_id: str | None = None
 
 
 class CancelMessage(msgspec.Struct, frozen=True, tag_field="type", tag="cancel"):
@@ -80,28 +89,53 @@ class DoneFrame(msgspec.Struct, frozen=True, tag_field="type", tag="done"):
     id: str | int
     finish: tuple[ChoiceFinish, ...]
     usage: Usage | None
+    request_id: str
 
 
-def done_frame(stream_id: str | int, end: StreamEnd) -> bytes:
-    return _encode(DoneFrame(stream_id, end.finish, end.usage))
+def done_frame(stream_id: str | int, end: StreamEnd, request_id: str) -> bytes:
+    return _encode(DoneFrame(stream_id, end.finish, end.usage, request_id))
 
 
-def error_frame(stream_id: str | int | None, err: GatewayError) -> bytes:
-    """`{"type":"error","id":ID,"error":{...}}` with the OpenAI error object of `err`."""
+def error_frame(
+    stream_id: str | int | None, err: GatewayError, request_id: str | None = None
+) -> bytes:
+    """`{"type":"error","id":ID,"error":{...}}` with the OpenAI error object of `err`, and the
+    request's `request_id` when the error ends a request."""
     body = error_body(err)
     assert body.startswith(b'{"error":')  # one object whose only key is "error"
-    return b'{"type":"error","id":' + _encode(stream_id) + b"," + body[1:]
+    return b'{"type":"error","id":' + _encode(stream_id) + _request_id_field(request_id) + body[1:]
 
 
-def response_frame(stream_id: str | int, body: bytes) -> bytes:
-    return b'{"type":"response","id":' + _encode(stream_id) + b',"data":' + body + b"}"
+def response_frame(stream_id: str | int, body: bytes, request_id: str) -> bytes:
+    return (
+        b'{"type":"response","id":'
+        + _encode(stream_id)
+        + _request_id_field(request_id)
+        + b'"data":'
+        + body
+        + b"}"
+    )
 
 
-def cancelled_frame(stream_id: str | int) -> bytes:
+def cancelled_frame(stream_id: str | int, request_id: str) -> bytes:
     detail = ErrorDetail(
         message="the client cancelled this request", type="cancelled", code="cancelled"
     )
-    return b'{"type":"error","id":' + _encode(stream_id) + b',"error":' + _encode(detail) + b"}"
+    return (
+        b'{"type":"error","id":'
+        + _encode(stream_id)
+        + _request_id_field(request_id)
+        + b'"error":'
+        + _encode(detail)
+        + b"}"
+    )
+
+
+def _request_id_field(request_id: str | None) -> bytes:
+    """`,"request_id":"…",` (or just `,`): what follows the id in a terminal frame."""
+    if request_id is None:
+        return b","
+    return b',"request_id":' + _encode(request_id) + b","
 
 
 def _protocol_error(
@@ -118,9 +152,12 @@ class _StreamSink:
     terminal frame is queued (a cancelled send leaves it false, so the id still gets one).
     """
 
-    def __init__(self, socket: _Socket, stream_id: str | int, scope: trio.CancelScope) -> None:
+    def __init__(
+        self, socket: _Socket, stream_id: str | int, scope: trio.CancelScope, request_id: str
+    ) -> None:
         self._socket = socket
         self._id = stream_id
+        self.request_id = request_id
         self._scope = scope
         self._lifecycle = SinkLifecycle()
         self.ended = False
@@ -138,20 +175,20 @@ class _StreamSink:
 
     async def send_body(self, body: bytes) -> None:
         self._lifecycle.body()
-        await self._end(response_frame(self._id, body))
+        await self._end(response_frame(self._id, body, self.request_id))
 
     async def end_stream(self, end: StreamEnd) -> None:
         if self._lifecycle.end() is Step.NOTHING:
             return
         for payload in end.payloads:
             await self._socket.send_frame(websocket_chunk(self._id, payload))
-        await self._end(done_frame(self._id, end))
+        await self._end(done_frame(self._id, end, self.request_id))
 
     async def fail(self, error: GatewayError) -> None:
         form = self._lifecycle.fail()
         match form:
             case ErrorForm.WHOLE_RESPONSE | ErrorForm.FINAL_EVENT:
-                await self._end(error_frame(self._id, error))
+                await self._end(error_frame(self._id, error, self.request_id))
             case ErrorForm.DROPPED:
                 pass
             case _:
@@ -176,8 +213,10 @@ class _Socket:
         gateway: Gateway,
         nursery: trio.Nursery,
         frames_send: trio.MemorySendChannel[bytes],
+        client: str,
     ) -> None:
         self._gateway = gateway
+        self._client = client
         self._nursery = nursery
         self._frames_send = frames_send
         self._streams: dict[str | int, trio.CancelScope] = {}
@@ -222,8 +261,8 @@ class _Socket:
             await self._reject_malformed(text, exc)
             return
         match message:
-            case RequestMessage(id=stream_id, path=path, body=body):
-                await self._start(stream_id, path, bytes(body))
+            case RequestMessage(id=stream_id, path=path, body=body, request_id=request_id):
+                await self._start(stream_id, path, bytes(body), request_id)
             case CancelMessage(id=stream_id):
                 await self._cancel(stream_id)
             case _:
@@ -259,7 +298,9 @@ class _Socket:
         # A malformed request still ends its id, unless that id belongs to a live request.
         await self.send_frame(error_frame(self._unlive_request_id(envelope), err))
 
-    async def _start(self, stream_id: str | int, path: str, body: bytes) -> None:
+    async def _start(
+        self, stream_id: str | int, path: str, body: bytes, client_request_id: str | None
+    ) -> None:
         if stream_id in self._streams:
             err = _protocol_error(
                 f"id {stream_id!r} is already in use by a live request", "duplicate_id", param="id"
@@ -274,9 +315,14 @@ class _Socket:
             )
             await self.send_frame(error_frame(stream_id, err))
             return
+        try:
+            request_id = request_id_from_header(client_request_id, param="request_id")
+        except ClientError as err:
+            await self.send_frame(error_frame(stream_id, err))
+            return
         scope = trio.CancelScope()
         self._streams[stream_id] = scope
-        self._nursery.start_soon(self._serve, stream_id, path, body, scope)
+        self._nursery.start_soon(self._serve, stream_id, path, body, scope, request_id)
 
     async def _cancel(self, stream_id: str | int) -> None:
         scope = self._streams.pop(stream_id, None)
@@ -292,13 +338,27 @@ class _Socket:
         scope.cancel()
 
     async def _serve(
-        self, stream_id: str | int, path: str, body: bytes, scope: trio.CancelScope
+        self,
+        stream_id: str | int,
+        path: str,
+        body: bytes,
+        scope: trio.CancelScope,
+        request_id: str,
     ) -> None:
-        sink = _StreamSink(self, stream_id, scope)
+        sink = _StreamSink(self, stream_id, scope, request_id)
+        streams = self._gateway.metrics.websocket_streams
+        streams.inc()
         try:
             with scope:
                 try:
-                    await self._gateway.handle(path, body, sink)
+                    await self._gateway.handle(
+                        path,
+                        body,
+                        sink,
+                        request_id=request_id,
+                        transport=WEBSOCKET_TRANSPORT,
+                        client=self._client,
+                    )
                 except GatewayError as err:  # raised only while nothing was sent
                     await sink.fail(err)
                 except ClientGone:
@@ -308,10 +368,11 @@ class _Socket:
                     logger.exception("request %r on a WebSocket failed", stream_id)
                     await sink.fail(GatewayError("internal error"))
             if scope.cancelled_caught and not sink.ended:
-                await self.send_frame(cancelled_frame(stream_id))
+                await self.send_frame(cancelled_frame(stream_id, request_id))
         except ClientGone:
             pass
         finally:
+            streams.dec()
             self.release(stream_id, scope)
 
 
@@ -338,11 +399,16 @@ async def handle_websocket(
         return
     await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
     frames_send, frames_receive = trio.open_memory_channel[bytes](FRAME_BUFFER)
-    async with trio.open_nursery() as nursery, frames_send:
-        nursery.start_soon(_send_frames, frames_receive, send)
-        socket = _Socket(gateway, nursery, frames_send)
-        await socket.receive_until_disconnect(receive)
-        nursery.cancel_scope.cancel()
+    connections = gateway.metrics.websocket_connections
+    connections.inc()
+    try:
+        async with trio.open_nursery() as nursery, frames_send:
+            nursery.start_soon(_send_frames, frames_receive, send)
+            socket = _Socket(gateway, nursery, frames_send, client_address(scope))
+            await socket.receive_until_disconnect(receive)
+            nursery.cancel_scope.cancel()
+    finally:
+        connections.dec()
     # The socket's own large frames (hypercorn's message buffers, the decoded texts) are free
     # only now that it is gone: hand them back too (docs/limits.md §2).
     if socket.largest_frame >= RELEASE_HEAP_AFTER_BYTES:

@@ -117,6 +117,7 @@ async def live_server(
     tool_call_parser: str | None = None,
     reasoning_parser: str | None = None,
     http_limits: Mapping[str, float] = {},
+    metrics_port: int | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -134,6 +135,7 @@ async def live_server(
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
         **http_limits,  # type: ignore[arg-type]
+        metrics_port=metrics_port,
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
     replay = tmp_path / "replay.txt"

@@ -314,6 +314,8 @@ async def test_tokenize_and_detokenize_over_the_websocket(server: LiveServer) ->
                 },
             ],
         )
+    request_id = ends[1].pop("request_id")  # every terminal frame names its gateway request
+    assert len(request_id) == 32
     assert ends[1] == {"type": "response", "id": 1, "data": over_http}
     assert ends[2]["type"] == "response"
     assert "How does the gateway work?" in ends[2]["data"]["prompt"]

@@ -4,6 +4,7 @@ and Ctrl-C stops the interactive demo within 2 s leaving no process behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -171,3 +172,37 @@ async def test_demo_stops_within_2s_on_ctrl_c_leaving_no_process() -> None:
 
 def process_exists(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
+
+
+async def test_serve_with_json_logs_writes_one_json_object_per_line() -> None:
+    """docs/observability.md §2: every line of `--log-format json` parses, and the request's
+    line carries the id the client sent (no engine here: the request is a 503)."""
+    command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", MODEL, "--port", "0"]
+    command += ["--worker", f"vllm+zmq://127.0.0.1:{free_port()}", "--log-format", "json"]
+    process = await trio.lowlevel.open_process(command, stderr=-1)
+    try:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            assert process.stderr is not None
+            running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
+            port = int((await read_until(process.stderr, running)).group(1))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                answer = await client.post(
+                    "/v1/completions",
+                    json={"prompt": "hi"},
+                    headers={"x-request-id": "cli-json-1"},
+                )
+            assert answer.status_code == 503
+            process.send_signal(signal.SIGTERM)
+            rest = b""
+            while data := await process.stderr.receive_some(65536):
+                rest += data
+            assert await process.wait() == 0
+    finally:
+        process.kill()
+        await process.wait()
+    lines = [json.loads(line) for line in rest.decode().splitlines() if line.strip()]
+    requests = [line for line in lines if line["logger"] == "smg_trio.requests"]
+    assert [line["request_id"] for line in requests] == ["cli-json-1"]
+    assert requests[0]["status"] == 503
+    assert requests[0]["error_code"] == "backend_unavailable"
+    assert any(line["message"].startswith("shutting down") for line in lines)

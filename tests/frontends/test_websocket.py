@@ -166,13 +166,14 @@ def test_the_done_frame_is_built_from_the_stream_end_data() -> None:
         finish=(ChoiceFinish(0, "stop", "STOP"), ChoiceFinish(1, "length", None)),
         usage=Usage.of(3, 4),
     )
-    assert websocket.done_frame("s1", end) == (
+    assert websocket.done_frame("s1", end, "req-1") == (
         b'{"type":"done","id":"s1","finish":[{"index":0,"reason":"stop","matched_stop":"STOP"},'
         b'{"index":1,"reason":"length","matched_stop":null}],'
-        b'"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7},'
+        b'"request_id":"req-1"}'
     )
-    assert websocket.done_frame(7, StreamEnd()) == (
-        b'{"type":"done","id":7,"finish":[],"usage":null}'
+    assert websocket.done_frame(7, StreamEnd(), "r") == (
+        b'{"type":"done","id":7,"finish":[],"usage":null,"request_id":"r"}'
     )
 
 
@@ -304,7 +305,13 @@ async def test_protocol_errors_get_error_frames_and_the_socket_stays_usable(
             assert cancelled["error"]["code"] == "cancelled"
 
             # The socket still works, and the id is free again.
-            again = {"type": "request", "id": "a", "path": CHAT, "body": chat("ok", stop=["STOP"])}
+            again = {
+                "type": "request",
+                "id": "a",
+                "path": CHAT,
+                "body": chat("ok", stop=["STOP"]),
+                "request_id": "client-req-7",
+            }
             await ws.send_message(json.dumps(again))
             done = await _until_terminal(ws, "a")
             assert done == {
@@ -312,6 +319,7 @@ async def test_protocol_errors_get_error_frames_and_the_socket_stays_usable(
                 "id": "a",
                 "finish": [{"index": 0, "reason": "stop", "matched_stop": "STOP"}],
                 "usage": None,
+                "request_id": "client-req-7",
             }
             await wait_for_engine(gateway, active=0, aborted=None, within_s=1.0)
 
