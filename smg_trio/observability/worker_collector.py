@@ -4,9 +4,10 @@ The backends already count what is in flight, which engines are ready and which 
 (`Backend.statistics()`); this collector turns one snapshot per worker into gauges when
 `/metrics` is scraped, so nothing is updated on the request path (docs/observability.md §1).
 
-`WorkerStateSource` is the hook for state that lives outside the backends: routing's circuit
-breakers and retries export through one (`families(workers)`), registered with the
-`GatewayMetrics` that builds this collector.
+Routing's own view of each worker (circuit breaker state, requests routed, failures, retries
+before the first byte, routable or not) comes from `WorkerPool.snapshot`, read at the same
+scrape. `WorkerStateSource` is the hook for any further per-worker state (`families(workers)`),
+registered with the `GatewayMetrics` that builds this collector.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
+import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -109,5 +111,54 @@ class WorkerStateCollector(Collector):
                     kv_usage.add_metric(engine_labels, engine.load.kv_cache_usage)
         yield from (worker_ready, in_flight, streams, protocol_errors, deaths)
         yield from (engine_ready, engine_dead, engine_in_flight, running, waiting, kv_usage)
+        yield from self._routing_families()
         for source in self._extra_sources:
             yield from source.families(workers)
+
+    def _routing_families(self) -> Iterator[Metric]:
+        """Routing's view of each worker (docs/routing.md §4, §7), from `WorkerPool.snapshot`."""
+        breaker = GaugeMetricFamily(
+            "smg_trio_worker_circuit_breaker_state",
+            "The worker's circuit breaker: 0 closed, 1 half open (a probe is out), 2 open",
+            labels=["worker"],
+        )
+        routable = GaugeMetricFamily(
+            "smg_trio_worker_routable",
+            "1 while the worker is a candidate for new requests (ready, breaker not open, "
+            "not being removed)",
+            labels=["worker"],
+        )
+        routed = CounterMetricFamily(
+            "smg_trio_worker_requests",
+            "Requests the gateway routed to the worker",
+            labels=["worker"],
+        )
+        failures = CounterMetricFamily(
+            "smg_trio_worker_failures",
+            "Requests that failed on the worker in a way that counts against it (the breaker's)",
+            labels=["worker"],
+        )
+        retries = CounterMetricFamily(
+            "smg_trio_worker_retries",
+            "Requests that failed on the worker before their first byte and went to another",
+            labels=["worker"],
+        )
+        for row in self._pool.snapshot(_breaker_clock()):
+            breaker.add_metric([row.id], _BREAKER_VALUES.get(row.breaker, 0.0))
+            routable.add_metric([row.id], 1.0 if row.routable else 0.0)
+            routed.add_metric([row.id], float(row.requests))
+            failures.add_metric([row.id], float(row.failures))
+            retries.add_metric([row.id], float(row.retries))
+        yield from (breaker, routable, routed, failures, retries)
+
+
+_BREAKER_VALUES = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
+
+
+def _breaker_clock() -> float:
+    """The breakers' clock (trio's): scrapes run on the event loop. Outside it (a registry read
+    by a plain thread or test), 0 reads every breaker as it was last set."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return 0.0

@@ -276,6 +276,10 @@ async def test_an_engine_that_dies_shows_as_dead_and_its_worker_not_ready(tmp_pa
                     await trio.sleep(0.05)
     assert total(before, "smg_trio_engine_dead", worker=worker) == 0
     assert total(before, "smg_trio_worker_ready", worker=worker) == 1
+    # Routing's view (WorkerPool.snapshot): a candidate with a closed breaker, then not one.
+    assert total(before, "smg_trio_worker_routable", worker=worker) == 1
+    assert total(before, "smg_trio_worker_circuit_breaker_state", worker=worker) == 0
+    assert total(found, "smg_trio_worker_routable", worker=worker) == 0
     assert total(found, "smg_trio_worker_ready", worker=worker) == 0
     assert total(found, "smg_trio_engine_ready", worker=worker) == 0
     assert total(found, "smg_trio_ready") == 0
