@@ -21,6 +21,7 @@ import trio_websocket
 
 from smg_trio.backends.zmq_liveness import PROBE_PERIOD_S
 from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.errors import BackendUnavailable
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving, serve
@@ -199,8 +200,14 @@ async def test_drain_lets_streams_finish_then_ends_the_rest_with_an_error_then_d
                 assert refused.json()["error"]["code"] == "draining"
             assert trio.current_time() - drain_started >= drain_s  # they had their time
             assert server.backend.statistics().in_flight == 0
-            while (await server.counters())["requests_active"]:  # noqa: ASYNC110 (polls the engine)
-                await trio.sleep(0.01)
+            try:
+                while (await server.counters())["requests_active"]:  # noqa: ASYNC110 (polls)
+                    await trio.sleep(0.01)
+            except BackendUnavailable:
+                # The gateway already finished its shutdown (a loaded machine): its backend is
+                # closed, so the engine can only be asked through it while it is open. The
+                # gateway's own table above says every engine request was aborted before that.
+                pass
             events, _ = outcome[0]
             assert events[-1] == "[DONE]"
             assert events[-2]["error"]["code"] == "draining"  # type: ignore[index]
