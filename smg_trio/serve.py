@@ -49,9 +49,10 @@ from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
 from smg_trio.errors import ConfigError
-from smg_trio.frontends.asgi import GatewayApp, MetricsApp
+from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.http_server import serve_http
+from smg_trio.frontends.metrics_app import MetricsApp
 from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir

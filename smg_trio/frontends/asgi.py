@@ -20,10 +20,8 @@
 - A request refused here (auth, route, method, body size, a bad `x-request-id`) is counted in
   the metrics; every other generation request is counted by `Gateway.handle`
   (docs/observability.md §1).
-- A body is read only up to the limit: a declared `content-length` over it is refused before a
-  byte is read, and a chunked body is refused as soon as it passes the limit. Nothing is read
-  into memory past the limit. Its bytes are reserved from the gateway's memory budget as they
-  are declared or read: past the budget, a 429 with `Retry-After` (docs/limits.md §4).
+- A body is read by `request_body.read_body`: within the size limit, the body timeouts and the
+  memory budget (413, 408, 429).
 - The content type is not checked: clients send JSON as `application/json`, with a charset,
   as `text/plain`, or with none at all; the body either decodes or is a 400.
 - Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
@@ -45,16 +43,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
-import trio
-
 from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
+from smg_trio.frontends.request_body import read_body
 from smg_trio.frontends.responses import (
     Message,
     Receive,
     Scope,
     Send,
+    answer_lifespan,
     client_address,
     http_transport,
     send_error_discarding_body,
@@ -70,7 +69,6 @@ from smg_trio.frontends.workers_api import (
 )
 from smg_trio.gateway import HANDLED_PATHS, OTHER_ENDPOINT, Gateway
 from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
-from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
@@ -86,7 +84,6 @@ READINESS_PATH: Final = "/readiness"
 LIVENESS_PATH: Final = "/liveness"
 # Orchestrators' probes (docs/resilience.md §4): never behind the API key.
 PROBE_PATHS: Final = (HEALTH_PATH, READINESS_PATH, LIVENESS_PATH)
-METRICS_PATH: Final = "/metrics"
 MODELS_PATH: Final = "/v1/models"
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
     **dict.fromkeys(HANDLED_PATHS, ("POST",)),
@@ -149,7 +146,7 @@ class GatewayApp:
             case "websocket":
                 await self._websocket(scope, receive, send)
             case "lifespan":
-                await _lifespan(receive, send)
+                await answer_lifespan(receive, send)
             case other:
                 raise ValueError(f"unknown ASGI scope type {other!r}")
 
@@ -295,36 +292,8 @@ class GatewayApp:
     async def _read_body(
         self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
     ) -> bytes:
-        limit = self._max_body_bytes
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(limit)
-        if declared is not None and declared.isdigit():
-            reservation.grow(int(declared))
-        chunks: list[bytes] = []
-        size = 0
-        limits = self._limits
-        with trio.move_on_after(limits.body_timeout_s) as whole_body:
-            while True:
-                with trio.move_on_after(limits.body_idle_s) as one_read:
-                    message = await receive()
-                if one_read.cancelled_caught:
-                    break
-                if message["type"] == "http.disconnect":
-                    raise ClientGone
-                chunk: bytes = message.get("body", b"")
-                size += len(chunk)
-                if size > limit:
-                    raise _too_large(limit)
-                reservation.grow(size - reservation.bytes)
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    return b"".join(chunks)
-        stalled = "was not complete in time" if whole_body.cancelled_caught else "stalled"
-        raise ClientError(
-            f"the request body {stalled} (received {size} bytes)",
-            status=408,
-            code="request_timeout",
+        return await read_body(
+            receive, headers, reservation, max_body_bytes=self._max_body_bytes, limits=self._limits
         )
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -348,32 +317,6 @@ class GatewayApp:
             await handler(self.gateway, scope, receive, send)
         finally:
             self.open_websockets -= 1
-
-
-async def send_metrics(send: Send, metrics: GatewayMetrics) -> None:
-    """The Prometheus text exposition; rendered inline (a few ms), so a scrape never waits
-    behind the streams (docs/observability.md §1)."""
-    await send_json(send, 200, metrics.exposition(), content_type=EXPOSITION_CONTENT_TYPE)
-
-
-class MetricsApp:
-    """The ASGI application of `--metrics-port`: `GET /metrics` and nothing else."""
-
-    def __init__(self, metrics: GatewayMetrics) -> None:
-        self._metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-        elif scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
-        elif scope["path"] == METRICS_PATH and scope["method"] in ("GET", "HEAD"):
-            await send_metrics(send, self._metrics)
-        else:
-            error = ClientError(
-                f"this port serves only GET {METRICS_PATH}", status=404, code="not_found"
-            )
-            await send_error_discarding_body(receive, send, error)
 
 
 class _MethodNotAllowed(ClientError):
@@ -406,14 +349,6 @@ def _trace_headers(scope: Scope) -> dict[str, str]:
     }
 
 
-def _too_large(limit: int) -> ClientError:
-    return ClientError(
-        f"the request body is larger than {limit} bytes",
-        status=413,
-        code="request_too_large",
-    )
-
-
 def _header_map(scope: Scope) -> dict[bytes, bytes]:
     # ASGI servers give lower-case names; a repeated header keeps its last value.
     return {bytes(name).lower(): bytes(value) for name, value in scope["headers"]}
@@ -442,13 +377,3 @@ async def _refuse_websocket(receive: Receive, send: Send) -> None:
             "reason": "the server is at its WebSocket limit",
         }
     )
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -93,3 +93,14 @@ async def discard_request_body(receive: Receive) -> None:
         message = await receive()
         if message["type"] == "http.disconnect" or not message.get("more_body", False):
             return
+
+
+async def answer_lifespan(receive: Receive, send: Send) -> None:
+    """The ASGI lifespan protocol with nothing to start or stop: acknowledge both."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -30,112 +30,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Annotated, Final, assert_never
+from typing import Final, assert_never
 
 import msgspec
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
 
 from smg_trio.core.render import websocket_chunk
-from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
+from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
+from smg_trio.frontends.websocket_frames import (
+    KEEPALIVE_FRAME,
+    CancelMessage,
+    Envelope,
+    RequestMessage,
+    cancelled_frame,
+    decode_envelope,
+    decode_message,
+    done_frame,
+    error_frame,
+    response_frame,
+)
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.request_ids import request_id_from_header
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
-from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
 
 logger = logging.getLogger(__name__)
 
 MAX_STREAMS_PER_SOCKET: Final = 256
 # Frames waiting for the sender; small, so backpressure reaches the requests quickly.
 FRAME_BUFFER: Final = 16
-MAX_ID_LENGTH: Final = 256
-# Sent on a stream silent for the keep-alive period (docs/resilience.md §5); `"id": null` so it
-# never touches a live id. ASGI has no way to send a WebSocket ping, so it is a frame.
-KEEPALIVE_FRAME: Final = b'{"type":"keepalive","id":null}'
 WEBSOCKET_TRANSPORT: Final = "ws"
-
-StreamId = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | int
-
-
-class RequestMessage(msgspec.Struct, frozen=True, tag_field="type", tag="request"):
-    id: StreamId
-    path: str
-    body: msgspec.Raw
-    request_id: str | None = None
-
-
-class CancelMessage(msgspec.Struct, frozen=True, tag_field="type", tag="cancel"):
-    id: StreamId
-
-
-class _Envelope(msgspec.Struct, frozen=True):
-    """What can be read from a malformed frame to answer under its request id."""
-
-    type: str | None = None
-    id: StreamId | None = None
-
-
-_decode_message = msgspec.json.Decoder(RequestMessage | CancelMessage).decode
-_decode_envelope = msgspec.json.Decoder(_Envelope).decode
-_encode = JSON_ENCODER.encode
-
-
-class DoneFrame(msgspec.Struct, frozen=True, tag_field="type", tag="done"):
-    """A stream's end: each choice's finish as its chunks reported it, and the stream's usage."""
-
-    id: str | int
-    finish: tuple[ChoiceFinish, ...]
-    usage: Usage | None
-    request_id: str
-
-
-def done_frame(stream_id: str | int, end: StreamEnd, request_id: str) -> bytes:
-    return _encode(DoneFrame(stream_id, end.finish, end.usage, request_id))
-
-
-def error_frame(
-    stream_id: str | int | None, err: GatewayError, request_id: str | None = None
-) -> bytes:
-    """`{"type":"error","id":ID,"error":{...}}` with the OpenAI error object of `err`, and the
-    request's `request_id` when the error ends a request."""
-    body = error_body(err)
-    assert body.startswith(b'{"error":')  # one object whose only key is "error"
-    return b'{"type":"error","id":' + _encode(stream_id) + _request_id_field(request_id) + body[1:]
-
-
-def response_frame(stream_id: str | int, body: bytes, request_id: str) -> bytes:
-    return (
-        b'{"type":"response","id":'
-        + _encode(stream_id)
-        + _request_id_field(request_id)
-        + b'"data":'
-        + body
-        + b"}"
-    )
-
-
-def cancelled_frame(stream_id: str | int, request_id: str) -> bytes:
-    detail = ErrorDetail(
-        message="the client cancelled this request", type="cancelled", code="cancelled"
-    )
-    return (
-        b'{"type":"error","id":'
-        + _encode(stream_id)
-        + _request_id_field(request_id)
-        + b'"error":'
-        + _encode(detail)
-        + b"}"
-    )
-
-
-def _request_id_field(request_id: str | None) -> bytes:
-    """`,"request_id":"…",` (or just `,`): what follows the id in a terminal frame."""
-    if request_id is None:
-        return b","
-    return b',"request_id":' + _encode(request_id) + b","
 
 
 def _protocol_error(
@@ -256,7 +183,7 @@ class _Socket:
             await self._reject_too_deep(text)
             return
         try:
-            message = _decode_message(text)
+            message = decode_message(text)
         except msgspec.DecodeError as exc:
             await self._reject_malformed(text, exc)
             return
@@ -270,14 +197,14 @@ class _Socket:
 
     async def _reject_too_deep(self, text: str) -> None:
         try:
-            envelope = _decode_envelope(shallow_json(text))
+            envelope = decode_envelope(shallow_json(text))
         except msgspec.DecodeError:
-            envelope = _Envelope()
+            envelope = Envelope()
         await self.send_frame(
             error_frame(self._unlive_request_id(envelope), JsonTooDeep(MAX_JSON_DEPTH))
         )
 
-    def _unlive_request_id(self, envelope: _Envelope) -> str | int | None:
+    def _unlive_request_id(self, envelope: Envelope) -> str | int | None:
         """The id a malformed frame's error goes under: its own, if it is a request whose id
         names no live request (so the error ends it); else null."""
         stream_id = envelope.id
@@ -292,9 +219,9 @@ class _Socket:
             return
         err = _protocol_error(f"invalid message: {exc}", "invalid_message")
         try:
-            envelope = _decode_envelope(text)
+            envelope = decode_envelope(text)
         except msgspec.DecodeError:
-            envelope = _Envelope()
+            envelope = Envelope()
         # A malformed request still ends its id, unless that id belongs to a live request.
         await self.send_frame(error_frame(self._unlive_request_id(envelope), err))
 

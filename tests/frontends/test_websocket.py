@@ -18,7 +18,7 @@ from smg_trio import client as client_module
 from smg_trio.client import GatewayClient, GatewayClientError, chat_text, open_gateway_client
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
-from smg_trio.frontends import websocket
+from smg_trio.frontends import websocket, websocket_frames
 from smg_trio.frontends.websocket import handle_websocket
 from smg_trio.wire.openai_responses import Usage, error_body
 from tests.e2e.live_server import API_KEY, REPLAY_HEAD, live_server
@@ -166,13 +166,13 @@ def test_the_done_frame_is_built_from_the_stream_end_data() -> None:
         finish=(ChoiceFinish(0, "stop", "STOP"), ChoiceFinish(1, "length", None)),
         usage=Usage.of(3, 4),
     )
-    assert websocket.done_frame("s1", end, "req-1") == (
+    assert websocket_frames.done_frame("s1", end, "req-1") == (
         b'{"type":"done","id":"s1","finish":[{"index":0,"reason":"stop","matched_stop":"STOP"},'
         b'{"index":1,"reason":"length","matched_stop":null}],'
         b'"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7},'
         b'"request_id":"req-1"}'
     )
-    assert websocket.done_frame(7, StreamEnd(), "r") == (
+    assert websocket_frames.done_frame(7, StreamEnd(), "r") == (
         b'{"type":"done","id":7,"finish":[],"usage":null,"request_id":"r"}'
     )
 

@@ -1,0 +1,99 @@
+"""Pure. The frames of the `/v1/ws` protocol (README.md "WebSocket protocol"): the client's
+request and cancel messages as typed structs, and the gateway's terminal and keep-alive frames
+as bytes. `frontends/websocket.py` runs the protocol; this module only spells it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
+from smg_trio.errors import GatewayError
+from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
+
+MAX_ID_LENGTH: Final = 256
+# Sent on a stream silent for the keep-alive period (docs/resilience.md §5); `"id": null` so it
+# never touches a live id. ASGI has no way to send a WebSocket ping, so it is a frame.
+KEEPALIVE_FRAME: Final = b'{"type":"keepalive","id":null}'
+
+StreamId = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | int
+
+
+class RequestMessage(msgspec.Struct, frozen=True, tag_field="type", tag="request"):
+    id: StreamId
+    path: str
+    body: msgspec.Raw
+    request_id: str | None = None
+
+
+class CancelMessage(msgspec.Struct, frozen=True, tag_field="type", tag="cancel"):
+    id: StreamId
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """What can be read from a malformed frame to answer under its request id."""
+
+    type: str | None = None
+    id: StreamId | None = None
+
+
+decode_message = msgspec.json.Decoder(RequestMessage | CancelMessage).decode
+decode_envelope = msgspec.json.Decoder(Envelope).decode
+_encode = JSON_ENCODER.encode
+
+
+class DoneFrame(msgspec.Struct, frozen=True, tag_field="type", tag="done"):
+    """A stream's end: each choice's finish as its chunks reported it, and the stream's usage."""
+
+    id: str | int
+    finish: tuple[ChoiceFinish, ...]
+    usage: Usage | None
+    request_id: str
+
+
+def done_frame(stream_id: str | int, end: StreamEnd, request_id: str) -> bytes:
+    return _encode(DoneFrame(stream_id, end.finish, end.usage, request_id))
+
+
+def error_frame(
+    stream_id: str | int | None, err: GatewayError, request_id: str | None = None
+) -> bytes:
+    """`{"type":"error","id":ID,"error":{...}}` with the OpenAI error object of `err`, and the
+    request's `request_id` when the error ends a request."""
+    body = error_body(err)
+    assert body.startswith(b'{"error":')  # one object whose only key is "error"
+    return b'{"type":"error","id":' + _encode(stream_id) + _request_id_field(request_id) + body[1:]
+
+
+def response_frame(stream_id: str | int, body: bytes, request_id: str) -> bytes:
+    return (
+        b'{"type":"response","id":'
+        + _encode(stream_id)
+        + _request_id_field(request_id)
+        + b'"data":'
+        + body
+        + b"}"
+    )
+
+
+def cancelled_frame(stream_id: str | int, request_id: str) -> bytes:
+    detail = ErrorDetail(
+        message="the client cancelled this request", type="cancelled", code="cancelled"
+    )
+    return (
+        b'{"type":"error","id":'
+        + _encode(stream_id)
+        + _request_id_field(request_id)
+        + b'"error":'
+        + _encode(detail)
+        + b"}"
+    )
+
+
+def _request_id_field(request_id: str | None) -> bytes:
+    """`,"request_id":"…",` (or just `,`): what follows the id in a terminal frame."""
+    if request_id is None:
+        return b","
+    return b',"request_id":' + _encode(request_id) + b","
