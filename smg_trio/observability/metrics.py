@@ -156,8 +156,8 @@ class GatewayMetrics:
             route.served.inc()
         else:
             self.requests.labels(endpoint, transport, str(record.status)).inc()
-        if record.error is not None:
-            self.errors.labels(endpoint, transport, record.error.code).inc()
+        if record.error_code is not None:
+            self.errors.labels(endpoint, transport, record.error_code).inc()
         if record.abort_cause is not None:
             self.aborts.labels(record.abort_cause).inc()
         for reason in record.finish_reasons:
@@ -172,7 +172,7 @@ class GatewayMetrics:
             route.ttft.observe(record.first_token - record.arrived)
         if record.inter_token_gaps:
             observe_all(route.inter_token, record.inter_token_gaps)
-        if record.error is None and record.abort_cause in (None, ROUTER_STOP):
+        if record.error_code is None and record.abort_cause in (None, ROUTER_STOP):
             route.e2e.observe(ended - record.arrived)
 
 

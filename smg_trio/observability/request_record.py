@@ -42,7 +42,7 @@ class RequestRecord:
         "completion_tokens",
         "endpoint",
         "engine_finishes",
-        "error",
+        "error_code",
         "finish_reasons",
         "first_token",
         "inter_token_gaps",
@@ -86,7 +86,10 @@ class RequestRecord:
         self.completion_tokens = 0
         self.finish_reasons: tuple[str, ...] = ()
         self.status = 200
-        self.error: GatewayError | None = None
+        # The failure's code only, never the exception: an exception's traceback holds the
+        # frames of the request (its body, its prompt), and this record is one of their locals
+        # — a cycle that kept 8 MB bodies alive until the collector ran (docs/limits.md §2).
+        self.error_code: str | None = None
         self.abort_cause: str | None = None
         self.answered = False  # the whole answer was built and is being handed to the transport
         self.keeps_text = keeps_text  # --log-requests: the completion texts are kept for the log
@@ -128,23 +131,19 @@ class RequestRecord:
         self.texts = texts
 
     def failed(self, error: GatewayError) -> None:
-        self.error = error
+        self.error_code = error.code
         self.status = error.status
 
     def retrying(self) -> None:
         """A failure held before the first byte goes to another worker (docs/routing.md §3):
         it is no longer this request's outcome; the last attempt's is."""
-        self.error = None
+        self.error_code = None
         self.status = 200
 
     def aborted(self, cause: str) -> None:
         self.abort_cause = cause
         if cause in (CLIENT_GONE, DRAIN):
             self.status = CLIENT_CLOSED_STATUS
-
-    @property
-    def error_code(self) -> str | None:
-        return None if self.error is None else self.error.code
 
     def seconds(self, start: float | None, end: float | None) -> float | None:
         return None if start is None or end is None else end - start

@@ -112,8 +112,8 @@ class RequestTracer:
         )
         if record.abort_cause is not None:
             span.set_attribute("smg_trio.abort_cause", record.abort_cause)
-        if record.error is not None:
-            span.set_status(Status(StatusCode.ERROR, record.error.code))
+        if record.error_code is not None:
+            span.set_status(Status(StatusCode.ERROR, record.error_code))
         span.end(end_time=wall(ended))
 
 
