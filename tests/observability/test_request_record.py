@@ -9,12 +9,10 @@ from smg_trio.observability.request_record import RequestRecord
 
 def test_a_failed_record_keeps_the_code_and_status_not_the_exception() -> None:
     record = RequestRecord("r1", "/v1/chat/completions", "http1", "-", keeps_text=False)
-    try:
-        raise ClientError("too long", code="context_length_exceeded")
-    except ClientError as error:
-        record.failed(error)
-        held = [getattr(record, name, None) for name in RequestRecord.__slots__]
-        assert not any(value is error for value in held)
+    error = ClientError("too long", code="context_length_exceeded")
+    record.failed(error)
+    held = [getattr(record, name, None) for name in RequestRecord.__slots__]
+    assert not any(value is error for value in held)
     assert (record.status, record.error_code) == (400, "context_length_exceeded")
     record.retrying()
     assert (record.status, record.error_code) == (200, None)
