@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 
 from smg_trio.core.parsers.events import Parsed, partial_tail
-from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall
+from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall, PendingMarkup
 
 
 class _State(enum.Enum):
@@ -36,8 +36,8 @@ class JsonCallSequence:
         "_held",
         "_ids",
         "_leading",
+        "_markup",
         "_parallel",
-        "_raw",
         "_separators",
         "_started",
         "_state",
@@ -61,12 +61,9 @@ class JsonCallSequence:
         self._leading = leading
         self._state = _State.PROSE
         self._held = ""
-        self._raw = ""  # the markup so far, while it may still turn out to be content
+        self._markup = PendingMarkup(ids)
         self._started = False  # (leading) the output's first non-space text has been seen
         self._body = JsonCallBody()
-
-    def _known(self, name: str) -> bool:
-        return name in self._tools
 
     def feed(self, text: str) -> Parsed:
         out = Parsed()
@@ -94,10 +91,10 @@ class JsonCallSequence:
                 self._held = text
                 return ""
             if stripped.startswith(self._trigger) or stripped[0] == "{":
-                self._raw = text[: len(text) - len(stripped)]
+                self._markup.text = text[: len(text) - len(stripped)]
                 self._state = _State.BETWEEN
                 if stripped.startswith(self._trigger):
-                    self._raw += self._trigger
+                    self._markup.text += self._trigger
                     return stripped[len(self._trigger) :]
                 return stripped
             if self._trigger.startswith(stripped):
@@ -112,13 +109,13 @@ class JsonCallSequence:
             self._held = text[len(text) - hold :]
             return ""
         out.content += text[:at]
-        self._raw = self._trigger
+        self._markup.text = self._trigger
         self._state = _State.BETWEEN
         return text[at + len(self._trigger) :]
 
     def _between(self, text: str, out: Parsed) -> str:
         skipped = len(text) - len(text.lstrip(self._separators + " \t\r\n"))
-        self._remember(text[:skipped])
+        self._markup.remember(text[:skipped])
         text = text[skipped:]
         if not text:
             return ""
@@ -135,30 +132,20 @@ class JsonCallSequence:
     def _in_body(self, text: str, out: Parsed) -> str:
         body = self._body
         try:
-            out.calls.extend(body.feed(text, self._known, self._ids))
+            out.calls.extend(body.feed(text, self._tools.__contains__, self._ids))
             if not body.ended:
                 return ""
-            out.calls.extend(body.close(self._known, self._ids))
+            out.calls.extend(body.close(self._tools.__contains__, self._ids))
         except NotACall:
-            self._remember(body.text)
+            self._markup.remember(body.text)
             self._not_a_call(out)
             return body.rest
-        self._raw = ""
+        self._markup.text = ""
         self._state = _State.BETWEEN if self._parallel else _State.DONE
         return body.rest
 
-    def _remember(self, text: str) -> None:
-        if self._ids.count == 0:
-            self._raw += text
-
     def _not_a_call(self, out: Parsed) -> None:
-        """The markup is no (further) call: content if nothing was called, else dropped."""
-        if self._ids.count == 0:
-            out.content += self._raw
-            self._state = _State.LITERAL
-        else:
-            self._state = _State.DONE
-        self._raw = ""
+        self._state = _State.LITERAL if self._markup.give_up(out) else _State.DONE
 
     def finish(self) -> Parsed:
         out = Parsed()
@@ -168,13 +155,12 @@ class JsonCallSequence:
                 out.content = held
             case _State.BODY:
                 try:
-                    out.calls.extend(self._body.close(self._known, self._ids))
+                    out.calls.extend(self._body.close(self._tools.__contains__, self._ids))
                 except NotACall:
-                    self._remember(self._body.text)
+                    self._markup.remember(self._body.text)
                     self._not_a_call(out)
             case _State.BETWEEN:
-                if self._ids.count == 0:
-                    out.content = self._raw + held
+                out.content = self._markup.unfinished(held)
             case _State.DONE:
                 pass
         return out

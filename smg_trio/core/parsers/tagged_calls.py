@@ -37,9 +37,6 @@ class TaggedJsonCalls:
         self._held = ""
         self._body = JsonCallBody()
 
-    def _known(self, name: str) -> bool:
-        return name in self._tools
-
     def feed(self, text: str) -> Parsed:
         out = Parsed()
         text = self._held + text
@@ -75,7 +72,7 @@ class TaggedJsonCalls:
                     out.content += piece
             case _State.BODY:
                 try:
-                    out.calls.extend(self._body.feed(piece, self._known, self._ids))
+                    out.calls.extend(self._body.feed(piece, self._tools.__contains__, self._ids))
                 except NotACall:
                     self._state = _State.LITERAL
                     out.content += self._start + self._body.text
@@ -85,7 +82,7 @@ class TaggedJsonCalls:
     def _close(self, out: Parsed) -> None:
         if self._state == _State.BODY:
             try:
-                out.calls.extend(self._body.close(self._known, self._ids))
+                out.calls.extend(self._body.close(self._tools.__contains__, self._ids))
             except NotACall:
                 out.content += self._start + self._body.text + self._end
         elif self._state == _State.LITERAL:
@@ -101,7 +98,7 @@ class TaggedJsonCalls:
                     out.content = held
             case _State.BODY:  # a partial end tag is not part of the JSON
                 try:
-                    out.calls.extend(self._body.close(self._known, self._ids))
+                    out.calls.extend(self._body.close(self._tools.__contains__, self._ids))
                 except NotACall:
                     out.content = self._start + self._body.text + held
             case _State.LITERAL:
