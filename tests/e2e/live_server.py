@@ -10,7 +10,6 @@ import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -18,14 +17,14 @@ import msgspec
 import trio
 from openai import OpenAI
 
+from bench.served_gateway import served_gateway
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serve import Serving, serve
+from smg_trio.serve import Serving
 
-ENGINE_READY_S: Final = 30.0
 SHUTDOWN_S: Final = 5.0
 API_KEY: Final = "sk-test-key"
 STOP: Final = "STOP"
@@ -141,36 +140,25 @@ async def live_server(
     replay = tmp_path / "replay.txt"
     replay.write_text(replay_text, encoding="utf-8")
     log_path = tmp_path / "engine.log"
-    stop = trio.Event()
     with log_path.open("wb") as log:
-        async with trio.open_nursery() as nursery:
-            serving: Serving = await nursery.start(
-                partial(serve, config, shutdown_trigger=stop.wait)
-            )
-            processes: list[trio.Process] = []
-            try:
+        try:
+            async with served_gateway(config, log) as served:
                 if with_engine:
-                    for address in serving.worker_addresses:
-                        command = [
-                            *engine_command(address, replay, step_ms, ZMQ_ENGINES[runtime]),
-                            *engine_args,
-                        ]
-                        processes.append(
-                            await trio.lowlevel.open_process(command, stdout=log, stderr=log)
+                    for address in served.serving.worker_addresses:
+                        await served.start_engine(
+                            [
+                                *engine_command(address, replay, step_ms, ZMQ_ENGINES[runtime]),
+                                *engine_args,
+                            ]
                         )
-                    with trio.fail_after(ENGINE_READY_S):
-                        for worker in serving.gateway.pool.workers:
-                            await worker.backend.wait_ready()
+                    await served.wait_ready(served.serving.gateway.pool.workers)
                 scheme = "http" if tls is None else "https"
-                yield LiveServer(serving, processes, scheme, api_key, step_ms, stop)
-            finally:
-                stop.set()
-                with trio.CancelScope(shield=True):
-                    for process in processes:
-                        process.kill()
-                        await process.wait()
-                if sys.exc_info()[0] is not None:
-                    sys.stderr.write(log_path.read_text(errors="replace"))
+                yield LiveServer(
+                    served.serving, served.processes, scheme, api_key, step_ms, served.stop
+                )
+        except BaseException:
+            sys.stderr.write(log_path.read_text(errors="replace"))
+            raise
 
 
 def engine_command(
