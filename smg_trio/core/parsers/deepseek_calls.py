@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from smg_trio.core.parsers.events import Parsed, ToolCallArguments, partial_tail
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, ToolCallArguments, partial_tail
 from smg_trio.core.parsers.json_calls import CallIds, PendingMarkup
 
 CALLS_BEGIN: Final = "<｜tool▁calls▁begin｜>"
@@ -37,21 +37,18 @@ class _State(enum.Enum):
     DONE = enum.auto()
 
 
-class DeepSeekV3Calls:
-    __slots__ = ("_head", "_held", "_ids", "_index", "_markup", "_parallel", "_state", "_tools")
+class DeepSeekV3Calls(MarkupScanner):
+    __slots__ = ("_head", "_ids", "_index", "_markup", "_parallel", "_state", "_tools")
 
     def __init__(self, tools: frozenset[str], ids: CallIds, *, parallel: bool) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._state = _State.PROSE
-        self._held = ""
         self._head = ""
         self._markup = PendingMarkup(ids)
         self._index = -1
 
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             state = self._state
             if state is _State.LITERAL:
@@ -76,7 +73,6 @@ class DeepSeekV3Calls:
             self._take(text[:at], out)
             self._advance(marker, out)
             text = text[at + len(marker) :]
-        return out
 
     def _take(self, piece: str, out: Parsed) -> None:
         match self._state:
@@ -123,9 +119,7 @@ class DeepSeekV3Calls:
     def _not_a_call(self, out: Parsed) -> None:
         self._state = _State.LITERAL if self._markup.give_up(out) else _State.DONE
 
-    def finish(self) -> Parsed:
-        out = Parsed()
-        held, self._held = self._held, ""
+    def _flush(self, held: str, out: Parsed) -> None:
         match self._state:
             case _State.PROSE | _State.LITERAL:
                 out.content = held
@@ -135,4 +129,3 @@ class DeepSeekV3Calls:
                 pass  # an opened call keeps what it streamed
             case _State.DONE:
                 pass
-        return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from smg_trio.core.parsers.events import Parsed, partial_tail
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, partial_tail
 from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall, PendingMarkup
 
 
@@ -24,7 +24,7 @@ class _State(enum.Enum):
     DONE = enum.auto()  # the sequence ended: the rest is dropped
 
 
-class JsonCallSequence:
+class JsonCallSequence(MarkupScanner):
     """`trigger` then JSON call objects separated by `separators`, until `closer` (if any).
 
     `leading`: the trigger (or the first object) must open the output, else it is all content.
@@ -33,7 +33,6 @@ class JsonCallSequence:
     __slots__ = (
         "_body",
         "_closer",
-        "_held",
         "_ids",
         "_leading",
         "_markup",
@@ -56,19 +55,16 @@ class JsonCallSequence:
         closer: str = "",
         leading: bool = False,
     ) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._trigger, self._separators, self._closer = trigger, separators, closer
         self._leading = leading
         self._state = _State.PROSE
-        self._held = ""
         self._markup = PendingMarkup(ids)
         self._started = False  # (leading) the output's first non-space text has been seen
         self._body = JsonCallBody()
 
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             match self._state:
                 case _State.PROSE:
@@ -82,7 +78,6 @@ class JsonCallSequence:
                     text = ""
                 case _State.DONE:
                     text = ""
-        return out
 
     def _prose(self, text: str, out: Parsed) -> str:
         if self._leading:
@@ -147,9 +142,7 @@ class JsonCallSequence:
     def _not_a_call(self, out: Parsed) -> None:
         self._state = _State.LITERAL if self._markup.give_up(out) else _State.DONE
 
-    def finish(self) -> Parsed:
-        out = Parsed()
-        held, self._held = self._held, ""
+    def _flush(self, held: str, out: Parsed) -> None:
         match self._state:
             case _State.PROSE | _State.LITERAL:
                 out.content = held
@@ -163,4 +156,3 @@ class JsonCallSequence:
                 out.content = self._markup.unfinished(held)
             case _State.DONE:
                 pass
-        return out

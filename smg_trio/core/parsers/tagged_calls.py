@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from smg_trio.core.parsers.events import Parsed, partial_tail
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, partial_tail
 from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall
 
 
@@ -23,24 +23,21 @@ class _State(enum.Enum):
     SKIP = enum.auto()  # inside the tags of a call dropped by parallel_tool_calls false
 
 
-class TaggedJsonCalls:
+class TaggedJsonCalls(MarkupScanner):
     """`start` JSON `end`, any number of times (`parallel`), else only the first call."""
 
-    __slots__ = ("_body", "_end", "_held", "_ids", "_parallel", "_start", "_state", "_tools")
+    __slots__ = ("_body", "_end", "_ids", "_parallel", "_start", "_state", "_tools")
 
     def __init__(
         self, tools: frozenset[str], ids: CallIds, *, parallel: bool, start: str, end: str
     ) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._start, self._end = start, end
         self._state = _State.OUTSIDE
-        self._held = ""
         self._body = JsonCallBody()
 
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             marker = self._start if self._state == _State.OUTSIDE else self._end
             at = text.find(marker)
@@ -55,7 +52,6 @@ class TaggedJsonCalls:
                 self._open()
             else:
                 self._close(out)
-        return out
 
     def _open(self) -> None:
         done = self._ids.count > 0
@@ -89,9 +85,7 @@ class TaggedJsonCalls:
             out.content += self._end
         self._state = _State.OUTSIDE
 
-    def finish(self) -> Parsed:
-        out = Parsed()
-        held, self._held = self._held, ""
+    def _flush(self, held: str, out: Parsed) -> None:
         match self._state:
             case _State.OUTSIDE:
                 if self._ids.count == 0:
@@ -104,4 +98,3 @@ class TaggedJsonCalls:
             case _State.LITERAL:
                 out.content = held
         self._state = _State.OUTSIDE
-        return out
