@@ -9,29 +9,16 @@ that never ends its reasoning is all reasoning, as vLLM's parsers decide
 
 from __future__ import annotations
 
-from smg_trio.core.parsers.events import Parsed, partial_tail_any
-
-
-def _reasoning_up_to(text: str, ends: tuple[str, ...]) -> tuple[Parsed, str, bool]:
-    """Reasoning up to the first of `ends` found, content after it. Returns what `text` is, the
-    tail held back because it may begin an end marker, and whether the reasoning ended."""
-    for end in ends:
-        at = text.find(end)
-        if at >= 0:
-            return Parsed(reasoning=text[:at], content=text[at + len(end) :]), "", True
-    hold = partial_tail_any(text, ends)
-    if hold:
-        return Parsed(reasoning=text[:-hold]), text[-hold:], False
-    return Parsed(reasoning=text), "", False
+from smg_trio.core.parsers.events import Parsed, partial_tail
 
 
 class ThinkingParser:
     """Reasoning until `end`; an optional `start` marker opening the output is dropped."""
 
-    __slots__ = ("_ends", "_held", "_opening", "_reasoning", "_start")
+    __slots__ = ("_end", "_held", "_opening", "_reasoning", "_start")
 
     def __init__(self, start: str, end: str) -> None:
-        self._start, self._ends = start, (end,)
+        self._start, self._end = start, end
         self._reasoning = True
         self._opening = True  # nothing said yet: a start marker may still open the output
         self._held = ""
@@ -49,9 +36,15 @@ class ThinkingParser:
             self._opening = False
             if stripped.startswith(self._start):
                 text = stripped[len(self._start) :]
-        parsed, self._held, ended = _reasoning_up_to(text, self._ends)
-        self._reasoning = not ended
-        return parsed
+        at = text.find(self._end)
+        if at >= 0:
+            self._reasoning = False
+            return Parsed(reasoning=text[:at], content=text[at + len(self._end) :])
+        hold = partial_tail(text, self._end)
+        if hold:
+            self._held = text[-hold:]
+            text = text[:-hold]
+        return Parsed(reasoning=text)
 
     def finish(self) -> Parsed:
         held, self._held = self._held, ""
@@ -95,10 +88,16 @@ class GraniteParser:
                     return Parsed()
                 self._state = "content"
                 return Parsed(content=text)
-        parsed, self._held, ended = _reasoning_up_to(text, GRANITE_ENDS)
-        if ended:
-            self._state = "content"
-        return parsed
+        for end in GRANITE_ENDS:
+            at = text.find(end)
+            if at >= 0:
+                self._state = "content"
+                return Parsed(reasoning=text[:at], content=text[at + len(end) :])
+        hold = max(partial_tail(text, end) for end in GRANITE_ENDS)
+        if hold:
+            self._held = text[-hold:]
+            text = text[:-hold]
+        return Parsed(reasoning=text)
 
     def finish(self) -> Parsed:
         held, self._held = self._held, ""
