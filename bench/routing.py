@@ -31,11 +31,8 @@ from typing import Any, Final
 import httpx
 import trio
 
-from bench.served_gateway import served_gateway
-from smg_trio.config import GatewayConfig, WorkerSpec
+from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
-from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving
 
 REPLAY: Final = "Routing picks a worker for every request, and the engine answers. " * 20
@@ -45,13 +42,7 @@ REPLAY: Final = "Routing picks a worker for every request, and the engine answer
 async def gateway(
     workdir: Path, steps_ms: Sequence[float], **settings: Any
 ) -> AsyncIterator[tuple[Serving, list[trio.Process]]]:
-    config = GatewayConfig(
-        model_path=demo_model_path(),
-        workers=(WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0"),) * len(steps_ms),
-        port=0,
-        request_timeout_s=60.0,
-        **settings,
-    )
+    config = zmq_gateway_config(len(steps_ms), request_timeout_s=60.0, **settings)
     replay = workdir / "replay.txt"
     replay.write_text(REPLAY, encoding="utf-8")
     with (workdir / "engines.log").open("ab") as log:

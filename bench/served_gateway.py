@@ -17,15 +17,28 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 import trio
 
-from smg_trio.config import GatewayConfig
+from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.vocabulary import Worker
 from smg_trio.serve import Serving, serve
 
 ENGINE_READY_S: Final = 30.0
+
+
+def zmq_gateway_config(
+    workers: int, runtime: Runtime = Runtime.VLLM, **settings: Any
+) -> GatewayConfig:
+    """The demo model behind `workers` ZMQ workers of `runtime`, every port picked by the
+    kernel on loopback; `settings`: further GatewayConfig fields."""
+    worker = WorkerSpec(runtime, Wire.ZMQ, "127.0.0.1:0")
+    return GatewayConfig(
+        model_path=demo_model_path(), workers=(worker,) * workers, port=0, **settings
+    )
 
 
 @dataclass
