@@ -24,7 +24,6 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any, Final
@@ -32,13 +31,10 @@ from typing import Any, Final
 import httpx
 import trio
 
-from smg_trio.config import GatewayConfig, WorkerSpec
+from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
-from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serve import Serving, serve
+from smg_trio.serve import Serving
 
-ENGINE_READY_S: Final = 30.0
 REPLAY: Final = "Routing picks a worker for every request, and the engine answers. " * 20
 
 
@@ -46,38 +42,19 @@ REPLAY: Final = "Routing picks a worker for every request, and the engine answer
 async def gateway(
     workdir: Path, steps_ms: Sequence[float], **settings: Any
 ) -> AsyncIterator[tuple[Serving, list[trio.Process]]]:
-    config = GatewayConfig(
-        model_path=demo_model_path(),
-        workers=(WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0"),) * len(steps_ms),
-        port=0,
-        request_timeout_s=60.0,
-        **settings,
-    )
+    config = zmq_gateway_config(len(steps_ms), request_timeout_s=60.0, **settings)
     replay = workdir / "replay.txt"
     replay.write_text(REPLAY, encoding="utf-8")
-    stop = trio.Event()
-    processes: list[trio.Process] = []
     with (workdir / "engines.log").open("ab") as log:
-        async with trio.open_nursery() as nursery:
-            serving: Serving = await nursery.start(
-                partial(serve, config, shutdown_trigger=stop.wait)
-            )
-            try:
-                for address, step in zip(serving.worker_addresses, steps_ms, strict=True):
-                    argv = EngineCommand(
+        async with served_gateway(config, log) as served:
+            for address, step in zip(served.serving.worker_addresses, steps_ms, strict=True):
+                await served.start_engine(
+                    EngineCommand(
                         "vllm-zmq", handshake=address, replay_file=replay, step_ms=step
                     ).argv()
-                    processes.append(await trio.lowlevel.open_process(argv, stdout=log, stderr=log))
-                with trio.fail_after(ENGINE_READY_S):
-                    for worker in serving.gateway.pool.workers:
-                        await worker.backend.wait_ready()
-                yield serving, processes
-            finally:
-                stop.set()
-                with trio.CancelScope(shield=True):
-                    for process in processes:
-                        process.kill()
-                        await process.wait()
+                )
+            await served.wait_ready(served.serving.gateway.pool.workers)
+            yield served.serving, served.processes
 
 
 async def post_all(

@@ -20,13 +20,16 @@ from typing import IO, Final
 import trio
 from grpclib.client import Channel
 
+from bench.served_gateway import served_gateway
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
+from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
-from smg_trio.neutral.runtime import Runtime
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serve import Serving
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
 from tests.backends.conformance import EngineFactory, EngineUnderTest
@@ -198,3 +201,17 @@ def shared_factory_for(engine: Engine) -> EngineFactory:
             yield attached
 
     return factory
+
+
+@asynccontextmanager
+async def grpc_gateway(port: int) -> AsyncIterator[Serving]:
+    """The gateway served in this process with one vLLM gRPC worker, the engine at `port`,
+    once that worker is ready."""
+    config = GatewayConfig(
+        model_path=MODEL_PATH,
+        workers=(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}"),),
+        port=0,
+    )
+    async with served_gateway(config) as served:
+        await served.wait_ready(served.serving.gateway.pool.workers)
+        yield served.serving

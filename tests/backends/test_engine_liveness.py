@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from smg_trio.backends.base import EngineStream
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.backends.zmq_socket import open_zmq_context
 from smg_trio.errors import EngineDead
@@ -75,6 +76,13 @@ async def next_abort(peer: PeerEngine) -> tuple[str, ...]:
         assert is_probe(frames[1])
 
 
+async def stream_until_dead(stream: EngineStream, match: str | None = None) -> None:
+    """Read `stream` to the EngineDead it must end with (its message matching `match`)."""
+    with pytest.raises(EngineDead, match=match):
+        async for _ in stream:
+            pass
+
+
 async def until_ready_is(backend: ZmqBackend, ready: bool) -> None:
     while backend.statistics().ready is not ready:  # noqa: ASYNC110 (virtual-time polling)
         await trio.sleep(POLL_S)
@@ -134,9 +142,7 @@ async def test_first_token_silence_is_short_and_generating_silence_is_long(
             async with backend.open_stream(make_request(backend, max_tokens=8)) as stream:
                 first = await peer.next_add()
                 sent_at = trio.current_time()
-                with pytest.raises(EngineDead, match="first token"):
-                    async for _ in stream:
-                        pass
+                await stream_until_dead(stream, "first token")
             assert SILENCE_S <= trio.current_time() - sent_at <= SILENCE_S * 1.2
             await answer(peer, await next_probe(peer))  # taken back, its given-up request aborted
             await until_ready_is(backend, True)
@@ -147,9 +153,7 @@ async def test_first_token_silence_is_short_and_generating_silence_is_long(
                 add = await peer.next_add()
                 await peer.emit(step(add.request_id, 1))
                 heard_at = trio.current_time()
-                with pytest.raises(EngineDead, match="no output for 10 s"):
-                    async for _ in stream:
-                        pass
+                await stream_until_dead(stream, "no output for 10 s")
             assert GENERATING_S <= trio.current_time() - heard_at <= GENERATING_S * 1.2
 
 
@@ -160,9 +164,7 @@ async def test_a_revived_engine_aborts_what_it_was_given_up_on(
         async with backend_with_peers(context, **OPTIONS) as (backend, (peer,)):
             async with backend.open_stream(make_request(backend, max_tokens=8)) as stream:
                 add = await peer.next_add()
-                with pytest.raises(EngineDead):
-                    async for _ in stream:
-                        pass
+                await stream_until_dead(stream)
             assert not backend.statistics().ready
             # SIGCONT: the late step of the given-up request is its first word.
             await peer.emit(step(add.request_id, 1))

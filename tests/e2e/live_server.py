@@ -7,25 +7,22 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import msgspec
 import trio
 from openai import OpenAI
 
+from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
-from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
-from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serve import Serving, serve
+from smg_trio.neutral.runtime import Runtime
+from smg_trio.serve import Serving
 
-ENGINE_READY_S: Final = 30.0
 SHUTDOWN_S: Final = 5.0
 API_KEY: Final = "sk-test-key"
 STOP: Final = "STOP"
@@ -122,10 +119,9 @@ async def live_server(
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
     `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...)."""
-    config = GatewayConfig(
-        model_path=demo_model_path(),
-        workers=(WorkerSpec(runtime, Wire.ZMQ, "127.0.0.1:0"),) * workers,
-        port=0,
+    config = zmq_gateway_config(
+        workers,
+        runtime,
         api_key=api_key,
         request_timeout_s=request_timeout_s,
         max_body_bytes=max_body_bytes,
@@ -134,43 +130,44 @@ async def live_server(
         served_model_names=served_model_names,
         tool_call_parser=tool_call_parser,
         reasoning_parser=reasoning_parser,
-        **http_limits,  # type: ignore[arg-type]
+        **http_limits,
         metrics_port=metrics_port,
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
-    replay = tmp_path / "replay.txt"
-    replay.write_text(replay_text, encoding="utf-8")
-    log_path = tmp_path / "engine.log"
-    stop = trio.Event()
-    with log_path.open("wb") as log:
-        async with trio.open_nursery() as nursery:
-            serving: Serving = await nursery.start(
-                partial(serve, config, shutdown_trigger=stop.wait)
-            )
-            processes: list[trio.Process] = []
-            try:
-                if with_engine:
-                    for address in serving.worker_addresses:
-                        command = [
+    replay = write_replay(tmp_path, replay_text)
+    with engine_log(tmp_path / "engine.log") as log:
+        async with served_gateway(config, log) as served:
+            if with_engine:
+                for address in served.serving.worker_addresses:
+                    await served.start_engine(
+                        [
                             *engine_command(address, replay, step_ms, ZMQ_ENGINES[runtime]),
                             *engine_args,
                         ]
-                        processes.append(
-                            await trio.lowlevel.open_process(command, stdout=log, stderr=log)
-                        )
-                    with trio.fail_after(ENGINE_READY_S):
-                        for worker in serving.gateway.pool.workers:
-                            await worker.backend.wait_ready()
-                scheme = "http" if tls is None else "https"
-                yield LiveServer(serving, processes, scheme, api_key, step_ms, stop)
-            finally:
-                stop.set()
-                with trio.CancelScope(shield=True):
-                    for process in processes:
-                        process.kill()
-                        await process.wait()
-                if sys.exc_info()[0] is not None:
-                    sys.stderr.write(log_path.read_text(errors="replace"))
+                    )
+                await served.wait_ready(served.serving.gateway.pool.workers)
+            scheme = "http" if tls is None else "https"
+            yield LiveServer(
+                served.serving, served.processes, scheme, api_key, step_ms, served.stop
+            )
+
+
+def write_replay(tmp_path: Path, text: str) -> Path:
+    """The replay file the reference engines read their answers from."""
+    replay = tmp_path / "replay.txt"
+    replay.write_text(text, encoding="utf-8")
+    return replay
+
+
+@contextmanager
+def engine_log(path: Path) -> Iterator[BinaryIO]:
+    """The engines' output file; a failing test prints it to stderr (their only trace)."""
+    with path.open("wb") as log:
+        try:
+            yield log
+        except BaseException:
+            sys.stderr.write(path.read_text(errors="replace"))
+            raise
 
 
 def engine_command(

@@ -17,19 +17,13 @@ import httpx
 import pytest
 import trio
 
+from bench.load_servers import free_port
 from smg_trio.cli import main
 from smg_trio.model import demo_model_path
 
 TEST_TIMEOUT_S: Final = 30.0
 CTRL_C_BOUND_S: Final = 2.0
 MODEL: Final = str(demo_model_path())
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.mark.parametrize(
@@ -95,6 +89,20 @@ async def read_until(stream: trio.abc.ReceiveStream, pattern: re.Pattern[bytes])
     return match
 
 
+def serve_command(worker_port: int, *flags: str) -> list[str]:
+    """`smg_trio serve` of the demo model on a port the kernel picks, one vLLM ZMQ worker."""
+    worker = f"vllm+zmq://127.0.0.1:{worker_port}"
+    serve = [sys.executable, "-m", "smg_trio", "serve", "--model-path", MODEL, "--port", "0"]
+    return [*serve, "--worker", worker, *flags]
+
+
+async def serving_port(process: trio.Process) -> int:
+    """The HTTP port a `serve` subprocess (its stderr piped) says it is running on."""
+    assert process.stderr is not None
+    running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
+    return int((await read_until(process.stderr, running)).group(1))
+
+
 def children_of(pid: int) -> list[int]:
     children = []
     for entry in os.listdir("/proc"):
@@ -109,14 +117,10 @@ def children_of(pid: int) -> list[int]:
 
 
 async def test_serve_answers_and_stops_on_sigterm() -> None:
-    command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", MODEL, "--port", "0"]
-    command += ["--worker", f"vllm+zmq://127.0.0.1:{free_port()}"]
-    process = await trio.lowlevel.open_process(command, stderr=-1)
+    process = await trio.lowlevel.open_process(serve_command(free_port()), stderr=-1)
     try:
         with trio.fail_after(TEST_TIMEOUT_S):
-            assert process.stderr is not None
-            running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
-            port = int((await read_until(process.stderr, running)).group(1))
+            port = await serving_port(process)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 assert (await client.get("/health")).status_code == 503  # no engine dialled
             process.send_signal(signal.SIGTERM)
@@ -177,14 +181,11 @@ def process_exists(pid: int) -> bool:
 async def test_serve_with_json_logs_writes_one_json_object_per_line() -> None:
     """docs/observability.md §2: every line of `--log-format json` parses, and the request's
     line carries the id the client sent (no engine here: the request is a 503)."""
-    command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", MODEL, "--port", "0"]
-    command += ["--worker", f"vllm+zmq://127.0.0.1:{free_port()}", "--log-format", "json"]
+    command = serve_command(free_port(), "--log-format", "json")
     process = await trio.lowlevel.open_process(command, stderr=-1)
     try:
         with trio.fail_after(TEST_TIMEOUT_S):
-            assert process.stderr is not None
-            running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
-            port = int((await read_until(process.stderr, running)).group(1))
+            port = await serving_port(process)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 answer = await client.post(
                     "/v1/completions",
@@ -194,6 +195,7 @@ async def test_serve_with_json_logs_writes_one_json_object_per_line() -> None:
             assert answer.status_code == 503
             process.send_signal(signal.SIGTERM)
             rest = b""
+            assert process.stderr is not None
             while data := await process.stderr.receive_some(65536):
                 rest += data
             assert await process.wait() == 0

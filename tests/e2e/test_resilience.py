@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
-from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -19,20 +16,18 @@ import httpx
 import trio
 import trio_websocket
 
+from bench.load_servers import free_port
 from smg_trio.backends.zmq_liveness import PROBE_PERIOD_S
-from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.errors import BackendUnavailable
-from smg_trio.model import demo_model_path
-from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serve import Serving, serve
-from tests.backends.grpc_reference import start_engine, stop_engine
+from smg_trio.neutral.runtime import Runtime
+from tests.backends.grpc_reference import grpc_gateway, start_engine, stop_engine
 from tests.e2e.live_server import (
     chat_body,
     engine_command,
     live_server,
     parse_sse,
 )
-from tests.e2e.test_cli import free_port, read_until
+from tests.e2e.test_cli import serve_command, serving_port
 
 CHAT: Final = "/v1/chat/completions"
 TEST_TIMEOUT_S: Final = 20.0
@@ -266,9 +261,7 @@ async def test_sigterm_drains_a_second_signal_ends_the_drain_and_the_process_exi
     tmp_path: Path,
 ) -> None:
     worker_port = free_port()
-    command = [sys.executable, "-m", "smg_trio", "serve", "--model-path", str(demo_model_path())]
-    command += ["--port", "0", "--worker", f"vllm+zmq://127.0.0.1:{worker_port}"]
-    command += ["--drain-timeout-s", "30"]
+    command = serve_command(worker_port, "--drain-timeout-s", "30")
     gateway = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
     replay = tmp_path / "replay.txt"
     replay.write_text("Filler words follow. " * 20, encoding="utf-8")
@@ -279,9 +272,7 @@ async def test_sigterm_drains_a_second_signal_ends_the_drain_and_the_process_exi
     )
     try:
         with trio.fail_after(TEST_TIMEOUT_S):
-            assert gateway.stderr is not None
-            running = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
-            port = int((await read_until(gateway.stderr, running)).group(1))
+            port = await serving_port(gateway)
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
                 await seconds_until("/health", 200, client)
                 first_byte = trio.Event()
@@ -316,17 +307,7 @@ async def test_grpc_engine_kill_9_mid_stream_ends_the_stream_and_health_within_b
     with (tmp_path / "engine.log").open("wb") as log, trio.fail_after(TEST_TIMEOUT_S):
         process, port = await start_engine(Runtime.VLLM, log, step_ms=5.0)
         try:
-            config = GatewayConfig(
-                model_path=demo_model_path(),
-                workers=(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}"),),
-                port=0,
-            )
-            stop = trio.Event()
-            async with trio.open_nursery() as nursery:
-                serving: Serving = await nursery.start(
-                    partial(serve, config, shutdown_trigger=stop.wait)
-                )
-                await serving.gateway.pool.workers[0].backend.wait_ready()
+            async with grpc_gateway(port) as serving:
                 base = f"http://127.0.0.1:{serving.port}"
                 async with httpx.AsyncClient(base_url=base) as client:
                     first_byte = trio.Event()
@@ -347,6 +328,5 @@ async def test_grpc_engine_kill_9_mid_stream_ends_the_stream_and_health_within_b
                     assert events[-1] == "[DONE]"
                     assert "error" in events[-2]  # type: ignore[operator]
                     assert await seconds_until("/health", 503, client) <= HEALTH_BOUND_S
-                stop.set()
         finally:
             await stop_engine(process)

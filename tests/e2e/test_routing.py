@@ -13,30 +13,22 @@ from typing import Final
 import httpx
 import trio
 
-from smg_trio.backends.base import BackendStatistics, EngineStream
-from smg_trio.core.finalize import Finalized, WorkerTarget
+from smg_trio.backends.base import EngineStream
+from smg_trio.core.finalize import Finalized
 from smg_trio.errors import EngineRejected
-from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.vocabulary import Worker
 from tests.e2e.live_server import MODEL
 from tests.e2e.routed_server import routed_server
+from tests.routing.loaded_workers import TARGET, LoadedBackend
 
 TEST_TIMEOUT_S: Final = 20.0
 COMPLETIONS: Final = "/v1/completions"
 P2C_REQUESTS: Final = 48
 
 
-class AtCapacity:
+class AtCapacity(LoadedBackend):
     """A worker whose engine says it is ready and refuses every request as overloaded (429),
     as an engine at capacity does: each request it gets must be retried on another worker."""
-
-    @property
-    def runtime(self) -> Runtime:
-        return Runtime.VLLM
-
-    @property
-    def wire(self) -> Wire:
-        return Wire.ZMQ
 
     def open_stream(self, finalized: Finalized) -> AbstractAsyncContextManager[EngineStream]:
         return self
@@ -50,17 +42,6 @@ class AtCapacity:
 
     async def wait_ready(self) -> None:
         await trio.lowlevel.checkpoint()
-
-    def statistics(self) -> BackendStatistics:
-        return BackendStatistics(
-            runtime=self.runtime,
-            wire=self.wire,
-            ready=True,
-            max_model_len=None,
-            open_streams=0,
-            in_flight=0,
-            engines=(),
-        )
 
 
 def completion(prompt: str, max_tokens: int = 4, **extra: object) -> dict[str, object]:
@@ -205,8 +186,7 @@ async def test_a_refusing_worker_is_retried_around_then_its_breaker_opens(tmp_pa
     with trio.fail_after(TEST_TIMEOUT_S):
         async with routed_server(tmp_path, [1.0], policy="round_robin") as server:
             pool = server.serving.gateway.pool
-            target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
-            pool.add(Worker("busy", target, AtCapacity()))
+            pool.add(Worker("busy", TARGET, AtCapacity()))
             bodies = [completion(f"request {i}", stream=i % 2 == 1) for i in range(10)]
             responses = await send_all(server.base_url, bodies, concurrency=1)
             assert [response.status_code for response in responses] == [200] * 10

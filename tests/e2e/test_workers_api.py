@@ -10,19 +10,13 @@ from typing import Final
 import httpx
 import trio
 
+from bench.load_servers import free_port
 from tests.e2e.live_server import MODEL, parse_sse
 from tests.e2e.routed_server import ADMIN_KEY, RoutedServer, routed_server
 
 TEST_TIMEOUT_S: Final = 20.0
 ADMIN: Final = {"authorization": f"Bearer {ADMIN_KEY}"}
 STREAM: Final = {"model": MODEL, "prompt": "hi", "max_tokens": 20, "stream": True}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def wait_port_free(address: str) -> None:

@@ -21,6 +21,7 @@ from h2.events import ConnectionTerminated
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import CloseConnection, Request
 
+from bench.http_limit_checks import response_complete
 from smg_trio.frontends.http_limits import HttpLimits, default_max_connections
 from tests.e2e.live_server import API_KEY, chat_body, live_server
 
@@ -53,16 +54,6 @@ async def read_until_eof(
             ended_at = trio.current_time()
     assert ended_at is not None, seen
     return seen, trio.current_time() - ended_at
-
-
-def response_complete(raw: bytes) -> bool:
-    head, sep, body = raw.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.lower().split(b"\r\n"):
-        if line.startswith(b"content-length:"):
-            return len(body) >= int(line.split(b":")[1])
-    return body.endswith(b"0\r\n\r\n")
 
 
 async def test_connection_close_after_a_generation_request_closes_at_once(

@@ -5,9 +5,8 @@ trace context passed on to a gRPC engine in the call's metadata."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from functools import partial
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -21,15 +20,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from smg_trio.backends.asyncio_bridge import open_asyncio_bridge
 from smg_trio.backends.grpc_services import close_channel
-from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.gateway import Gateway
-from smg_trio.model import demo_model_path
-from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.observability.tracing import ROOT_SPAN, RequestTracer, tracer_provider
-from smg_trio.serve import Serving, serve
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as engine_pb2
-from tests.backends.grpc_reference import start_engine, stop_engine
+from tests.backends.grpc_reference import grpc_gateway, start_engine, stop_engine
 from tests.e2e.live_server import API_KEY, live_server
 
 TEST_S: Final = 20.0
@@ -115,7 +111,7 @@ async def test_the_trace_context_reaches_a_grpc_engine_in_the_call_metadata(
     with trio.fail_after(TEST_S), (tmp_path / "engine.log").open("wb") as log:
         process, port = await start_engine(Runtime.VLLM, log)
         try:
-            async with _grpc_gateway(port) as serving, open_asyncio_bridge() as bridge:
+            async with grpc_gateway(port) as serving, open_asyncio_bridge() as bridge:
                 with traced(serving.gateway) as exporter:
                     async with httpx.AsyncClient(
                         base_url=f"http://127.0.0.1:{serving.port}"
@@ -147,20 +143,3 @@ async def test_the_trace_context_reaches_a_grpc_engine_in_the_call_metadata(
     assert root.context is not None
     # The engine's parent is the gateway's request span, in the client's trace.
     assert received["traceparent"] == f"00-{TRACE_ID}-{root.context.span_id:016x}-01"
-
-
-@asynccontextmanager
-async def _grpc_gateway(port: int) -> AsyncIterator[Serving]:
-    config = GatewayConfig(
-        model_path=demo_model_path(),
-        workers=(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}"),),
-        port=0,
-    )
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        serving: Serving = await nursery.start(partial(serve, config, shutdown_trigger=stop.wait))
-        await serving.gateway.pool.workers[0].backend.wait_ready()
-        try:
-            yield serving
-        finally:
-            stop.set()

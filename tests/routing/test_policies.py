@@ -18,10 +18,16 @@ from smg_trio.routing.policies import (
     RoundRobin,
     build_policy,
 )
-from smg_trio.routing.vocabulary import RoutingContext
+from smg_trio.routing.vocabulary import Policy, RoutingContext
 from tests.routing.loaded_workers import loaded_worker
 
 NO_CONTEXT = RoutingContext()
+
+
+def pick_counts(policy: Policy, picks: int, **in_flight: int) -> Counter[str]:
+    """How often `policy` picks each worker named in `in_flight` (its load) in `picks` turns."""
+    workers = [loaded_worker(name, in_flight=load) for name, load in in_flight.items()]
+    return Counter(policy.choose(workers, NO_CONTEXT).name for _ in range(picks))
 
 
 def test_round_robin_takes_each_candidate_in_turn() -> None:
@@ -32,9 +38,7 @@ def test_round_robin_takes_each_candidate_in_turn() -> None:
 
 
 def test_random_spreads_over_every_candidate() -> None:
-    workers = [loaded_worker(f"w{i}") for i in range(4)]
-    policy = RandomChoice(random.Random(7))
-    counts = Counter(policy.choose(workers, NO_CONTEXT).name for _ in range(4000))
+    counts = pick_counts(RandomChoice(random.Random(7)), 4000, w0=0, w1=0, w2=0, w3=0)
     assert set(counts) == {"w0", "w1", "w2", "w3"}
     assert all(800 < count < 1200 for count in counts.values()), counts
 
@@ -47,19 +51,13 @@ def test_power_of_two_takes_the_less_loaded_of_its_two_samples() -> None:
 
 
 def test_power_of_two_never_picks_the_busiest_of_three() -> None:
-    workers = [loaded_worker("a", in_flight=0), loaded_worker("b", in_flight=5)]
-    workers.append(loaded_worker("c", in_flight=50))
-    policy = PowerOfTwo(random.Random(3))
-    counts = Counter(policy.choose(workers, NO_CONTEXT).name for _ in range(600))
+    counts = pick_counts(PowerOfTwo(random.Random(3)), 600, a=0, b=5, c=50)
     assert counts["c"] == 0
     assert counts["a"] > counts["b"] > 0  # "a" wins both pairs it is in, "b" only the one
 
 
 def test_least_load_takes_the_least_loaded_and_shares_ties() -> None:
-    workers = [loaded_worker("a", in_flight=3), loaded_worker("b", in_flight=1)]
-    workers.append(loaded_worker("c", in_flight=1))
-    policy = LeastLoad(random.Random(5))
-    counts = Counter(policy.choose(workers, NO_CONTEXT).name for _ in range(400))
+    counts = pick_counts(LeastLoad(random.Random(5)), 400, a=3, b=1, c=1)
     assert counts["a"] == 0
     assert counts["b"] > 100
     assert counts["c"] > 100

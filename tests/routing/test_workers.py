@@ -2,60 +2,18 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smg_trio.backends.base import BackendStatistics, EngineStream
-from smg_trio.core.finalize import Finalized, WorkerTarget
 from smg_trio.errors import BackendUnavailable
-from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.routing.workers import NO_READY_WORKER, RoundRobin, Worker, WorkerPool
-
-
-class SwitchedBackend:
-    """A `Backend` whose readiness the test sets; routing only ever reads `statistics()`."""
-
-    def __init__(self, *, ready: bool) -> None:
-        self.ready = ready
-
-    @property
-    def runtime(self) -> Runtime:
-        return Runtime.VLLM
-
-    @property
-    def wire(self) -> Wire:
-        return Wire.ZMQ
-
-    def open_stream(self, finalized: Finalized) -> AbstractAsyncContextManager[EngineStream]:
-        raise AssertionError("picking a worker never opens a stream")
-
-    async def wait_ready(self) -> None:
-        raise AssertionError("picking a worker never waits for readiness")
-
-    def statistics(self) -> BackendStatistics:
-        return BackendStatistics(
-            runtime=self.runtime,
-            wire=self.wire,
-            ready=self.ready,
-            max_model_len=None,
-            open_streams=0,
-            in_flight=0,
-            engines=(),
-        )
-
-
-TARGET = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ)
+from smg_trio.routing.workers import NO_READY_WORKER, RoundRobin, WorkerPool
+from tests.routing.loaded_workers import backend_of, loaded_worker
 
 
 def pool_of(*ready: bool) -> WorkerPool:
     """Workers named "w0", "w1", ... with the given readiness, picked round-robin."""
-    workers = [
-        Worker(f"w{index}", TARGET, SwitchedBackend(ready=is_ready))
-        for index, is_ready in enumerate(ready)
-    ]
+    workers = [loaded_worker(f"w{index}", ready=is_ready) for index, is_ready in enumerate(ready)]
     return WorkerPool(workers, RoundRobin())
 
 
@@ -64,9 +22,7 @@ def names(pool: WorkerPool, picks: int) -> list[str]:
 
 
 def set_ready(pool: WorkerPool, index: int, *, ready: bool) -> None:
-    backend = pool.workers[index].backend
-    assert isinstance(backend, SwitchedBackend)
-    backend.ready = ready
+    backend_of(pool.workers[index]).ready = ready
 
 
 def test_ready_workers_take_turns_in_pool_order() -> None:

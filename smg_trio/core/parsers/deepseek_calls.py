@@ -17,8 +17,8 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from smg_trio.core.parsers.events import Parsed, ToolCallArguments, partial_tail
-from smg_trio.core.parsers.json_calls import CallIds
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, ToolCallArguments, partial_tail
+from smg_trio.core.parsers.json_calls import CallIds, PendingMarkup
 
 CALLS_BEGIN: Final = "<｜tool▁calls▁begin｜>"
 CALLS_END: Final = "<｜tool▁calls▁end｜>"
@@ -37,21 +37,18 @@ class _State(enum.Enum):
     DONE = enum.auto()
 
 
-class DeepSeekV3Calls:
-    __slots__ = ("_head", "_held", "_ids", "_index", "_parallel", "_raw", "_state", "_tools")
+class DeepSeekV3Calls(MarkupScanner):
+    __slots__ = ("_head", "_ids", "_index", "_markup", "_parallel", "_state", "_tools")
 
     def __init__(self, tools: frozenset[str], ids: CallIds, *, parallel: bool) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._state = _State.PROSE
-        self._held = ""
         self._head = ""
-        self._raw = ""  # the block so far, while it may still be content
+        self._markup = PendingMarkup(ids)
         self._index = -1
 
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             state = self._state
             if state is _State.LITERAL:
@@ -76,7 +73,6 @@ class DeepSeekV3Calls:
             self._take(text[:at], out)
             self._advance(marker, out)
             text = text[at + len(marker) :]
-        return out
 
     def _take(self, piece: str, out: Parsed) -> None:
         match self._state:
@@ -85,10 +81,10 @@ class DeepSeekV3Calls:
             case _State.BETWEEN:
                 if CALLS_END in piece:
                     self._state = _State.DONE
-                self._remember(piece)
+                self._markup.remember(piece)
             case _State.HEAD:
                 self._head += piece
-                self._remember(piece)
+                self._markup.remember(piece)
             case _State.ARGUMENTS:
                 if piece:
                     out.calls.append(ToolCallArguments(self._index, piece))
@@ -97,7 +93,7 @@ class DeepSeekV3Calls:
 
     def _advance(self, marker: str, out: Parsed) -> None:
         """`marker` was found in the current state."""
-        self._remember(marker)
+        self._markup.remember(marker)
         match self._state:
             case _State.PROSE:
                 self._state = _State.BETWEEN
@@ -113,36 +109,23 @@ class DeepSeekV3Calls:
                 start = self._ids.next(name)
                 self._index = start.index
                 out.calls.append(start)
-                self._raw = ""
+                self._markup.text = ""
                 self._state = _State.ARGUMENTS
             case _State.ARGUMENTS:
                 self._state = _State.BETWEEN
             case _:
                 pass
 
-    def _remember(self, text: str) -> None:
-        if self._ids.count == 0:
-            self._raw += text
-
     def _not_a_call(self, out: Parsed) -> None:
-        if self._ids.count == 0:
-            out.content += self._raw
-            self._state = _State.LITERAL
-        else:
-            self._state = _State.DONE
-        self._raw = ""
+        self._state = _State.LITERAL if self._markup.give_up(out) else _State.DONE
 
-    def finish(self) -> Parsed:
-        out = Parsed()
-        held, self._held = self._held, ""
+    def _flush(self, held: str, out: Parsed) -> None:
         match self._state:
             case _State.PROSE | _State.LITERAL:
                 out.content = held
             case _State.BETWEEN | _State.HEAD:
-                if self._ids.count == 0:
-                    out.content = self._raw + held
+                out.content = self._markup.unfinished(held)
             case _State.ARGUMENTS:
                 pass  # an opened call keeps what it streamed
             case _State.DONE:
                 pass
-        return out

@@ -1,4 +1,4 @@
-"""Pure. What the output parsers emit, and the one helper every markup scanner shares.
+"""Pure. What the output parsers emit, and the helpers every markup scanner shares.
 
 A parser consumes a choice's generated text in pieces (after detokenize and the stop scanner,
 docs/tools-and-reasoning.md §1) and returns `Parsed` values: the content and reasoning text of
@@ -76,3 +76,32 @@ def partial_tail(text: str, marker: str) -> int:
 def partial_tail_any(text: str, markers: tuple[str, ...]) -> int:
     """`partial_tail` for whichever of `markers` needs the longest hold-back."""
     return max(partial_tail(text, marker) for marker in markers)
+
+
+class MarkupScanner:
+    """The `TextParser` frame every markup scanner shares: the text that may begin a marker is
+    held back (`_held`) and put in front of the next piece; `_scan` reads a piece, `_flush`
+    says what the held text and unfinished markup are when the choice ends."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> Parsed:
+        out = Parsed()
+        text, self._held = self._held + text, ""
+        self._scan(text, out)
+        return out
+
+    def finish(self) -> Parsed:
+        out = Parsed()
+        held, self._held = self._held, ""
+        self._flush(held, out)
+        return out
+
+    def _scan(self, text: str, out: Parsed) -> None:
+        raise NotImplementedError
+
+    def _flush(self, held: str, out: Parsed) -> None:
+        raise NotImplementedError

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 
 from smg_trio.core.parsers.events import (
+    Parsed,
     ToolCallArguments,
     ToolCallPiece,
     ToolCallStart,
@@ -42,6 +43,36 @@ class CallIds:
         start = ToolCallStart(self.count, f"{self.prefix}{self.count}", name)
         self.count += 1
         return start
+
+
+class PendingMarkup:
+    """The markup read since the trigger, while it may still turn out to be content: until
+    the choice's first call opens, markup that proves to be no call is given back as content;
+    after one, it is dropped (docs/tools-and-reasoning.md §2)."""
+
+    __slots__ = ("_ids", "text")
+
+    def __init__(self, ids: CallIds) -> None:
+        self._ids = ids
+        self.text = ""
+
+    def remember(self, text: str) -> None:
+        if self._ids.count == 0:
+            self.text += text
+
+    def give_up(self, out: Parsed) -> bool:
+        """The markup is no (further) call: True if it became content (nothing was called),
+        False if it was dropped."""
+        literal = self._ids.count == 0
+        if literal:
+            out.content += self.text
+        self.text = ""
+        return literal
+
+    def unfinished(self, held: str) -> str:
+        """The choice ended inside unopened markup: it and the held-back text are content if
+        nothing was called, else nothing."""
+        return self.text + held if self._ids.count == 0 else ""
 
 
 class JsonCallBody:

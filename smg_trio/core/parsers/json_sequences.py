@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 
-from smg_trio.core.parsers.events import Parsed, partial_tail
-from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, partial_tail
+from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall, PendingMarkup
 
 
 class _State(enum.Enum):
@@ -24,7 +24,7 @@ class _State(enum.Enum):
     DONE = enum.auto()  # the sequence ended: the rest is dropped
 
 
-class JsonCallSequence:
+class JsonCallSequence(MarkupScanner):
     """`trigger` then JSON call objects separated by `separators`, until `closer` (if any).
 
     `leading`: the trigger (or the first object) must open the output, else it is all content.
@@ -33,11 +33,10 @@ class JsonCallSequence:
     __slots__ = (
         "_body",
         "_closer",
-        "_held",
         "_ids",
         "_leading",
+        "_markup",
         "_parallel",
-        "_raw",
         "_separators",
         "_started",
         "_state",
@@ -56,22 +55,16 @@ class JsonCallSequence:
         closer: str = "",
         leading: bool = False,
     ) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._trigger, self._separators, self._closer = trigger, separators, closer
         self._leading = leading
         self._state = _State.PROSE
-        self._held = ""
-        self._raw = ""  # the markup so far, while it may still turn out to be content
+        self._markup = PendingMarkup(ids)
         self._started = False  # (leading) the output's first non-space text has been seen
         self._body = JsonCallBody()
 
-    def _known(self, name: str) -> bool:
-        return name in self._tools
-
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             match self._state:
                 case _State.PROSE:
@@ -85,7 +78,6 @@ class JsonCallSequence:
                     text = ""
                 case _State.DONE:
                     text = ""
-        return out
 
     def _prose(self, text: str, out: Parsed) -> str:
         if self._leading:
@@ -94,10 +86,10 @@ class JsonCallSequence:
                 self._held = text
                 return ""
             if stripped.startswith(self._trigger) or stripped[0] == "{":
-                self._raw = text[: len(text) - len(stripped)]
+                self._markup.text = text[: len(text) - len(stripped)]
                 self._state = _State.BETWEEN
                 if stripped.startswith(self._trigger):
-                    self._raw += self._trigger
+                    self._markup.text += self._trigger
                     return stripped[len(self._trigger) :]
                 return stripped
             if self._trigger.startswith(stripped):
@@ -112,13 +104,13 @@ class JsonCallSequence:
             self._held = text[len(text) - hold :]
             return ""
         out.content += text[:at]
-        self._raw = self._trigger
+        self._markup.text = self._trigger
         self._state = _State.BETWEEN
         return text[at + len(self._trigger) :]
 
     def _between(self, text: str, out: Parsed) -> str:
         skipped = len(text) - len(text.lstrip(self._separators + " \t\r\n"))
-        self._remember(text[:skipped])
+        self._markup.remember(text[:skipped])
         text = text[skipped:]
         if not text:
             return ""
@@ -135,46 +127,32 @@ class JsonCallSequence:
     def _in_body(self, text: str, out: Parsed) -> str:
         body = self._body
         try:
-            out.calls.extend(body.feed(text, self._known, self._ids))
+            out.calls.extend(body.feed(text, self._tools.__contains__, self._ids))
             if not body.ended:
                 return ""
-            out.calls.extend(body.close(self._known, self._ids))
+            out.calls.extend(body.close(self._tools.__contains__, self._ids))
         except NotACall:
-            self._remember(body.text)
+            self._markup.remember(body.text)
             self._not_a_call(out)
             return body.rest
-        self._raw = ""
+        self._markup.text = ""
         self._state = _State.BETWEEN if self._parallel else _State.DONE
         return body.rest
 
-    def _remember(self, text: str) -> None:
-        if self._ids.count == 0:
-            self._raw += text
-
     def _not_a_call(self, out: Parsed) -> None:
-        """The markup is no (further) call: content if nothing was called, else dropped."""
-        if self._ids.count == 0:
-            out.content += self._raw
-            self._state = _State.LITERAL
-        else:
-            self._state = _State.DONE
-        self._raw = ""
+        self._state = _State.LITERAL if self._markup.give_up(out) else _State.DONE
 
-    def finish(self) -> Parsed:
-        out = Parsed()
-        held, self._held = self._held, ""
+    def _flush(self, held: str, out: Parsed) -> None:
         match self._state:
             case _State.PROSE | _State.LITERAL:
                 out.content = held
             case _State.BODY:
                 try:
-                    out.calls.extend(self._body.close(self._known, self._ids))
+                    out.calls.extend(self._body.close(self._tools.__contains__, self._ids))
                 except NotACall:
-                    self._remember(self._body.text)
+                    self._markup.remember(self._body.text)
                     self._not_a_call(out)
             case _State.BETWEEN:
-                if self._ids.count == 0:
-                    out.content = self._raw + held
+                out.content = self._markup.unfinished(held)
             case _State.DONE:
                 pass
-        return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 
-from smg_trio.core.parsers.events import Parsed, partial_tail
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, partial_tail
 from smg_trio.core.parsers.json_calls import CallIds, JsonCallBody, NotACall
 
 
@@ -23,27 +23,21 @@ class _State(enum.Enum):
     SKIP = enum.auto()  # inside the tags of a call dropped by parallel_tool_calls false
 
 
-class TaggedJsonCalls:
+class TaggedJsonCalls(MarkupScanner):
     """`start` JSON `end`, any number of times (`parallel`), else only the first call."""
 
-    __slots__ = ("_body", "_end", "_held", "_ids", "_parallel", "_start", "_state", "_tools")
+    __slots__ = ("_body", "_end", "_ids", "_parallel", "_start", "_state", "_tools")
 
     def __init__(
         self, tools: frozenset[str], ids: CallIds, *, parallel: bool, start: str, end: str
     ) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._start, self._end = start, end
         self._state = _State.OUTSIDE
-        self._held = ""
         self._body = JsonCallBody()
 
-    def _known(self, name: str) -> bool:
-        return name in self._tools
-
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             marker = self._start if self._state == _State.OUTSIDE else self._end
             at = text.find(marker)
@@ -58,7 +52,6 @@ class TaggedJsonCalls:
                 self._open()
             else:
                 self._close(out)
-        return out
 
     def _open(self) -> None:
         done = self._ids.count > 0
@@ -75,7 +68,7 @@ class TaggedJsonCalls:
                     out.content += piece
             case _State.BODY:
                 try:
-                    out.calls.extend(self._body.feed(piece, self._known, self._ids))
+                    out.calls.extend(self._body.feed(piece, self._tools.__contains__, self._ids))
                 except NotACall:
                     self._state = _State.LITERAL
                     out.content += self._start + self._body.text
@@ -85,26 +78,23 @@ class TaggedJsonCalls:
     def _close(self, out: Parsed) -> None:
         if self._state == _State.BODY:
             try:
-                out.calls.extend(self._body.close(self._known, self._ids))
+                out.calls.extend(self._body.close(self._tools.__contains__, self._ids))
             except NotACall:
                 out.content += self._start + self._body.text + self._end
         elif self._state == _State.LITERAL:
             out.content += self._end
         self._state = _State.OUTSIDE
 
-    def finish(self) -> Parsed:
-        out = Parsed()
-        held, self._held = self._held, ""
+    def _flush(self, held: str, out: Parsed) -> None:
         match self._state:
             case _State.OUTSIDE:
                 if self._ids.count == 0:
                     out.content = held
             case _State.BODY:  # a partial end tag is not part of the JSON
                 try:
-                    out.calls.extend(self._body.close(self._known, self._ids))
+                    out.calls.extend(self._body.close(self._tools.__contains__, self._ids))
                 except NotACall:
                     out.content = self._start + self._body.text + held
             case _State.LITERAL:
                 out.content = held
         self._state = _State.OUTSIDE
-        return out

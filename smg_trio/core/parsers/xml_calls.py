@@ -23,7 +23,7 @@ import enum
 import json
 from typing import Final
 
-from smg_trio.core.parsers.events import Parsed, ToolCallArguments, partial_tail
+from smg_trio.core.parsers.events import MarkupScanner, Parsed, ToolCallArguments, partial_tail
 from smg_trio.core.parsers.json_calls import CallIds
 
 CALL_START: Final = "<tool_call>"
@@ -65,11 +65,10 @@ def _escaped(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
-class XmlCalls:
+class XmlCalls(MarkupScanner):
     """Qwen3-Coder's calls, any number (`parallel`), else only the first."""
 
     __slots__ = (
-        "_held",
         "_ids",
         "_index",
         "_name",
@@ -82,19 +81,16 @@ class XmlCalls:
     )
 
     def __init__(self, tools: frozenset[str], ids: CallIds, *, parallel: bool) -> None:
+        super().__init__()
         self._tools, self._ids, self._parallel = tools, ids, parallel
         self._state = _State.OUTSIDE
-        self._held = ""
         self._name = ""  # the function or parameter name being read
         self._raw = ""  # the call's markup so far, until it opens
         self._index = -1
         self._params = 0  # parameters opened in the current call
         self._value_sent = False  # the current value sent a character (its first "\n" dropped)
 
-    def feed(self, text: str) -> Parsed:
-        out = Parsed()
-        text = self._held + text
-        self._held = ""
+    def _scan(self, text: str, out: Parsed) -> None:
         while text:
             markers = _MARKERS[self._state]
             found = [(text.find(m), m) for m in markers]
@@ -114,7 +110,6 @@ class XmlCalls:
             self._take(piece, out)
             text = text[at + len(marker) :]
             self._advance(marker, out)
-        return out
 
     def _dropped(self) -> bool:
         return self._ids.count > 0
@@ -185,10 +180,8 @@ class XmlCalls:
             case _State.SKIP:
                 self._state = _State.OUTSIDE
 
-    def finish(self) -> Parsed:
+    def _flush(self, held: str, out: Parsed) -> None:
         """An unfinished call keeps what it streamed; unopened markup is content."""
-        out = Parsed()
-        held, self._held = self._held, ""
         match self._state:
             case _State.OUTSIDE:
                 if not self._dropped():
@@ -200,4 +193,3 @@ class XmlCalls:
                 out.content = held
             case _:
                 pass
-        return out
