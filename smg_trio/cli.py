@@ -10,7 +10,7 @@
         [--memory-budget-mb MB]
         [--idle-timeout-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S]
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
-        [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P]
+        [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P] [--probe-port P]
         [--otlp-endpoint URL]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
@@ -67,6 +67,7 @@ _CONFIG_FLAGS = (
     "max_websockets",
     "h2_max_streams",
     "metrics_port",
+    "probe_port",
     "log_requests",
     "otlp_endpoint",
 )
@@ -221,6 +222,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=int,
         metavar="P",
         help="also serve GET /metrics on this port (it is always on the main port)",
+    )
+    serve.add_argument(
+        "--probe-port",
+        type=int,
+        metavar="P",
+        help="answer /health, /readiness, /liveness and /metrics on this port from a thread of "
+        "their own, however busy the gateway is (docs/resilience.md)",
     )
     serve.add_argument(
         "--otlp-endpoint",

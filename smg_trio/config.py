@@ -86,6 +86,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Observability (docs/observability.md): a second, metrics-only listener; prompt and
     # completion text in the request log lines; OTLP/HTTP traces endpoint.
     metrics_port: int | None = None
+    # Probes (/health, /readiness, /liveness, /metrics) on a thread of their own, answered
+    # however busy the event loop is (docs/resilience.md §8).
+    probe_port: int | None = None
     log_requests: bool = False
     otlp_endpoint: str | None = None
 
@@ -164,8 +167,10 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
         raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
     check_http_limits(config)
-    if config.metrics_port is not None and not 0 <= config.metrics_port < 65536:
-        raise ConfigError(f"metrics_port must be in 0..65535, got {config.metrics_port}")
+    for name in ("metrics_port", "probe_port"):
+        value = getattr(config, name)
+        if value is not None and not 0 <= value < 65536:
+            raise ConfigError(f"{name} must be in 0..65535, got {value}")
     return config
 
 

@@ -24,6 +24,8 @@ server on one port, all in the caller's `trio.run`.
   (`MetricsApp`, cleartext, same host), which stops when the main server has stopped. Once
   shutdown is triggered the gateway is marked draining, so requests cancelled from then on
   count as drained (docs/observability.md §1).
+- With `probe_port`, a thread of its own answers the probes and `/metrics` from a snapshot the
+  event loop publishes twice a second (frontends/probe_server.py, docs/resilience.md §8).
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.http_server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
+from smg_trio.frontends.probe_server import ProbeSnapshot, open_probe_server, publish_forever
 from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
+from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
@@ -86,6 +90,7 @@ class Serving:
     worker_addresses: tuple[str, ...]  # per worker spec, bound (ZMQ: tcp://HOST:PORT to dial)
     gateway: Gateway
     metrics_port: int | None = None  # the metrics-only listener's port, when configured
+    probe_port: int | None = None  # the probe thread's port, when configured
 
 
 async def serve(
@@ -108,6 +113,9 @@ async def serve(
     if config.metrics_port is not None:
         metrics_config = hypercorn_config(config, port=config.metrics_port, tls=False)
         check_listener(config, metrics_config, port=config.metrics_port)
+    if config.probe_port is not None:
+        probe_config = hypercorn_config(config, port=config.probe_port, tls=False)
+        check_listener(config, probe_config, port=config.probe_port)
     async with AsyncExitStack() as stack:
         tracer = None if tracing is None else stack.enter_context(tracing())
         lifetimes = await stack.enter_async_context(
@@ -147,6 +155,11 @@ async def serve(
         )
         # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
         wrapped = ASGIWrapper(cast(ASGIFramework, app))
+        probes = None
+        if config.probe_port is not None:
+            probes = await stack.enter_async_context(
+                open_probe_server(config.host, config.probe_port, probe_snapshot(gateway))
+            )
 
         async def drain_on_shutdown() -> None:
             if shutdown_trigger is None:
@@ -169,6 +182,8 @@ async def serve(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
+            if probes is not None:
+                nursery.start_soon(publish_forever, probes, partial(probe_snapshot, gateway))
             metrics_port = None
             if metrics_config is not None:
                 metrics_app = ASGIWrapper(cast(ASGIFramework, MetricsApp(gateway.metrics)))
@@ -184,7 +199,20 @@ async def serve(
                 ", ".join(addresses),
                 extra={"urls": urls, "workers": addresses, "metrics_port": metrics_port},
             )
-            task_status.started(Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port))
+            probe_port = None if probes is None else int(probes.server_address[1])
+            task_status.started(
+                Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port, probe_port)
+            )
+
+
+def probe_snapshot(gateway: Gateway) -> ProbeSnapshot:
+    """What the probe thread answers until the next one (frontends/probe_server.py)."""
+    return ProbeSnapshot(
+        ready=gateway.ready,
+        unready_reason=gateway.unready_reason(),
+        metrics=gateway.metrics.exposition(),
+        metrics_content_type=EXPOSITION_CONTENT_TYPE.decode("ascii"),
+    )
 
 
 def _in_flight(gateway: Gateway) -> int:

@@ -115,6 +115,7 @@ async def live_server(
     reasoning_parser: str | None = None,
     http_limits: Mapping[str, float] = {},
     metrics_port: int | None = None,
+    probe_port: int | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -132,6 +133,7 @@ async def live_server(
         reasoning_parser=reasoning_parser,
         **http_limits,
         metrics_port=metrics_port,
+        probe_port=probe_port,
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
     replay = write_replay(tmp_path, replay_text)
