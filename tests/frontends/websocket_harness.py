@@ -20,6 +20,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.engines.launch import EngineCommand
+from smg_trio.frontends.responses import answer_lifespan
 from smg_trio.frontends.websocket import handle_websocket
 from smg_trio.gateway import Gateway
 from smg_trio.model import demo_model_path, load_model_dir
@@ -47,13 +48,7 @@ def websocket_app(gateway: Gateway) -> ASGIFramework:
 
     async def app(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)  # type: ignore[arg-type]  # hypercorn's TypedDicts
         elif scope["type"] == "websocket" and scope["path"] == "/v1/ws":
             await handle_websocket(gateway, scope, receive, send)
         elif scope["type"] == "websocket":
