@@ -86,7 +86,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Observability (docs/observability.md): a second, metrics-only listener; prompt and
     # completion text in the request log lines; OTLP/HTTP traces endpoint.
     metrics_port: int | None = None
-    # Probes (/health, /readiness, /liveness, /metrics) on a thread of their own, answered
+    # Probes (/health, /readiness, /liveness, /metrics) in a process of their own, answered
     # however busy the event loop is (docs/resilience.md §8).
     probe_port: int | None = None
     log_requests: bool = False

@@ -24,7 +24,7 @@ server on one port, all in the caller's `trio.run`.
   (`MetricsApp`, cleartext, same host), which stops when the main server has stopped. Once
   shutdown is triggered the gateway is marked draining, so requests cancelled from then on
   count as drained (docs/observability.md §1).
-- With `probe_port`, a thread of its own answers the probes and `/metrics` from a snapshot the
+- With `probe_port`, a process of its own answers the probes and `/metrics` from a snapshot the
   event loop publishes twice a second (frontends/probe_server.py, docs/resilience.md §8).
 """
 
@@ -90,7 +90,7 @@ class Serving:
     worker_addresses: tuple[str, ...]  # per worker spec, bound (ZMQ: tcp://HOST:PORT to dial)
     gateway: Gateway
     metrics_port: int | None = None  # the metrics-only listener's port, when configured
-    probe_port: int | None = None  # the probe thread's port, when configured
+    probe_port: int | None = None  # the probe process's port, when configured
 
 
 async def serve(
@@ -199,14 +199,14 @@ async def serve(
                 ", ".join(addresses),
                 extra={"urls": urls, "workers": addresses, "metrics_port": metrics_port},
             )
-            probe_port = None if probes is None else int(probes.server_address[1])
+            probe_port = None if probes is None else probes.port
             task_status.started(
                 Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port, probe_port)
             )
 
 
 def probe_snapshot(gateway: Gateway) -> ProbeSnapshot:
-    """What the probe thread answers until the next one (frontends/probe_server.py)."""
+    """What the probe process answers until the next one (frontends/probe_server.py)."""
     return ProbeSnapshot(
         ready=gateway.ready,
         unready_reason=gateway.unready_reason(),

@@ -1,30 +1,37 @@
-"""I/O. `--probe-port`: `/health`, `/readiness`, `/liveness` and `/metrics` answered by a thread
-of their own, so a probe never queues behind the streams (docs/resilience.md §8).
+"""I/O. `--probe-port`: `/health`, `/readiness`, `/liveness` and `/metrics` answered by a process
+of their own, so a probe never waits for the gateway (docs/resilience.md §8).
 
 On the main port a probe is one more task of the gateway's event loop: with 1,000 streams
-saturating the loop, `/health` took 0.2–1.8 s there (bench/RESULTS.md). Here:
+saturating the loop, `/health` took 0.2–2 s there. A thread of the gateway's process is not
+enough either: the cycle collector's full passes hold the GIL for 150–310 ms at that load
+(bench/RESULTS.md). So:
 
-    event loop: publish_forever ── every PUBLISH_PERIOD_S ──▶ ProbeSnapshot (immutable values)
-    probe thread: http.server ── reads the latest snapshot ──▶ the probe's answer
+    gateway's event loop: publish_forever ── every PUBLISH_PERIOD_S ──▶ pipe
+    probe process: a reader thread swaps in each snapshot; http.server answers from the latest
 
-- The loop publishes what the probes report (ready, draining, the metrics exposition) as plain
-  immutable values; the thread only reads the last one published, so no state of the event
-  loop is ever touched from the thread. An answer is at most `PUBLISH_PERIOD_S` old.
-- The thread needs only the GIL, which the loop's thread hands over at least every switch
-  interval (5 ms), so a probe is answered in milliseconds however busy the loop is.
-- One thread, one connection at a time, each bounded by `CONNECTION_S` (the stdlib handler's
-  socket timeout): a stuck prober delays other probes by at most that, and holds nothing else.
-- `open_probe_server` binds before its block starts and on exit shuts the thread down, bounded,
-  off the event loop; `serve` checks the port first, so a busy one is a ConfigError.
+- The loop publishes what the probes report (ready, the reason when not, the metrics
+  exposition) as one immutable snapshot through a pipe; the probe process never sees the
+  gateway's state itself. An answer is at most `PUBLISH_PERIOD_S` old.
+- The probe process has its own interpreter and GIL: nothing the gateway does (streams, GC)
+  delays it; it waits only for a core.
+- One connection at a time, each bounded by `CONNECTION_S` (the stdlib handler's socket
+  timeout): a stuck prober delays other probes by at most that, and holds nothing else.
+- Lifetime: `open_probe_server` starts the process (spawned, daemonic), hands it the first
+  snapshot and waits for its bound port; leaving the block closes the pipe, which ends the
+  process (its reader sees EOF and shuts the server down), waited for within
+  `SHUTDOWN_GRACE_S`, then killed. `serve` checks the port first, so a busy one is a
+  ConfigError.
 """
 
 from __future__ import annotations
 
 import http.server
+import multiprocessing
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Final
 
 import trio
@@ -32,6 +39,7 @@ import trio
 PUBLISH_PERIOD_S: Final = 0.5
 CONNECTION_S: Final = 1.0
 SHUTDOWN_GRACE_S: Final = 2.0
+START_S: Final = 30.0  # spawning a Python process: well under a second unless the box is swamped
 PROBE_READY_PATHS: Final = ("/health", "/readiness")
 LIVENESS_PATH: Final = "/liveness"
 METRICS_PATH: Final = "/metrics"
@@ -95,27 +103,70 @@ class ProbeServer(http.server.HTTPServer):
         self.snapshot = snapshot
 
 
+class ProbeProcess:
+    """The parent's handle on the probe process: its port, and the pipe to publish through."""
+
+    def __init__(self, port: int, pipe: Connection) -> None:
+        self.port = port
+        self._pipe = pipe
+
+    async def publish(self, snapshot: ProbeSnapshot) -> None:
+        # A pipe write may block when the process is slow to read: off the event loop.
+        await trio.to_thread.run_sync(self._pipe.send, snapshot)
+
+
 @asynccontextmanager
 async def open_probe_server(
     host: str, port: int, first: ProbeSnapshot
-) -> AsyncIterator[ProbeServer]:
-    """Serve probes on (host, port) from a thread until the block ends (see the module doc).
+) -> AsyncIterator[ProbeProcess]:
+    """Serve probes on (host, port) from a process of their own until the block ends.
 
     The caller keeps `publish_forever` running beside the block (in its own nursery) so the
     answers follow the gateway."""
-    server = ProbeServer((host, port), first)
-    thread = threading.Thread(target=server.serve_forever, name="smg-trio-probes", daemon=True)
-    thread.start()
+    context = multiprocessing.get_context("spawn")
+    pipe, child_end = context.Pipe()
+    process = context.Process(
+        target=_probe_process_main,
+        args=(host, port, child_end),
+        name="smg-trio-probes",
+        daemon=True,
+    )
+    process.start()
+    child_end.close()
     try:
-        yield server
+        pipe.send(first)
+        with trio.fail_after(START_S):
+            bound = await trio.to_thread.run_sync(pipe.recv, abandon_on_cancel=True)
+        yield ProbeProcess(int(bound), pipe)
     finally:
+        pipe.close()  # the process's reader sees EOF and shuts its server down
         with trio.move_on_after(SHUTDOWN_GRACE_S, shield=True):
-            await trio.to_thread.run_sync(server.shutdown)
-        server.server_close()
+            await trio.to_thread.run_sync(process.join, abandon_on_cancel=True)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        process.close()
 
 
-async def publish_forever(server: ProbeServer, take_snapshot: Callable[[], ProbeSnapshot]) -> None:
-    """Hand the probe thread a fresh snapshot every `PUBLISH_PERIOD_S`, until cancelled."""
+async def publish_forever(probes: ProbeProcess, take_snapshot: Callable[[], ProbeSnapshot]) -> None:
+    """Hand the probe process a fresh snapshot every `PUBLISH_PERIOD_S`, until cancelled."""
     while True:
         await trio.sleep(PUBLISH_PERIOD_S)
-        server.snapshot = take_snapshot()  # one reference swap: the thread sees old or new
+        await probes.publish(take_snapshot())
+
+
+def _probe_process_main(host: str, port: int, pipe: Connection) -> None:
+    """The probe process: bind, report the port, answer from the latest snapshot until EOF."""
+    server = ProbeServer((host, port), pipe.recv())
+    pipe.send(server.server_address[1])
+
+    def follow() -> None:
+        try:
+            while True:
+                server.snapshot = pipe.recv()  # one reference swap: a handler sees old or new
+        except (EOFError, OSError):
+            server.shutdown()
+
+    threading.Thread(target=follow, name="snapshots", daemon=True).start()
+    server.serve_forever()
+    server.server_close()

@@ -1,11 +1,13 @@
-"""`--probe-port` (docs/resilience.md §8): the probes and /metrics answered by a thread of their
-own, in milliseconds even while the gateway's event loop is busy, and following the gateway's
-state (a stopped engine turns /health to 503 within a publish period or two)."""
+"""`--probe-port` (docs/resilience.md §8): the probes and /metrics answered by a process of
+their own, in milliseconds even while the gateway's process holds the GIL, and following the
+gateway's state (a stopped engine turns /health to 503 within a publish period or two)."""
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,19 @@ from smg_trio.frontends.probe_server import PUBLISH_PERIOD_S
 from tests.e2e.live_server import live_server
 
 TEST_S = 20.0
-BLOCKED_LOOP_S = 0.6
+GIL_HOLD_ITEMS = 80_000_000  # ~1.5 s of one C loop on these machines
+PROBER = """
+import json, sys, time, urllib.request
+port, at = int(sys.argv[1]), float(sys.argv[2])
+time.sleep(max(0.0, at - time.time()))
+answers = []
+for path in ("/health", "/liveness", "/metrics"):
+    started = time.perf_counter()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+        answers.append({"status": answer.status, "seconds": time.perf_counter() - started})
+answers[-1]["done"] = time.time()
+print(json.dumps(answers))
+"""
 
 
 def get(port: int, path: str) -> tuple[int, bytes, float]:
@@ -44,20 +58,26 @@ async def test_probes_answer_while_the_event_loop_is_blocked(tmp_path: Path) -> 
             assert "smg_trio_worker_ready" in names
             assert (await trio.to_thread.run_sync(get, port, "/v1/models"))[0] == 404
 
-            # Hold the event loop's thread (as a saturated loop would, minus the GIL: a probe
-            # needs only the GIL, which a busy loop hands over every 5 ms) while probing.
-            answers: list[tuple[int, bytes, float]] = []
-
-            def probe_during_the_block() -> None:
-                time.sleep(BLOCKED_LOOP_S / 4)
-                answers.extend(get(port, path) for path in ("/health", "/liveness", "/metrics"))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(trio.to_thread.run_sync, probe_during_the_block)
-                await trio.sleep(0.05)  # the thread is running
-                time.sleep(BLOCKED_LOOP_S)  # noqa: ASYNC251 (blocks the loop on purpose)
-            assert [status for status, _, _ in answers] == [200, 200, 200]
-            assert max(seconds for _, _, seconds in answers) < 0.1
+            # Hold the GIL in the gateway's process (as a full collection of a large heap does)
+            # while another process probes: the probe process answers regardless.
+            probe_at = time.time() + 0.6
+            prober = await trio.lowlevel.open_process(
+                [sys.executable, "-c", PROBER, str(port), str(probe_at)], stdout=subprocess.PIPE
+            )
+            await trio.sleep(0.3)
+            held_from = time.time()
+            sum(range(GIL_HOLD_ITEMS))  # one C loop: the GIL is not released meanwhile
+            held_until = time.time()
+            assert prober.stdout is not None
+            output = b""
+            while chunk := await prober.stdout.receive_some():
+                output += chunk
+            assert await prober.wait() == 0
+            answers = json.loads(output)
+            assert held_from < probe_at  # the probes ran inside the hold
+            assert answers[-1]["done"] < held_until
+            assert [answer["status"] for answer in answers] == [200, 200, 200]
+            assert max(answer["seconds"] for answer in answers) < 0.1
 
             # It follows the gateway: the engine gone, /health turns 503.
             await server.stop_engine(signal.SIGKILL)
