@@ -8,6 +8,7 @@ pieces add up to (a hypothesis test pins it for every family).
 
 from __future__ import annotations
 
+import abc
 from typing import Protocol
 
 import msgspec
@@ -78,7 +79,7 @@ def partial_tail_any(text: str, markers: tuple[str, ...]) -> int:
     return max(partial_tail(text, marker) for marker in markers)
 
 
-class MarkupScanner:
+class MarkupScanner(abc.ABC):
     """The `TextParser` frame every markup scanner shares: the text that may begin a marker is
     held back (`_held`) and put in front of the next piece; `_scan` reads a piece, `_flush`
     says what the held text and unfinished markup are when the choice ends."""
@@ -100,8 +101,10 @@ class MarkupScanner:
         self._flush(held, out)
         return out
 
+    @abc.abstractmethod
     def _scan(self, text: str, out: Parsed) -> None:
-        raise NotImplementedError
+        """Read one piece (the held text in front), adding to `out`; hold back a partial marker."""
 
+    @abc.abstractmethod
     def _flush(self, held: str, out: Parsed) -> None:
-        raise NotImplementedError
+        """The choice ended: what the held text and any unfinished markup come to."""
