@@ -399,14 +399,7 @@ async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
             await gateway.gateway.handle(path, encoded, CollectingSink())  # warm up
             sink = CollectingSink()
             await gateway.gateway.handle(path, encoded, sink)
-            async with trio_websocket.open_websocket_url(gateway.url) as ws:
-                await ws.send_message(
-                    json.dumps({"type": "request", "id": 1, "path": path, "body": body})
-                )
-                prefix = '{"type":"chunk","id":1,"data":'
-                relayed: list[bytes] = []
-                while (message := str(await ws.get_message())).startswith(prefix):
-                    relayed.append(message.removeprefix(prefix).removesuffix("}").encode())
+            relayed, message = await relay_chunks(gateway.url, path, body)
     done = json.loads(message)
     assert done["type"] == "done"
     assert sink.failure is None
@@ -464,14 +457,7 @@ async def test_websocket_frames_carry_the_same_logprobs_and_usage_as_sse(
         async with running_gateway(tmp_path) as gateway:
             sink = CollectingSink()
             await gateway.gateway.handle(path, encoded, sink)
-            async with trio_websocket.open_websocket_url(gateway.url) as ws:
-                await ws.send_message(
-                    json.dumps({"type": "request", "id": 1, "path": path, "body": body})
-                )
-                prefix = '{"type":"chunk","id":1,"data":'
-                relayed: list[bytes] = []
-                while (message := str(await ws.get_message())).startswith(prefix):
-                    relayed.append(message.removeprefix(prefix).removesuffix("}").encode())
+            relayed, message = await relay_chunks(gateway.url, path, body)
     assert json.loads(message)["type"] == "done"
     view = _logprob_view(path, relayed)
     assert view == _logprob_view(path, sink.payloads)
@@ -575,3 +561,14 @@ async def test_through_serve_with_an_api_key(tmp_path: Path) -> None:
                 chunks, finish, _ = await run_stream(client, CHAT, chat("hi", stop=[LIVE_STOP]))
     assert text_of(CHAT, chunks) == {0: REPLAY_HEAD}
     assert finish == [{"index": 0, "reason": "stop", "matched_stop": LIVE_STOP}]
+
+
+async def relay_chunks(url: str, path: str, body: object) -> tuple[list[bytes], str]:
+    """Send one request as id 1 over a fresh socket: its chunk payloads, and the frame after."""
+    async with trio_websocket.open_websocket_url(url) as ws:
+        await ws.send_message(json.dumps({"type": "request", "id": 1, "path": path, "body": body}))
+        prefix = '{"type":"chunk","id":1,"data":'
+        relayed: list[bytes] = []
+        while (message := str(await ws.get_message())).startswith(prefix):
+            relayed.append(message.removeprefix(prefix).removesuffix("}").encode())
+    return relayed, message
