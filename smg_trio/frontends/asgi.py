@@ -45,6 +45,7 @@ from typing import Final, cast
 
 from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
@@ -158,7 +159,8 @@ class GatewayApp:
             request_id = new_request_id()
             tracked = _ResponseStarted(send, request_id)
             self._count_rejected(scope, error)
-            await send_error_discarding_body(receive, tracked, error)
+            dialect = dialect_for_path(scope["path"])
+            await send_error_discarding_body(receive, tracked, error, dialect=dialect)
             return
         tracked = _ResponseStarted(send, request_id)
         token = current_request_id.set(request_id)
@@ -178,12 +180,21 @@ class GatewayApp:
             # Raised before `Gateway.handle` (which answers its own errors through the sink).
             self._count_rejected(scope, error)
             if not tracked.started:
-                await send_error_discarding_body(receive, tracked, error, _error_headers(error))
+                await send_error_discarding_body(
+                    receive,
+                    tracked,
+                    error,
+                    _error_headers(error),
+                    dialect=dialect_for_path(scope["path"]),
+                )
         except Exception:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if not tracked.started:
                 await send_error_discarding_body(
-                    receive, tracked, GatewayError("internal error while serving the request")
+                    receive,
+                    tracked,
+                    GatewayError("internal error while serving the request"),
+                    dialect=dialect_for_path(scope["path"]),
                 )
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
@@ -227,6 +238,7 @@ class GatewayApp:
                     ),
                     receive,
                     send,
+                    dialect_for_path(path),
                 )
 
     async def _generate(

@@ -13,8 +13,8 @@ from typing import Any, Final, TypeAlias
 
 import trio
 
+from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.errors import GatewayError, Overloaded
-from smg_trio.wire.openai_responses import error_body
 
 Scope: TypeAlias = dict[str, Any]
 Message: TypeAlias = dict[str, Any]
@@ -63,17 +63,29 @@ async def send_json(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def send_error(send: Send, error: GatewayError, headers: Iterable[Header] = ()) -> None:
-    """OpenAI error JSON with the error's status and its code in `x-error-code` (and, for a 429
-    from admission control, `Retry-After`: docs/routing.md §5)."""
+async def send_error(
+    send: Send,
+    error: GatewayError,
+    headers: Iterable[Header] = (),
+    *,
+    dialect: ApiDialect = OPENAI,
+) -> None:
+    """The error in the API's shape (OpenAI error JSON unless `dialect` says otherwise) with its
+    status and its code in `x-error-code` (and, for a 429 from admission control,
+    `Retry-After`: docs/routing.md §5)."""
     extra = [(ERROR_CODE_HEADER, error.code.encode()), *headers]
     if isinstance(error, Overloaded):
         extra.append((b"retry-after", str(error.retry_after_s).encode()))
-    await send_json(send, error.status, error_body(error), extra)
+    await send_json(send, dialect.error_status(error), dialect.error_body(error), extra)
 
 
 async def send_error_discarding_body(
-    receive: Receive, send: Send, error: GatewayError, headers: Iterable[Header] = ()
+    receive: Receive,
+    send: Send,
+    error: GatewayError,
+    headers: Iterable[Header] = (),
+    *,
+    dialect: ApiDialect = OPENAI,
 ) -> None:
     """Answer a request whose body was not read, discarding (never storing) what still arrives.
 
@@ -84,7 +96,7 @@ async def send_error_discarding_body(
     """
     async with trio.open_nursery() as nursery:
         nursery.start_soon(discard_request_body, receive)
-        await send_error(send, error, headers)
+        await send_error(send, error, headers, dialect=dialect)
         nursery.cancel_scope.cancel()
 
 

@@ -4,8 +4,9 @@
 every sink shares (`frontends.sink_state`), which also decides what an error becomes:
 
 - IDLE: nothing went out, so an error is an HTTP status with OpenAI error JSON.
-- STREAMING: `200 text/event-stream` went out; an error is a final `data: {"error": ...}`
-  event, always followed by `data: [DONE]` and the end of the body.
+- STREAMING: `200 text/event-stream` went out; an error is a final event (OpenAI's:
+  `data: {"error": ...}` then `data: [DONE]`), then the end of the body.
+The request's API dialect (`core/api_dialect.py`) frames the events and spells the errors.
 - CLOSED: nothing more is sent.
 
 hypercorn never raises when sending to a client that left (it advertises ASGI 2.1), so the
@@ -37,7 +38,7 @@ from typing import Final, assert_never
 
 import trio
 
-from smg_trio.core.render import SSE_DONE, sse, sse_error
+from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientGone, GatewayError
 from smg_trio.frontends.responses import Message, Receive, Send, send_error, send_json
@@ -64,8 +65,11 @@ stopped reading waits longer, and hypercorn's own (shielded) write on it is stuc
 class SseResponse:
     """A `ClientSink` writing one HTTP response through ASGI `send` (see the module doc)."""
 
-    def __init__(self, send: Send, receive: Receive | None = None) -> None:
+    def __init__(
+        self, send: Send, receive: Receive | None = None, dialect: ApiDialect = OPENAI
+    ) -> None:
         self._send = send
+        self._dialect = dialect  # how this API frames events and errors (core/api_dialect.py)
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
         self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
@@ -103,7 +107,7 @@ class SseResponse:
         self.quiet = False
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
-        body = b"".join(map(sse, payloads))
+        body = self._dialect.frame(payloads)
         await self._send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def send_body(self, body: bytes) -> None:
@@ -125,7 +129,7 @@ class SseResponse:
                 return
             case _:
                 assert_never(step)
-        tail = b"".join(map(sse, end.payloads)) + SSE_DONE
+        tail = self._dialect.end(end.payloads)
         await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def fail(self, error: GatewayError) -> None:
@@ -135,9 +139,9 @@ class SseResponse:
         form = self._lifecycle.fail()
         match form:
             case ErrorForm.WHOLE_RESPONSE:
-                await send_error(self._send_head_shielded, error)
+                await send_error(self._send_head_shielded, error, dialect=self._dialect)
             case ErrorForm.FINAL_EVENT:
-                tail = sse_error(error) + SSE_DONE
+                tail = self._dialect.stream_error(error)
                 await self._send({"type": "http.response.body", "body": tail, "more_body": False})
             case ErrorForm.DROPPED:
                 pass
@@ -173,14 +177,17 @@ class SseResponse:
 
 
 async def respond(
-    handle: Callable[[SseResponse], Awaitable[None]], receive: Receive, send: Send
+    handle: Callable[[SseResponse], Awaitable[None]],
+    receive: Receive,
+    send: Send,
+    dialect: ApiDialect = OPENAI,
 ) -> SseResponse:
     """Run `handle` with a fresh response, cancelled the moment the client disconnects.
 
     A GatewayError from `handle` ends the response (status or final event); any other exception
     is a bug: logged with its traceback, and the client gets a 500 or a final error event.
     """
-    response = SseResponse(send, receive)
+    response = SseResponse(send, receive, dialect)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_disconnect, receive, response, nursery.cancel_scope)
         try:

@@ -36,9 +36,10 @@ import msgspec
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
 
-from smg_trio.core.render import websocket_chunk
+from smg_trio.core.api_dialect import ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
 from smg_trio.frontends.websocket_frames import (
@@ -80,10 +81,16 @@ class _StreamSink:
     """
 
     def __init__(
-        self, socket: _Socket, stream_id: str | int, scope: trio.CancelScope, request_id: str
+        self,
+        socket: _Socket,
+        stream_id: str | int,
+        scope: trio.CancelScope,
+        request_id: str,
+        dialect: ApiDialect,
     ) -> None:
         self._socket = socket
         self._id = stream_id
+        self._dialect = dialect  # the request path's API: chunk frames and errors
         self.request_id = request_id
         self._scope = scope
         self._lifecycle = SinkLifecycle()
@@ -97,8 +104,8 @@ class _StreamSink:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.quiet = False
         self._lifecycle.chunks()  # a WebSocket stream has no head to open
-        for payload in payloads:
-            await self._socket.send_frame(websocket_chunk(self._id, payload))
+        for frame in self._dialect.websocket_frames(self._id, payloads):
+            await self._socket.send_frame(frame)
 
     async def send_body(self, body: bytes) -> None:
         self._lifecycle.body()
@@ -107,15 +114,15 @@ class _StreamSink:
     async def end_stream(self, end: StreamEnd) -> None:
         if self._lifecycle.end() is Step.NOTHING:
             return
-        for payload in end.payloads:
-            await self._socket.send_frame(websocket_chunk(self._id, payload))
+        for frame in self._dialect.websocket_frames(self._id, end.payloads):
+            await self._socket.send_frame(frame)
         await self._end(done_frame(self._id, end, self.request_id))
 
     async def fail(self, error: GatewayError) -> None:
         form = self._lifecycle.fail()
         match form:
             case ErrorForm.WHOLE_RESPONSE | ErrorForm.FINAL_EVENT:
-                await self._end(error_frame(self._id, error, self.request_id))
+                await self._end(error_frame(self._id, error, self.request_id, self._dialect))
             case ErrorForm.DROPPED:
                 pass
             case _:
@@ -272,7 +279,7 @@ class _Socket:
         scope: trio.CancelScope,
         request_id: str,
     ) -> None:
-        sink = _StreamSink(self, stream_id, scope, request_id)
+        sink = _StreamSink(self, stream_id, scope, request_id, dialect_for_path(path))
         streams = self._gateway.metrics.websocket_streams
         streams.inc()
         try:

@@ -9,9 +9,10 @@ from typing import Annotated, Final
 
 import msgspec
 
+from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
-from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage, error_body
+from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage
 
 MAX_ID_LENGTH: Final = 256
 # Sent on a stream silent for the keep-alive period (docs/resilience.md §5); `"id": null` so it
@@ -58,13 +59,22 @@ def done_frame(stream_id: str | int, end: StreamEnd, request_id: str) -> bytes:
 
 
 def error_frame(
-    stream_id: str | int | None, err: GatewayError, request_id: str | None = None
+    stream_id: str | int | None,
+    err: GatewayError,
+    request_id: str | None = None,
+    dialect: ApiDialect = OPENAI,
 ) -> bytes:
-    """`{"type":"error","id":ID,"error":{...}}` with the OpenAI error object of `err`, and the
-    request's `request_id` when the error ends a request."""
-    body = error_body(err)
-    assert body.startswith(b'{"error":')  # one object whose only key is "error"
-    return b'{"type":"error","id":' + _encode(stream_id) + _request_id_field(request_id) + body[1:]
+    """`{"type":"error","id":ID,"error":{...}}` with the error object of `err` as the request's
+    API spells it (OpenAI's unless `dialect` says otherwise), and the request's `request_id`
+    when the error ends a request."""
+    return (
+        b'{"type":"error","id":'
+        + _encode(stream_id)
+        + _request_id_field(request_id)
+        + b'"error":'
+        + dialect.error_object(err)
+        + b"}"
+    )
 
 
 def response_frame(stream_id: str | int, body: bytes, request_id: str) -> bytes:

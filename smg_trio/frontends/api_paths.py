@@ -1,0 +1,20 @@
+"""Pure. Which client API each request path speaks: the dialect its responses and errors are
+framed in (`core.api_dialect`; docs/client-apis.md §1). Picked once per request from the path,
+before the body is read, so even a refused body gets its API's error shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from smg_trio.core.api_dialect import OPENAI, ApiDialect
+
+DIALECTS: Final[Mapping[str, Callable[[], ApiDialect]]] = {}
+"""Paths that do not speak OpenAI's dialect, with the factory of theirs (one per response)."""
+
+
+def dialect_for_path(path: str) -> ApiDialect:
+    """A fresh dialect for one response to `path`; OpenAI's for every path not listed."""
+    factory = DIALECTS.get(path)
+    return OPENAI if factory is None else factory()
