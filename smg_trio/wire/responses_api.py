@@ -175,7 +175,9 @@ def _decode_error(exc: msgspec.DecodeError, prefix: str = "") -> ClientError:
     if not isinstance(exc, msgspec.ValidationError):
         return ClientError(f"The request body is not valid JSON: {message}")
     at = _ERROR_PATH.search(message)
-    path = prefix + (at.group("path") if at else "")
+    path = at.group("path") if at else ""
+    if prefix:
+        path = prefix + ("." if path and not path.startswith("[") else "") + path
     named = _UNKNOWN.match(message) or _MISSING.match(message)
     if named:
         path = f"{path}.{named.group('field')}" if path else named.group("field")

@@ -10,11 +10,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
-import httpx
 import pytest
 import trio
 import trio_websocket
-from openai import OpenAI
+from openai import DefaultHttpxClient, OpenAI
 from openai.types.responses import Response
 
 from tests.e2e.live_server import (
@@ -40,9 +39,12 @@ async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
 def sdk_client(server: LiveServer, *, h2: bool) -> OpenAI:
     if not h2:
         return openai_client(server)
-    transport = httpx.Client(http1=False, http2=True, timeout=20)
+    prior_knowledge = DefaultHttpxClient(http1=False, http2=True, timeout=20)
     return OpenAI(
-        base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0, http_client=transport
+        base_url=f"{server.base_url}/v1",
+        api_key=API_KEY,
+        max_retries=0,
+        http_client=prior_knowledge,
     )
 
 
@@ -149,6 +151,6 @@ async def test_the_same_text_over_websocket(server: LiveServer) -> None:
     completed = Response.model_validate(last["data"]["response"])
     assert completed.output_text == REPLAY_HEAD
     body_frame = whole[-1]
-    raw = body_frame.get("data", body_frame.get("body"))
+    raw: dict[str, Any] = body_frame.get("data", body_frame.get("body")) or {}
     assert Response.model_validate(raw).output_text == REPLAY_HEAD
     assert raw["store"] is False
