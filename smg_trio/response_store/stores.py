@@ -31,6 +31,7 @@ TABLE: Final = "smg_trio_responses"
 # How long a SQLite writer waits for another process's write lock (a lock wait, not a
 # deadline: the request's own deadline still bounds the call from outside).
 SQLITE_BUSY_MS: Final = 5000
+POSTGRES_SCHEMA_LOCK: Final = 0x736D675F72657370  # any constant key; ours spells "smg_resp"
 _SCHEMA: Final = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (id TEXT PRIMARY KEY, created_at BIGINT NOT NULL, "
     "response TEXT NOT NULL, conversation TEXT NOT NULL)"
@@ -122,7 +123,11 @@ def _postgres_connect(url: str) -> Any:
     import psycopg  # the `postgres` extra: imported only when a postgresql:// store is used
 
     connection = psycopg.connect(url, autocommit=True)
-    connection.execute(_SCHEMA)
+    # CREATE TABLE IF NOT EXISTS races with itself in PostgreSQL (two connections, or two
+    # replicas starting, both create the table's type): one at a time, under an advisory lock.
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", (POSTGRES_SCHEMA_LOCK,))
+        connection.execute(_SCHEMA)
     return connection
 
 

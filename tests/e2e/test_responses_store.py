@@ -5,6 +5,8 @@ see each other's responses."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any, Final
 
@@ -14,6 +16,7 @@ import pytest
 import trio
 from openai import OpenAI
 
+from bench.load_servers import free_port
 from tests.e2e.live_server import (
     MODEL,
     REPLAY_HEAD,
@@ -22,6 +25,8 @@ from tests.e2e.live_server import (
     live_server,
     openai_client,
 )
+from tests.e2e.test_cli import serve_command, serving_port
+from tests.response_store.postgres_server import postgres_server
 
 TEST_TIMEOUT_S: Final = 30.0
 FIRST: Final = "How does the gateway work?"
@@ -118,26 +123,72 @@ async def test_get_and_delete(tmp_path: Path) -> None:
     assert unknown_previous.value.body["param"] == "previous_response_id"  # type: ignore[index]
 
 
-async def test_a_stored_response_outlives_its_gateway_and_is_shared(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
-    first_dir, second_dir, third_dir = (tmp_path / name for name in ("a", "b", "c"))
-    for folder in (first_dir, second_dir, third_dir):
-        folder.mkdir()
+async def test_a_stored_response_outlives_its_gateway(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'kept.sqlite3'}"
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir()
+    second_dir.mkdir()
     with trio.fail_after(TEST_TIMEOUT_S):
         async with live_server(first_dir, response_store=store) as server:
             created = await trio.to_thread.run_sync(create, server)
-        # A new gateway on the same file: the response is still there.
+        # A new gateway on the same file (the first one is gone): the response is still there.
         async with live_server(second_dir, response_store=store, with_engine=False) as restarted:
             got = await trio.to_thread.run_sync(get, restarted, created.id)
-            assert got.status_code == 200
-            assert got.json()["output"][0]["content"][0]["text"] == REPLAY_HEAD
-            # Two gateways at once on the file: one writes, the other reads and deletes.
-            async with live_server(third_dir, response_store=store) as writer:
+    assert got.status_code == 200
+    assert got.json()["output"][0]["content"][0]["text"] == REPLAY_HEAD
+
+
+async def test_two_gateway_processes_share_the_file(tmp_path: Path) -> None:
+    """This process's gateway writes; a `smg-trio serve` process on the same file reads and
+    deletes; this one then finds it gone."""
+    store = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with live_server(tmp_path, response_store=store, api_key=None) as writer:
+            command = serve_command(free_port(), "--response-store", store)
+            process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+            try:
+                other = f"http://127.0.0.1:{await serving_port(process)}"
                 fresh = await trio.to_thread.run_sync(create, writer)
-                seen = await trio.to_thread.run_sync(get, restarted, fresh.id)
-                deleted = await trio.to_thread.run_sync(get, restarted, fresh.id, "DELETE")
+                async with httpx.AsyncClient(base_url=other, timeout=20) as client:
+                    seen = await client.get(f"/v1/responses/{fresh.id}")
+                    deleted = await client.delete(f"/v1/responses/{fresh.id}")
                 after = await trio.to_thread.run_sync(get, writer, fresh.id)
+            finally:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
     assert seen.status_code == 200
     assert seen.json()["id"] == fresh.id
+    assert seen.json()["output"][0]["content"][0]["text"] == REPLAY_HEAD
     assert deleted.json() == {"id": fresh.id, "object": "response", "deleted": True}
     assert after.status_code == 404
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(os.environ.get("SMG_TRIO_POSTGRES") != "1", reason="set SMG_TRIO_POSTGRES=1")
+async def test_two_gateways_on_one_postgres(tmp_path: Path) -> None:
+    """Replicas sharing a PostgreSQL store: a turn on one gateway continues on the other."""
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            postgres_server() as url,
+            live_server(first_dir, response_store=url) as one,
+            live_server(second_dir, response_store=url) as two,
+        ):
+            first = await trio.to_thread.run_sync(create, one)
+            with openai_client(two) as client:
+                second = await trio.to_thread.run_sync(
+                    lambda: client.responses.create(
+                        model=MODEL,
+                        input=SECOND,
+                        previous_response_id=first.id,
+                        extra_body={"stop": [STOP]},
+                    )
+                )
+            got = await trio.to_thread.run_sync(get, one, second.id)
+    assert second.usage is not None
+    assert first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert got.json()["previous_response_id"] == first.id
