@@ -34,9 +34,14 @@ SECOND: Final = "And then?"
 
 
 def two_turns(client: OpenAI) -> tuple[Any, Any, int]:
-    """A turn, a turn continuing it, and the prompt tokens of the same conversation as chat."""
+    """A streamed turn, a turn continuing it, and the prompt tokens of the same conversation
+    as chat."""
     with client:
-        first = client.responses.create(model=MODEL, input=FIRST, extra_body={"stop": [STOP]})
+        # The first turn streamed: a stream is kept too, from its last event.
+        with client.responses.stream(
+            model=MODEL, input=FIRST, extra_body={"stop": [STOP]}
+        ) as stream:
+            first = stream.get_final_response()
         second = client.responses.create(
             model=MODEL,
             input=[{"role": "user", "content": [{"type": "input_text", "text": SECOND}]}],
