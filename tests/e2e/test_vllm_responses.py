@@ -1,6 +1,6 @@
 """Opt-in: OpenAI Responses in front of a real vLLM engine (headless EngineCore over ZMQ, the
 tiny model): greedy text through `/v1/responses`, whole and streamed, equals the text of the
-equivalent chat completion, for a plain turn and one ended by `max_output_tokens`
+equivalent chat completion, with `max_output_tokens` 200 and 8 (then surely incomplete)
 (docs/client-apis.md §3, docs/real-engines.md).
 
     SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
@@ -68,10 +68,8 @@ def three_ways(base_url: str, max_tokens: int) -> tuple[str, str, str, str, str]
     )
 
 
-@pytest.mark.parametrize(("max_tokens", "ending"), [(200, "stop"), (8, "length")])
-async def test_greedy_text_equals_the_chat_completion(
-    ours_url: str, max_tokens: int, ending: str
-) -> None:
+@pytest.mark.parametrize("max_tokens", [200, 8])
+async def test_greedy_text_equals_the_chat_completion(ours_url: str, max_tokens: int) -> None:
     with trio.fail_after(REQUEST_S):
         chat, whole, streamed, finish, statuses = await trio.to_thread.run_sync(
             three_ways, ours_url, max_tokens
@@ -79,5 +77,6 @@ async def test_greedy_text_equals_the_chat_completion(
     assert chat
     assert whole == chat
     assert streamed == chat
-    assert finish == ending
-    assert statuses == ("incomplete/incomplete" if ending == "length" else "completed/completed")
+    # The tiny model may ramble past 200 tokens: the statuses follow chat's finish either way.
+    assert finish == "length" or max_tokens > 8
+    assert statuses == ("incomplete/incomplete" if finish == "length" else "completed/completed")
