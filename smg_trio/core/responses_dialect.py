@@ -4,7 +4,7 @@
 The renderer (core/responses_rendering.py) makes events without numbers; one dialect object
 lives for one response, so it counts them here, whichever transport frames them (SSE or the
 WebSocket's chunk frames), and the final error events too. The number is spliced in front of
-each event's closing brace: per event, a few bytes, never a JSON parse.
+each event's closing brace: per event, one split and a join, never a JSON parse.
 
 A mid-stream failure is OpenAI's pair: an `error` event (`code`, `message`, `param`) and then
 `response.failed`, the response as `response.created` announced it with `status: "failed"` and
@@ -24,6 +24,8 @@ from smg_trio.errors import ClientError, GatewayError
 from smg_trio.wire.openai_responses import JSON_ENCODER
 
 _CREATED = b"response.created"
+_EVENT_TAIL = b"}\n\n"
+_NUMBER = b',"sequence_number":%d}\n\n'
 _decode = msgspec.json.decode
 
 
@@ -46,7 +48,25 @@ class ResponsesDialect(NamedEventDialect):
                 yield name, data[:-1] + b',"sequence_number":%d}' % number
 
     def frame(self, payloads: Sequence[bytes]) -> bytes:
-        return b"".join(named_event(name, data) for name, data in self._numbered(payloads))
+        # The per-token path: every event ends `}\n\n` (JSON data holds no raw newline), so
+        # one split finds where each number goes; no event is taken apart.
+        out: list[bytes] = []
+        number = self._next
+        for payload in payloads:
+            events = payload.split(_EVENT_TAIL)
+            if self._created is None:
+                self._remember_created(payload)
+            for event in events[:-1]:  # the last piece is the empty tail after the last event
+                out.append(event)
+                out.append(_NUMBER % number)
+                number += 1
+        self._next = number
+        return b"".join(out)
+
+    def _remember_created(self, payload: bytes) -> None:
+        for name, data in split_named_events(payload):
+            if name == _CREATED:
+                self._created = data
 
     def end(self, payloads: Sequence[bytes]) -> bytes:
         return self.frame(payloads)

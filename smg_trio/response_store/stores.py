@@ -115,6 +115,9 @@ def _sqlite_connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
     connection.execute("PRAGMA journal_mode = WAL")
+    # WAL's NORMAL: a commit survives the process dying, not the machine losing power (no
+    # fsync per commit, which would hold each response's last event for milliseconds).
+    connection.execute("PRAGMA synchronous = NORMAL")
     connection.execute(_SCHEMA)
     return connection
 
