@@ -105,7 +105,7 @@ def prepare_responses(
         top_p=req.top_p,
         max_output_tokens=req.max_output_tokens,
         tools=req.tools or (),
-        tool_choice=req.tool_choice or ("auto" if req.tools else "none"),
+        tool_choice=req.tool_choice or "auto",  # echoed as OpenAI and vLLM echo it
         parallel_tool_calls=req.parallel_tool_calls is not False,
         text=req.text,
         reasoning=req.reasoning,
