@@ -11,7 +11,7 @@
         [--idle-timeout-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S]
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
         [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P] [--probe-port P]
-        [--otlp-endpoint URL]
+        [--otlp-endpoint URL] [--response-store sqlite:///PATH|postgresql://...]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -70,6 +70,7 @@ _CONFIG_FLAGS = (
     "probe_port",
     "log_requests",
     "otlp_endpoint",
+    "response_store",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -193,6 +194,12 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     serve.add_argument(
         "--reasoning-parser", metavar="NAME", help="separate reasoning (e.g. deepseek_r1, qwen3)"
+    )
+    serve.add_argument(
+        "--response-store",
+        metavar="URL",
+        help="where /v1/responses keeps responses: sqlite:///PATH (default: a file in the "
+        "user's data dir) or postgresql://... (replicas)",
     )
     serve.add_argument(
         "--memory-budget-mb",

@@ -17,6 +17,7 @@ import msgspec
 from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ConfigError, UnsupportedRuntime
 from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
+from smg_trio.response_store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
@@ -91,6 +92,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     probe_port: int | None = None
     log_requests: bool = False
     otlp_endpoint: str | None = None
+    # /v1/responses' store (docs/client-apis.md §3.3): sqlite:///PATH or postgresql://...;
+    # None: a SQLite file in the user's data dir, opened on first use.
+    response_store: str | None = None
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -167,6 +171,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
         raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
     check_http_limits(config)
+    if config.response_store is not None:
+        check_store_url(config.response_store)
     for name in ("metrics_port", "probe_port"):
         value = getattr(config, name)
         if value is not None and not 0 <= value < 65536:

@@ -33,13 +33,14 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 import trio
 
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
+from smg_trio.core.responses_request import prepare_responses
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
 from smg_trio.errors import BackendUnavailable, ClientError, GatewayError, RequestTimeout
 from smg_trio.heap import release_free_heap
@@ -57,6 +58,8 @@ from smg_trio.observability.request_record import (
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
+from smg_trio.response_store.service import ResponsesService
+from smg_trio.response_store.stores import ResponseStore
 from smg_trio.retrying import run_with_retries
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
@@ -69,6 +72,7 @@ from smg_trio.wire.openai_decode import (
 )
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
 from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
+from smg_trio.wire.responses_api import decode_responses_request
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
     from smg_trio.observability.tracing import RequestTracer
@@ -76,7 +80,8 @@ if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/obs
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate")
+RESPONSES_PATH: Final = "/v1/responses"
+GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate", RESPONSES_PATH)
 TOKENIZE_PATH: Final = "/v1/tokenize"
 DETOKENIZE_PATH: Final = "/v1/detokenize"
 # Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
@@ -126,6 +131,7 @@ class Gateway:
         metrics: GatewayMetrics | None = None,
         log_requests: bool = False,
         tracer: RequestTracer | None = None,
+        response_store: ResponseStore | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -147,6 +153,7 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics(pool)
         self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
         self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
+        self.responses = ResponsesService(response_store)  # /v1/responses' store (--response-store)
 
     @property
     def ready(self) -> bool:
@@ -276,9 +283,12 @@ class Gateway:
         deadline = trio.current_time() + self.request_timeout_s
         try:
             with trio.fail_at(deadline):
+                # /v1/responses: the stored turn it continues, read before preparing.
+                history = await self.responses.history(body) if path == RESPONSES_PATH else []
                 plan, user = await self._off_loop_if_large(
-                    partial(self._prepare_now, path, body, record.request_id), body
+                    partial(self._prepare_now, path, body, record.request_id, history), body
                 )
+                sink = self.responses.storing(plan, sink)
                 live.streaming = plan.stream
                 reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
                 context = RoutingContext(
@@ -341,7 +351,7 @@ class Gateway:
             raise error.with_traceback(None) from None
 
     def _prepare_now(
-        self, path: str, body: bytes, request_id: str
+        self, path: str, body: bytes, request_id: str, history: list[Any]
     ) -> tuple[GeneratePlan, str | None]:
         """The plan, and the body's `user` (a sticky-session key for consistent_hash)."""
         model = self.prompt_model
@@ -359,6 +369,12 @@ class Gateway:
             generate = decode_generate_request(body)
             self.check_model(generate.model)
             return prepare_generate(generate, model, request_id=generate.rid or request_id), None
+        if path == RESPONSES_PATH:
+            responses = decode_responses_request(body)
+            self.check_model(responses.model)
+            now = dt.datetime.now(dt.UTC)
+            plan = prepare_responses(responses, history, model, request_id=request_id, now=now)
+            return plan, responses.user
         raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
 
     def _tokenize_now(self, path: str, body: bytes) -> bytes:

@@ -61,6 +61,7 @@ from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE
+from smg_trio.response_store.stores import default_store_url, open_response_store
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
@@ -126,6 +127,8 @@ async def serve(
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
         addresses = [address for _, address in opened]
         pool = routing_pool(config, [worker for worker, _ in opened])
+        store_url = config.response_store or default_store_url()
+        response_store = await stack.enter_async_context(open_response_store(store_url))
         gateway = Gateway(
             model,
             pool,
@@ -142,6 +145,7 @@ async def serve(
             memory_budget=memory_budget(config.memory_budget_mb),
             log_requests=config.log_requests,
             tracer=tracer,
+            response_store=response_store,
         )
         limits = http_limits(config)
         app = GatewayApp(

@@ -238,3 +238,22 @@ def test_observability_flags_reach_the_config(tmp_path: Path) -> None:
         config_from_args(build_parser().parse_args([*base, "--metrics-port", "70000"]))
     with pytest.raises(SystemExit):
         build_parser().parse_args([*base, "--log-format", "xml"])
+
+
+def test_the_response_store_by_flag_and_toml_and_bad_urls_are_config_errors(
+    tmp_path: Path,
+) -> None:
+    argv = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    store = "sqlite:////var/lib/smg/responses.sqlite3"
+    config = config_from_args(build_parser().parse_args([*argv, "--response-store", store]))
+    assert config.response_store == store
+    assert config_from_args(build_parser().parse_args(argv)).response_store is None  # default
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\n'
+        'response_store = "postgresql://gw@db.internal/responses"\n',
+        encoding="utf-8",
+    )
+    assert config_from_toml(path).response_store == "postgresql://gw@db.internal/responses"
+    with pytest.raises(ConfigError, match="expected sqlite:///PATH or postgresql://"):
+        config_from_args(build_parser().parse_args([*argv, "--response-store", "mysql://x"]))

@@ -28,6 +28,7 @@ from smg_trio.core.render import (
     chat_completion,
     completion,
 )
+from smg_trio.core.responses_rendering import ResponsesRenderer
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import TokenLogprob
@@ -125,6 +126,8 @@ def response_id(plan: GeneratePlan) -> str:
             return f"cmpl-{plan.request_id}"
         case Endpoint.GENERATE:
             return plan.request_id
+        case Endpoint.RESPONSES:
+            return f"resp_{plan.request_id}"
         case _:
             assert_never(plan.endpoint)
 
@@ -139,6 +142,8 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
             return CompletionRenderer(plan, tokenizer, rid, created)
         case Endpoint.GENERATE:
             return GenerateRenderer(plan, tokenizer, rid)
+        case Endpoint.RESPONSES:
+            return ResponsesRenderer(plan, tokenizer, rid, created)
         case _:
             assert_never(plan.endpoint)
 

@@ -12,6 +12,7 @@ import msgspec
 
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
+from smg_trio.wire.responses_objects import ResponseSettings
 
 
 class StopSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +85,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     logprob_text: bool = False
     # Chat only: the tool-call / reasoning parsers its choices run; None for plain text.
     parsers: ParserSetup | None = None
+    # /v1/responses only: what its response object echoes and its store keeps.
+    responses: ResponseSettings | None = None
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

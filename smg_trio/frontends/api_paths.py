@@ -9,8 +9,11 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from smg_trio.core.api_dialect import OPENAI, ApiDialect
+from smg_trio.core.responses_dialect import ResponsesDialect
 
-DIALECTS: Final[Mapping[str, Callable[[], ApiDialect]]] = {}
+DIALECTS: Final[Mapping[str, Callable[[], ApiDialect]]] = {
+    "/v1/responses": ResponsesDialect,
+}
 """Paths that do not speak OpenAI's dialect, with the factory of theirs (one per response)."""
 
 

@@ -61,6 +61,7 @@ from smg_trio.frontends.responses import (
     send_json,
 )
 from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.frontends.stored_responses import is_stored_response_path, serve_stored_response
 from smg_trio.frontends.workers_api import (
     WorkerAdmin,
     allowed_methods,
@@ -206,6 +207,9 @@ class GatewayApp:
             return
         if path not in PROBE_PATHS and path != METRICS_PATH:
             self._authorize(headers)
+        if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
+            await serve_stored_response(self.gateway.responses, method, path, send)
+            return
         allowed = ROUTE_METHODS.get(path)
         if allowed is None:
             raise ClientError(f"no route for {path}", status=404, code="not_found")

@@ -243,12 +243,16 @@ def test_parse_unknown_names_the_value() -> None:
         parse_wire("http")
 
 
+# Endpoints whose prompt is a chat template's (Responses is chat underneath).
+CHAT_PROMPTED = (Endpoint.CHAT, Endpoint.RESPONSES)
+
+
 @pytest.mark.parametrize("endpoint", list(Endpoint))
 def test_chat_forces_skip_special_tokens_on_vllm_and_sglang_grpc(endpoint: Endpoint) -> None:
     asked = plan(endpoint=endpoint, skip_special_tokens=False)
     for runtime in (Runtime.VLLM, Runtime.SGLANG):
         (request,) = run(runtime, Wire.GRPC, asked).requests
-        assert request.sampling.skip_special_tokens is (endpoint is Endpoint.CHAT)
+        assert request.sampling.skip_special_tokens is (endpoint in CHAT_PROMPTED)
     for runtime, wire in [(Runtime.TOKENSPEED, Wire.GRPC), (Runtime.VLLM, Wire.ZMQ)]:
         assert not run(runtime, wire, asked).requests[0].sampling.skip_special_tokens
 

@@ -116,10 +116,14 @@ async def live_server(
     http_limits: Mapping[str, float] = {},
     metrics_port: int | None = None,
     probe_port: int | None = None,
+    response_store: str | None = None,
+    model_path: Path | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
-    `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...)."""
+    `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...);
+    `response_store`: /v1/responses' store URL (default: a SQLite file in `tmp_path`);
+    `model_path`: another model folder than the demo's (e.g. a copy with another template)."""
     config = zmq_gateway_config(
         workers,
         runtime,
@@ -134,8 +138,12 @@ async def live_server(
         **http_limits,
         metrics_port=metrics_port,
         probe_port=probe_port,
+        # Never the user's data dir: a file of the test's own unless the test names one.
+        response_store=response_store or f"sqlite:///{tmp_path / 'responses.sqlite3'}",
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
+    if model_path is not None:
+        config = msgspec.structs.replace(config, model_path=model_path)
     replay = write_replay(tmp_path, replay_text)
     with engine_log(tmp_path / "engine.log") as log:
         async with served_gateway(config, log) as served:
