@@ -12,6 +12,9 @@ choices run (`ParserSetup`), or a 400 naming the field (docs/tools-and-reasoning
 - Reasoning: the model's reasoning parser, unless `chat_template_kwargs.enable_thinking` is
   false (the template then closes the think block itself) or `separate_reasoning` is false;
   vLLM's `include_reasoning: false` separates it and leaves it out of the answer.
+- A constraint (a forced call's schema, `response_format`, ...) with reasoning on starts after
+  the reasoning ends (`StructuredConstraint.after_reasoning`; finalize refuses it on the
+  wires that cannot say so).
 """
 
 from __future__ import annotations
@@ -77,12 +80,6 @@ def parser_setup(
         )
     if tool_parser is None and reasoning is None:
         return None
-    if forced_call(tool_parser) and reasoning is not None:
-        raise ClientError(
-            f"tool_choice {_shown(choice)} constrains the output from its first token, so it "
-            "cannot follow reasoning (turn thinking off with chat_template_kwargs.enable_thinking)",
-            param="tool_choice",
-        )
     return ParserSetup(
         tool_parser=tool_parser,
         forced_function=forced,
@@ -104,7 +101,7 @@ def with_parsers(
     parser turns `skip_special_tokens` off for it."""
     parsers = parser_setup(req, tool_call_parser, reasoning_parser)
     if parsers is None:
-        return plan
+        return _gated(plan, reasoning_parser, thinking=False)
     if req.echo:  # the echoed message would reach the client unparsed in a stream
         raise ClientError(
             "echo cannot be combined with tool-call or reasoning parsing", param="echo"
@@ -123,7 +120,20 @@ def with_parsers(
             kind=ConstraintKind.JSON_SCHEMA, param="tool_choice", text=_schema(req)
         )
         sampling = msgspec.structs.replace(sampling, constraint=constraint)
-    return msgspec.structs.replace(plan, parsers=parsers, stop_spec=stop_spec, sampling=sampling)
+    plan = msgspec.structs.replace(plan, parsers=parsers, stop_spec=stop_spec, sampling=sampling)
+    return _gated(plan, reasoning_parser, thinking=parsers.reasoning_parser is not None)
+
+
+def _gated(plan: GeneratePlan, reasoning_parser: str | None, *, thinking: bool) -> GeneratePlan:
+    """The plan's constraint told where it starts (docs/tools-and-reasoning.md §5): after the
+    reasoning when this request's reasoning is separated, from the first token when the model
+    reasons but not this request; left to the engine when the model has no reasoning parser."""
+    constraint = plan.sampling.constraint
+    if constraint is None or reasoning_parser is None:
+        return plan
+    constraint = msgspec.structs.replace(constraint, after_reasoning=thinking)
+    sampling = msgspec.structs.replace(plan.sampling, constraint=constraint)
+    return msgspec.structs.replace(plan, sampling=sampling)
 
 
 def _parameters(tool: oa.Tool) -> dict[str, Any]:
