@@ -12,6 +12,7 @@ from smg_trio.core.parsers.deepseek_calls import DeepSeekV3Calls
 from smg_trio.core.parsers.events import Parsed, TextParser, ToolCallArguments
 from smg_trio.core.parsers.json_calls import CallIds
 from smg_trio.core.parsers.json_sequences import JsonCallSequence
+from smg_trio.core.parsers.mistral_calls import MistralCalls
 from smg_trio.core.parsers.pythonic import PythonicCalls
 from smg_trio.core.parsers.reasoning import GraniteParser, ThinkingParser
 from smg_trio.core.parsers.tagged_calls import TaggedJsonCalls
@@ -33,9 +34,7 @@ def _llama3_json(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextPar
 
 
 def _mistral(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
-    return JsonCallSequence(
-        tools, ids, parallel=parallel, trigger="[TOOL_CALLS]", separators="[,", closer="]"
-    )
+    return MistralCalls(tools, ids, parallel=parallel)
 
 
 def _pythonic(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
