@@ -29,6 +29,7 @@ from smg_trio.core.parsers.registry import (
     NAMED_CALL,
     REQUIRED_CALLS,
     forced_call,
+    uses_harmony,
 )
 from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.errors import ClientError
@@ -80,6 +81,12 @@ def parser_setup(
         )
     if tool_parser is None and reasoning is None:
         return None
+    if forced_call(tool_parser) and uses_harmony(tool_call_parser, reasoning_parser):
+        raise ClientError(
+            f"tool_choice {_shown(choice)} is not supported with Harmony (gpt-oss) output: "
+            'use "auto"',
+            param="tool_choice",
+        )
     return ParserSetup(
         tool_parser=tool_parser,
         forced_function=forced,
@@ -107,7 +114,7 @@ def with_parsers(
             "echo cannot be combined with tool-call or reasoning parsing", param="echo"
         )
     stop_spec, sampling = plan.stop_spec, plan.sampling
-    if parsers.tool_parser in KEEPS_SPECIAL_TOKENS:
+    if parsers.tool_parser in KEEPS_SPECIAL_TOKENS or uses_harmony(None, parsers.reasoning_parser):
         stop_spec = msgspec.structs.replace(stop_spec, skip_special_tokens=False)
     if forced_call(parsers.tool_parser):
         if sampling.constraint is not None:

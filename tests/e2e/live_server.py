@@ -116,10 +116,12 @@ async def live_server(
     http_limits: Mapping[str, float] = {},
     metrics_port: int | None = None,
     probe_port: int | None = None,
+    model_path: Path | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
-    `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...)."""
+    `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...);
+    `model_path`: a model folder instead of the demo model, for the gateway and its engines."""
     config = zmq_gateway_config(
         workers,
         runtime,
@@ -136,6 +138,9 @@ async def live_server(
         probe_port=probe_port,
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
+    if model_path is not None:  # the gateway and its engines serve another model folder
+        config = msgspec.structs.replace(config, model_path=model_path)
+        engine_args = ("--model-path", str(model_path), *engine_args)
     replay = write_replay(tmp_path, replay_text)
     with engine_log(tmp_path / "engine.log") as log:
         async with served_gateway(config, log) as served:
