@@ -10,8 +10,8 @@ and tokenized with the model's own tokenizer (which has Harmony's special tokens
     <|start|>developer<|message|># Instructions … # Tools … namespace functions {…}<|end|>
     <|start|>user<|message|>…<|end|>
     <|start|>assistant<|channel|>final<|message|>…<|end|>
-    <|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>
-    <|start|>functions.NAME to=assistant<|channel|>commentary<|message|>{result}<|end|>
+    <|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>{…}<|call|>
+    <|start|>functions.NAME<|channel|>commentary to=assistant<|message|>{result}<|end|>
     <|start|>assistant
 """
 
@@ -146,7 +146,7 @@ def _turn(message: Mapping[str, Any], names: dict[str, str]) -> str:
     if role == "tool":
         call_id = message.get("tool_call_id") or ""
         name = names.get(call_id) or message.get("name") or "unknown"
-        return _message(f"functions.{name} to=assistant<|channel|>commentary", content)
+        return _message(f"functions.{name}<|channel|>commentary to=assistant", content)
     if role != "assistant":
         raise ClientError(f"role {role!r} has no Harmony form", param="messages")
     out = _message("assistant<|channel|>final", content) if content else ""
@@ -157,7 +157,8 @@ def _turn(message: Mapping[str, Any], names: dict[str, str]) -> str:
         arguments = function.get("arguments", {})
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, ensure_ascii=False)
-        header = f"assistant<|channel|>commentary to=functions.{name} <|constrain|>json"
+        # The header as vLLM renders a previous call (the form gpt-oss was trained on).
+        header = f"assistant to=functions.{name}<|channel|>commentary json"
         out += _message(header, arguments, "<|call|>")
     return out
 
@@ -189,7 +190,9 @@ def _property_lines(properties: Mapping[str, Any], required: set[str]) -> list[s
             lines.append(f"// {schema['description']}")
         line = f"{key}{'' if key in required else '?'}: {typescript_type(schema)},"
         if "default" in schema:
-            line += f" // default: {json.dumps(schema['default'], ensure_ascii=False)}"
+            default = schema["default"]
+            shown = default if isinstance(default, str) else json.dumps(default, ensure_ascii=False)
+            line += f" // default: {shown}"
         lines.append(line)
     return lines
 

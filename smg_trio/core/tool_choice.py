@@ -128,7 +128,11 @@ def with_parsers(
         )
         sampling = msgspec.structs.replace(sampling, constraint=constraint)
     plan = msgspec.structs.replace(plan, parsers=parsers, stop_spec=stop_spec, sampling=sampling)
-    return _gated(plan, reasoning_parser, thinking=parsers.reasoning_parser is not None)
+    # gpt-oss: vLLM's Harmony reasoning parser says the reasoning has always ended, so a
+    # constraint applies from the first token (the output is then plain JSON, read as content).
+    harmony = uses_harmony(None, parsers.reasoning_parser)
+    thinking = parsers.reasoning_parser is not None and not harmony
+    return _gated(plan, reasoning_parser, thinking=thinking)
 
 
 def _gated(plan: GeneratePlan, reasoning_parser: str | None, *, thinking: bool) -> GeneratePlan:

@@ -69,12 +69,12 @@ EXPECTED = (
     "<|start|>developer<|message|># Instructions\n\nAnswer briefly.\n\n# Tools\n\n"
     "## functions\n\nnamespace functions {\n\n// Current weather in a city.\n"
     "type get_weather = (_: {\n// The city.\ncity: string,\n"
-    'unit?: "c" | "f", // default: "c"\n}) => any;\n\ntype now = () => any;\n\n'
+    'unit?: "c" | "f", // default: c\n}) => any;\n\ntype now = () => any;\n\n'
     "} // namespace functions<|end|>"
     "<|start|>user<|message|>Weather in Paris?<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|start|>assistant to=functions.get_weather<|channel|>commentary json"
     '<|message|>{"city": "Paris"}<|call|>'
-    '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"sky": "clear"}'
+    '<|start|>functions.get_weather<|channel|>commentary to=assistant<|message|>{"sky": "clear"}'
     "<|end|><|start|>assistant<|channel|>final<|message|>Clear.<|end|>"
     "<|start|>user<|message|>Thanks<|end|><|start|>assistant"
 )
@@ -152,3 +152,11 @@ def test_build_reproduces_the_shipped_harmony_model(tmp_path: Path) -> None:
     shipped = {p.name: p.read_bytes() for p in HARMONY_DIR.iterdir()}
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == shipped
     assert sum(len(b) for b in shipped.values()) < 1_000_000
+
+
+def test_a_constraint_starts_at_the_first_token_as_vllm_gates_gpt_oss() -> None:
+    """vLLM's openai_gptoss parser reports the reasoning ended: reasoning_ended true."""
+    fmt = {"type": "json_object"}
+    constraint = chat(body(response_format=fmt), HARMONY).sampling.constraint
+    assert constraint is not None
+    assert constraint.after_reasoning is False

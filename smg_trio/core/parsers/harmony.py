@@ -9,7 +9,10 @@ A message's header says where its body goes:
 - a recipient `to=functions.NAME` (on any channel) naming one of the request's tools, when
   calls are on: a tool call, the body its arguments as the model writes them;
 - the `analysis` channel: reasoning (also for a built-in tool's recipient, as vLLM does);
-- `final`, `commentary` without a recipient, anything else: content.
+- `final`, `commentary` without a recipient, a function that is not among the tools, and
+  (calls off) any other message: content;
+- with calls on, a built-in tool's message on `commentary` or a channel Harmony does not have:
+  dropped, as vLLM drops them.
 
 Output that does not open like a Harmony header is all content. One parser reads every
 channel, so the reasoning and tool-call names (`openai_gptoss`, `openai`, `harmony`) all pick
@@ -53,7 +56,7 @@ class _Route(enum.Enum):
     CONTENT = enum.auto()
     REASONING = enum.auto()
     CALL = enum.auto()
-    DROP = enum.auto()  # a call dropped by parallel_tool_calls false
+    DROP = enum.auto()  # a call dropped by parallel_tool_calls false, or a message vLLM drops
 
 
 class HarmonyChannels(MarkupScanner):
@@ -141,9 +144,14 @@ class HarmonyChannels(MarkupScanner):
             self._index = start.index
             out.calls.append(start)
             return _Route.CALL
-        if channel is not None and channel.group(1) == "analysis":
+        said_on = None if channel is None else channel.group(1)
+        if said_on == "analysis":
             return _Route.REASONING
-        return _Route.CONTENT
+        if said_on == "final" or (said_on == "commentary" and not name) or not self._calls:
+            return _Route.CONTENT
+        if name.startswith(FUNCTIONS):  # a function that is not among the tools
+            return _Route.CONTENT
+        return _Route.DROP  # a built-in tool's call, another channel: vLLM drops it too
 
     def _read_body(self, text: str, out: Parsed) -> str:
         at = text.find("<|")

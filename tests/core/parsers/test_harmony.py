@@ -66,6 +66,17 @@ CASES: list[tuple[ParserSetup, str, str, str, list[Call]]] = [
         "q",
         [],
     ),
+    # A built-in tool's call on commentary, a channel Harmony lacks: dropped, as vLLM drops them.
+    (
+        TOOLS,
+        "<|channel|>commentary to=browser.open<|message|>u<|end|>" + FINAL,
+        "It is sunny in Paris.",
+        "",
+        [],
+    ),
+    (TOOLS, "<|channel|>other<|message|>u<|end|>" + FINAL, "It is sunny in Paris.", "", []),
+    # JSON a grammar forced from the first token (response_format): content.
+    (TOOLS, '{"a": 1}', '{"a": 1}', "", []),
     # Not Harmony at all: plain content, however it is cut.
     (TOOLS, "Hello <|end|> there", "Hello <|end|> there", "", []),
     (TOOLS, "<|chan", "<|chan", "", []),
