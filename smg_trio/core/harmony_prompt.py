@@ -109,8 +109,22 @@ def harmony_chat_text(
             "continue_final_message is not supported with Harmony (gpt-oss) prompts",
             param="continue_final_message",
         )
+    kwargs = req.chat_template_kwargs or {}
+    others = sorted(set(kwargs) - {"reasoning_effort"})
+    if others:  # no template reads them: refused rather than ignored
+        raise ClientError(
+            f"chat_template_kwargs {', '.join(others)}: a Harmony (gpt-oss) prompt has no "
+            "template; only reasoning_effort applies",
+            param="chat_template_kwargs",
+        )
+    if not req.separate_reasoning:
+        raise ClientError(
+            "separate_reasoning false is not supported: gpt-oss's analysis channel is always "
+            "reasoning (include_reasoning false leaves it out)",
+            param="separate_reasoning",
+        )
     # As for templates (docs/request-fields.md §3): the client's chat_template_kwargs win.
-    effort = (req.chat_template_kwargs or {}).get("reasoning_effort", req.reasoning_effort)
+    effort = kwargs.get("reasoning_effort", req.reasoning_effort)
     return render_harmony(
         messages,
         tools=[msgspec.to_builtins(t) for t in req.tools] if req.tools else None,

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from smg_trio.core.harmony_prompt import harmony_stop_ids, typescript_type
+from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ClientError, ConfigError
 from smg_trio.model import load_model_dir
 from tests.core.test_prepare import MODEL, chat
@@ -113,6 +114,8 @@ def test_every_chat_request_stops_on_return_and_call_hidden() -> None:
             "continue_final_message",
         ),
         ({"tool_choice": "required"}, "tool_choice"),
+        ({"chat_template_kwargs": {"enable_thinking": False}}, "chat_template_kwargs"),
+        ({"separate_reasoning": False}, "separate_reasoning"),
     ],
 )
 def test_what_harmony_cannot_take_is_a_400(fields: dict[str, object], param: str) -> None:
@@ -160,3 +163,17 @@ def test_a_constraint_starts_at_the_first_token_as_vllm_gates_gpt_oss() -> None:
     constraint = chat(body(response_format=fmt), HARMONY).sampling.constraint
     assert constraint is not None
     assert constraint.after_reasoning is False
+
+
+@pytest.mark.parametrize(
+    ("tool_call_parser", "reasoning_parser"),
+    [("openai", None), ("harmony", "qwen3"), ("hermes", "openai_gptoss")],
+)
+def test_harmony_parsers_go_together(
+    tool_call_parser: str | None, reasoning_parser: str | None
+) -> None:
+    with pytest.raises(ConfigError, match="go together"):
+        check_parser_names(tool_call_parser, reasoning_parser)
+    check_parser_names("openai", "openai_gptoss")
+    check_parser_names("harmony", "harmony")
+    check_parser_names(None, "openai_gptoss")

@@ -141,6 +141,17 @@ def check_parser_names(tool_call_parser: str | None, reasoning_parser: str | Non
     ):
         if name is not None and name not in known:
             raise ConfigError(f"{kind} {name!r} is unknown; known: {', '.join(sorted(known))}")
+    # gpt-oss's output is always Harmony channels: one parser reads them all, so the reasoning
+    # parser must be Harmony's, and no other family's tool parser can read its calls.
+    tool_harmony = tool_call_parser in HARMONY_TOOL_PARSERS
+    reasoning_harmony = reasoning_parser in HARMONY_REASONING_PARSERS
+    if (tool_harmony and not reasoning_harmony) or (
+        reasoning_harmony and tool_call_parser is not None and not tool_harmony
+    ):
+        raise ConfigError(
+            "Harmony (gpt-oss) parsers go together: --reasoning-parser openai_gptoss with "
+            "--tool-call-parser openai (or none); both may be spelled harmony"
+        )
 
 
 class OutputParser:
