@@ -68,8 +68,8 @@ def render_harmony(
     now: _dt.datetime,
     add_generation_prompt: bool = True,
 ) -> str:
-    """The Harmony prompt of `messages` (as `chat_template.template_messages` gives them, developer role
-    kept): system and developer messages become the developer instructions."""
+    """The Harmony prompt of `messages` (as `chat_template.template_messages` gives them,
+    developer role kept)."""
     effort = DEFAULT_EFFORT if reasoning_effort is None else reasoning_effort
     if effort not in EFFORTS:
         raise ClientError(
@@ -85,16 +85,19 @@ def render_harmony(
     if functions:
         system += "\nCalls to these tools must go to the commentary channel: 'functions'."
     parts = [_message("system", system)]
-    instructions = [m["content"] for m in messages if m["role"] in ("system", "developer")]
+    # As vLLM: a first system or developer message is the instructions; later ones are
+    # developer messages where they stand.
+    leading = bool(messages) and messages[0]["role"] in ("system", "developer")
+    instructions = messages[0].get("content") if leading else None
     developer = []
-    if any(instructions):
-        developer.append("# Instructions\n\n" + "\n\n".join(i for i in instructions if i))
+    if instructions:
+        developer.append(f"# Instructions\n\n{instructions}")
     if functions:
         developer.append("# Tools\n\n## functions\n\n" + tools_namespace(functions))
     if developer:
         parts.append(_message("developer", "\n\n".join(developer)))
     names: dict[str, str] = {}  # tool call id → function name, for the results
-    parts.extend(_turn(message, names) for message in messages)
+    parts.extend(_turn(message, names) for message in messages[1 if leading else 0 :])
     if add_generation_prompt:
         parts.append("<|start|>assistant")
     return "".join(parts)
@@ -154,7 +157,7 @@ def _message(header: str, body: str, end: str = "<|end|>") -> str:
 def _turn(message: Mapping[str, Any], names: dict[str, str]) -> str:
     role, content = message["role"], message.get("content") or ""
     if role in ("system", "developer"):
-        return ""
+        return _message("developer", f"# Instructions\n\n{content}")
     if role == "user":
         return _message("user", content)
     if role == "tool":

@@ -44,6 +44,14 @@ PROMPTS: Final[list[dict[str, Any]]] = [
         "reasoning_effort": "low",
     },
     {"messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS[:1]},
+    {
+        "messages": [
+            {"role": "system", "content": "First."},
+            {"role": "user", "content": "Hi"},
+            {"role": "developer", "content": "Later rule."},
+            {"role": "user", "content": "Again"},
+        ]
+    },
 ]
 ANALYSIS: Final = "<|channel|>analysis<|message|>Need the weather.<|end|>"
 OUTPUTS: Final[list[str]] = [
