@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # `make test`. Some environments turn them off for everything; the recipes turn them back on.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test lint typecheck contracts unit bench bench-core bench-zmq bench-floor fmt demo-model clean protos protos-check
+.PHONY: demo test lint typecheck contracts unit bench bench-core bench-zmq bench-floor fmt demo-model harmony-model clean protos protos-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ bench-floor: $(STAMP)
 
 demo-model: $(STAMP)
 	$(BIN)/python scripts/build_demo_model.py
+
+harmony-model: $(STAMP)
+	$(BIN)/python scripts/build_harmony_model.py
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import msgspec
 import trio
 
+from smg_trio.core.harmony_prompt import harmony_stop_ids
+from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.core.responses_request import prepare_responses
@@ -138,6 +140,11 @@ class Gateway:
             model.prompt_model(),
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
+            harmony_stop_ids=(
+                harmony_stop_ids(model.tokenizer)
+                if uses_harmony(tool_call_parser, reasoning_parser)
+                else ()
+            ),
         )
         self.pool = pool
         self.request_timeout_s = request_timeout_s

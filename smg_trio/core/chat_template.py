@@ -17,8 +17,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import minijinja
+import msgspec
 
 from smg_trio.errors import ClientError, ConfigError
+from smg_trio.wire import openai as oa
 
 TEMPLATE_FUEL = 5_000_000  # minijinja instructions per render; ~100x a large real render
 _GENERATION_TAG = re.compile(r"{%-?\s*(?:end)?generation\s*-?%}")
@@ -134,3 +136,42 @@ def cut_after_final_message(text: str, final: dict[str, Any]) -> str:
             param="messages",
         )
     return text[: at + len(content)]
+
+
+def template_messages(req: oa.ChatCompletionRequest, *, developer_role: bool) -> list[Any]:
+    """A chat request's messages as transformers templates (and the Harmony renderer) take them."""
+    return [
+        message_for_template(m, i, developer_role=developer_role)
+        for i, m in enumerate(req.messages)
+    ]
+
+
+def message_for_template(
+    message: oa.ChatMessage, index: int, *, developer_role: bool
+) -> dict[str, Any]:
+    """A message as transformers templates expect it, as vLLM renders them: content flattened
+    to one string, a null content (an assistant turn with tool_calls) "", and a `developer`
+    message a `system` one unless the template knows the developer role."""
+    out: dict[str, Any] = {
+        key: value for key, value in msgspec.to_builtins(message).items() if value is not None
+    }
+    if not developer_role and out["role"] == "developer":
+        out["role"] = "system"
+    if out["role"] == "assistant":
+        template_tool_calls(out)
+    content = getattr(message, "content", None)
+    if content is None:
+        out["content"] = ""
+    elif not isinstance(content, str):
+        texts: list[str] = []
+        for part in content:
+            if not isinstance(part, oa.TextPart):
+                raise ClientError(
+                    f"messages[{index}]: this gateway's models take text only "
+                    f"(got a {type(part).__name__})",
+                    code="multimodal_not_supported",
+                    param=f"messages[{index}].content",
+                )
+            texts.append(part.text)
+        out["content"] = "\n".join(texts)
+    return out

@@ -1,5 +1,6 @@
-"""Pure. finalize's per-runtime rules for the request fields beyond stops: structured outputs,
-logit_bias, allowed_token_ids, bad_words and min_tokens (docs/request-fields.md §1-§2).
+"""Pure. finalize's per-runtime rules for the request fields beyond stops: structured outputs
+(and whether they may start after the reasoning, only vLLM over ZMQ), logit_bias,
+allowed_token_ids, bad_words and min_tokens (docs/request-fields.md §1-§3).
 
 Each (runtime, wire) either carries a field to its engine, rewritten into a spelling the engine
 takes, or the request is a 400 `ClientError` naming the parameter as the client sent it. Nothing
@@ -52,6 +53,8 @@ def shape_engine_fields(
     """`sampling` as `runtime` over `wire` can take it, or a 400 naming what it cannot."""
     vllm_zmq = runtime is Runtime.VLLM and wire is Wire.ZMQ
     if sampling.constraint is not None:
+        if sampling.constraint.after_reasoning and not vllm_zmq:
+            _refuse_after_reasoning(sampling.constraint.param, runtime, wire)
         sampling = msgspec.structs.replace(
             sampling, constraint=_constraint_for(sampling.constraint, runtime)
         )
@@ -81,6 +84,17 @@ def shape_engine_fields(
 def _refuse(param: str, runtime: Runtime, wire: Wire) -> None:
     raise ClientError(
         f"{param} is not supported by this model's engine ({runtime.value} over {wire.value})",
+        param=param,
+    )
+
+
+def _refuse_after_reasoning(param: str, runtime: Runtime, wire: Wire) -> None:
+    """Only vLLM's EngineCore request says where a grammar starts (`reasoning_ended`); on any
+    other wire the grammar would constrain the reasoning too (docs/request-fields.md §3)."""
+    raise ClientError(
+        f"{param} cannot start after the reasoning on this model's engine ({runtime.value} "
+        f"over {wire.value}: its wire cannot say where the grammar starts); turn thinking "
+        "off with chat_template_kwargs.enable_thinking false or separate_reasoning false",
         param=param,
     )
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 
-from smg_trio.core.chat_template import ChatTemplate, cut_after_final_message, template_tool_calls
+from smg_trio.core.chat_template import ChatTemplate, cut_after_final_message, template_messages
+from smg_trio.core.harmony_prompt import harmony_chat_text, with_harmony_stops
 from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.prompt_bound import PromptLimit, bounded_encode, kept_tokens, truncated
 from smg_trio.core.tokenizer import TokenizerLike
@@ -45,6 +45,7 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     reasoning_parser: str | None = None
     # The most input bytes one token stands for (None: unbounded), for prompt_bound's byte rule.
     max_bytes_per_token: int | None = None
+    harmony_stop_ids: tuple[int, ...] = ()  # gpt-oss: <|return|>, <|call|> (harmony_prompt.py)
 
     def prompt_limit(self, truncate_prompt_tokens: int | None, param: str) -> PromptLimit | None:
         """What bounds a prompt's tokenization (docs/limits.md §1); None without a context."""
@@ -76,6 +77,7 @@ def prepare_chat(
         echo_text=_echoed_message(req) if req.echo else None,
     )
     plan = with_parsers(plan, req, model.tool_call_parser, model.reasoning_parser)
+    plan = with_harmony_stops(plan, model.harmony_stop_ids)
     prompt_logprobs = req.prompt_logprobs
     param: str | None = "prompt_logprobs"
     if prompt_logprobs is None and req.echo and not req.stream:
@@ -102,15 +104,17 @@ def chat_prompt_ids(
     /v1/tokenize returns them (`add_special_tokens` is tokenize's option; chat never adds).
     `limit` bounds the encoding (prompt_bound); /v1/tokenize, like vLLM's, has none.
     """
+    if model.harmony_stop_ids:  # gpt-oss: Harmony instead of the chat template
+        text = harmony_chat_text(req, template_messages(req, developer_role=True), now=now)
+        return bounded_encode(
+            model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit
+        )
     if model.chat_template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
         )
     template = model.chat_template
-    messages = [
-        _message_for_template(m, i, developer_role=template.has_developer_role)
-        for i, m in enumerate(req.messages)
-    ]
+    messages = template_messages(req, developer_role=template.has_developer_role)
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
     extra = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:
@@ -358,34 +362,3 @@ def checked_prompt_ids(ids: Sequence[int], vocab_size: int, param: str) -> tuple
                 param=param,
             )
     return tuple(ids)
-
-
-def _message_for_template(
-    message: oa.ChatMessage, index: int, *, developer_role: bool
-) -> dict[str, Any]:
-    """A message as transformers templates expect it, as vLLM renders them: content flattened
-    to one string, a null content (an assistant turn with tool_calls) "", and a `developer`
-    message a `system` one unless the template knows the developer role."""
-    out: dict[str, Any] = {
-        key: value for key, value in msgspec.to_builtins(message).items() if value is not None
-    }
-    if not developer_role and out["role"] == "developer":
-        out["role"] = "system"
-    if out["role"] == "assistant":
-        template_tool_calls(out)
-    content = getattr(message, "content", None)
-    if content is None:
-        out["content"] = ""
-    elif not isinstance(content, str):
-        texts: list[str] = []
-        for part in content:
-            if not isinstance(part, oa.TextPart):
-                raise ClientError(
-                    f"messages[{index}]: this gateway's models take text only "
-                    f"(got a {type(part).__name__})",
-                    code="multimodal_not_supported",
-                    param=f"messages[{index}].content",
-                )
-            texts.append(part.text)
-        out["content"] = "\n".join(texts)
-    return out

@@ -12,6 +12,9 @@ choices run (`ParserSetup`), or a 400 naming the field (docs/tools-and-reasoning
 - Reasoning: the model's reasoning parser, unless `chat_template_kwargs.enable_thinking` is
   false (the template then closes the think block itself) or `separate_reasoning` is false;
   vLLM's `include_reasoning: false` separates it and leaves it out of the answer.
+- A constraint (a forced call's schema, `response_format`, ...) with reasoning on starts after
+  the reasoning ends (`StructuredConstraint.after_reasoning`; finalize refuses it on the
+  wires that cannot say so).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from smg_trio.core.parsers.registry import (
     NAMED_CALL,
     REQUIRED_CALLS,
     forced_call,
+    uses_harmony,
 )
 from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.errors import ClientError
@@ -77,10 +81,10 @@ def parser_setup(
         )
     if tool_parser is None and reasoning is None:
         return None
-    if forced_call(tool_parser) and reasoning is not None:
+    if forced_call(tool_parser) and uses_harmony(tool_call_parser, reasoning_parser):
         raise ClientError(
-            f"tool_choice {_shown(choice)} constrains the output from its first token, so it "
-            "cannot follow reasoning (turn thinking off with chat_template_kwargs.enable_thinking)",
+            f"tool_choice {_shown(choice)} is not supported with Harmony (gpt-oss) output: "
+            'use "auto"',
             param="tool_choice",
         )
     return ParserSetup(
@@ -104,13 +108,13 @@ def with_parsers(
     parser turns `skip_special_tokens` off for it."""
     parsers = parser_setup(req, tool_call_parser, reasoning_parser)
     if parsers is None:
-        return plan
+        return _gated(plan, reasoning_parser, thinking=False)
     if req.echo:  # the echoed message would reach the client unparsed in a stream
         raise ClientError(
             "echo cannot be combined with tool-call or reasoning parsing", param="echo"
         )
     stop_spec, sampling = plan.stop_spec, plan.sampling
-    if parsers.tool_parser in KEEPS_SPECIAL_TOKENS:
+    if parsers.tool_parser in KEEPS_SPECIAL_TOKENS or uses_harmony(None, parsers.reasoning_parser):
         stop_spec = msgspec.structs.replace(stop_spec, skip_special_tokens=False)
     if forced_call(parsers.tool_parser):
         if sampling.constraint is not None:
@@ -123,7 +127,24 @@ def with_parsers(
             kind=ConstraintKind.JSON_SCHEMA, param="tool_choice", text=_schema(req)
         )
         sampling = msgspec.structs.replace(sampling, constraint=constraint)
-    return msgspec.structs.replace(plan, parsers=parsers, stop_spec=stop_spec, sampling=sampling)
+    plan = msgspec.structs.replace(plan, parsers=parsers, stop_spec=stop_spec, sampling=sampling)
+    # gpt-oss: vLLM's Harmony reasoning parser says the reasoning has always ended, so a
+    # constraint applies from the first token (the output is then plain JSON, read as content).
+    harmony = uses_harmony(None, parsers.reasoning_parser)
+    thinking = parsers.reasoning_parser is not None and not harmony
+    return _gated(plan, reasoning_parser, thinking=thinking)
+
+
+def _gated(plan: GeneratePlan, reasoning_parser: str | None, *, thinking: bool) -> GeneratePlan:
+    """The plan's constraint told where it starts (docs/tools-and-reasoning.md §5): after the
+    reasoning when this request's reasoning is separated, from the first token when the model
+    reasons but not this request; left to the engine when the model has no reasoning parser."""
+    constraint = plan.sampling.constraint
+    if constraint is None or reasoning_parser is None:
+        return plan
+    constraint = msgspec.structs.replace(constraint, after_reasoning=thinking)
+    sampling = msgspec.structs.replace(plan.sampling, constraint=constraint)
+    return msgspec.structs.replace(plan, sampling=sampling)
 
 
 def _parameters(tool: oa.Tool) -> dict[str, Any]:

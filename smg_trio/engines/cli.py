@@ -4,7 +4,8 @@
     smg-trio engine vllm-zmq --handshake tcp://HOST:PORT [--model-path DIR] [--step-ms X]
         [--max-batch N] [--mode random|echo|replay] [--replay-file PATH]
         [--eos-probability P] [--max-model-len N] [--engine-index N] [--log-level LEVEL]
-    smg-trio engine tokenspeed-zmq ... (the same flags)
+        [--reasoning-parser qwen3|deepseek_r1]
+    smg-trio engine tokenspeed-zmq ... (the same flags but --reasoning-parser)
     smg-trio engine sglang-grpc|vllm-grpc|mlx-grpc|trtllm-grpc|tokenspeed-grpc
         [--host 127.0.0.1] [--port PORT] (0: a free one, printed as `listening on HOST:PORT`)
         [--model-path DIR] [--step-ms X] [--max-batch N] [--mode ...] [--replay-file PATH]
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import sys
@@ -30,6 +32,7 @@ from smg_trio.engines.generation import (
 )
 from smg_trio.engines.grpc_engine import RUNTIMES, GrpcEngineConfig, run_grpc_engine
 from smg_trio.engines.grpc_policy import ServedModel
+from smg_trio.engines.reasoning_gate import REASONING_END_MARKERS, reasoning_end_ids
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
 from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
@@ -145,6 +148,13 @@ def add_engine_commands(subparsers: argparse._SubParsersAction[argparse.Argument
             "--engine-index", type=int, default=0, help="engine index (2-byte ZMQ identity)"
         )
         _add_model_flags(parser)
+        if name == "vllm-zmq":
+            parser.add_argument(
+                "--reasoning-parser",
+                choices=sorted(REASONING_END_MARKERS),
+                help="as vLLM's: a structured-output grammar then starts after the reasoning "
+                "when the ADD's reasoning_ended is false",
+            )
         parser.set_defaults(command=run_engine_command)
     for name, policy in RUNTIMES.items():
         parser = wires.add_parser(name, help=policy.description, description=policy.description)
@@ -218,6 +228,13 @@ def _model_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_engine_command(args: argparse.Namespace) -> int:
     model = load_engine_model(args.model_path, **_model_options(args))
+    parser = getattr(args, "reasoning_parser", None)
+    if parser is not None and model.tokenizer is not None:
+        try:
+            end_ids = reasoning_end_ids(parser, model.tokenizer)
+        except ValueError as exc:
+            raise ConfigError(f"--reasoning-parser: {exc}") from exc
+        model = dataclasses.replace(model, reasoning_end_ids=end_ids)
     config = EngineConfig(
         handshake_address=args.handshake,
         engine_index=args.engine_index,

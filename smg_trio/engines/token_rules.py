@@ -17,7 +17,9 @@ The fake model has no logits, so each rule says how it changes the token `Genera
   far ends with the rest of the word, so the word never completes; a one-token word is banned
   always.
 - A `script` (a choice constraint's tokens then EOS, `engines.choice_script`) is said as is,
-  except where min_tokens masks its EOS.
+  except where min_tokens masks its EOS. With `script_after` (the reasoning's end marker,
+  `engines.reasoning_gate`) it starts only after the output has said that marker: the
+  reasoning before it is free, as vLLM leaves it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+from smg_trio.engines.reasoning_gate import end_after
 
 FORCING_BIAS: Final = 100.0
 REDRAW_TRIES: Final = 16  # bans are tiny next to a vocabulary: a few redraws almost always do
@@ -39,6 +43,7 @@ class TokenRules:
     allowed: frozenset[int] | None = None
     bad_words: tuple[tuple[int, ...], ...] = ()
     script: tuple[int, ...] = ()  # a choice's tokens then EOS (engines.choice_script)
+    script_after: tuple[int, ...] = ()  # the script waits for this marker (reasoning_gate)
 
     @classmethod
     def of(
@@ -48,6 +53,7 @@ class TokenRules:
         allowed_token_ids: Iterable[int] | None = None,
         bad_words: Iterable[Sequence[int]] = (),
         script: Sequence[int] = (),
+        script_after: Sequence[int] = (),
     ) -> TokenRules:
         bias = dict(logit_bias or {})
         forced = sorted(
@@ -62,11 +68,19 @@ class TokenRules:
             allowed=None if allowed_token_ids is None else frozenset(allowed_token_ids),
             bad_words=tuple(tuple(word) for word in bad_words if word),
             script=tuple(script),
+            script_after=tuple(script_after) if script else (),
         )
 
     @property
     def trivial(self) -> bool:
         return self == NO_TOKEN_RULES
+
+    def _script_position(self, output_ids: Sequence[int]) -> int:
+        """Where the next token falls in the script; -1 while it waits for its marker."""
+        if not self.script_after:
+            return len(output_ids)
+        start = end_after(output_ids, self.script_after, 0)
+        return -1 if start is None else len(output_ids) - start
 
     def forbidden(self, output_ids: Sequence[int]) -> set[int]:
         """Ids the next position may not take: the banned ones and each bad word's completion."""
@@ -89,8 +103,8 @@ class TokenRules:
         ordinary_ids: Sequence[int],
     ) -> int:
         """The id the next position takes instead of `drawn` (`masked`: min_tokens' stop ids)."""
-        position = len(output_ids)
-        if position < len(self.script) and self.script[position] not in masked:
+        position = self._script_position(output_ids)
+        if 0 <= position < len(self.script) and self.script[position] not in masked:
             return self.script[position]  # a grammar leaves one way on: other rules cannot act
         forbidden = self.forbidden(output_ids) | masked
         allowed = self.allowed

@@ -16,9 +16,10 @@ crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20, as does
 `prompt_logprobs=-1`. Prompt logprobs (`wire_adapter.prompt_position_logprobs`) go whole with a
 request's first output, as vLLM sends them once its prefill is done. `logit_bias`,
 `allowed_token_ids` and `_bad_words_token_ids` steer the fake model (`engines.token_rules`);
-`structured_outputs` is followed only for a choice (`engines.choice_script`) and reported, with
-the rest of the decoded SamplingParams, by the test-only `smg_trio_received` utility
-(`engines.batching`).
+`structured_outputs` is followed only for a choice (`engines.choice_script`), after the
+reasoning when launched with `--reasoning-parser` and the ADD's `reasoning_ended` says so
+(`engines.reasoning_gate`), and reported, with the rest of the decoded SamplingParams (and
+`reasoning_ended` when set), by the test-only `smg_trio_received` utility (`engines.batching`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from smg_trio.engines.generation import (
     StopRules,
     TokenStop,
 )
+from smg_trio.engines.reasoning_gate import grammar_gate
 from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
@@ -67,6 +69,7 @@ from smg_trio.engines.wire_adapter import (
 from smg_trio.errors import BackendProtocolError
 from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.wire.vllm_zmq import (
+    EngineCoreRequest,
     ReadyResponse,
     VllmSamplingParams,
     decode_request,
@@ -205,11 +208,14 @@ class VllmWire:
             allowed_token_ids=params.allowed_token_ids,
             bad_words=params.bad_words_token_ids or (),
             script=self._choice_script(params),
+            script_after=grammar_gate(
+                request.reasoning_ended, prompt, self.model.reasoning_end_ids
+            ),
         )
         generation = Generation(self.model.source, prompt, key, rules, token_rules)
         return Add(
             ActiveRequest(request.request_id, request.client_index, generation, logprobs),
-            received=msgspec.to_builtins(params),
+            received=_received(request),
         )
 
     def _choice_script(self, params: VllmSamplingParams) -> tuple[int, ...]:
@@ -330,3 +336,11 @@ def _reject_undecodable(payload: bytes, reason: str) -> Command:
 def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:
     adapter = VllmWire(model, engine_index=config.engine_index, max_batch=config.max_batch)
     return run_engine(adapter, model, config)
+
+
+def _received(request: EngineCoreRequest) -> dict[str, Any]:
+    """What `smg_trio_received` reports: the sampling map, and `reasoning_ended` when set."""
+    received: dict[str, Any] = msgspec.to_builtins(request.sampling_params)
+    if request.reasoning_ended is not None:
+        received["reasoning_ended"] = request.reasoning_ended
+    return received

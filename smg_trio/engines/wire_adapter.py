@@ -32,6 +32,7 @@ class EngineModel:
     dtype: str = "bfloat16"
     num_gpu_blocks: int = 0
     tokenizer: TokenizerLike | None = None  # spells a choice constraint (engines.choice_script)
+    reasoning_end_ids: tuple[int, ...] = ()  # vLLM's --reasoning-parser (engines.reasoning_gate)
 
 
 @dataclass

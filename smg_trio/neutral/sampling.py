@@ -31,12 +31,19 @@ class StructuredConstraint(msgspec.Struct, frozen=True, kw_only=True):
 
     `param` is that field as the client spelled it (`response_format`, `structured_outputs`,
     `guided_json`, ...): a runtime that cannot honour the constraint names it in its 400.
+
+    `after_reasoning` says where the constraint starts (docs/tools-and-reasoning.md §5):
+    None when the model has no reasoning parser (the engine decides, as vLLM's EngineCore does
+    from the prompt); False when reasoning is off for this request (constrained from the first
+    token); True when the engine must leave the reasoning free and constrain only what follows
+    its end (vLLM's `reasoning_ended: false`; finalize refuses it where no wire carries that).
     """
 
     kind: ConstraintKind
     param: str
     text: str = ""
     choices: tuple[str, ...] = ()
+    after_reasoning: bool | None = None
 
 
 class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):

@@ -187,7 +187,16 @@ def build_request(
         priority=checked_int(priority, "priority"),
         trace_headers=None if trace_headers is None else dict(trace_headers),
         external_req_id=external_req_id,
+        reasoning_ended=_reasoning_ended(s.constraint),
     )
+
+
+def _reasoning_ended(constraint: StructuredConstraint | None) -> bool | None:
+    """vLLM's gate for a grammar after reasoning (docs/wire.md §A.5): false makes EngineCore
+    (launched with a reasoning parser) constrain only what follows the reasoning's end."""
+    if constraint is None or constraint.after_reasoning is None:
+        return None
+    return not constraint.after_reasoning
 
 
 def _structured_outputs(constraint: StructuredConstraint | None) -> VllmStructuredOutputs | None:

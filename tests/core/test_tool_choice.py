@@ -137,15 +137,59 @@ def test_a_named_function_constrains_the_engine_to_its_parameters() -> None:
     assert refused(MODEL, tools=TOOLS, tool_choice=other).param == "tool_choice"
 
 
-def test_a_forced_call_with_another_constraint_or_after_reasoning_is_a_400() -> None:
+def test_a_forced_call_with_another_constraint_is_a_400() -> None:
     fmt = {"type": "json_object"}
     err = refused(MODEL, tools=TOOLS, tool_choice="required", response_format=fmt)
     assert (err.param, "response_format" in err.message) == ("tool_choice", True)
-    assert refused(QWEN3, tools=TOOLS, tool_choice="required").param == "tool_choice"
+
+
+FORMAT = {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
+        ({"response_format": FORMAT}, "response_format.json_schema.schema"),
+    ],
+)
+def test_a_constraint_after_reasoning_starts_where_the_reasoning_ends(
+    fields: dict[str, object], param: str
+) -> None:
+    """With reasoning separated the constraint starts after it (vLLM's reasoning_ended gate);
+    with thinking off, from the first token; a model without a reasoning parser leaves it to
+    the engine (docs/tools-and-reasoning.md §5)."""
+    gated = plan(QWEN3, **fields).sampling.constraint
+    assert gated is not None
+    assert (gated.param, gated.after_reasoning) == (param, True)
     off = {"enable_thinking": False}
-    planned = plan(QWEN3, tools=TOOLS, tool_choice="required", chat_template_kwargs=off)
-    assert planned.parsers is not None
-    assert planned.parsers.reasoning_parser is None
+    for thinking_off in ({"chat_template_kwargs": off}, {"separate_reasoning": False}):
+        planned = plan(QWEN3, **fields, **thinking_off)
+        assert planned.parsers is None or planned.parsers.reasoning_parser is None
+        assert planned.sampling.constraint is not None
+        assert planned.sampling.constraint.after_reasoning is False
+    plain = plan(HERMES, **fields).sampling.constraint
+    assert plain is not None
+    assert plain.after_reasoning is None
+
+
+@pytest.mark.parametrize(("runtime", "wire"), sorted(SUPPORTED_PAIRS, key=str))
+def test_only_vllm_over_zmq_can_start_a_constraint_after_the_reasoning(
+    runtime: Runtime, wire: Wire
+) -> None:
+    """The EngineCore ADD has `reasoning_ended`; no gRPC proto nor TokenSpeed's ZMQ request
+    has a field for it: there the request is a 400 naming the constraint's field."""
+    planned = plan(QWEN3, tools=TOOLS, tool_choice="required")
+    target = WorkerTarget(runtime=runtime, wire=wire)
+    if (runtime, wire) == (Runtime.VLLM, Wire.ZMQ):
+        (request,) = finalize(planned, target, MODEL.tokenizer).requests
+        assert request.sampling.constraint is not None
+        assert request.sampling.constraint.after_reasoning is True
+        return
+    with pytest.raises(ClientError) as info:
+        finalize(planned, target, MODEL.tokenizer)
+    assert info.value.param == "tool_choice"
+    assert "enable_thinking" in info.value.message
 
 
 @pytest.mark.parametrize(("runtime", "wire"), sorted(SUPPORTED_PAIRS, key=str))

@@ -123,7 +123,7 @@ async def live_server(
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
     `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...);
     `response_store`: /v1/responses' store URL (default: a SQLite file in `tmp_path`);
-    `model_path`: another model folder than the demo's (e.g. a copy with another template)."""
+    `model_path`: a model folder instead of the demo model, for the gateway and its engines."""
     config = zmq_gateway_config(
         workers,
         runtime,
@@ -142,8 +142,9 @@ async def live_server(
         response_store=response_store or f"sqlite:///{tmp_path / 'responses.sqlite3'}",
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
-    if model_path is not None:
+    if model_path is not None:  # the gateway and its engines serve another model folder
         config = msgspec.structs.replace(config, model_path=model_path)
+        engine_args = ("--model-path", str(model_path), *engine_args)
     replay = write_replay(tmp_path, replay_text)
     with engine_log(tmp_path / "engine.log") as log:
         async with served_gateway(config, log) as served:

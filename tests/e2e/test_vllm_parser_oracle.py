@@ -74,16 +74,27 @@ CASES: Final[list[tuple[str | None, str | None, str]]] = [
         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
     ),
     ("qwen3_coder", None, "no calls"),
+    # Mistral's v11+ form (the oracle gives vLLM a tokenizer with `[ARGS]` for these).
+    (
+        "mistral",
+        None,
+        'Sure.\n\n[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": [1, 2]}'
+        '[TOOL_CALLS]add[ARGS]{"a": 1, "b": 2}',
+    ),
+    ("mistral", None, '[TOOL_CALLS]get_weather{"city": "Paris"} trailing'),
+    ("mistral", None, '[TOOL_CALLS] get_weather [ARGS] {"city": "Pa\\"ris"}'),
     # Divergences on purpose (below).
     ("hermes", None, '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'),
     ("llama3_json", None, f"Sure: {CALL}"),
+    ("mistral", None, "[TOOL_CALLS]rm_rf[ARGS]{}"),
 ]
 # Case index → why we differ from vLLM on purpose.
 DIVERGENCES: Final[dict[int, str]] = {
-    24: "a function that is not among the request's tools is content (the issue's rule); vLLM's "
+    27: "a function that is not among the request's tools is content (the issue's rule); vLLM's "
     "hermes parser returns it as a call the client cannot run",
-    25: "llama3_json calls must open the output, as vLLM's own streaming parser requires; its "
+    28: "llama3_json calls must open the output, as vLLM's own streaming parser requires; its "
     "non-streaming parser takes JSON anywhere, so vLLM's stream and body disagree there",
+    29: "the same rule for mistral's v11+ form: vLLM returns the unknown function as a call",
 }
 
 
@@ -102,7 +113,13 @@ def ours(tool_parser: str | None, reasoning_parser: str | None, text: str) -> di
 
 def vllms(cases: list[tuple[str | None, str | None, str]]) -> list[dict[str, Any]]:
     payload = [
-        {"tools": TOOLS, "tool_parser": t, "reasoning_parser": r, "text": text}
+        {
+            "tools": TOOLS,
+            "tool_parser": t,
+            "reasoning_parser": r,
+            "text": text,
+            "mistral_v11": t == "mistral" and _v11_form(text),
+        }
         for t, r, text in cases
     ]
     script = Path(__file__).with_name("vllm_parser_oracle.py")
@@ -120,6 +137,12 @@ def vllms(cases: list[tuple[str | None, str | None, str]]) -> list[dict[str, Any
         result["content"] = result["content"] or None
         result["reasoning"] = result["reasoning"] or None
     return results
+
+
+def _v11_form(text: str) -> bool:
+    """`[TOOL_CALLS]` followed by a name: a model whose tokenizer has `[ARGS]` wrote it."""
+    _, marker, after = text.partition("[TOOL_CALLS]")
+    return bool(marker) and not after.lstrip().startswith(("[", "{"))
 
 
 def test_our_parsers_agree_with_vllms() -> None:

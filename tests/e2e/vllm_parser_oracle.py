@@ -30,8 +30,13 @@ def main() -> None:
             *("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"),
         ]
     )
+    # A Mistral tokenizer of v11 or later has `[ARGS]`: vLLM's mistral parser then reads the
+    # `[TOOL_CALLS]NAME[ARGS]{...}` form, and the older JSON array without it.
+    v11 = AutoTokenizer.from_pretrained(model_path)
+    v11.add_tokens([*tokenizer.get_added_vocab(), "[ARGS]"])
     results: list[dict[str, Any]] = []
     for case in cases:
+        tokenizer_of_case = v11 if case.get("mistral_v11") else tokenizer
         request = ChatCompletionRequest(
             model="m",
             messages=[{"role": "user", "content": "hi"}],
@@ -43,17 +48,19 @@ def main() -> None:
         if case.get("reasoning_parser"):
             parser_class = ReasoningParserManager.get_reasoning_parser(case["reasoning_parser"])
             try:
-                parser = parser_class(tokenizer, chat_template_kwargs=request.chat_template_kwargs)
+                parser = parser_class(
+                    tokenizer_of_case, chat_template_kwargs=request.chat_template_kwargs
+                )
             except TypeError:
-                parser = parser_class(tokenizer)
+                parser = parser_class(tokenizer_of_case)
             reasoning, content = parser.extract_reasoning(content or "", request)
         calls: list[list[str]] = []
         if case.get("tool_parser") and content is not None:
             parser_class = ToolParserManager.get_tool_parser(case["tool_parser"])
             try:
-                tool_parser = parser_class(tokenizer, request.tools)
+                tool_parser = parser_class(tokenizer_of_case, request.tools)
             except TypeError:
-                tool_parser = parser_class(tokenizer)
+                tool_parser = parser_class(tokenizer_of_case)
             info = tool_parser.extract_tool_calls(content, request)
             if info.tools_called:
                 calls = [[c.function.name, c.function.arguments] for c in info.tool_calls]

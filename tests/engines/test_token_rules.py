@@ -19,6 +19,7 @@ from smg_trio.engines.generation import (
     StopRules,
     TokenSource,
 )
+from smg_trio.engines.reasoning_gate import grammar_gate
 from smg_trio.engines.token_rules import TokenRules
 
 ORDINARY = tuple(range(10, 60))
@@ -139,3 +140,22 @@ def test_without_rules_the_stream_is_what_it_was() -> None:
         pass
     assert generation.output_ids == with_default
     assert isinstance(generation.finish, EosStop) == (with_default[-1] == 2)
+
+
+def test_a_gated_script_waits_for_its_marker_then_is_said() -> None:
+    """vLLM's reasoning gate (engines.reasoning_gate): free output up to the marker, then the
+    grammar's only way on."""
+    replay = TokenSource(Mode.REPLAY, ORDINARY, eos_ids=EOS, replay_ids=(10, 11, 12, 13))
+    rules = StopRules(max_tokens=50, max_model_len=1000, eos_ids=frozenset(EOS))
+    gated = TokenRules.of(script=(40, 41, 2), script_after=(11, 12))
+    assert run(gated, source=replay, rules=rules) == [10, 11, 12, 40, 41, 2]
+    assert run(TokenRules.of(script=(40, 41, 2)), source=replay, rules=rules) == [40, 41, 2]
+
+
+def test_the_grammar_gate_follows_reasoning_ended() -> None:
+    end = (7, 8)
+    assert grammar_gate(False, (1, 2), end) == end
+    assert grammar_gate(True, (1, 2), end) == ()
+    assert grammar_gate(False, (1, 2), ()) == ()  # an engine without a reasoning parser
+    assert grammar_gate(None, (1, 2), end) == end
+    assert grammar_gate(None, (1, 7, 8, 2), end) == ()  # the prompt ended the reasoning

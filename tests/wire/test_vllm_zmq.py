@@ -20,7 +20,12 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import BackendProtocolError, ClientError
 from smg_trio.neutral.events import TokenLogprob, TopLogprob
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
-from smg_trio.neutral.sampling import EosIds, SamplingParams
+from smg_trio.neutral.sampling import (
+    ConstraintKind,
+    EosIds,
+    SamplingParams,
+    StructuredConstraint,
+)
 from smg_trio.wire import vllm_zmq as v
 from smg_trio.wire import vllm_zmq_outputs as o
 from smg_trio.wire.msgpack_arrays import WireArray
@@ -207,6 +212,54 @@ def test_add_golden_bytes_and_round_trip() -> None:
     request = _request(SamplingParams(temperature=0.5, stop_token_ids=(7, 9)))
     assert v.encode_request(request) == VLLM_ADD
     assert v.decode_request(VLLM_ADD) == request
+
+
+GATED_ADD_LAYOUT: list[Any] = [
+    "r1",
+    [1, 2, 3],
+    None,
+    {
+        "temperature": 0.5,
+        "stop_token_ids": [7],
+        "max_tokens": 97,
+        "structured_outputs": {"regex": "a+", "_backend": "xgrammar"},
+        "_eos_token_id": 5,
+        "_all_stop_token_ids": [5, 7],
+    },
+    None,
+    1.5,
+    None,
+    None,
+    None,
+    *[None, None, 0, 0, 0, None, False, None],
+    False,  # 17: reasoning_ended: the grammar waits for the reasoning's end (§A.5)
+    *[None, False, None, None],
+]
+GATED_ADD = bytes.fromhex(
+    "dc0016a2723193010203c0de0006ab74656d7065726174757265cb3fe0000000000000ae73746f705f746f6b"
+    "656e5f6964739107aa6d61785f746f6b656e7361b2737472756374757265645f6f75747075747382a5726567"
+    "6578a2612ba85f6261636b656e64a8786772616d6d6172ad5f656f735f746f6b656e5f696405b35f616c6c5f"
+    "73746f705f746f6b656e5f696473920507c0cb3ff8000000000000c0c0c0c0c0000000c0c2c0c2c0c2c0c0"
+)
+
+
+@pytest.mark.parametrize(("after_reasoning", "sent"), [(True, False), (False, True), (None, None)])
+def test_reasoning_ended_golden_bytes(after_reasoning: bool | None, sent: bool | None) -> None:
+    """A constraint after the reasoning is `reasoning_ended: false`; reasoning off for the
+    request, true; a model without a reasoning parser, nil (docs/wire.md §A.5)."""
+    sampling_fixmap = b"\x86\xabtemperature"
+    layout = [*GATED_ADD_LAYOUT[:17], sent, *GATED_ADD_LAYOUT[18:]]
+    golden = msgspec.msgpack.encode(layout).replace(
+        sampling_fixmap, b"\xde\x00\x06" + sampling_fixmap[1:]
+    )
+    if after_reasoning is True:
+        assert golden == GATED_ADD
+    constraint = StructuredConstraint(
+        kind=ConstraintKind.REGEX, param="guided_regex", text="a+", after_reasoning=after_reasoning
+    )
+    request = _request(SamplingParams(temperature=0.5, constraint=constraint))
+    assert v.encode_request(request) == golden
+    assert v.decode_request(golden).reasoning_ended is sent
 
 
 def test_utility_call_golden_bytes() -> None:

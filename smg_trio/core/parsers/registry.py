@@ -10,8 +10,10 @@ from typing import Final
 
 from smg_trio.core.parsers.deepseek_calls import DeepSeekV3Calls
 from smg_trio.core.parsers.events import Parsed, TextParser, ToolCallArguments
+from smg_trio.core.parsers.harmony import HarmonyChannels
 from smg_trio.core.parsers.json_calls import CallIds
 from smg_trio.core.parsers.json_sequences import JsonCallSequence
+from smg_trio.core.parsers.mistral_calls import MistralCalls
 from smg_trio.core.parsers.pythonic import PythonicCalls
 from smg_trio.core.parsers.reasoning import GraniteParser, ThinkingParser
 from smg_trio.core.parsers.tagged_calls import TaggedJsonCalls
@@ -33,9 +35,7 @@ def _llama3_json(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextPar
 
 
 def _mistral(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
-    return JsonCallSequence(
-        tools, ids, parallel=parallel, trigger="[TOOL_CALLS]", separators="[,", closer="]"
-    )
+    return MistralCalls(tools, ids, parallel=parallel)
 
 
 def _pythonic(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
@@ -50,6 +50,10 @@ def _qwen3_coder(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextPar
     return XmlCalls(tools, ids, parallel=parallel)
 
 
+def _harmony(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser:
+    return HarmonyChannels(tools, ids, parallel=parallel)
+
+
 TOOL_PARSERS: Final[Mapping[str, ToolParserFactory]] = {
     "hermes": _hermes,
     "qwen": _hermes,  # SGLang's name for Qwen 2.5's hermes-style markup
@@ -60,7 +64,18 @@ TOOL_PARSERS: Final[Mapping[str, ToolParserFactory]] = {
     "deepseek_v3": _deepseek_v3,
     "qwen3_coder": _qwen3_coder,
     "qwen3_xml": _qwen3_coder,
+    "openai": _harmony,  # vLLM's name for gpt-oss's Harmony tool calls
+    "harmony": _harmony,
 }
+# Harmony is one format for reasoning and calls alike: one parser reads every channel.
+HARMONY_TOOL_PARSERS: Final = frozenset({"openai", "harmony"})
+HARMONY_REASONING_PARSERS: Final = frozenset({"openai_gptoss", "harmony"})
+
+
+def uses_harmony(tool_call_parser: str | None, reasoning_parser: str | None) -> bool:
+    """The model speaks Harmony (gpt-oss): its prompt is rendered in Harmony too."""
+    return tool_call_parser in HARMONY_TOOL_PARSERS or reasoning_parser in HARMONY_REASONING_PARSERS
+
 
 # tool_choice "required" / a named function: the output is JSON made under a schema
 # (core/tool_choice.py), read by these rather than by a model family's parser.
@@ -79,12 +94,15 @@ def _required(tools: frozenset[str], ids: CallIds, parallel: bool) -> TextParser
 
 
 # Tool parsers whose markers are special tokens: the router keeps special tokens for them.
-KEEPS_SPECIAL_TOKENS: Final = frozenset({"mistral", "deepseek_v3"})
+KEEPS_SPECIAL_TOKENS: Final = frozenset({"mistral", "deepseek_v3", *HARMONY_TOOL_PARSERS})
 
 REASONING_PARSERS: Final[Mapping[str, Callable[[], TextParser]]] = {
     "deepseek_r1": lambda: ThinkingParser("<think>", "</think>"),
     "qwen3": lambda: ThinkingParser("<think>", "</think>"),
     "granite": GraniteParser,
+    # Harmony's analysis channel, with tool calls left as content (no tool parser asked).
+    "openai_gptoss": lambda: HarmonyChannels(frozenset(), CallIds(""), parallel=True, calls=False),
+    "harmony": lambda: HarmonyChannels(frozenset(), CallIds(""), parallel=True, calls=False),
 }
 
 
@@ -123,6 +141,17 @@ def check_parser_names(tool_call_parser: str | None, reasoning_parser: str | Non
     ):
         if name is not None and name not in known:
             raise ConfigError(f"{kind} {name!r} is unknown; known: {', '.join(sorted(known))}")
+    # gpt-oss's output is always Harmony channels: one parser reads them all, so the reasoning
+    # parser must be Harmony's, and no other family's tool parser can read its calls.
+    tool_harmony = tool_call_parser in HARMONY_TOOL_PARSERS
+    reasoning_harmony = reasoning_parser in HARMONY_REASONING_PARSERS
+    if (tool_harmony and not reasoning_harmony) or (
+        reasoning_harmony and tool_call_parser is not None and not tool_harmony
+    ):
+        raise ConfigError(
+            "Harmony (gpt-oss) parsers go together: --reasoning-parser openai_gptoss with "
+            "--tool-call-parser openai (or none); both may be spelled harmony"
+        )
 
 
 class OutputParser:
@@ -133,6 +162,8 @@ class OutputParser:
     def __init__(self, setup: ParserSetup, call_id_prefix: str) -> None:
         self._ids = CallIds(call_id_prefix)
         reasoning, tools = setup.reasoning_parser, setup.tool_parser
+        if tools in HARMONY_TOOL_PARSERS:
+            reasoning = None  # the Harmony tool parser reads the analysis channel itself
         self._reasoning = None if reasoning is None else REASONING_PARSERS[reasoning]()
         self._tools: TextParser | None = None
         if tools == NAMED_CALL and setup.forced_function is not None:

@@ -57,6 +57,16 @@ PIECES = [
     "\\u12",
     '\\"',
     "'",
+    "[ARGS]",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|start|>",
+    "analysis",
+    "final",
+    "commentary",
+    " to=functions.f",
+    "assistant",
 ]
 texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 SETUPS = [

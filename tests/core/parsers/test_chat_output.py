@@ -48,7 +48,7 @@ MARKUP = (
 )
 
 
-def plan(*, stream: bool, stops: tuple[str, ...] = ()) -> GeneratePlan:
+def plan(*, stream: bool, stops: tuple[str, ...] = (), setup: ParserSetup = SETUP) -> GeneratePlan:
     return GeneratePlan(
         request_id="r1",
         endpoint=Endpoint.CHAT,
@@ -57,14 +57,19 @@ def plan(*, stream: bool, stops: tuple[str, ...] = ()) -> GeneratePlan:
         sampling=SamplingParams(stop=stops),
         stream=stream,
         stop_spec=StopSpec(strings=stops, token_ids=(256,)),
-        parsers=SETUP,
+        parsers=setup,
     )
 
 
 def run(
-    ids: Sequence[int], cuts: Sequence[int], *, stream: bool, stops: tuple[str, ...] = ()
+    ids: Sequence[int],
+    cuts: Sequence[int],
+    *,
+    stream: bool,
+    stops: tuple[str, ...] = (),
+    setup: ParserSetup = SETUP,
 ) -> tuple[ResponseAssembler, list[bytes]]:
-    assembler = ResponseAssembler(plan(stream=stream, stops=stops), T2, created=1)
+    assembler = ResponseAssembler(plan(stream=stream, stops=stops, setup=setup), T2, created=1)
     points = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
     payloads: list[bytes] = []
     for a, b in itertools.pairwise(points):
@@ -93,10 +98,15 @@ def accumulated(payloads: Sequence[bytes]) -> tuple[ChatCompletion, str, list[di
     return state.get_final_completion(), reasoning, deltas
 
 
-def check(ids: Sequence[int], cuts: Sequence[int], stops: tuple[str, ...] = ()) -> ChatCompletion:
-    _, payloads = run(ids, cuts, stream=True, stops=stops)
+def check(
+    ids: Sequence[int],
+    cuts: Sequence[int],
+    stops: tuple[str, ...] = (),
+    setup: ParserSetup = SETUP,
+) -> ChatCompletion:
+    _, payloads = run(ids, cuts, stream=True, stops=stops, setup=setup)
     streamed, reasoning, _ = accumulated(payloads)
-    whole, _ = run(ids, [], stream=False, stops=stops)
+    whole, _ = run(ids, [], stream=False, stops=stops, setup=setup)
     body = json.loads(whole.response_body())
     message = body["choices"][0]["message"]
     got = streamed.choices[0]
@@ -128,6 +138,36 @@ def test_one_token_per_byte() -> None:
 @given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=30))
 def test_any_batching_agrees(cuts: list[int]) -> None:
     check(T2.encode(MARKUP, add_special_tokens=False), cuts)
+
+
+HARMONY = ParserSetup(
+    tool_parser="openai", tool_names=frozenset({"get_weather"}), reasoning_parser="openai_gptoss"
+)
+HARMONY_MARKUP = (
+    "<|channel|>analysis<|message|>Café ☕ plan<|end|><|start|>assistant<|channel|>commentary"
+    "<|message|>Voilà.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+    '<|constrain|>json<|message|>{"city": "Zürich", "n": [1, {"x": "}"}]}'
+)
+MISTRAL = ParserSetup(tool_parser="mistral", tool_names=frozenset({"get_weather"}))
+MISTRAL_MARKUP = (
+    'Voilà. [TOOL_CALLS]get_weather[ARGS]{"city": "Zürich"}[TOOL_CALLS]get_weather[ARGS]'
+    '{"city": "Oslo"}'
+)
+
+
+@pytest.mark.parametrize(
+    ("setup", "markup"),
+    [(HARMONY, HARMONY_MARKUP), (MISTRAL, MISTRAL_MARKUP)],
+    ids=["harmony", "mistral_v11"],
+)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=30))
+def test_harmony_and_mistral_v11_any_batching_agrees(
+    setup: ParserSetup, markup: str, cuts: list[int]
+) -> None:
+    body = check(T2.encode(markup, add_special_tokens=False), cuts, setup=setup)
+    message = body.choices[0].message
+    assert message.content == "Voilà."
+    assert body.choices[0].finish_reason == "tool_calls"
 
 
 @pytest.mark.parametrize("stop", ["plan", "Voil", '"Oslo"', "</tool_call>"])

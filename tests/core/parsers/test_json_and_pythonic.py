@@ -35,6 +35,25 @@ CASES: list[tuple[ParserSetup, str, str | None, list[Call]]] = [
     (MISTRAL, "[TOOL_CALLS] nope", "[TOOL_CALLS] nope", []),
     (MISTRAL, '[TOOL_CALLS][{"name": "zzz", "arguments": {}}]', None, []),
     (MISTRAL, "plain [TOOL_C", "plain [TOOL_C", []),
+    # The v11+ form, `[TOOL_CALLS]NAME[ARGS]{…}` per call (vLLM's mistral parser reads both).
+    (
+        MISTRAL,
+        'Sure.\n\n[TOOL_CALLS]f[ARGS]{"a": 1}[TOOL_CALLS]g[ARGS]{"b": "}{\\"]"} trailing',
+        "Sure.",
+        [("call-0", "f", '{"a": 1}'), ("call-1", "g", '{"b": "}{\\"]"}')],
+    ),
+    (MISTRAL, '[TOOL_CALLS] f {"a": [1, 2]}', "", [("call-0", "f", '{"a": [1, 2]}')]),
+    (MISTRAL, "[TOOL_CALLS]zzz[ARGS]{}", None, []),
+    (MISTRAL, "Hi [TOOL_CALLS]hello there", None, []),
+    (MISTRAL, '[TOOL_CALLS]f[ARGS]{"a": "x', "", [("call-0", "f", '{"a": "x')]),
+    (MISTRAL, "[TOOL_CALLS]f[ARGS]", "", [("call-0", "f", "{}")]),
+    (MISTRAL, "Done. \n", None, []),
+    (
+        MISTRAL,
+        '[TOOL_CALLS]f[ARGS]{"a": 1} [TOOL_CALLS]zzz[ARGS]{}',
+        "",
+        [("call-0", "f", '{"a": 1}')],
+    ),
     (
         PYTHONIC,
         '[f(a=1, b="x]("), g()]',
@@ -74,7 +93,12 @@ def test_any_split_agrees(cuts: list[int]) -> None:
 
 
 def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
-    for setup, text in ((LLAMA, CASES[0][1]), (MISTRAL, CASES[6][1]), (PYTHONIC, CASES[10][1])):
+    for setup, text in (
+        (LLAMA, CASES[0][1]),
+        (MISTRAL, CASES[6][1]),
+        (MISTRAL, CASES[10][1]),
+        (PYTHONIC, CASES[18][1]),
+    ):
         single = ParserSetup(
             tool_parser=setup.tool_parser, tool_names=NAMES, parallel_tool_calls=False
         )
