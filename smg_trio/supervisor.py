@@ -2,8 +2,9 @@
 (docs/processes.md).
 
     supervise ─┬─ check the configuration and the model folder (a problem: exit 2, nothing ran)
-               ├─ bind the HTTP port (and `--metrics-port`) once, listening; the processes
-               │   inherit the sockets and accept from the same queue (docs/processes.md §2)
+               ├─ bind the HTTP port: one SO_REUSEPORT listening socket per process, all held
+               │   here, each inherited by its process (docs/processes.md §2); `--metrics-port`
+               │   once, shared by all
                ├─ per ZMQ worker: answer the engines' handshake, INIT listing every process's
                │   input and output (backends/zmq_clients.py, docs/processes.md §3)
                └─ keep N gateway processes running (`python -m smg_trio.gateway_process`):
@@ -63,11 +64,14 @@ LISTEN_BACKLOG: Final = 2048
 CONFIG_EXIT: Final = 2  # a process that found a configuration problem: restarting cannot help
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The port every process accepts on, bound and listening (as hypercorn would bind it)."""
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening socket on the port (as hypercorn would bind it); with `reuse_port`, one of
+    a SO_REUSEPORT group, among which the kernel spreads new connections evenly."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.listen(LISTEN_BACKLOG)
     return sock
@@ -76,10 +80,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 class Supervisor:
     """Keeps one gateway process per slot running until `stop`."""
 
-    def __init__(self, roles: list[ProcessRole], run_dir: Path, fds: tuple[int, ...]) -> None:
+    def __init__(self, roles: list[ProcessRole], run_dir: Path) -> None:
         self._roles = roles
         self._run_dir = run_dir
-        self._fds = fds
         self.processes: dict[int, trio.Process] = {}
         self.stopping = False
         self.stop_requested = trio.Event()
@@ -104,7 +107,7 @@ class Supervisor:
                         command,
                         check=False,
                         stdin=subprocess.DEVNULL,
-                        pass_fds=self._fds,
+                        pass_fds=_inherited(role),
                         env=environment,
                         start_new_session=True,
                     )
@@ -181,7 +184,14 @@ async def supervise(config: GatewayConfig, log_level: str, log_format: str) -> i
         run_dir = stack.enter_context(private_ipc_dir())
         metrics_dir = run_dir / "metrics"
         metrics_dir.mkdir(mode=0o700)
-        http = stack.enter_context(listening_socket(config.host, config.port))
+        # One SO_REUSEPORT socket per process, all held here (docs/processes.md §2): the kernel
+        # spreads connections evenly, and a dead process's queue waits for its restart.
+        first = stack.enter_context(listening_socket(config.host, config.port, reuse_port=True))
+        port = first.getsockname()[1]
+        https = [first] + [
+            stack.enter_context(listening_socket(config.host, port, reuse_port=True))
+            for _ in range(config.processes - 1)
+        ]
         metrics_fd = None
         if config.metrics_port is not None:
             metrics_fd = stack.enter_context(
@@ -193,7 +203,7 @@ async def supervise(config: GatewayConfig, log_level: str, log_format: str) -> i
                 count=config.processes,
                 run_dir=run_dir,
                 metrics_dir=metrics_dir,
-                http_fd=http.fileno(),
+                http_fd=https[index].fileno(),
                 metrics_fd=metrics_fd,
                 log_level=log_level,
                 log_format=log_format,
@@ -201,15 +211,14 @@ async def supervise(config: GatewayConfig, log_level: str, log_format: str) -> i
             )
             for index in range(config.processes)
         ]
-        fds = (http.fileno(),) if metrics_fd is None else (http.fileno(), metrics_fd)
-        supervisor = Supervisor(roles, run_dir, fds)
+        supervisor = Supervisor(roles, run_dir)
         async with trio.open_nursery() as nursery:
             for number, spec in enumerate(config.workers):
                 if spec.wire is Wire.ZMQ:
                     inputs, outputs = client_addresses(run_dir, number, config.processes)
                     await nursery.start(answer_handshakes, f"tcp://{spec.address}", inputs, outputs)
             scheme = "https" if http_config.ssl_enabled else "http"
-            host, port = http.getsockname()[:2]
+            host = first.getsockname()[0]
             logger.info(
                 "Running on %s://%s:%d with %d gateway processes",
                 scheme,
@@ -231,6 +240,11 @@ async def supervise(config: GatewayConfig, log_level: str, log_format: str) -> i
             await supervisor.stop(config.drain_timeout_s, next_signal)
             nursery.cancel_scope.cancel()
     return supervisor.exit_code
+
+
+def _inherited(role: ProcessRole) -> tuple[int, ...]:
+    """The listening sockets a process is given, and only those."""
+    return (role.http_fd,) if role.metrics_fd is None else (role.http_fd, role.metrics_fd)
 
 
 def _exit_status(code: int) -> str:
