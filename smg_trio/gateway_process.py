@@ -13,9 +13,11 @@ then runs the ordinary `serve` (serve.py) with three differences, all read from 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 import msgspec
 
@@ -23,6 +25,11 @@ from smg_trio.backends.zmq_clients import ZmqClient, zmq_client
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.errors import ConfigError
 from smg_trio.neutral.runtime import Wire
+
+logger = logging.getLogger(__name__)
+
+SUPERVISOR_CHECK_S: Final = 0.5
+"""How often a process checks that its supervisor is still its parent."""
 
 
 class ProcessRole(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +43,7 @@ class ProcessRole(msgspec.Struct, frozen=True, kw_only=True):
     metrics_fd: int | None  # the listening socket of `--metrics-port`, inherited
     log_level: str
     log_format: str
+    supervisor_pid: int
     config: GatewayConfig
 
     def zmq_clients(self) -> dict[WorkerSpec, ZmqClient]:
@@ -55,6 +63,36 @@ def decode_role(payload: bytes) -> ProcessRole:
     return msgspec.json.decode(payload, type=ProcessRole, dec_hook=lambda kind, value: kind(value))
 
 
+async def serve_supervised(role: ProcessRole) -> None:
+    """`serve` as `role` until SIGTERM/SIGINT or until the supervisor is gone (then drain; a
+    further signal ends the drain)."""
+    import trio
+
+    from smg_trio.serve import open_shutdown_signal, serve
+
+    with open_shutdown_signal() as next_signal:
+
+        async def first_stop() -> None:
+            async with trio.open_nursery() as nursery:
+
+                async def signalled() -> None:
+                    await next_signal()
+                    nursery.cancel_scope.cancel()
+
+                async def orphaned() -> None:
+                    # Killed, it could not pass a signal on: no process may outlive it, and
+                    # its handshake and sockets are gone with it (docs/processes.md §1).
+                    while os.getppid() == role.supervisor_pid:  # noqa: ASYNC110 (no event to wait on)
+                        await trio.sleep(SUPERVISOR_CHECK_S)
+                    logger.error("the supervisor (pid %d) is gone; draining", role.supervisor_pid)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(signalled)
+                nursery.start_soon(orphaned)
+
+        await serve(role.config, shutdown_trigger=first_stop, hurry_trigger=next_signal, role=role)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve as the role in the file `argv[0]` names, until SIGTERM/SIGINT (then drain)."""
     args = sys.argv[1:] if argv is None else argv
@@ -63,14 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from smg_trio.heap import pin_mmap_threshold
     from smg_trio.observability.request_log import logging_to_stderr
-    from smg_trio.serve import serve_until_signal
 
     pin_mmap_threshold()  # as `serve` does (heap.py)
     with logging_to_stderr(role.log_level, role.log_format, process_index=role.index):
         try:
-            trio.run(serve_until_signal, role.config, role)
+            trio.run(serve_supervised, role)
         except ConfigError as exc:  # the supervisor stops them all: restarting cannot help
-            logging.getLogger(__name__).error("configuration: %s", exc.message)
+            logger.error("configuration: %s", exc.message)
             return 2
     return 0
 

@@ -245,10 +245,10 @@ def routing_pool(config: GatewayConfig, workers: list[Worker]) -> WorkerPool:
     )
 
 
-async def serve_until_signal(config: GatewayConfig, role: ProcessRole | None = None) -> None:
+async def serve_until_signal(config: GatewayConfig) -> None:
     """`serve` until SIGINT (Ctrl-C) or SIGTERM, then drain; a second signal ends the drain."""
     with open_shutdown_signal() as next_signal:
-        await serve(config, shutdown_trigger=next_signal, hurry_trigger=next_signal, role=role)
+        await serve(config, shutdown_trigger=next_signal, hurry_trigger=next_signal)
 
 
 @contextmanager

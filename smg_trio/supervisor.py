@@ -15,7 +15,8 @@
   docs/resilience.md §4); a second signal is passed on too (the drain ends at once). Processes
   still running `drain_timeout_s + STOP_GRACE_S` after the first signal are killed.
 - The processes run in sessions of their own, so a terminal's Ctrl-C reaches them once,
-  through the supervisor, not twice (which would end their drain).
+  through the supervisor, not twice (which would end their drain); each drains as on SIGTERM
+  when it finds its supervisor gone (killed), so none outlives it.
 - Every process is a `trio.run_process` task of the supervisor's nursery: none outlives it, and
   each is reaped. The run directory (ZMQ sockets, kept registrations, the metrics files of
   `PROMETHEUS_MULTIPROC_DIR`) is owner-only and removed when the supervisor ends; a process
@@ -207,6 +208,7 @@ async def supervise(config: GatewayConfig, log_level: str, log_format: str) -> i
                 metrics_fd=metrics_fd,
                 log_level=log_level,
                 log_format=log_format,
+                supervisor_pid=os.getpid(),
                 config=config,
             )
             for index in range(config.processes)

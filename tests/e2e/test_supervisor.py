@@ -1,8 +1,8 @@
 """`smg-trio serve --processes 2` as a user runs it, in front of the reference vLLM EngineCore
 (docs/processes.md): connections spread over both processes, each answers the same greedy
 text, `/metrics` on either adds both up, killing one process (by its pid) loses only its own
-streams and the supervisor starts it again, SIGTERM drains both; a TokenSpeed ZMQ worker is
-refused with exit 2."""
+streams and the supervisor starts it again, SIGTERM drains both, no process outlives a killed
+supervisor; a TokenSpeed ZMQ worker is refused with exit 2."""
 
 from __future__ import annotations
 
@@ -159,15 +159,7 @@ async def test_two_processes_share_the_port_and_drain_on_sigterm(tmp_path: Path)
             while len(running.served_by()) < 16:
                 await running.changed.wait()
             assert set(running.served_by()) == {0, 1}  # connections spread
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.port}") as client:
-                metrics = (await client.get("/metrics")).text
-            served = re.search(
-                r'smg_trio_requests_total\{endpoint="/v1/completions",status="200",'
-                r'transport="http1"\} (\S+)',
-                metrics,
-            )
-            assert served is not None
-            assert float(served.group(1)) == 16  # both processes' requests, on either
+            await metrics_add_up(running, 16)
 
             streams: list[str] = []
             started = trio.Semaphore(0)
@@ -213,6 +205,42 @@ async def test_killing_one_process_loses_only_its_streams_and_it_comes_back(
             while running.pids()[1] == victim:
                 await running.changed.wait()
             await until_back(running)
+
+            # A killed supervisor passes no signal on: its processes find it gone and leave.
+            gateways = list(running.pids().values())
+            running.process.kill()
+            with trio.fail_after(3.0):
+                while any(map(alive, gateways)):  # noqa: ASYNC110 (polls the processes)
+                    await trio.sleep(0.05)
+
+
+async def metrics_add_up(running: Supervised, requests: int) -> None:
+    """`/metrics` on either process counts both processes' requests (docs/observability.md §6):
+    the per-request counter from the shared files, the routed count from the worker state
+    each process mirrors every 0.5 s, and readiness once per process (a `pid` label)."""
+    served = re.compile(
+        r'smg_trio_requests_total\{endpoint="/v1/completions",status="200",'
+        r'transport="http1"\} (\S+)'
+    )
+    routed = re.compile(r'smg_trio_worker_requests_total\{worker="w1"\} (\S+)')
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.port}") as client:
+        with trio.fail_after(3.0):
+            while True:
+                metrics = (await client.get("/metrics")).text
+                counts = [re.search(pattern, metrics) for pattern in (served, routed)]
+                if all(c is not None and float(c.group(1)) == requests for c in counts):
+                    break
+                await trio.sleep(0.1)
+    ready = re.findall(r'smg_trio_worker_ready\{pid="(\d+)",', metrics)
+    assert sorted(map(int, ready)) == sorted(running.pids().values())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 async def until_back(running: Supervised) -> None:

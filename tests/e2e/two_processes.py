@@ -103,19 +103,28 @@ class TwoProcesses:
         self.engines.append(engine)
         return engine
 
-    async def wait_ready(self) -> None:
-        with trio.fail_after(READY_S):
+    async def wait_ready(self, limit_s: float = READY_S) -> None:
+        with trio.fail_after(limit_s):
             for process in self.processes:
                 await process.backend.wait_ready()
 
 
 @asynccontextmanager
 async def two_processes(
-    tmp_path: Path, replay_text: str, step_ms: float
+    tmp_path: Path,
+    replay_text: str,
+    step_ms: float,
+    *,
+    model_path: Path | None = None,
+    with_engine: bool = True,
 ) -> AsyncIterator[TwoProcesses]:
+    """`model_path`: the gateways' model (default: the demo model); without `with_engine`,
+    the caller starts the engine that dials `handshake` (e.g. a real vLLM) and waits."""
     handshake = f"tcp://127.0.0.1:{free_port()}"
     spec = WorkerSpec(Runtime.VLLM, Wire.ZMQ, handshake.removeprefix("tcp://"))
-    config = GatewayConfig(model_path=demo_model_path(), workers=(spec,), port=0, processes=2)
+    config = GatewayConfig(
+        model_path=model_path or demo_model_path(), workers=(spec,), port=0, processes=2
+    )
     with private_ipc_dir() as run_dir, engine_log(tmp_path / "engine.log") as log:
         (run_dir / "metrics").mkdir()
         listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(PROCESSES)]
@@ -129,6 +138,7 @@ async def two_processes(
                 metrics_fd=None,
                 log_level="INFO",
                 log_format="text",
+                supervisor_pid=os.getpid(),
                 config=config,
             )
             for index in range(PROCESSES)
@@ -149,8 +159,9 @@ async def two_processes(
             try:
                 for index in range(PROCESSES):
                     await setup.start(index)
-                await setup.start_engine()
-                await setup.wait_ready()
+                if with_engine:
+                    await setup.start_engine()
+                    await setup.wait_ready()
                 yield setup
             finally:
                 with trio.CancelScope(shield=True):
