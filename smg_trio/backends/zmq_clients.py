@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -24,7 +25,7 @@ from typing import Final
 import trio
 import zmq
 
-from smg_trio.backends.zmq_socket import TrioZmqSocket, ipc_address, open_zmq_context
+from smg_trio.backends.zmq_socket import bind_engine_socket, ipc_address, open_zmq_context
 from smg_trio.errors import BackendError, BackendProtocolError
 from smg_trio.wire.zmq_transport import (
     HELLO,
@@ -99,10 +100,10 @@ async def answer_handshakes(
     HELLO with one INIT naming every process's sockets; READY is only logged (each process
     learns that an engine is ready from its registration). Runs until cancelled."""
     init = encode_init(inputs, outputs)
-    with open_zmq_context() as context, TrioZmqSocket(context.socket(zmq.ROUTER)) as router:
-        router.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        router.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine reuses its identity
-        task_status.started(router.bind(address))
+    with ExitStack() as stack:
+        context = stack.enter_context(open_zmq_context())
+        router, bound = bind_engine_socket(stack, context, zmq.ROUTER, address)
+        task_status.started(bound)
         while True:
             frames = await router.receive_multipart()
             try:
