@@ -114,6 +114,7 @@ class ZmqBackend:
         self.client_index = 0 if client is None else client.index
         """INIT's outputs[client_index] is ours: stamped on every ADD and UTILITY call."""
         if client is not None:
+            self._registry.strays = {}
             for index, payload in saved_registrations(client.registrations).items():
                 self._registry.recover(runtime, index, payload)
         # Many request tasks put, the writer takes: safe because put_nowait never yields.
@@ -308,6 +309,9 @@ class ZmqBackend:
                     registry.protocol_error(exc)
                     continue
                 registry.dispatch(message, now)
+            if registry.strays:  # once per batch; only ever with several processes
+                for engine, frames in registry.stray_aborts():
+                    self._outbox.put_nowait(_Outgoing(engine, frames))
 
 
 @asynccontextmanager

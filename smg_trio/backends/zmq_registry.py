@@ -37,7 +37,9 @@ from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
 from smg_trio.wire.zmq_transport import (
     HELLO,
     READY,
+    RequestType,
     decode_handshake,
+    encode_abort,
     engine_identity,
     engine_index_of,
 )
@@ -124,6 +126,10 @@ class EngineRegistry:
         self.protocol_errors = 0
         self._rank_policy = rank_policy
         self._rotation = itertools.count()
+        self.strays: dict[int, set[str]] | None = None
+        """One of several processes (docs/processes.md §3): by engine index, the running ids
+        whose outputs came here though no stream of ours holds them (a killed predecessor's
+        requests, or ours just aborted): to abort. None: not collected (one process)."""
         self.on_revived: Callable[[EngineSlot, list[str]], None] = lambda _engine, _ids: None
         """Told the ids to abort on an engine that answered again after going silent."""
 
@@ -336,11 +342,28 @@ class EngineRegistry:
                     value=message.utility.value,
                     error=None if failure is None else EngineRejected(failure),
                 )
+        strays = self.strays
         for step in message.steps:
             route = in_flight.requests.get(step.request_id)
             if route is not None:  # else aborted, failed or not ours: dropped
                 in_flight.heard_from(route.engine, now)
                 self._advance(route, step)
+            elif strays is not None and step.finish_reason is None:
+                strays.setdefault(message.engine_index, set()).add(step.request_id)
+
+    def stray_aborts(self) -> list[tuple[EngineSlot, list[bytes]]]:
+        """The ABORT frames for the strays collected so far (then forgotten): a killed
+        predecessor's requests would otherwise run to their end (docs/processes.md §3). Aborts
+        are idempotent, so re-aborting an id we had just aborted costs one frame."""
+        frames = []
+        for index, ids in (self.strays or {}).items():
+            if 0 <= index < len(self.engines):
+                engine = self.engines[index]
+                abort = encode_abort(sorted(ids))
+                frames.append((engine, [engine.identity, RequestType.ABORT.frame, abort]))
+        if self.strays:
+            self.strays.clear()
+        return frames
 
     def _advance(self, route: Route, step: RequestStep) -> None:
         if step.prompt_logprobs is not None:

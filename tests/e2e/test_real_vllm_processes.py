@@ -1,7 +1,7 @@
 """Opt-in: two gateway processes (as `serve --processes 2` runs them, docs/processes.md §3) as
 the two clients of a REAL headless vLLM EngineCore: one handshake lists both, each process's
-greedy text equals vLLM's own HTTP server's, and a router stop on either process leaves the
-engine with no work.
+greedy text equals vLLM's own HTTP server's, a router stop on either process leaves the
+engine with no work, and a restarted process takes the running engine back.
 
 Needs `SMG_TRIO_VLLM_VENV` and `SMG_TRIO_VLLM_MODEL` (docs/real-engines.md). Takes minutes:
     SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
@@ -32,6 +32,7 @@ from tests.e2e.two_processes import GatewayProcess, two_processes
 
 ABORT_SETTLE_S: Final = 0.5  # as tests/backends/test_real_vllm_zmq.py; the figure is printed
 GREEDY_TOKENS: Final = 16
+RESTART_READY_S: Final = 10.0
 
 pytestmark = [
     pytest.mark.real_engine,
@@ -94,6 +95,15 @@ async def test_two_processes_match_vllm_http_and_both_abort(tmp_path: Path) -> N
                     settled = [
                         await router_stop_leaves_no_work(p, prompt, stop) for p in setup.processes
                     ]
+                    # A restarted process: vLLM's sockets reconnect, and it answers the probe
+                    # the kept registration makes us send (docs/processes.md §3).
+                    await setup.stop(1)
+                    restarted = await setup.start(1)
+                    started = trio.current_time()
+                    with trio.fail_after(RESTART_READY_S):
+                        await restarted.backend.wait_ready()
+                    back_after = trio.current_time() - started
+                    texts.append((await completion(restarted, **greedy))["text"])
                 finally:
                     await stop_vllm(vllm)
             http = await run_http(tuple(prompt), log)
@@ -102,4 +112,5 @@ async def test_two_processes_match_vllm_http_and_both_abort(tmp_path: Path) -> N
         raise
     print(f"process 0: {texts[0]!r}\nprocess 1: {texts[1]!r}\nvLLM HTTP: {http['text']!r}")
     print(f"router stop {stop!r}: has_work() False after {[f'{s * 1000:.1f} ms' for s in settled]}")
-    assert texts[0] == texts[1] == http["text"]
+    print(f"restarted process 1: ready after {back_after * 1000:.0f} ms: {texts[2]!r}")
+    assert texts[0] == texts[1] == texts[2] == http["text"]
