@@ -23,8 +23,7 @@ that want to wait use `wait_ready()` under their own deadline). An engine-dead s
 or a lost input connection fails every stream on that engine with `EngineDead`, and the engine
 stays out of rotation until it says HELLO again; the sentinel carries no identity, so it takes
 every engine of this socket set out. An engine "abort" or "error" finish raises
-`EngineRejected`. ADDs carry client_index 0 (our single output socket), or this process's
-index when several share the engines (`ZmqClient`, docs/processes.md §3).
+`EngineRejected`. ADDs carry client_index 0, or this process's of several (docs/processes.md).
 """
 
 from __future__ import annotations
@@ -288,6 +287,8 @@ class ZmqBackend:
             route.add_sent = True
         try:
             await self._input.send_multipart(item.frames)
+            if item.probe:  # it went out: the engine's input is connected (zmq_clients.py)
+                item.engine.probe_delivered = True
         except BackendUnavailable:  # ROUTER_MANDATORY: the engine's connection is gone
             self._registry.engine_died(item.engine, "its input connection is gone")
         except BackendError as exc:

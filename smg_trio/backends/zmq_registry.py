@@ -72,6 +72,9 @@ class EngineSlot:
     awaiting_answer: bool = False
     """Its registration came from a sibling process (docs/processes.md §3): not ready here until
     it answers a probe, and a send it cannot take yet (not reconnected) is no death."""
+    probe_delivered: bool = False
+    """A probe reached its input: outputs from then on prove both directions reconnected (its
+    output socket may reconnect, and deliver, before its input does)."""
 
     @property
     def ready(self) -> bool:
@@ -82,7 +85,7 @@ class EngineSlot:
         self.said_hello, self.said_ready = True, False
         self.registration, self.dead_reason = None, None
         self.revivable, self.abandoned = False, []
-        self.awaiting_answer = False
+        self.awaiting_answer = self.probe_delivered = False
 
 
 @dataclass(eq=False, kw_only=True)
@@ -330,7 +333,7 @@ class EngineRegistry:
             in_flight.heard_from(engine, now)
             if engine.revivable:  # once per message, never per token
                 self.revive(engine)
-            elif engine.awaiting_answer:
+            elif engine.awaiting_answer and engine.probe_delivered:
                 self.answered(engine)
             if message.load is not None:
                 engine.load = message.load

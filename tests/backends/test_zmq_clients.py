@@ -44,12 +44,14 @@ def run_dir() -> Iterator[Path]:
 class Engine:
     """The engine's side of one client: an input DEALER and an output PUSH."""
 
-    def __init__(self, context: Context, client: ZmqClient) -> None:
+    def __init__(self, context: Context, client: ZmqClient, *, connect_input: bool = True) -> None:
         self.input = TrioZmqSocket(context.socket(zmq.DEALER))
         self.input.socket.setsockopt(zmq.IDENTITY, engine_identity(0))
         self.output = TrioZmqSocket(context.socket(zmq.PUSH))
-        self.input.connect(client.input_address)
         self.output.connect(client.output_address)
+        self.client = client
+        if connect_input:
+            self.input.connect(client.input_address)
 
     def close(self) -> None:
         self.input.close()
@@ -116,9 +118,13 @@ async def test_a_restarted_process_takes_the_engine_back_at_its_first_answer(
             finally:
                 engine.close()
         async with client_backend(client) as restarted:  # no registration will come again
-            engine = Engine(context, client)
+            # Its output socket reconnects first: outputs alone do not prove the input is back.
+            engine = Engine(context, client, connect_input=False)
             try:
+                await engine.emit()
+                await trio.sleep(0.05)
                 assert not restarted.statistics().ready
+                engine.input.connect(client.input_address)
                 kind, payload = await engine.next_input()  # the probe the registration made
                 assert kind is RequestType.UTILITY
                 call = vllm_zmq.decode_utility_call(payload)
