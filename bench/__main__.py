@@ -1,7 +1,8 @@
 """I/O. `python -m bench`: the gateway load generator and its side-by-side scenarios.
 
     python -m bench scenarios [--scenarios a,b,c] [--vllm-venv DIR --real-model DIR]
-        [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--quick] [--no-write]
+        [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--processes 1,2] [--quick]
+        [--no-write]
     python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
     python -m bench routing [--requests 400] [--concurrency 32]   (bench/routing.py)
     python -m bench hostile_input [--big 16 --big-mb 8 --bodies 20000 --frames 5000] [--write]
@@ -142,7 +143,14 @@ async def _scenarios(args: argparse.Namespace, command: str) -> RunReport:
                 quick(plan, requests=4, output_tokens=16, time_cap_s=20) if args.quick else plan
             )
         runs += await gateway_bound(
-            args.model_path, args.step_ms, plans, words, log_dir, progress, args.smg_bin
+            args.model_path,
+            args.step_ms,
+            plans,
+            words,
+            log_dir,
+            progress,
+            args.smg_bin,
+            args.processes,
         )
     if "b" in chosen:
         if not (args.vllm_venv and args.real_model):
@@ -273,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     scenarios.add_argument("--smg-bin", type=Path, help="the smg executable (b, c)")
     scenarios.add_argument("--concurrency", type=_counts, default=(1, 16, 64, 256), help="(a)")
     scenarios.add_argument("--real-concurrency", type=_counts, default=(1, 16, 64), help="(b)")
+    scenarios.add_argument(
+        "--processes",
+        type=_counts,
+        default=(1,),
+        help="(a) smg-trio's `serve --processes N`, one gateway per count, e.g. 1,2",
+    )
     scenarios.add_argument(
         "--step-ms", type=_floats, default=(0.0, 20.0), help="(a) engine step times"
     )

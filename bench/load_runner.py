@@ -34,18 +34,28 @@ _OneRequest = Callable[[RequestSpec], Awaitable[None]]
 
 
 class ProcessProbe:
-    """CPU time and memory of one process we started (all its threads; not its children)."""
+    """CPU time and memory of one process we started (all its threads; with `children`, its
+    child processes' CPU too: `serve --processes N`'s gateway processes, docs/processes.md)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, *, children: bool = False) -> None:
         self.pid = pid
         self._proc = Path(f"/proc/{pid}")
+        self._children = children
         self._sampled_peak_kb = 0
         self._hwm_reset = False
 
     def cpu_s(self) -> float:
-        stat = (self._proc / "stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime
+        fields = _stat_fields(self._proc)
+        ticks = int(fields[11]) + int(fields[12])  # utime + stime
+        if self._children:
+            ticks += int(fields[13]) + int(fields[14])  # reaped children: cutime + cstime
+            for child in _children_of(self.pid):
+                try:
+                    child_fields = _stat_fields(child)
+                except OSError:
+                    continue  # it ended between the listing and the read
+                ticks += int(child_fields[11]) + int(child_fields[12])
+        return ticks / _CLOCK_TICKS
 
     def _status_kb(self, key: str) -> int:
         for line in (self._proc / "status").read_text().splitlines():
@@ -68,6 +78,25 @@ class ProcessProbe:
         self.sample()
         peak = self._status_kb("VmHWM") if self._hwm_reset else self._sampled_peak_kb
         return max(peak, self._sampled_peak_kb) / 1024
+
+
+def _stat_fields(proc: Path) -> list[str]:
+    """/proc/PID/stat after the command name; index 11 is utime (field 14 of proc(5))."""
+    stat = (proc / "stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _children_of(pid: int) -> list[Path]:
+    """The /proc folders of `pid`'s living child processes."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat_fields(entry)[1]) == pid:
+                    children.append(entry)
+            except (OSError, IndexError, ValueError):
+                continue
+    return children
 
 
 @dataclass

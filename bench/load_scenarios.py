@@ -210,20 +210,29 @@ async def gateway_bound(
     log_dir: Path,
     progress: Progress | None,
     smg_bin: Path | None = None,
+    processes: Sequence[int] = (1,),
 ) -> list[RunSummary]:
     """Scenario (a); `plans[i]` goes with `step_ms_values[i]`. With `smg_bin`, the Rust smg
-    (its own reference engine, over ZMQ) is measured beside smg-trio over h2c, as an anchor."""
+    (its own reference engine, over ZMQ) is measured beside smg-trio over h2c, as an anchor.
+    `processes`: one smg-trio per count (`serve --processes N`, docs/processes.md); with more
+    than one count, each is also measured over HTTP/1.1 (see below)."""
     summaries = []
     for step_ms, plan in zip(step_ms_values, plans, strict=True):
         engine = reference_engine(model_path, step_ms)
         async with AsyncExitStack() as stack:
             direct = await stack.enter_async_context(direct_target(model_path, engine, log_dir))
-            gateway = await stack.enter_async_context(smg_trio_target(model_path, engine, log_dir))
-            pairs: list[tuple[Target, TransportName]] = [
-                (direct, "direct"),
-                (gateway, "h2c"),
-                (gateway, "ws"),
-            ]
+            pairs: list[tuple[Target, TransportName]] = [(direct, "direct")]
+            for count in processes:
+                gateway = await stack.enter_async_context(
+                    smg_trio_target(model_path, engine, log_dir, count)
+                )
+                # h2c and WebSocket carry every stream on one connection, which one process
+                # accepts (docs/processes.md §2): several processes are measured over HTTP/1.1,
+                # a connection per stream, beside one process over it.
+                if count == 1:
+                    pairs += [(gateway, "h2c"), (gateway, "ws")]
+                if len(processes) > 1:
+                    pairs.append((gateway, "http1"))
             if smg_bin is not None:
                 anchor = await stack.enter_async_context(
                     smg_target(smg_bin, model_path, engine, log_dir)

@@ -211,8 +211,10 @@ JSON_GATEWAY_LOGS: Final = ("--log-level", "INFO", "--log-format", "json")
 gateway_log_flags: tuple[str, ...] = QUIET_GATEWAY_LOGS
 
 
-def smg_trio_command(port: int, worker: str, model_path: Path) -> list[str]:
-    """`worker`: a `RUNTIME+WIRE://HOST:PORT` spec, e.g. `vllm+zmq://127.0.0.1:27937`."""
+def smg_trio_command(port: int, worker: str, model_path: Path, processes: int = 1) -> list[str]:
+    """`worker`: a `RUNTIME+WIRE://HOST:PORT` spec, e.g. `vllm+zmq://127.0.0.1:27937`;
+    `processes` > 1: `--processes N` (docs/processes.md)."""
+    several = ("--processes", str(processes)) if processes > 1 else ()
     return python_module(
         "smg_trio",
         "serve",
@@ -224,6 +226,7 @@ def smg_trio_command(port: int, worker: str, model_path: Path) -> list[str]:
         str(model_path),
         "--worker",
         worker,
+        *several,
         *gateway_log_flags,
     )
 

@@ -167,13 +167,17 @@ class Target:
 
 @asynccontextmanager
 async def smg_trio_target(
-    model_path: Path, engine: EngineLaunch, log_dir: Path
+    model_path: Path, engine: EngineLaunch, log_dir: Path, processes: int = 1
 ) -> AsyncIterator[Target]:
+    """`processes` > 1: `serve --processes N`, its row named `smg-trio xN` and its CPU the sum
+    of the supervisor's and every gateway process's."""
     port, handshake_port = free_port(), free_port()
+    worker = f"vllm+zmq://{LOOPBACK}:{handshake_port}"
+    name = "smg-trio" if processes == 1 else f"smg-trio x{processes}"
     async with (
         started_process(
-            smg_trio_command(port, f"vllm+zmq://{LOOPBACK}:{handshake_port}", model_path),
-            log_dir / "smg-trio.log",
+            smg_trio_command(port, worker, model_path, processes),
+            log_dir / f"{name.replace(' ', '-')}.log",
         ) as gateway,
         started_process(
             engine.command(handshake_port),
@@ -183,7 +187,8 @@ async def smg_trio_target(
         ),
     ):
         model = await wait_serving(gateway, port, timeout_s=engine.ready_s)
-        yield Target("smg-trio", model, port, ProcessProbe(gateway.process.pid))
+        probe = ProcessProbe(gateway.process.pid, children=processes > 1)
+        yield Target(name, model, port, probe)
 
 
 @asynccontextmanager

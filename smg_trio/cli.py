@@ -12,6 +12,7 @@
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
         [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P] [--probe-port P]
         [--otlp-endpoint URL] [--response-store sqlite:///PATH|postgresql://...]
+        [--processes N]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -71,6 +72,7 @@ _CONFIG_FLAGS = (
     "log_requests",
     "otlp_endpoint",
     "response_store",
+    "processes",
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile")
 
@@ -112,6 +114,11 @@ def _run_serve(args: argparse.Namespace) -> int:
     from smg_trio.observability.request_log import logging_to_stderr
     from smg_trio.serve import serve_until_signal
 
+    if config.processes > 1:
+        from smg_trio.supervisor import supervise
+
+        with logging_to_stderr(args.log_level, args.log_format):
+            return trio.run(supervise, config, args.log_level, args.log_format)
     pin_mmap_threshold()  # large request buffers go back to the system when freed (heap.py)
     with logging_to_stderr(args.log_level, args.log_format):
         trio.run(serve_until_signal, config)
@@ -241,6 +248,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "--otlp-endpoint",
         metavar="URL",
         help="export OpenTelemetry traces over OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces",
+    )
+    serve.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="gateway processes sharing the port, under a supervisor (default 1: no "
+        "supervisor; docs/processes.md)",
     )
     serve.set_defaults(command=_run_serve)
 

@@ -95,6 +95,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # /v1/responses' store (docs/client-apis.md §3.3): sqlite:///PATH or postgresql://...;
     # None: a SQLite file in the user's data dir, opened on first use.
     response_store: str | None = None
+    # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
+    # serves, with no supervisor.
+    processes: int = 1
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
@@ -177,7 +180,29 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         value = getattr(config, name)
         if value is not None and not 0 <= value < 65536:
             raise ConfigError(f"{name} must be in 0..65535, got {value}")
+    check_processes(config)
     return config
+
+
+def check_processes(config: GatewayConfig) -> None:
+    """What several gateway processes cannot share (docs/processes.md §4)."""
+    if config.processes < 1:
+        raise ConfigError(f"processes must be at least 1, got {config.processes}")
+    if config.processes == 1:
+        return
+    for spec in config.workers:
+        if spec.runtime is Runtime.TOKENSPEED and spec.wire is Wire.ZMQ:
+            raise ConfigError(
+                f"worker {spec}: TokenSpeed over ZMQ answers one client only (no client_index, "
+                f"outputs[0] only: docs/wire.md §B.7); use --processes 1 for it"
+            )
+    refused = (
+        ("probe_port", "--probe-port"),
+        ("admin_api_key", "--admin-api-key (/workers would change one process only)"),
+    )
+    for name, flag in refused:
+        if getattr(config, name) is not None:
+            raise ConfigError(f"{flag} is not supported with --processes {config.processes}")
 
 
 def validate_routing(config: GatewayConfig) -> None:

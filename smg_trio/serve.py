@@ -35,7 +35,7 @@ import random
 import signal
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -49,6 +49,7 @@ from hypercorn.typing import ASGIFramework
 from smg_trio.backends.base import Backend
 from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
+from smg_trio.backends.zmq_clients import ZmqClient
 from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
@@ -60,7 +61,8 @@ from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Wire, require_adapter
-from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE
+from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
+from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.response_store.stores import default_store_url, open_response_store
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.policies import build_policy
@@ -68,6 +70,7 @@ from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 
 if TYPE_CHECKING:
+    from smg_trio.gateway_process import ProcessRole
     from smg_trio.observability.tracing import RequestTracer
 
 GRACEFUL_SHUTDOWN_S: Final = 1.0
@@ -100,35 +103,43 @@ async def serve(
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
     shutdown_trigger: ShutdownTrigger | None = None,
     hurry_trigger: ShutdownTrigger | None = None,
+    role: ProcessRole | None = None,
 ) -> None:
     """Serve `config` until `shutdown_trigger` returns (or until cancelled), then drain; if
-    `hurry_trigger` returns during the drain, end it at once. See module doc."""
+    `hurry_trigger` returns during the drain, end it at once. With `role`, as one of several
+    processes (gateway_process.py, docs/processes.md). See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
     names = config.served_model_names
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
-    http_config = hypercorn_config(config)
-    check_listener(config, http_config)
+    http_config = hypercorn_config(config, fd=None if role is None else role.http_fd)
+    if role is None:  # else the supervisor bound the ports and checked the TLS files
+        check_listener(config, http_config)
     tracing = tracing_for(config)
     metrics_config = None
     if config.metrics_port is not None:
-        metrics_config = hypercorn_config(config, port=config.metrics_port, tls=False)
-        check_listener(config, metrics_config, port=config.metrics_port)
+        metrics_fd = None if role is None else role.metrics_fd
+        metrics_config = hypercorn_config(
+            config, port=config.metrics_port, tls=False, fd=metrics_fd
+        )
+        if role is None:
+            check_listener(config, metrics_config, port=config.metrics_port)
     if config.probe_port is not None:
         probe_config = hypercorn_config(config, port=config.probe_port, tls=False)
         check_listener(config, probe_config, port=config.probe_port)
     async with AsyncExitStack() as stack:
         tracer = None if tracing is None else stack.enter_context(tracing())
-        lifetimes = await stack.enter_async_context(
-            open_worker_lifetimes(
-                model, partial(open_backend, engine_silence_s=config.engine_silence_s)
-            )
-        )
+        clients = {} if role is None else role.zmq_clients()
+        opener = partial(open_backend, engine_silence_s=config.engine_silence_s, clients=clients)
+        lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener))
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
         addresses = [address for _, address in opened]
         pool = routing_pool(config, [worker for worker, _ in opened])
         store_url = config.response_store or default_store_url()
         response_store = await stack.enter_async_context(open_response_store(store_url))
+        metrics = GatewayMetrics(pool)
+        if role is not None:  # every process's figures (docs/observability.md §6)
+            metrics.multiprocess_dir = str(role.metrics_dir)
         gateway = Gateway(
             model,
             pool,
@@ -146,6 +157,7 @@ async def serve(
             log_requests=config.log_requests,
             tracer=tracer,
             response_store=response_store,
+            metrics=metrics,
         )
         limits = http_limits(config)
         app = GatewayApp(
@@ -186,6 +198,8 @@ async def serve(
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
+            if metrics.multiprocess_dir is not None and metrics.worker_state is not None:
+                nursery.start_soon(mirror_worker_state_forever, metrics.worker_state)
             if probes is not None:
                 nursery.start_soon(publish_forever, probes, partial(probe_snapshot, gateway))
             metrics_port = None
@@ -282,9 +296,14 @@ def check_worker_available(spec: WorkerSpec) -> None:
 
 @asynccontextmanager
 async def open_backend(
-    spec: WorkerSpec, model: ModelDir, *, engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S
+    spec: WorkerSpec,
+    model: ModelDir,
+    *,
+    engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S,
+    clients: Mapping[WorkerSpec, ZmqClient] | None = None,
 ) -> AsyncIterator[tuple[Backend, str]]:
-    """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC)."""
+    """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC);
+    `clients`: this process's side of each ZMQ worker when several share it (processes.md §3)."""
     check_worker_available(spec)
     match spec.wire:
         case Wire.ZMQ:
@@ -293,6 +312,7 @@ async def open_backend(
                 handshake_address=f"tcp://{spec.address}",
                 vocab_size=model.tokenizer.vocab_size,
                 engine_silence_s=engine_silence_s,
+                client=None if clients is None else clients.get(spec),
             ) as zmq_backend:
                 yield zmq_backend, zmq_backend.handshake_address
         case Wire.GRPC:
@@ -305,12 +325,13 @@ async def open_backend(
 
 
 def hypercorn_config(
-    config: GatewayConfig, *, port: int | None = None, tls: bool = True
+    config: GatewayConfig, *, port: int | None = None, tls: bool = True, fd: int | None = None
 ) -> hypercorn.config.Config:
-    """The main listener's settings, or with `port` (and `tls=False`) the metrics listener's."""
+    """The main listener's settings, or with `port` (and `tls=False`) the metrics listener's;
+    with `fd`, on that inherited listening socket instead of binding (docs/processes.md §2)."""
     http = hypercorn.config.Config()
     host = f"[{config.host}]" if ":" in config.host else config.host
-    http.bind = [f"{host}:{config.port if port is None else port}"]
+    http.bind = [f"{host}:{config.port if port is None else port}" if fd is None else f"fd://{fd}"]
     if tls and config.certfile is not None and config.keyfile is not None:
         http.certfile = str(config.certfile)
         http.keyfile = str(config.keyfile)

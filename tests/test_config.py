@@ -257,3 +257,22 @@ def test_the_response_store_by_flag_and_toml_and_bad_urls_are_config_errors(
     assert config_from_toml(path).response_store == "postgresql://gw@db.internal/responses"
     with pytest.raises(ConfigError, match="expected sqlite:///PATH or postgresql://"):
         config_from_args(build_parser().parse_args([*argv, "--response-store", "mysql://x"]))
+
+
+def test_processes_by_flag_and_toml_and_what_several_cannot_share(tmp_path: Path) -> None:
+    """docs/processes.md §3-§4: N > 1 refuses what one client or one process only can do."""
+    base = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    assert config_from_args(build_parser().parse_args(base)).processes == 1
+    assert config_from_args(build_parser().parse_args([*base, "--processes", "3"])).processes == 3
+    toml = tmp_path / "gateway.toml"
+    toml.write_text('model_path = "."\nworkers = ["sglang+grpc://127.0.0.1:2"]\nprocesses = 2\n')
+    assert config_from_toml(toml).processes == 2
+    refused = [
+        (["--processes", "0"], "processes must be at least 1"),
+        (["--processes", "2", "--worker", "tokenspeed+zmq://127.0.0.1:3"], "tokenspeed\\+zmq"),
+        (["--processes", "2", "--probe-port", "9101"], "--probe-port"),
+        (["--processes", "2", "--admin-api-key", "k"], "--admin-api-key"),
+    ]
+    for flags, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            config_from_args(build_parser().parse_args([*base, *flags]))

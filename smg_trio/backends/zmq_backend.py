@@ -23,7 +23,7 @@ that want to wait use `wait_ready()` under their own deadline). An engine-dead s
 or a lost input connection fails every stream on that engine with `EngineDead`, and the engine
 stays out of rotation until it says HELLO again; the sentinel carries no identity, so it takes
 every engine of this socket set out. An engine "abort" or "error" finish raises
-`EngineRejected`. ADDs carry client_index 0 (our single output socket).
+`EngineRejected`. ADDs carry client_index 0, or this process's of several (docs/processes.md).
 """
 
 from __future__ import annotations
@@ -44,27 +44,35 @@ from smg_trio.backends.base import BackendStatistics
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
 from smg_trio.backends.mailbox import Mailbox
+from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
+from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
 from smg_trio.backends.zmq_liveness import MONITORED_EVENTS, PROBE_PERIOD_S, EngineProber
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
     EngineSlot,
     RankPolicy,
     Route,
+    check_settings,
 )
 from smg_trio.backends.zmq_socket import (
     TrioZmqSocket,
     any_port,
+    bind_engine_socket,
     data_bind_addresses,
     ipc_address,
     open_zmq_context,
     private_ipc_dir,
 )
 from smg_trio.core.finalize import Finalized
-from smg_trio.errors import BackendError, BackendProtocolError, BackendUnavailable, ConfigError
-from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
+from smg_trio.errors import BackendError, BackendProtocolError, BackendUnavailable
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import vllm_zmq
-from smg_trio.wire.zmq_transport import RequestType, encode_abort, encode_init, is_engine_dead
+from smg_trio.wire.zmq_transport import (
+    RequestType,
+    encode_abort,
+    is_engine_dead,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,16 +99,23 @@ class ZmqBackend:
         engine_count: int,
         vocab_size: int | None,
         rank_policy: RankPolicy,
-        sockets: tuple[TrioZmqSocket, TrioZmqSocket, TrioZmqSocket],
+        sockets: tuple[TrioZmqSocket, TrioZmqSocket],  # input ROUTER, output PULL
         addresses: tuple[str, str, str],
+        client: ZmqClient | None = None,
     ) -> None:
         self._runtime = runtime
         self._vocab_size = vocab_size
-        self._handshake, self._input, self._output = sockets
+        self._input, self._output = sockets
         self.handshake_address, self.input_address, self.output_address = addresses
         """The bound endpoints (ports resolved): what INIT tells the engines."""
         self._registry = EngineRegistry(engine_count, rank_policy)
         self._in_flight = self._registry.in_flight
+        self.client_index = 0 if client is None else client.index
+        """INIT's outputs[client_index] is ours: stamped on every ADD and UTILITY call."""
+        if client is not None:
+            self._registry.strays = {}
+            for index, payload in saved_registrations(client.registrations).items():
+                self._registry.recover(runtime, index, payload)
         # Many request tasks put, the writer takes: safe because put_nowait never yields.
         self._outbox: Mailbox[_Outgoing] = Mailbox()
 
@@ -156,7 +171,9 @@ class ZmqBackend:
         call_id, call = self._registry.begin_call(engine)
         try:
             payload = vllm_zmq.encode_utility_call(
-                vllm_zmq.UtilityCall(client_index=0, call_id=call_id, method=method, args=args)
+                vllm_zmq.UtilityCall(
+                    client_index=self.client_index, call_id=call_id, method=method, args=args
+                )
             )
             frames = [engine.identity, RequestType.UTILITY.frame, payload]
             self._outbox.put_nowait(_Outgoing(engine, frames))
@@ -204,6 +221,7 @@ class ZmqBackend:
                 max_model_len=engine.registration.max_model_len,
                 vocab_size=self._vocab_size,
                 arrival_time=arrival_time,
+                client_index=self.client_index,
             )
             planned[engine_request_id] = (request, engine, frames)
         stream = self._in_flight.new_stream(tuple(planned))
@@ -250,24 +268,6 @@ class ZmqBackend:
 
     # --- socket owners (background tasks) ---------------------------------------------------
 
-    async def _serve_handshake(self) -> None:
-        init = encode_init([self.input_address], [self.output_address])
-        while True:
-            frames = await self._handshake.receive_multipart()
-            engine = self._registry.on_handshake(frames)
-            if engine is None:
-                continue
-            try:
-                await self._handshake.send_multipart([engine.identity, init])
-            except BackendError as exc:  # it hung up right after HELLO; it will dial again
-                logger.warning("engine %d: INIT not sent: %s", engine.index, exc.message)
-                engine.said_hello = False
-
-    async def _serve_registrations(self) -> None:
-        while True:
-            frames = await self._input.receive_multipart()
-            self._registry.on_registration(self._runtime, frames)
-
     async def _write_inputs(self) -> None:
         async for batch in self._outbox:
             for item in batch:
@@ -287,6 +287,8 @@ class ZmqBackend:
             route.add_sent = True
         try:
             await self._input.send_multipart(item.frames)
+            if item.probe:  # it went out: the engine's input is connected (zmq_clients.py)
+                item.engine.probe_delivered = True
         except BackendUnavailable:  # ROUTER_MANDATORY: the engine's connection is gone
             self._registry.engine_died(item.engine, "its input connection is gone")
         except BackendError as exc:
@@ -308,6 +310,9 @@ class ZmqBackend:
                     registry.protocol_error(exc)
                     continue
                 registry.dispatch(message, now)
+            if registry.strays:  # once per batch; only ever with several processes
+                for engine, frames in registry.stray_aborts():
+                    self._outbox.put_nowait(_Outgoing(engine, frames))
 
 
 @asynccontextmanager
@@ -322,6 +327,7 @@ async def open_zmq_backend(
     engine_silence_s: float = ENGINE_SILENCE_S,
     probe_period_s: float = PROBE_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
+    client: ZmqClient | None = None,
 ) -> AsyncIterator[ZmqBackend]:
     """Bind the sockets, run the socket-owner tasks, and yield the engine client.
 
@@ -331,60 +337,54 @@ async def open_zmq_backend(
     `engine_count`: data-parallel engines (identities 0..count-1); TokenSpeed supports 1.
     `vocab_size`: token ids are checked against it before sending.
     `watchdog_period_s`, `engine_silence_s`, `probe_period_s`: docs/resilience.md §1–§2.
+    `client`: this process is one of several (docs/processes.md §3): bind its own input and
+    output (not `data_address`) and no handshake (`handshake_address` is only reported).
     On exit every open stream fails with BackendUnavailable and its engine requests are aborted.
     """
-    require_adapter(runtime, Wire.ZMQ)
-    if engine_count < 1 or (runtime is Runtime.TOKENSPEED and engine_count != 1):
-        raise ConfigError(
-            f"engine_count must be >= 1 (and exactly 1 for TokenSpeed), got {engine_count}"
-        )
-    periods = {"watchdog_period_s": watchdog_period_s, "engine_silence_s": engine_silence_s}
-    for name, value in {**periods, "probe_period_s": probe_period_s}.items():
-        if not value > 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
+    check_settings(
+        runtime,
+        engine_count,
+        watchdog_period_s=watchdog_period_s,
+        engine_silence_s=engine_silence_s,
+        probe_period_s=probe_period_s,
+    )
     with ExitStack() as stack:
         context = stack.enter_context(open_zmq_context())
-        if data_address is None:
+        if client is not None:
+            input_bind, output_bind = client.input_address, client.output_address
+        elif data_address is None:
             directory = stack.enter_context(private_ipc_dir())
             input_bind, output_bind = ipc_address(directory, "in"), ipc_address(directory, "out")
         else:
             input_bind, output_bind = data_bind_addresses(data_address)
-        sockets = []
-        addresses = []
-        for kind, address in (
-            (zmq.ROUTER, any_port(handshake_address)),
-            (zmq.ROUTER, input_bind),
-            (zmq.PULL, output_bind),
-        ):
-            raw = context.socket(kind)
-            socket = stack.enter_context(TrioZmqSocket(raw))
-            raw.setsockopt(zmq.SNDHWM, 0)  # a ROUTER at its HWM drops silently
-            raw.setsockopt(zmq.RCVHWM, 0)
-            if kind == zmq.ROUTER:
-                raw.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unroutable -> error, not silence
-                raw.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted engine reuses its identity
-            addresses.append(socket.bind(address))
-            sockets.append(socket)
+        # One of several processes: the supervisor answers the handshake (zmq_clients.py).
+        handshake: tuple[TrioZmqSocket | None, str] = (None, handshake_address)
+        if client is None:
+            handshake = bind_engine_socket(stack, context, zmq.ROUTER, any_port(handshake_address))
+        inputs = bind_engine_socket(stack, context, zmq.ROUTER, input_bind)
+        outputs = bind_engine_socket(stack, context, zmq.PULL, output_bind)
         engine = ZmqBackend(
             runtime=runtime,
             engine_count=engine_count,
             vocab_size=vocab_size,
             rank_policy=rank_policy,
-            sockets=(sockets[0], sockets[1], sockets[2]),
-            addresses=(addresses[0], addresses[1], addresses[2]),
+            sockets=(inputs[0], outputs[0]),
+            addresses=(handshake[1], inputs[1], outputs[1]),
+            client=client,
         )
         monitor = stack.enter_context(
-            TrioZmqSocket(sockets[1].socket.get_monitor_socket(MONITORED_EVENTS))
+            TrioZmqSocket(inputs[0].socket.get_monitor_socket(MONITORED_EVENTS))
         )
         prober = EngineProber(
             engine._registry,
             engine._queue_probe,
             probe_period_s=probe_period_s,
             answers_probes=runtime is Runtime.VLLM,
+            client_index=engine.client_index,
         )
         socket_owners: list[Callable[[], Awaitable[None]]] = [
-            engine._serve_handshake,
-            engine._serve_registrations,
+            partial(serve_handshake, engine._registry, handshake[0], inputs[1], outputs[1]),
+            partial(serve_registrations, engine._registry, runtime, inputs[0], client),
             engine._write_inputs,
             engine._read_outputs,
             partial(prober.watch_connections, monitor),

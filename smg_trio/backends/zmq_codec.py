@@ -80,8 +80,10 @@ def encode_add(
     max_model_len: int,
     vocab_size: int | None,
     arrival_time: float,
+    client_index: int = 0,
 ) -> list[bytes]:
-    """`[type byte, payload]` of one ADD; raises ClientError for values the engine would refuse."""
+    """`[type byte, payload]` of one ADD; raises ClientError for values the engine would refuse.
+    `client_index`: the process's output socket in INIT (0 with one; docs/processes.md §3)."""
     match runtime:
         case Runtime.VLLM:
             vllm_request = vllm_zmq.build_request(
@@ -90,7 +92,7 @@ def encode_add(
                 max_model_len=max_model_len,
                 arrival_time=arrival_time,
                 vocab_size=vocab_size,
-                client_index=0,  # one output socket: INIT's outputs[0]
+                client_index=client_index,
                 external_req_id=request.request_id,
             )
             return [RequestType.ADD.frame, vllm_zmq.encode_request(vllm_request)]

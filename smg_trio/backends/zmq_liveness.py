@@ -39,17 +39,19 @@ PROBE_PERIOD_S: Final = 1.0
 when no disconnect is seen (docs/resilience.md §1)."""
 PROBE_METHOD: Final = "is_sleeping"
 """A vLLM EngineCore utility that only reads a flag: the cheapest call it answers."""
-MONITORED_EVENTS: Final = int(zmq.EVENT_DISCONNECTED)
+MONITORED_EVENTS: Final = int(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
 
 
-def probe_frames(engine: EngineSlot, busy_call_ids: Container[int]) -> list[bytes]:
+def probe_frames(
+    engine: EngineSlot, busy_call_ids: Container[int], client_index: int = 0
+) -> list[bytes]:
     """`[identity, UTILITY, payload]` of one probe, under a call id no pending call uses (its
     answer then matches no call and is dropped after counting as a sign of life)."""
     call_id = secrets.randbits(63)
     while call_id in busy_call_ids:
         call_id = secrets.randbits(63)
     payload = vllm_zmq.encode_utility_call(
-        vllm_zmq.UtilityCall(client_index=0, call_id=call_id, method=PROBE_METHOD)
+        vllm_zmq.UtilityCall(client_index=client_index, call_id=call_id, method=PROBE_METHOD)
     )
     return [engine.identity, RequestType.UTILITY.frame, payload]
 
@@ -64,8 +66,10 @@ class EngineProber:
         *,
         probe_period_s: float,
         answers_probes: bool,
+        client_index: int = 0,
     ) -> None:
         self._registry = registry
+        self._client_index = client_index
         self._send = send_probe
         self._period_s = probe_period_s
         self._answers_probes = answers_probes
@@ -77,7 +81,7 @@ class EngineProber:
             self._send(engine, [engine.identity, RequestType.ABORT.frame, encode_abort(ids)])
 
     def probe(self, engine: EngineSlot) -> None:
-        self._send(engine, probe_frames(engine, self._registry.calls))
+        self._send(engine, probe_frames(engine, self._registry.calls, self._client_index))
         if self._answers_probes:
             self._registry.in_flight.probe_sent(engine)
 
@@ -109,3 +113,9 @@ class EngineProber:
             if event == zmq.EVENT_DISCONNECTED:
                 logger.info("an engine connection closed; probing every engine")
                 self.probe_all()
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                # An engine known from a sibling process reconnected to this restarted one
+                # (docs/processes.md §3): its answer to a probe makes it ready here.
+                for engine in self._registry.engines:
+                    if engine.awaiting_answer:
+                        self.probe(engine)

@@ -26,12 +26,20 @@ from smg_trio.backends.zmq_codec import (
     RequestStep,
     decode_registration,
 )
-from smg_trio.errors import BackendError, BackendProtocolError, EngineDead, EngineRejected
-from smg_trio.neutral.runtime import Runtime
+from smg_trio.errors import (
+    BackendError,
+    BackendProtocolError,
+    ConfigError,
+    EngineDead,
+    EngineRejected,
+)
+from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
 from smg_trio.wire.zmq_transport import (
     HELLO,
     READY,
+    RequestType,
     decode_handshake,
+    encode_abort,
     engine_identity,
     engine_index_of,
 )
@@ -61,6 +69,12 @@ class EngineSlot:
     abandoned: list[str] = field(default_factory=list)
     """Engine request ids sent to it and given up when it went silent: aborted if it revives."""
     load: EngineLoad | None = None  # the last load it reported (metrics)
+    awaiting_answer: bool = False
+    """Its registration came from a sibling process (docs/processes.md §3): not ready here until
+    it answers a probe, and a send it cannot take yet (not reconnected) is no death."""
+    probe_delivered: bool = False
+    """A probe reached its input: outputs from then on prove both directions reconnected (its
+    output socket may reconnect, and deliver, before its input does)."""
 
     @property
     def ready(self) -> bool:
@@ -71,6 +85,7 @@ class EngineSlot:
         self.said_hello, self.said_ready = True, False
         self.registration, self.dead_reason = None, None
         self.revivable, self.abandoned = False, []
+        self.awaiting_answer = self.probe_delivered = False
 
 
 @dataclass(eq=False, kw_only=True)
@@ -93,6 +108,18 @@ class PendingCall:
             self.done.set()
 
 
+def check_settings(runtime: Runtime, engine_count: int, **periods: float) -> None:
+    """A ZMQ backend's settings, checked before any socket is bound (ConfigError)."""
+    require_adapter(runtime, Wire.ZMQ)
+    if engine_count < 1 or (runtime is Runtime.TOKENSPEED and engine_count != 1):
+        raise ConfigError(
+            f"engine_count must be >= 1 (and exactly 1 for TokenSpeed), got {engine_count}"
+        )
+    for name, value in periods.items():
+        if not value > 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+
+
 class EngineRegistry:
     def __init__(self, engine_count: int, rank_policy: RankPolicy) -> None:
         self.engines = tuple(EngineSlot(i, engine_identity(i)) for i in range(engine_count))
@@ -102,6 +129,10 @@ class EngineRegistry:
         self.protocol_errors = 0
         self._rank_policy = rank_policy
         self._rotation = itertools.count()
+        self.strays: dict[int, set[str]] | None = None
+        """One of several processes (docs/processes.md §3): by engine index, the running ids
+        whose outputs came here though no stream of ours holds them (a killed predecessor's
+        requests, or ours just aborted): to abort. None: not collected (one process)."""
         self.on_revived: Callable[[EngineSlot, list[str]], None] = lambda _engine, _ids: None
         """Told the ids to abort on an engine that answered again after going silent."""
 
@@ -155,6 +186,45 @@ class EngineRegistry:
         logger.info("engine %d registered: %s", engine.index, engine.registration)
         self.notify_readiness()
 
+    def on_client_registration(self, runtime: Runtime, frames: Sequence[bytes]) -> bool:
+        """One of several processes (no handshake socket here, docs/processes.md §3): the
+        registration is the engine's HELLO and READY; a second one is a restarted engine.
+        True when it was applied."""
+        try:
+            engine = self.engine_of(frames, "registration")
+            registration = decode_registration(runtime, frames[1])
+        except BackendProtocolError as exc:
+            self.protocol_error(exc)
+            return False
+        if engine.said_hello:
+            self.engine_died(engine, "it registered again (restarted)")
+        engine.restart()
+        engine.registration, engine.said_ready = registration, True
+        self.in_flight.heard_from(engine, trio.current_time())
+        logger.info("engine %d registered: %s", engine.index, registration)
+        self.notify_readiness()
+        return True
+
+    def recover(self, runtime: Runtime, engine_index: int, payload: bytes) -> None:
+        """A restarted process: the registration a sibling kept; ready once the engine answers."""
+        if not 0 <= engine_index < len(self.engines):
+            return
+        try:
+            registration = decode_registration(runtime, payload)
+        except BackendProtocolError as exc:
+            self.protocol_error(exc)
+            return
+        engine = self.engines[engine_index]
+        engine.restart()
+        engine.registration, engine.awaiting_answer = registration, True
+        logger.info("engine %d: registration recovered; waiting for its answer", engine_index)
+
+    def answered(self, engine: EngineSlot) -> None:
+        """An engine this restarted process only knew from a sibling answered: ready here."""
+        engine.awaiting_answer, engine.said_ready = False, True
+        logger.info("engine %d answers this process; ready", engine.index)
+        self.notify_readiness()
+
     def ready_engines(self) -> list[EngineSlot]:
         return [engine for engine in self.engines if engine.ready]
 
@@ -197,6 +267,8 @@ class EngineRegistry:
         """Fail its streams and calls with EngineDead; it is out until it says HELLO again or,
         if `revivable` (dead by silence: the process may only be stalled), until it answers a
         probe (docs/resilience.md §3)."""
+        if engine.awaiting_answer:
+            return  # not reconnected yet, or gone: either way nothing of ours runs there
         if engine.dead_reason is not None or not engine.said_hello:
             if not revivable:
                 engine.revivable = False  # e.g. its connection is gone too
@@ -261,6 +333,8 @@ class EngineRegistry:
             in_flight.heard_from(engine, now)
             if engine.revivable:  # once per message, never per token
                 self.revive(engine)
+            elif engine.awaiting_answer and engine.probe_delivered:
+                self.answered(engine)
             if message.load is not None:
                 engine.load = message.load
         if message.utility is not None:
@@ -271,11 +345,28 @@ class EngineRegistry:
                     value=message.utility.value,
                     error=None if failure is None else EngineRejected(failure),
                 )
+        strays = self.strays
         for step in message.steps:
             route = in_flight.requests.get(step.request_id)
             if route is not None:  # else aborted, failed or not ours: dropped
                 in_flight.heard_from(route.engine, now)
                 self._advance(route, step)
+            elif strays is not None and step.finish_reason is None:
+                strays.setdefault(message.engine_index, set()).add(step.request_id)
+
+    def stray_aborts(self) -> list[tuple[EngineSlot, list[bytes]]]:
+        """The ABORT frames for the strays collected so far (then forgotten): a killed
+        predecessor's requests would otherwise run to their end (docs/processes.md §3). Aborts
+        are idempotent, so re-aborting an id we had just aborted costs one frame."""
+        frames = []
+        for index, ids in (self.strays or {}).items():
+            if 0 <= index < len(self.engines):
+                engine = self.engines[index]
+                abort = encode_abort(sorted(ids))
+                frames.append((engine, [engine.identity, RequestType.ABORT.frame, abort]))
+        if self.strays:
+            self.strays.clear()
+        return frames
 
     def _advance(self, route: Route, step: RequestStep) -> None:
         if step.prompt_logprobs is not None:

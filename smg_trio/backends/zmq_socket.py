@@ -360,3 +360,19 @@ def data_bind_addresses(address: str) -> tuple[str, str]:
         if port.isdigit() and 0 < int(port) < 65535:
             return f"tcp://{host}:{port}", f"tcp://{host}:{int(port) + 1}"
     raise ConfigError(f"data_address must be ipc://BASE or tcp://HOST:PORT, got {address!r}")
+
+
+def bind_engine_socket(
+    stack: contextlib.ExitStack, context: zmq.Context[zmq.Socket[bytes]], kind: int, address: str
+) -> tuple[TrioZmqSocket, str]:
+    """A ROUTER or PULL the engines dial, bound to `address` (the bound address is returned),
+    closed with `stack`. Unbounded queues (a ROUTER at its HWM drops silently); a ROUTER
+    refuses unroutable sends and lets a restarted engine reuse its identity (docs/wire.md §A.1)."""
+    raw = context.socket(kind)
+    socket = stack.enter_context(TrioZmqSocket(raw))
+    raw.setsockopt(zmq.SNDHWM, 0)
+    raw.setsockopt(zmq.RCVHWM, 0)
+    if kind == zmq.ROUTER:
+        raw.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        raw.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    return socket, socket.bind(address)

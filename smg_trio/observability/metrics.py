@@ -21,6 +21,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from smg_trio.observability.process_metrics import multiprocess_exposition
 from smg_trio.observability.request_record import NO_WORKER, ROUTER_STOP, RequestRecord
 from smg_trio.observability.worker_collector import WorkerStateCollector, WorkerStateSource
 from smg_trio.routing.workers import WorkerPool
@@ -60,8 +61,14 @@ class GatewayMetrics:
             (*by_route, "code"),
             registry=r,
         )
+        # Gauges say how several processes add up (docs/observability.md §6); one process
+        # ignores it.
         self.in_flight = Gauge(
-            "smg_trio_requests_in_flight", "Requests being served now", by_route, registry=r
+            "smg_trio_requests_in_flight",
+            "Requests being served now",
+            by_route,
+            registry=r,
+            multiprocess_mode="livesum",
         )
         by_worker = ("endpoint", "worker")
         self.ttft = Histogram(
@@ -116,17 +123,29 @@ class GatewayMetrics:
             registry=r,
         )
         self.websocket_connections = Gauge(
-            "smg_trio_websocket_connections", "WebSocket connections open", registry=r
+            "smg_trio_websocket_connections",
+            "WebSocket connections open",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.websocket_streams = Gauge(
-            "smg_trio_websocket_streams", "Requests running on WebSocket connections", registry=r
+            "smg_trio_websocket_streams",
+            "Requests running on WebSocket connections",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self._routes: dict[tuple[str, str, str], _RouteChildren] = {}
-        if pool is not None:
-            r.register(WorkerStateCollector(pool, extra_sources))
+        self.worker_state = None if pool is None else WorkerStateCollector(pool, extra_sources)
+        if self.worker_state is not None:
+            r.register(self.worker_state)
+        self.multiprocess_dir: str | None = None
+        """Set when several processes serve the port: the exposition is all of theirs
+        (observability/process_metrics.py); `worker_state` is then mirrored there."""
 
     def exposition(self) -> bytes:
         """The text exposition of every metric (what `/metrics` answers)."""
+        if self.multiprocess_dir is not None:
+            return multiprocess_exposition(self.multiprocess_dir)
         return generate_latest(self.registry)
 
     def request_started(self, record: RequestRecord) -> None:

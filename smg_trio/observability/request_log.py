@@ -39,6 +39,7 @@ TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(mes
 _JSON_FIELDS: Final = "{asctime}{levelname}{name}{request_id}{message}"
 _JSON_NAMES: Final = {"asctime": "time", "levelname": "level", "name": "logger"}
 REQUEST_MESSAGE: Final = "request finished"
+PROCESS_FIELD: Final = "gateway_process"  # the record attribute (and JSON key) of one of N
 # The record attribute naming a request line's fields, in order (for the text format).
 _FIELD_NAMES: Final = "request_field_names"
 
@@ -98,6 +99,9 @@ class TextLineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
+        process = getattr(record, PROCESS_FIELD, None)
+        if process is not None:
+            line = f"[process {process}] {line}"
         names: tuple[str, ...] = getattr(record, _FIELD_NAMES, ())
         if not names:
             return line
@@ -142,15 +146,32 @@ class BufferedHandler(logging.Handler):
             stream.flush()
 
 
+class ProcessIndexFilter(logging.Filter):
+    """Names the gateway process (0..N-1) on every record of one of several (docs/processes.md)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self._index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        setattr(record, PROCESS_FIELD, self._index)
+        return True
+
+
 @contextmanager
-def logging_to_stderr(level: str, log_format: str) -> Iterator[None]:
+def logging_to_stderr(
+    level: str, log_format: str, *, process_index: int | None = None
+) -> Iterator[None]:
     """For the block: every log record formatted as `log_format` on stderr, by a writer thread
-    that wakes every `FLUSH_EVERY_S` (see the module doc)."""
+    that wakes every `FLUSH_EVERY_S` (see the module doc); with `process_index`, every line
+    names the gateway process (the `gateway_process` key in JSON)."""
     formatter, stream = formatter_for(log_format), sys.stderr
     handler = BufferedHandler()
     # Every line names the request it was logged for (`-` outside any request): the filter runs
     # in the logging task, where the request's context variable is set.
     handler.addFilter(RequestIdLogFilter())
+    if process_index is not None:
+        handler.addFilter(ProcessIndexFilter(process_index))
     stop = threading.Event()
 
     def write_until_stopped() -> None:

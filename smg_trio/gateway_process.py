@@ -1,0 +1,116 @@
+"""I/O. One gateway process among several (`serve --processes N`, docs/processes.md): what the
+supervisor tells it, and its `main`.
+
+The supervisor writes a `ProcessRole` (JSON) into its run directory and starts
+`python -m smg_trio.gateway_process ROLE_FILE` with the listening sockets inherited. The process
+then runs the ordinary `serve` (serve.py) with three differences, all read from the role:
+
+- it listens on the inherited descriptors (`fd://N`), never binding the port itself;
+- each ZMQ worker binds this process's own input and output (`ZmqClient`) and no handshake;
+- `/metrics` shows every process's figures (observability/process_metrics.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from smg_trio.backends.zmq_clients import ZmqClient, zmq_client
+from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.errors import ConfigError
+from smg_trio.neutral.runtime import Wire
+
+logger = logging.getLogger(__name__)
+
+SUPERVISOR_CHECK_S: Final = 0.5
+"""How often a process checks that its supervisor is still its parent."""
+
+
+class ProcessRole(msgspec.Struct, frozen=True, kw_only=True):
+    """Gateway process `index` of `count`, as the supervisor starts it."""
+
+    index: int
+    count: int
+    run_dir: Path  # the supervisor's owner-only directory: ZMQ sockets, registrations
+    metrics_dir: Path  # PROMETHEUS_MULTIPROC_DIR, set in this process's environment
+    http_fd: int  # the listening socket of the main port, inherited
+    metrics_fd: int | None  # the listening socket of `--metrics-port`, inherited
+    log_level: str
+    log_format: str
+    supervisor_pid: int
+    config: GatewayConfig
+
+    def zmq_clients(self) -> dict[WorkerSpec, ZmqClient]:
+        """This process's side of every ZMQ worker of the configuration."""
+        return {
+            spec: zmq_client(self.run_dir, number, self.count, self.index)
+            for number, spec in enumerate(self.config.workers)
+            if spec.wire is Wire.ZMQ
+        }
+
+
+def encode_role(role: ProcessRole) -> bytes:
+    return msgspec.json.encode(msgspec.to_builtins(role, enc_hook=str))
+
+
+def decode_role(payload: bytes) -> ProcessRole:
+    return msgspec.json.decode(payload, type=ProcessRole, dec_hook=lambda kind, value: kind(value))
+
+
+async def serve_supervised(role: ProcessRole) -> None:
+    """`serve` as `role` until SIGTERM/SIGINT or until the supervisor is gone (then drain; a
+    further signal ends the drain)."""
+    import trio
+
+    from smg_trio.serve import open_shutdown_signal, serve
+
+    with open_shutdown_signal() as next_signal:
+
+        async def first_stop() -> None:
+            async with trio.open_nursery() as nursery:
+
+                async def signalled() -> None:
+                    await next_signal()
+                    nursery.cancel_scope.cancel()
+
+                async def orphaned() -> None:
+                    # Killed, it could not pass a signal on: no process may outlive it, and
+                    # its handshake and sockets are gone with it (docs/processes.md §1).
+                    while os.getppid() == role.supervisor_pid:  # noqa: ASYNC110 (no event to wait on)
+                        await trio.sleep(SUPERVISOR_CHECK_S)
+                    logger.error("the supervisor (pid %d) is gone; draining", role.supervisor_pid)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(signalled)
+                nursery.start_soon(orphaned)
+
+        await serve(role.config, shutdown_trigger=first_stop, hurry_trigger=next_signal, role=role)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve as the role in the file `argv[0]` names, until SIGTERM/SIGINT (then drain)."""
+    args = sys.argv[1:] if argv is None else argv
+    role = decode_role(Path(args[0]).read_bytes())
+    import trio
+
+    from smg_trio.heap import pin_mmap_threshold
+    from smg_trio.observability.request_log import logging_to_stderr
+
+    pin_mmap_threshold()  # as `serve` does (heap.py)
+    with logging_to_stderr(role.log_level, role.log_format, process_index=role.index):
+        try:
+            trio.run(serve_supervised, role)
+        except ConfigError as exc:  # the supervisor stops them all: restarting cannot help
+            logger.error("configuration: %s", exc.message)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
