@@ -91,7 +91,7 @@ def finalize(
         _prompt_logprobs_for(plan, worker), worker.runtime, worker.wire, tokenizer
     )
     obligation: tuple[str, ...] = ()
-    chat = plan.endpoint is Endpoint.CHAT
+    chat = plan.endpoint in (Endpoint.CHAT, Endpoint.MESSAGES)  # both chat-templated
     completion = plan.endpoint is Endpoint.COMPLETION
     if worker.runtime is Runtime.VLLM:
         _check_vllm_greedy_n(plan.n, sampling)

@@ -47,6 +47,7 @@ from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
+from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire.openai_responses import Usage
 
 # A token position waiting for its text: its logprobs, and where its text ends in the choice's
@@ -108,7 +109,8 @@ class ResponseAssembler:
         self._cached_tokens = 0
         self._renderer = (
             renderer_for(plan, tokenizer, created=created)
-            if plan.parsers is None  # else chat with parsers (docs/tools-and-reasoning.md §4)
+            # Chat with parsers gets the parsing chat renderer (docs/tools-and-reasoning.md §4).
+            if plan.parsers is None or plan.endpoint is not Endpoint.CHAT
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids

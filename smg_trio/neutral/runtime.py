@@ -30,6 +30,7 @@ class Endpoint(enum.Enum):
     CHAT = "chat"  # POST /v1/chat/completions
     COMPLETION = "completion"  # POST /v1/completions
     GENERATE = "generate"  # POST /generate (SGLang style)
+    MESSAGES = "messages"  # POST /v1/messages (Anthropic)
 
 
 _RUNTIME_ALIASES = {"tensorrt-llm": Runtime.TRTLLM, "tensorrt_llm": Runtime.TRTLLM}

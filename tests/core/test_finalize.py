@@ -248,7 +248,8 @@ def test_chat_forces_skip_special_tokens_on_vllm_and_sglang_grpc(endpoint: Endpo
     asked = plan(endpoint=endpoint, skip_special_tokens=False)
     for runtime in (Runtime.VLLM, Runtime.SGLANG):
         (request,) = run(runtime, Wire.GRPC, asked).requests
-        assert request.sampling.skip_special_tokens is (endpoint is Endpoint.CHAT)
+        chat_templated = endpoint in (Endpoint.CHAT, Endpoint.MESSAGES)
+        assert request.sampling.skip_special_tokens is chat_templated
     for runtime, wire in [(Runtime.TOKENSPEED, Wire.GRPC), (Runtime.VLLM, Wire.ZMQ)]:
         assert not run(runtime, wire, asked).requests[0].sampling.skip_special_tokens
 
