@@ -53,6 +53,7 @@ ERROR_TYPES: Final = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
+    504: "timeout_error",  # the request deadline (the SDK's GatewayTimeoutError)
     529: "overloaded_error",
 }
 OVERLOADED: Final = 529
@@ -88,7 +89,7 @@ class AnthropicDialect(NamedEventDialect):
         kind = ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
         message = err.message
         param = err.param if isinstance(err, ClientError) else None
-        if param and not message.startswith(param):  # Anthropic's errors name no param
+        if param and param not in message:  # Anthropic's errors have no `param` field
             message = f"{param}: {message}"
         return an.ErrorObject(kind, message)
 

@@ -7,7 +7,8 @@ and prepared by `prepare_chat`, so the chat template, stops, tools, `tool_choice
 finalize and every 400 they raise work unchanged; only the plan's endpoint becomes
 `Endpoint.MESSAGES`, which picks the Anthropic renderer (`core/anthropic_rendering.py`).
 
-- `system` (a string or text blocks) is the first message, a `system` one.
+- `system` (a string or text blocks) is the first message, a `system` one; a `system` turn
+  among the messages (the SDK's SystemMessageParam) is one where it stands.
 - A user turn's `tool_result` blocks become `tool` messages, in place; its text blocks the
   user message around them. An assistant turn's `tool_use` blocks become its `tool_calls`
   (`input` as the arguments' JSON), its `thinking` blocks its `reasoning_content`.
@@ -144,6 +145,8 @@ def chat_request_of(req: an.CountTokensRequest) -> oa.ChatCompletionRequest:
     for index, message in enumerate(req.messages):
         if message.role == "user":
             messages.extend(_user_messages(message, index))
+        elif message.role == "system":
+            messages.append(_system_message(message, index))
         else:
             messages.append(_assistant_message(message, index))
     thinking = isinstance(req.thinking, an.ThinkingEnabled | an.ThinkingAdaptive)
@@ -206,12 +209,25 @@ def _user_messages(message: an.Message, index: int) -> list[oa.ChatMessage]:
                 raise _no_image(param)
             case _:
                 raise ClientError(
-                    f"{param}: a user turn cannot carry a {_kind(block)} block",
+                    f"{param}.type: a user turn cannot carry a {_kind(block)} block",
                     param=f"{param}.type",
                 )
     if texts or not out:
         out.append(oa.UserMessage(content=tuple(texts)))
     return out
+
+
+def _system_message(message: an.Message, index: int) -> oa.SystemMessage:
+    """A `system` message among the turns (SDK 2's SystemMessageParam): text only."""
+    if isinstance(message.content, str):
+        return oa.SystemMessage(content=message.content)
+    texts: list[oa.ContentPart] = []
+    for at, block in enumerate(message.content):
+        if not isinstance(block, an.TextBlock):
+            param = f"messages[{index}].content[{at}].type"
+            raise ClientError(f"{param}: a system message carries text blocks only", param=param)
+        texts.append(oa.TextPart(block.text))
+    return oa.SystemMessage(content=tuple(texts))
 
 
 def _tool_message(block: an.ToolResultBlock, param: str) -> oa.ToolMessage:
@@ -251,7 +267,7 @@ def _assistant_message(message: an.Message, index: int) -> oa.AssistantMessage:
                 raise _no_image(param)
             case _:
                 raise ClientError(
-                    f"{param}: an assistant turn cannot carry a {_kind(block)} block",
+                    f"{param}.type: an assistant turn cannot carry a {_kind(block)} block",
                     param=f"{param}.type",
                 )
     return oa.AssistantMessage(

@@ -22,6 +22,7 @@ class TextBlock(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="text"
 ):
     text: str
+    citations: None = None  # a response's text block sent back says `"citations": null`
 
 
 class ImageBlock(
@@ -65,7 +66,7 @@ ContentBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | Thinkin
 
 
 class Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | tuple[ContentBlock, ...]
 
 

@@ -116,6 +116,7 @@ async def live_server(
     http_limits: Mapping[str, float] = {},
     metrics_port: int | None = None,
     probe_port: int | None = None,
+    model_path: Path | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -136,6 +137,8 @@ async def live_server(
         probe_port=probe_port,
     )
     config = msgspec.structs.replace(config, **(resilience or {}))
+    if model_path is not None:  # a model folder of the test's own (e.g. another chat template)
+        config = msgspec.structs.replace(config, model_path=model_path)
     replay = write_replay(tmp_path, replay_text)
     with engine_log(tmp_path / "engine.log") as log:
         async with served_gateway(config, log) as served:

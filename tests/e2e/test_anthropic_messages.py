@@ -38,7 +38,9 @@ def text_of(message: Message) -> str:
 
 def blocks_of(message: Message) -> list[dict[str, Any]]:
     """The content blocks as plain data (the stream's accumulator adds `parsed_output`)."""
-    return [block.model_dump(exclude={"parsed_output"}) for block in message.content]
+    return [
+        block.model_dump(exclude={"parsed_output"}, exclude_none=True) for block in message.content
+    ]
 
 
 def create_and_stream(client: anthropic.Anthropic, **fields: Any) -> tuple[Message, Message]:
