@@ -14,7 +14,8 @@ import pytest
 import trio
 
 from tests.e2e.live_server import API_KEY, MODEL, LiveServer, live_server
-from tests.e2e.test_anthropic_messages import sdk_client
+from tests.e2e.test_anthropic_messages import event_names, sdk_client
+from tests.e2e.test_lifecycle import assert_engine_request_gone
 
 TEST_TIMEOUT_S: Final = 30.0
 USER: Final[Any] = {"role": "user", "content": "Hi"}
@@ -203,3 +204,28 @@ async def test_no_ready_engine_is_overloaded_529(tmp_path: Path) -> None:
     assert body["type"] == "error"
     assert body["error"]["type"] == "overloaded_error"
     assert "worker is ready" in body["error"]["message"]
+
+
+async def test_the_deadline_before_and_after_the_first_byte(tmp_path: Path) -> None:
+    endless = {**BASE, "max_tokens": 2000}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            live_server(tmp_path, step_ms=20.0, request_timeout_s=0.3) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as client,
+        ):
+            before = dict(await server.counters())
+            whole = await client.post("/v1/messages", json=endless)
+            await assert_engine_request_gone(server, before)
+            before = dict(await server.counters())
+            streamed = await client.post("/v1/messages", json={**endless, "stream": True})
+            await assert_engine_request_gone(server, before)
+            metrics = (await client.get("/metrics")).text
+    assert whole.status_code == 504
+    assert whole.json()["error"]["type"] == "timeout_error"
+    assert streamed.status_code == 200
+    events = event_names(streamed.content)
+    assert [name for name, _ in events[:3]] == ["message_start", "content_block_start", "ping"]
+    name, data = events[-1]  # an error event ends the stream, as Anthropic's do
+    assert (name, data["type"], data["error"]["type"]) == ("error", "error", "timeout_error")
+    # The metrics count Messages requests under their own path.
+    assert 'smg_trio_requests_total{endpoint="/v1/messages",status="504"' in metrics
