@@ -41,7 +41,8 @@ _encode = JSON_ENCODER.encode
 _DELTA: Final = b"content_block_delta"
 _PING: Final = named_event(b"ping", b'{"type":"ping"}')
 _MESSAGE_STOP: Final = named_event(b"message_stop", b'{"type":"message_stop"}')
-_DELTA_TAIL: Final = b"}}"
+# A text delta event is its prebuilt head, the text's JSON string, and this tail.
+_TEXT_DELTA_TAIL: Final = b"}}\n\n"
 
 # Anthropic's error types by status (docs/client-apis.md §2.4); any other 4xx is an
 # invalid_request_error, any other 5xx an api_error.
@@ -139,7 +140,7 @@ class MessagesRenderer:
         self._block = ""  # the open block's type ("" when none is open)
         self._blocks = 0  # blocks opened so far: the next block's index
         self._pinged = False
-        self._text_head = b""  # the open text block's delta event up to its text
+        self._text_head = b""  # the open text block's delta event, up to its text
 
     # -- streaming ------------------------------------------------------------------------
 
@@ -197,13 +198,14 @@ class MessagesRenderer:
             return b""
         if self._block != "text":
             opened = self._open("text", {"type": "text", "text": ""})
+            # named_event(b"content_block_delta", data) up to the text, built once per block.
             self._text_head = (
-                b'{"type":"content_block_delta","index":'
+                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
                 + str(self._blocks - 1).encode()
                 + b',"delta":{"type":"text_delta","text":'
             )
             return opened + self._text(text)
-        return named_event(_DELTA, self._text_head + _encode(text) + _DELTA_TAIL)
+        return self._text_head + _encode(text) + _TEXT_DELTA_TAIL
 
     def _delta(self, delta: dict[str, str]) -> bytes:
         data = {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
