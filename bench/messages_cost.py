@@ -3,7 +3,7 @@ pure core: engine events → `ResponseAssembler` → payload bytes, one token pe
 (the costliest case: one event per token), plain text and with output parsers (qwen3 thinking
 then a hermes tool call, as `bench/core_pipeline.py`'s parsed row).
 
-Run: `python -m bench.messages_cost` (about 20 s). Prints ns/token for chat and Messages and
+Run: `python -m bench.messages_cost` (about 5 s). Prints ns/token for chat and Messages and
 their ratio; `--write` puts the table under "## Anthropic Messages: per-token cost" in
 bench/RESULTS.md. The goal (docs/client-apis.md §2.3): Messages costs no more per token than
 chat, since a text delta is one JSON string encode spliced into a prebuilt event.

@@ -208,3 +208,18 @@ async def test_count_tokens_counts_the_rendered_prompt(server: LiveServer) -> No
     with trio.fail_after(TEST_TIMEOUT_S), sdk_client(server) as client:
         counted, tokenized = await trio.to_thread.run_sync(count_and_tokenize, client, server)
     assert counted == tokenized > 10
+
+
+async def test_a_bad_body_over_the_websocket_gets_anthropics_error_object(
+    server: LiveServer,
+) -> None:
+    request = {"type": "request", "id": 3, "path": "/v1/messages", "body": {"model": MODEL}}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio_websocket.open_websocket_url(
+            f"ws://127.0.0.1:{server.port}/v1/ws", extra_headers=[(b"x-api-key", API_KEY.encode())]
+        ) as connection:
+            await connection.send_message(json.dumps(request))
+            frame = json.loads(await connection.get_message())
+    assert (frame["type"], frame["id"]) == ("error", 3)
+    assert frame["error"]["type"] == "invalid_request_error"
+    assert "`messages`" in frame["error"]["message"]  # the first missing field
