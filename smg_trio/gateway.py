@@ -38,6 +38,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import msgspec
 import trio
 
+from smg_trio.core.anthropic_request import (
+    COUNT_TOKENS_PATH,
+    MESSAGES_PATH,
+    count_tokens_body,
+    decode_count_tokens_request,
+    decode_messages_request,
+    prepare_messages,
+)
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
@@ -83,11 +91,19 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 RESPONSES_PATH: Final = "/v1/responses"
-GENERATE_PATHS: Final = ("/v1/chat/completions", "/v1/completions", "/generate", RESPONSES_PATH)
+GENERATE_PATHS: Final = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/generate",
+    RESPONSES_PATH,
+    MESSAGES_PATH,
+)
 TOKENIZE_PATH: Final = "/v1/tokenize"
 DETOKENIZE_PATH: Final = "/v1/detokenize"
+# Paths answered with a whole body, no engine: the prompt's tokens (docs/client-apis.md §2.6).
+TOKEN_PATHS: Final = (TOKENIZE_PATH, DETOKENIZE_PATH, COUNT_TOKENS_PATH)
 # Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
-HANDLED_PATHS: Final = (*GENERATE_PATHS, TOKENIZE_PATH, DETOKENIZE_PATH)
+HANDLED_PATHS: Final = (*GENERATE_PATHS, *TOKEN_PATHS)
 # The endpoint label of any other path (a WebSocket request may name anything).
 OTHER_ENDPOINT: Final = "other"
 # Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
@@ -282,7 +298,7 @@ class Gateway:
         live: LiveRequest,
         reservation: Reservation,
     ) -> None:
-        if path in (TOKENIZE_PATH, DETOKENIZE_PATH):
+        if path in TOKEN_PATHS:
             await sink.send_body(
                 await self._off_loop_if_large(partial(self._tokenize_now, path, body), body)
             )
@@ -382,9 +398,19 @@ class Gateway:
             now = dt.datetime.now(dt.UTC)
             plan = prepare_responses(responses, history, model, request_id=request_id, now=now)
             return plan, responses.user
+        if path == MESSAGES_PATH:  # Anthropic (docs/client-apis.md §2)
+            messages = decode_messages_request(body)
+            self.check_model(messages.model)
+            now = dt.datetime.now(dt.UTC)
+            plan = prepare_messages(messages, model, request_id=request_id, now=now)
+            return plan, None if messages.metadata is None else messages.metadata.user_id
         raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
 
     def _tokenize_now(self, path: str, body: bytes) -> bytes:
+        if path == COUNT_TOKENS_PATH:
+            count = decode_count_tokens_request(body)
+            self.check_model(count.model)
+            return count_tokens_body(count, self.prompt_model, now=dt.datetime.now(dt.UTC))
         if path == TOKENIZE_PATH:
             tokenize = decode_tokenize_request(body)
             self.check_model(tokenize.model)

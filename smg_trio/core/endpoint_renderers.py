@@ -18,6 +18,7 @@ from typing import Protocol, assert_never
 
 from msgspec import UNSET, UnsetType
 
+from smg_trio.core.anthropic_rendering import MessagesRenderer, message_id
 from smg_trio.core.generate_rendering import GenerateRenderer
 from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
 from smg_trio.core.plan import GeneratePlan
@@ -128,6 +129,8 @@ def response_id(plan: GeneratePlan) -> str:
             return plan.request_id
         case Endpoint.RESPONSES:
             return f"resp_{plan.request_id}"
+        case Endpoint.MESSAGES:
+            return message_id(plan.request_id)
         case _:
             assert_never(plan.endpoint)
 
@@ -144,6 +147,8 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
             return GenerateRenderer(plan, tokenizer, rid)
         case Endpoint.RESPONSES:
             return ResponsesRenderer(plan, tokenizer, rid, created)
+        case Endpoint.MESSAGES:
+            return MessagesRenderer(plan, tokenizer, rid, created)
         case _:
             assert_never(plan.endpoint)
 

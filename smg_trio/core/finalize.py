@@ -91,7 +91,8 @@ def finalize(
         _prompt_logprobs_for(plan, worker), worker.runtime, worker.wire, tokenizer
     )
     obligation: tuple[str, ...] = ()
-    chat = plan.endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)  # Responses: a chat prompt
+    # Chat-templated prompts (chat, Responses, Messages) force it, as vLLM's chat does.
+    chat = plan.endpoint in (Endpoint.CHAT, Endpoint.RESPONSES, Endpoint.MESSAGES)
     completion = plan.endpoint is Endpoint.COMPLETION
     if worker.runtime is Runtime.VLLM:
         _check_vllm_greedy_n(plan.n, sampling)

@@ -109,9 +109,8 @@ class ResponseAssembler:
         self._cached_tokens = 0
         self._renderer = (
             renderer_for(plan, tokenizer, created=created)
-            if plan.parsers is None
-            or plan.endpoint
-            is not Endpoint.CHAT  # else chat with parsers (docs/tools-and-reasoning.md §4)
+            # Chat with parsers gets the parsing chat renderer (docs/tools-and-reasoning.md §4).
+            if plan.parsers is None or plan.endpoint is not Endpoint.CHAT
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids

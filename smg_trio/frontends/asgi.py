@@ -15,8 +15,8 @@
   413 body too large, 400 bad JSON or parameters) and never a traceback. A bug becomes a logged
   500; `trio.Cancelled` always propagates.
 - With an API key configured, every route but the three probes and `/metrics` needs
-  `Authorization: Bearer KEY` (vLLM leaves health and metrics open too: probes and scrapers
-  carry no key).
+  `Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's clients send it (vLLM leaves
+  health and metrics open too: probes and scrapers carry no key).
 - A request refused here (auth, route, method, body size, a bad `x-request-id`) is counted in
   the metrics; every other generation request is counted by `Gateway.handle`
   (docs/observability.md §1).
@@ -298,9 +298,11 @@ class GatewayApp:
         if self._api_key is None:
             return
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self._api_key):
+        if scheme.lower() != b"bearer":  # Anthropic's clients send `x-api-key: KEY` instead
+            token = headers.get(b"x-api-key", b"")
+        if not hmac.compare_digest(token.strip(), self._api_key):
             raise ClientError(
-                "missing or invalid API key: send `Authorization: Bearer KEY`",
+                "missing or invalid API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`",
                 status=401,
                 code="invalid_api_key",
             )

@@ -31,6 +31,7 @@ class Endpoint(enum.Enum):
     COMPLETION = "completion"  # POST /v1/completions
     GENERATE = "generate"  # POST /generate (SGLang style)
     RESPONSES = "responses"  # POST /v1/responses (OpenAI Responses)
+    MESSAGES = "messages"  # POST /v1/messages (Anthropic)
 
 
 _RUNTIME_ALIASES = {"tensorrt-llm": Runtime.TRTLLM, "tensorrt_llm": Runtime.TRTLLM}

@@ -26,13 +26,13 @@ def message(runtime: Runtime, endpoint: Endpoint) -> object:
 
 @pytest.mark.parametrize("endpoint", list(Endpoint))
 def test_endpoint_rules_reach_the_messages(endpoint: Endpoint) -> None:
-    # vLLM chat (and Responses, a chat prompt) forces skip_special_tokens; the other endpoints
-    # keep the client's choice.
+    # vLLM chat (and Responses and Messages, chat-templated too) forces skip_special_tokens;
+    # the other endpoints keep the client's choice.
     vllm = message(Runtime.VLLM, endpoint)
     assert isinstance(vllm, vllm_engine_pb2.GenerateRequest)
     assert vllm.request_id == "r-1"
-    chat_prompted = endpoint in (Endpoint.CHAT, Endpoint.RESPONSES)
-    assert vllm.sampling_params.skip_special_tokens is chat_prompted
+    chat_templated = endpoint in (Endpoint.CHAT, Endpoint.RESPONSES, Endpoint.MESSAGES)
+    assert vllm.sampling_params.skip_special_tokens is chat_templated
     # TRT-LLM sends the client's stop ids only for completions.
     trt = message(Runtime.TRTLLM, endpoint)
     assert isinstance(trt, trtllm_service_pb2.GenerateRequest)

@@ -244,7 +244,7 @@ def test_parse_unknown_names_the_value() -> None:
 
 
 # Endpoints whose prompt is a chat template's (Responses is chat underneath).
-CHAT_PROMPTED = (Endpoint.CHAT, Endpoint.RESPONSES)
+CHAT_PROMPTED = (Endpoint.CHAT, Endpoint.RESPONSES, Endpoint.MESSAGES)
 
 
 @pytest.mark.parametrize("endpoint", list(Endpoint))
