@@ -18,11 +18,22 @@ import msgspec
 # Request
 
 
+class CacheControl(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A prompt-cache breakpoint (docs/client-apis.md §2.5): the prefix up to the marked block
+    is to be cached. The engines here cache every prefix themselves (vLLM's automatic prefix
+    caching) and cache-aware routing sends a shared prefix back to the worker holding it, so
+    the mark is met without being passed on; its shape is checked like Anthropic's."""
+
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
 class TextBlock(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="text"
 ):
     text: str
     citations: None = None  # a response's text block sent back says `"citations": null`
+    cache_control: CacheControl | None = None
 
 
 class ImageBlock(
@@ -41,6 +52,7 @@ class ToolUseBlock(
     id: str
     name: str
     input: dict[str, Any]
+    cache_control: CacheControl | None = None
 
 
 class ToolResultBlock(
@@ -51,6 +63,7 @@ class ToolResultBlock(
     tool_use_id: str
     content: str | tuple[TextBlock | ImageBlock, ...] = ""
     is_error: bool | None = None
+    cache_control: CacheControl | None = None
 
 
 class ThinkingBlock(
@@ -77,6 +90,7 @@ class Tool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     input_schema: dict[str, Any]
     description: str | None = None
     type: Literal["custom"] | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolChoiceAuto(

@@ -76,10 +76,16 @@ BAD_BODIES: Final[list[tuple[Any, int, str, str]]] = [
         "messages[0].content[0].type",
     ),
     (
-        blocks({"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}),
+        blocks({"type": "text", "text": "x", "cache_control": {"type": "persistent"}}),
         400,
         "invalid_request_error",
-        "cache_control",
+        "cache_control.type",
+    ),
+    (
+        blocks({"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "2h"}}),
+        400,
+        "invalid_request_error",
+        "cache_control.ttl",
     ),
     (
         blocks({"type": "tool_use", "id": "t", "name": "f", "input": {}}),

@@ -210,6 +210,35 @@ async def test_count_tokens_counts_the_rendered_prompt(server: LiveServer) -> No
     assert counted == tokenized > 10
 
 
+def count_with_cache_marks(client: anthropic.Anthropic) -> tuple[int, int]:
+    """The same prompt counted bare and with Claude Code's cache breakpoints on the system
+    block and the last user block (docs/client-apis.md §2.5)."""
+    mark: Any = {"type": "ephemeral"}
+    marked: Any = [
+        *MESSAGES[:-1],
+        {
+            "role": MESSAGES[-1]["role"],
+            "content": [{"type": "text", "text": MESSAGES[-1]["content"], "cache_control": mark}],
+        },
+    ]
+    system: Any = [{"type": "text", "text": "Be brief.", "cache_control": {**mark, "ttl": "1h"}}]
+    bare = client.messages.count_tokens(model=MODEL, messages=MESSAGES, system="Be brief.")
+    with_marks = client.messages.count_tokens(
+        model=MODEL,
+        messages=marked,
+        system=system,
+    )
+    return bare.input_tokens, with_marks.input_tokens
+
+
+async def test_cache_control_marks_are_accepted_and_leave_the_prompt_unchanged(
+    server: LiveServer,
+) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S), sdk_client(server) as client:
+        bare, with_marks = await trio.to_thread.run_sync(count_with_cache_marks, client)
+    assert bare == with_marks > 10
+
+
 async def test_a_bad_body_over_the_websocket_gets_anthropics_error_object(
     server: LiveServer,
 ) -> None:
