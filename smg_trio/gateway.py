@@ -27,32 +27,28 @@ status or a final event).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import msgspec
 import trio
 
-from smg_trio.core.anthropic_request import (
-    COUNT_TOKENS_PATH,
-    MESSAGES_PATH,
-    count_tokens_body,
-    decode_count_tokens_request,
-    decode_messages_request,
-    prepare_messages,
-)
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.parsers.registry import uses_harmony
-from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
-from smg_trio.core.responses_request import prepare_responses
-from smg_trio.core.tokenize import detokenize_body, tokenize_body
-from smg_trio.errors import BackendUnavailable, ClientError, GatewayError, RequestTimeout
+from smg_trio.core.prepare import PromptModel
+from smg_trio.endpoint_requests import (
+    HANDLED_PATHS,
+    RESPONSES_PATH,
+    TOKEN_PATHS,
+    ModelNotFound,
+    prepare_for_path,
+    token_answer,
+)
+from smg_trio.errors import BackendUnavailable, GatewayError, RequestTimeout
 from smg_trio.heap import release_free_heap
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
@@ -75,14 +71,7 @@ from smg_trio.routing.admission import Admission
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
-from smg_trio.wire.openai_decode import (
-    decode_chat_request,
-    decode_completion_request,
-    decode_generate_request,
-)
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
-from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
-from smg_trio.wire.responses_api import decode_responses_request
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
     from smg_trio.observability.tracing import RequestTracer
@@ -90,20 +79,6 @@ if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/obs
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-RESPONSES_PATH: Final = "/v1/responses"
-GENERATE_PATHS: Final = (
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/generate",
-    RESPONSES_PATH,
-    MESSAGES_PATH,
-)
-TOKENIZE_PATH: Final = "/v1/tokenize"
-DETOKENIZE_PATH: Final = "/v1/detokenize"
-# Paths answered with a whole body, no engine: the prompt's tokens (docs/client-apis.md §2.6).
-TOKEN_PATHS: Final = (TOKENIZE_PATH, DETOKENIZE_PATH, COUNT_TOKENS_PATH)
-# Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
-HANDLED_PATHS: Final = (*GENERATE_PATHS, *TOKEN_PATHS)
 # The endpoint label of any other path (a WebSocket request may name anything).
 OTHER_ENDPOINT: Final = "other"
 # Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
@@ -114,22 +89,6 @@ TIMEOUT_ERROR_GRACE_S: Final = 1.0
 # After a request whose body was at least this large, the freed heap is handed back to the
 # system (heap.release_free_heap; docs/limits.md §2). Per request, never per token.
 RELEASE_HEAP_AFTER_BYTES: Final = 1024 * 1024
-
-
-class ModelNotFound(ClientError):
-    """A `model` that is none of the served names: vLLM's 404 (message, type and param)."""
-
-    def __init__(self, model: str) -> None:
-        super().__init__(
-            f"The model `{model}` does not exist.",
-            status=404,
-            code="model_not_found",
-            param="model",
-        )
-
-    @property
-    def error_type(self) -> str:
-        return "NotFoundError"
 
 
 class Gateway:
@@ -300,7 +259,17 @@ class Gateway:
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
-                await self._off_loop_if_large(partial(self._tokenize_now, path, body), body)
+                await self._off_loop_if_large(
+                    partial(
+                        token_answer,
+                        path,
+                        body,
+                        self.prompt_model,
+                        self.model.tokenizer,
+                        self.check_model,
+                    ),
+                    body,
+                )
             )
             return
         deadline = trio.current_time() + self.request_timeout_s
@@ -309,7 +278,16 @@ class Gateway:
                 # /v1/responses: the stored turn it continues, read before preparing.
                 history = await self.responses.history(body) if path == RESPONSES_PATH else []
                 plan, user = await self._off_loop_if_large(
-                    partial(self._prepare_now, path, body, record.request_id, history), body
+                    partial(
+                        prepare_for_path,
+                        path,
+                        body,
+                        self.prompt_model,
+                        self.check_model,
+                        record.request_id,
+                        history,
+                    ),
+                    body,
                 )
                 sink = self.responses.storing(plan, sink)
                 live.streaming = plan.stream
@@ -372,54 +350,6 @@ class Gateway:
             # 16 rejected 8 MB prompts held 400 MB (docs/limits.md §2). A client error needs
             # no traceback; dropping it frees all of that now.
             raise error.with_traceback(None) from None
-
-    def _prepare_now(
-        self, path: str, body: bytes, request_id: str, history: list[Any]
-    ) -> tuple[GeneratePlan, str | None]:
-        """The plan, and the body's `user` (a sticky-session key for consistent_hash)."""
-        model = self.prompt_model
-        if path == "/v1/chat/completions":
-            chat = decode_chat_request(body)
-            self.check_model(chat.model)
-            now = dt.datetime.now(dt.UTC)
-            return prepare_chat(chat, model, request_id=request_id, now=now), chat.user
-        if path == "/v1/completions":
-            completion = decode_completion_request(body)
-            self.check_model(completion.model)
-            plan = prepare_completion(completion, model, request_id=request_id)
-            return plan, completion.user
-        if path == "/generate":
-            generate = decode_generate_request(body)
-            self.check_model(generate.model)
-            return prepare_generate(generate, model, request_id=generate.rid or request_id), None
-        if path == RESPONSES_PATH:
-            responses = decode_responses_request(body)
-            self.check_model(responses.model)
-            now = dt.datetime.now(dt.UTC)
-            plan = prepare_responses(responses, history, model, request_id=request_id, now=now)
-            return plan, responses.user
-        if path == MESSAGES_PATH:  # Anthropic (docs/client-apis.md §2)
-            messages = decode_messages_request(body)
-            self.check_model(messages.model)
-            now = dt.datetime.now(dt.UTC)
-            plan = prepare_messages(messages, model, request_id=request_id, now=now)
-            return plan, None if messages.metadata is None else messages.metadata.user_id
-        raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
-
-    def _tokenize_now(self, path: str, body: bytes) -> bytes:
-        if path == COUNT_TOKENS_PATH:
-            count = decode_count_tokens_request(body)
-            self.check_model(count.model)
-            return count_tokens_body(count, self.prompt_model, now=dt.datetime.now(dt.UTC))
-        if path == TOKENIZE_PATH:
-            tokenize = decode_tokenize_request(body)
-            self.check_model(tokenize.model)
-            return tokenize_body(
-                tokenize, self.prompt_model, self.model.tokenizer, now=dt.datetime.now(dt.UTC)
-            )
-        detokenize = decode_detokenize_request(body)
-        self.check_model(detokenize.model)
-        return detokenize_body(detokenize, self.prompt_model)
 
 
 def _is_cancellation(exc: BaseException) -> bool:

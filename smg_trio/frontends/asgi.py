@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
 from smg_trio.config import DEFAULT_SESSION_HEADER
+from smg_trio.endpoint_requests import HANDLED_PATHS
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.http_limits import HttpLimits
@@ -69,7 +70,7 @@ from smg_trio.frontends.workers_api import (
     is_workers_path,
     serve_workers,
 )
-from smg_trio.gateway import HANDLED_PATHS, OTHER_ENDPOINT, Gateway
+from smg_trio.gateway import OTHER_ENDPOINT, Gateway
 from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
