@@ -40,6 +40,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
+from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol
 from smg_trio.frontends.http_limits import HttpLimits
 
@@ -222,6 +223,8 @@ class GatewayConnection(TCPServer):
         self._limits = limits
         self._between_requests = True
         self._timer_s = limits.idle_timeout_s
+        # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
+        self._writer = ConnectionWriter(stream, self._write_failed)
 
     async def run(self) -> None:
         stream: Stream = self.stream
@@ -242,6 +245,7 @@ class GatewayConnection(TCPServer):
             server = parse_socket_addr(sock.family, sock.getsockname())
             async with TaskGroup() as task_group:
                 self._task_group = task_group
+                task_group.spawn(self._writer.run)
                 self.protocol = ProtocolSwitch(  # type: ignore[assignment]
                     (
                         self.app,
@@ -270,12 +274,18 @@ class GatewayConnection(TCPServer):
             self._between_requests = event.idle
             self._timer_s = self._limits.idle_timeout_s
         if isinstance(event, RawData):
-            await super().protocol_send(event)  # hypercorn shields the write itself
+            await self._writer.push(event.data)  # written shielded, with the round's others
             return
         # Closing the socket and (re)starting the idle timer must happen even when the app that
         # sent its last message is being cancelled (docs/http.md §1).
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
+            if isinstance(event, Closed):
+                await self._writer.drain()  # the last response goes out before the close
             await super().protocol_send(event)
+
+    async def _write_failed(self) -> None:
+        """The peer is gone (a write failed): what hypercorn's own write did then."""
+        await self.protocol.handle(Closed())
 
     async def _read_data(self) -> None:
         while True:
@@ -295,6 +305,7 @@ class GatewayConnection(TCPServer):
         # hypercorn leaves the idle timer running after the client left, which kept the socket
         # (and a slot under the connection cap) for up to the keep-alive time.
         await self.idle_task.stop()
+        self._writer.stop()
 
     async def _idle_timeout(self) -> None:
         with trio.move_on_after(self._timer_s if self._timer_s > 0 else inf):
