@@ -126,12 +126,14 @@ class Gateway:
         metrics: GatewayMetrics | None = None,
         log_requests: bool = False,
         tracer: RequestTracer | None = None,
+        stream_interval: int = 1,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
             model.prompt_model(),
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
+            stream_interval=stream_interval,
         )
         self.pool = pool
         self.request_timeout_s = request_timeout_s

@@ -142,6 +142,7 @@ async def serve(
             memory_budget=memory_budget(config.memory_budget_mb),
             log_requests=config.log_requests,
             tracer=tracer,
+            stream_interval=config.stream_interval,
         )
         limits = http_limits(config)
         app = GatewayApp(

@@ -84,6 +84,9 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     logprob_text: bool = False
     # Chat only: the tool-call / reasoning parsers its choices run; None for plain text.
     parsers: ParserSetup | None = None
+    # Streaming: tokens per chunk after a choice's first text chunk (--stream-interval, as
+    # vLLM's: the first text and the finish are never held; docs/performance.md §4).
+    stream_interval: int = 1
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

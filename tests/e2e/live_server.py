@@ -116,6 +116,7 @@ async def live_server(
     http_limits: Mapping[str, float] = {},
     metrics_port: int | None = None,
     probe_port: int | None = None,
+    stream_interval: int = 1,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -135,7 +136,7 @@ async def live_server(
         metrics_port=metrics_port,
         probe_port=probe_port,
     )
-    config = msgspec.structs.replace(config, **(resilience or {}))
+    config = msgspec.structs.replace(config, stream_interval=stream_interval, **(resilience or {}))
     replay = write_replay(tmp_path, replay_text)
     with engine_log(tmp_path / "engine.log") as log:
         async with served_gateway(config, log) as served:
