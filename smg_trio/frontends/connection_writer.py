@@ -1,4 +1,4 @@
-"""I/O. One socket write per scheduling round for everything a connection has pending.
+"""I/O. One socket write per scheduling round for everything an h2 connection has pending.
 
 hypercorn's protocols write each piece of output as it is made: over h2 its one send task
 frames a stream's DATA and awaits the socket write (a lock, a syscall, two checkpoints) before
@@ -16,6 +16,8 @@ chunk (docs/performance.md §2). `ConnectionWriter` is the connection's one writ
   parks its producers, as before).
 - `drain` (before hypercorn closes the socket) waits until everything pushed went out, so a
   last response is never cut off; `stop` ends the writer after its last write.
+- HTTP/1.1 connections keep hypercorn's awaited writes (frontends/http_server.py says why);
+  an h2c upgrade's 101 is written that way before the h2 protocol pushes anything here.
 - A failed write (the peer is gone) calls `on_broken` once (hypercorn's `Closed` to the
   protocol, as its own write did) and drops whatever is pushed after it.
 """

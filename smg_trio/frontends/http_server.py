@@ -274,6 +274,13 @@ class GatewayConnection(TCPServer):
             self._between_requests = event.idle
             self._timer_s = self._limits.idle_timeout_s
         if isinstance(event, RawData):
+            if isinstance(self.protocol.protocol, H11Protocol):
+                # One stream per connection: nothing to coalesce across, and hypercorn's h11
+                # decides keep-alive from how far it has read the request when the response
+                # ends; a write that returns at once let a response that did not wait for its
+                # body end first, and the connection was closed under the client's next request.
+                await super().protocol_send(event)  # hypercorn shields the write itself
+                return
             await self._writer.push(event.data)  # written shielded, with the round's others
             return
         # Closing the socket and (re)starting the idle timer must happen even when the app that
