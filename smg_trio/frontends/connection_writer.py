@@ -121,6 +121,7 @@ class ConnectionWriter:
             self._queue = []
             self._queued_bytes = 0
             self._taken.unpark_all()
+            self._ready.unpark_all()  # the writer task, if `drain` was the one writing
             await self._on_broken()
         finally:
             self._writing = False
