@@ -33,6 +33,7 @@ import hypercorn.config
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
@@ -274,8 +275,9 @@ class GatewayConnection(TCPServer):
             self._between_requests = event.idle
             self._timer_s = self._limits.idle_timeout_s
         if isinstance(event, RawData):
-            if isinstance(self.protocol.protocol, H11Protocol):
-                # One stream per connection: nothing to coalesce across, and hypercorn's h11
+            protocol = self.protocol.protocol
+            if isinstance(protocol, H11Protocol) and not isinstance(protocol.stream, WSStream):
+                # One response at a time: nothing to coalesce across, and hypercorn's h11
                 # decides keep-alive from how far it has read the request when the response
                 # ends; a write that returns at once let a response that did not wait for its
                 # body end first, and the connection was closed under the client's next request.

@@ -306,9 +306,19 @@ class _Socket:
 async def _send_frames(
     frames_receive: trio.MemoryReceiveChannel[bytes], send: ASGISendCallable
 ) -> None:
+    # Every frame already queued is sent before the next wait, so the connection's writer
+    # puts them in one socket write (docs/performance.md §2).
     async with frames_receive:
-        async for frame in frames_receive:
-            await send({"type": "websocket.send", "bytes": None, "text": frame.decode()})
+        async for first in frames_receive:
+            frame: bytes | None = first
+            while frame is not None:
+                await send({"type": "websocket.send", "bytes": None, "text": frame.decode()})
+                try:
+                    frame = frames_receive.receive_nowait()
+                except trio.WouldBlock:
+                    frame = None
+                except trio.EndOfChannel:
+                    return
 
 
 async def handle_websocket(
