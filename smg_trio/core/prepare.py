@@ -335,7 +335,8 @@ def _plan(
         continuous_usage=req.continuous_usage,
         echo_text=echo_text,
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
-        stream_interval=model.stream_interval,
+        # vLLM's rule: a request's stream_interval can only raise the server's.
+        stream_interval=max(req.stream_interval or 1, model.stream_interval),
     )
 
 

@@ -1,7 +1,8 @@
 """`--stream-interval K` end to end (docs/performance.md §4): over SSE and over the WebSocket,
 a streamed completion comes in fewer chunks, each after the first carrying at least K tokens
 (the last one, flushed before the finish, may carry fewer), and the concatenated text,
-the tokens and the usage are exactly those of the same request answered whole."""
+the tokens and the usage are exactly those of the same request answered whole; a request's own
+`stream_interval` raises the server's for that request."""
 
 from __future__ import annotations
 
@@ -77,14 +78,23 @@ async def test_interval_k_groups_tokens_over_sse_and_websocket_with_the_same_tex
         assert 3 <= len(chunks) <= 1 + math.ceil((MAX_TOKENS - 1) / INTERVAL), (transport, chunks)
 
 
-async def test_interval_one_sends_each_engine_step_as_it_comes(tmp_path: Path) -> None:
-    """The default: with the engine stepping slower than the gateway, a chunk per token."""
+async def test_interval_one_sends_each_engine_step_and_a_request_may_raise_it(
+    tmp_path: Path,
+) -> None:
+    """The default: with the engine stepping slower than the gateway, a chunk per token; a
+    request's own `stream_interval` (vLLM's field) raises it for that request only."""
+    raised = {**completion_body(stream=True), "stream_interval": INTERVAL}
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (
             live_server(tmp_path, api_key=None, step_ms=5.0) as server,
             httpx.AsyncClient(base_url=server.base_url) as client,
         ):
             response = await client.post(COMPLETIONS, json=completion_body(stream=True))
+            grouped = await client.post(COMPLETIONS, json=raised)
     chunks, _, _, _ = chunked(parse_sse(response.content)[:-1])  # type: ignore[arg-type]
     assert sum(map(len, chunks)) == MAX_TOKENS
     assert len(chunks) > MAX_TOKENS // 2, chunks  # mostly one token each (a slow round may merge)
+    chunks, _, _, _ = chunked(parse_sse(grouped.content)[:-1])  # type: ignore[arg-type]
+    assert sum(map(len, chunks)) == MAX_TOKENS
+    assert all(len(chunk) >= INTERVAL for chunk in chunks[1:-1]), chunks
+    assert 3 <= len(chunks) <= 1 + math.ceil((MAX_TOKENS - 1) / INTERVAL), chunks
