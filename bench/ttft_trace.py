@@ -32,7 +32,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from itertools import pairwise
 from typing import Any, Final
@@ -44,6 +45,7 @@ from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio import gateway as gateway_module
 from smg_trio import retrying
 from smg_trio.backends import zmq_backend, zmq_codec
+from smg_trio.config import GatewayConfig
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.frontends import connection_writer, sse
 from smg_trio.neutral.runtime import Runtime
@@ -69,9 +71,13 @@ def _stamp(stage: str) -> None:
         stamps[stage] = time.perf_counter_ns()
 
 
-def _after(owner: Any, name: str, stage: str) -> None:
+Undo = list[tuple[Any, str, Any]]
+
+
+def _after(owner: Any, name: str, stage: str, undo: Undo) -> None:
     """Wrap `owner.name` (sync or async) to stamp `stage` when it returns."""
     original: Callable[..., Any] = getattr(owner, name)
+    undo.append((owner, name, original))
     if inspect.iscoroutinefunction(original):
 
         @wraps(original)
@@ -92,9 +98,10 @@ def _after(owner: Any, name: str, stage: str) -> None:
         setattr(owner, name, wrapper)
 
 
-def _before(owner: Any, name: str, stage: str) -> None:
+def _before(owner: Any, name: str, stage: str, undo: Undo) -> None:
     """Wrap the async `owner.name` to stamp `stage` when it is called."""
     original: Callable[..., Any] = getattr(owner, name)
+    undo.append((owner, name, original))
 
     @wraps(original)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -104,28 +111,47 @@ def _before(owner: Any, name: str, stage: str) -> None:
     setattr(owner, name, wrapper)
 
 
-def instrument() -> None:
-    _before(gateway_module.Gateway, "handle", "handle")
-    _after(gateway_module.Gateway, "_prepare_now", "prepared")
-    _after(retrying, "finalize", "finalized")
-    _after(zmq_backend.ZmqBackend, "_start_stream", "queued")
-    _after(zmq_backend.ZmqBackend, "_send_input", "add_sent")
-    _after(zmq_codec, "decode_output", "output")
-    _before(sse.SseResponse, "send_chunks", "chunk")
-    _after(connection_writer.ConnectionWriter, "_write", "written")
+@contextmanager
+def instrumented() -> Iterator[None]:
+    """The gateway's functions wrapped for the trace, and put back on leaving."""
+    undo: Undo = []
+    try:
+        _before(gateway_module.Gateway, "handle", "handle", undo)
+        _after(gateway_module.Gateway, "_prepare_now", "prepared", undo)
+        _after(retrying, "finalize", "finalized", undo)
+        _after(zmq_backend.ZmqBackend, "_start_stream", "queued", undo)
+        _after(zmq_backend.ZmqBackend, "_send_input", "add_sent", undo)
+        _after(zmq_codec, "decode_output", "output", undo)
+        _before(sse.SseResponse, "send_chunks", "chunk", undo)
+        _after(connection_writer.ConnectionWriter, "_write", "written", undo)
+        yield
+    finally:
+        for owner, name, original in reversed(undo):
+            setattr(owner, name, original)
 
 
 async def trace(requests: int, step_ms: float, output_tokens: int) -> dict[str, list[float]]:
-    instrument()
     config = zmq_gateway_config(1, Runtime.VLLM, api_key=None)
     steps: dict[str, list[float]] = {stage: [] for stage in STAGES[1:]}
-    body = {
+    body: dict[str, object] = {
         "model": "demo_model",
         "prompt": "one two three four five six seven eight " * 16,
         "max_tokens": output_tokens,
         "ignore_eos": True,
         "stream": True,
     }
+    with instrumented():
+        await _trace(config, requests, step_ms, body, steps)
+    return steps
+
+
+async def _trace(
+    config: GatewayConfig,
+    requests: int,
+    step_ms: float,
+    body: dict[str, object],
+    steps: dict[str, list[float]],
+) -> None:
     async with served_gateway(config, subprocess.DEVNULL) as served:
         (address,) = served.serving.worker_addresses
         await served.start_engine(
@@ -145,7 +171,6 @@ async def trace(requests: int, step_ms: float, output_tokens: int) -> dict[str, 
                 for previous, stage in pairwise(STAGES):
                     if previous in stamps and stage in stamps:
                         steps[stage].append((stamps[stage] - stamps[previous]) / 1e6)
-    return steps
 
 
 def main(argv: list[str]) -> int:
