@@ -48,6 +48,7 @@ from smg_trio.serve import Serving, serve
 
 ENGINE_READY_S: Final = 60.0
 FIRST_EVENTS_S: Final = 120.0
+ADDED_POLL_S: Final = 0.01
 COUNTERS_S: Final = 60.0  # an engine busy with thousands of requests answers slowly
 MAX_TOKENS: Final = 4000  # 80 s at 20 ms a step: a request nobody aborts is still running
 STREAMS_PER_CONNECTION: Final = 100  # hypercorn's default h2 concurrent-stream limit
@@ -159,9 +160,14 @@ async def storm_round(target: StormTarget, mix: Mapping[Leave, int], body: bytes
     all_arrivals = Arrivals(total)
     by_kind = {kind: Arrivals(streams, all_arrivals) for kind, streams in mix.items()}
     go = trio.Event()
+    # The connections dropped while starting wait until the engine has every request of the
+    # round: how soon a first chunk goes out must not decide whether a sibling reached the
+    # engine (a gateway that writes faster would otherwise turn aborts into no-ADDs).
+    added = trio.Event()
     port = target.port
     with trio.fail_after(FIRST_EVENTS_S + 30):
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(_set_when_added, target, total, added)
             for kind, streams in mix.items():
                 arrivals = by_kind[kind]
                 match kind:
@@ -175,6 +181,7 @@ async def storm_round(target: StormTarget, mix: Mapping[Leave, int], body: bytes
                                 h2_streams,
                                 drop=kind is not Leave.H2_RST_STREAM,
                                 starting=kind is Leave.H2_DROP_STARTING,
+                                added=added,
                             )
                             if kind in (Leave.H2_RST_STREAM, Leave.H2_DROP, Leave.H2_DROP_STARTING)
                             else partial(ws_streams, cancel=kind is Leave.WS_CANCEL)
@@ -189,6 +196,16 @@ async def storm_round(target: StormTarget, mix: Mapping[Leave, int], body: bytes
                 raise RuntimeError(f"not every stream got a first event: {counts}")
             go.set()
     return total
+
+
+async def _set_when_added(target: StormTarget, requests: int, added: trio.Event) -> None:
+    """Set `added` once the engine has counted `requests` more ADDs than now."""
+    wanted = (await target.counters())["requests_added"] + requests
+    while True:
+        if (await target.counters())["requests_added"] >= wanted:
+            added.set()
+            return
+        await trio.sleep(ADDED_POLL_S)
 
 
 async def settle(

@@ -116,10 +116,12 @@ async def h2_streams(
     go: trio.Event,
     drop: bool,
     starting: bool = False,
+    added: trio.Event | None = None,
 ) -> None:
     """`streams` streams on one h2c connection, left by RST_STREAM each or by dropping it;
-    `starting`: dropped as soon as half of them got their first bytes, without waiting for
-    `go` (the others' responses are still starting: headers in flight)."""
+    `starting`: dropped as soon as half of them got their first bytes and `added` is set (the
+    engine has every request of the round), without waiting for `go` (the others' responses
+    are still starting: their first output is up to an engine step away)."""
     sock = trio.socket.socket()
     connection = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=True, header_encoding=None)
@@ -152,6 +154,8 @@ async def h2_streams(
                         if starting and len(waiting) <= streams // 2:
                             for _ in waiting:
                                 ready.arrived()
+                            if added is not None:
+                                await added.wait()
                             return
                 elif isinstance(event, h2.events.StreamReset | h2.events.StreamEnded):
                     raise ConnectionError(f"stream {event.stream_id} ended early")

@@ -7,7 +7,7 @@
         [--policy P] [--max-retries N] [--max-concurrent-requests N] [--max-queue N]
         [--queue-timeout-s S] [--session-header NAME] [--admin-api-key KEY]
         [--tool-call-parser NAME] [--reasoning-parser NAME]
-        [--memory-budget-mb MB]
+        [--memory-budget-mb MB] [--stream-interval K]
         [--idle-timeout-s S] [--header-timeout-s S] [--body-timeout-s S] [--body-idle-s S]
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
         [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P] [--probe-port P]
@@ -59,6 +59,7 @@ _CONFIG_FLAGS = (
     "tool_call_parser",
     "reasoning_parser",
     "memory_budget_mb",
+    "stream_interval",
     # HTTP limits (add_http_limit_flags)
     "idle_timeout_s",
     "header_timeout_s",
@@ -214,6 +215,13 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="MB",
         help="memory the bodies and prompts of requests in flight may hold; past it, 429 "
         "(default: a quarter of physical memory)",
+    )
+    serve.add_argument(
+        "--stream-interval",
+        type=int,
+        metavar="K",
+        help="streamed tokens per chunk after a choice's first, as vLLM's: the first text and "
+        "the finish are never held (default 1)",
     )
     add_http_limit_flags(serve)
     # Observability (docs/observability.md).

@@ -76,6 +76,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Bytes of bodies and prompt ids all requests in flight may hold (docs/limits.md §4);
     # None: a quarter of physical memory.
     memory_budget_mb: int | None = None
+    # Streamed tokens per chunk after a choice's first (vLLM's --stream-interval; 1 = every
+    # engine batch as it comes; docs/performance.md §4).
+    stream_interval: int = 1
     # HTTP server limits (docs/http.md): seconds, and 0 = derived from the fd limit for caps.
     idle_timeout_s: float = 75.0
     header_timeout_s: float = 20.0
@@ -215,6 +218,8 @@ def validate_routing(config: GatewayConfig) -> None:
     unknown = sorted(set(config.model_policies) - set(names)) if names else []
     if unknown:
         raise ConfigError(f"model_policies names models that are not served: {unknown}")
+    if config.stream_interval < 1:
+        raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")
     if config.max_retries < 0:
         raise ConfigError(f"max_retries must be 0 or more, got {config.max_retries}")
     limit = config.max_concurrent_requests

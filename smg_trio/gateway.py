@@ -109,6 +109,7 @@ class Gateway:
         log_requests: bool = False,
         tracer: RequestTracer | None = None,
         response_store: ResponseStore | None = None,
+        stream_interval: int = 1,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -120,6 +121,7 @@ class Gateway:
                 if uses_harmony(tool_call_parser, reasoning_parser)
                 else ()
             ),
+            stream_interval=stream_interval,
         )
         self.pool = pool
         self.request_timeout_s = request_timeout_s

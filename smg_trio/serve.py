@@ -158,6 +158,7 @@ async def serve(
             tracer=tracer,
             response_store=response_store,
             metrics=metrics,
+            stream_interval=config.stream_interval,
         )
         limits = http_limits(config)
         app = GatewayApp(

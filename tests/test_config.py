@@ -276,3 +276,19 @@ def test_processes_by_flag_and_toml_and_what_several_cannot_share(tmp_path: Path
     for flags, message in refused:
         with pytest.raises(ConfigError, match=message):
             config_from_args(build_parser().parse_args([*base, *flags]))
+
+
+def test_stream_interval_by_flag_and_toml_and_below_one_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "gw.toml"
+    base = 'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\n'
+    path.write_text(base + "stream_interval = 4\n", encoding="utf-8")
+    assert config_from_toml(path).stream_interval == 4
+    args = build_parser().parse_args(["serve", "--config", str(path), "--stream-interval", "8"])
+    assert config_from_args(args).stream_interval == 8
+    path.write_text(base, encoding="utf-8")
+    assert config_from_toml(path).stream_interval == 1  # the default: every batch as it comes
+    path.write_text(base + "stream_interval = 0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="stream_interval"):
+        config_from_toml(path)

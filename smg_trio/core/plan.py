@@ -87,6 +87,9 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     parsers: ParserSetup | None = None
     # /v1/responses only: what its response object echoes and its store keeps.
     responses: ResponseSettings | None = None
+    # Streaming: tokens per chunk after a choice's first text chunk (--stream-interval, as
+    # vLLM's: the first text and the finish are never held; docs/performance.md §4).
+    stream_interval: int = 1
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

@@ -46,6 +46,7 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     # The most input bytes one token stands for (None: unbounded), for prompt_bound's byte rule.
     max_bytes_per_token: int | None = None
     harmony_stop_ids: tuple[int, ...] = ()  # gpt-oss: <|return|>, <|call|> (harmony_prompt.py)
+    stream_interval: int = 1  # --stream-interval (docs/performance.md §4)
 
     def prompt_limit(self, truncate_prompt_tokens: int | None, param: str) -> PromptLimit | None:
         """What bounds a prompt's tokenization (docs/limits.md §1); None without a context."""
@@ -256,6 +257,7 @@ def prepare_generate(
         include_usage=False,
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
         logprob_text=req.return_text_in_logprobs,
+        stream_interval=model.stream_interval,
     )
 
 
@@ -337,6 +339,8 @@ def _plan(
         continuous_usage=req.continuous_usage,
         echo_text=echo_text,
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
+        # vLLM's rule: a request's stream_interval can only raise the server's.
+        stream_interval=max(req.stream_interval or 1, model.stream_interval),
     )
 
 

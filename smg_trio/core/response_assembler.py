@@ -60,6 +60,7 @@ class _Choice:
 
     __slots__ = (
         "chars",
+        "chunked_tokens",
         "decoded",
         "done",
         "emitted",
@@ -75,6 +76,7 @@ class _Choice:
         "stop_reason",
         "streamed_match",
         "tokens",
+        "unsent",
     )
 
     def __init__(self, scanner: StopScanner, echo: str | None, *, stream: bool) -> None:
@@ -94,6 +96,10 @@ class _Choice:
         self.pending: list[_Pending] = []
         self.released: list[TokenLogprob] = []  # released positions not yet in a chunk
         self.prompt: tuple[TokenLogprob, ...] | None = None  # the engine's prompt logprobs
+        # --stream-interval: text held for the next chunk, and `tokens` when the last text
+        # chunk went out (None: none yet, so the first text is never held).
+        self.unsent: list[str] = []
+        self.chunked_tokens: int | None = None
 
     def full_text(self) -> str:
         return "".join(self.parts)
@@ -118,6 +124,7 @@ class ResponseAssembler:
         self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
         self._eos_token_id = plan.stop_spec.eos_token_id
+        self._interval = plan.stream_interval if plan.stream else 1
         self._choices = [
             _Choice(StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream)
             for prompt in plan.prompts
@@ -324,13 +331,29 @@ class ResponseAssembler:
         choice.emitted += len(text)
         if choice.pending:  # e.g. held text flushed at the engine's finish: its tokens go with it
             self._release(choice, choice.emitted, final=False)
-        if self._stream:
-            released = choice.released
-            chunk = self._renderer.text(index, text, choice, released)
-            if chunk:  # b"": an output parser holds the text for now
-                out.append(chunk)
-            if released:  # renderers never keep the list: an empty one is reused, not replaced
-                choice.released = []
+        if not self._stream:
+            return
+        if self._interval > 1:
+            # vLLM's --stream-interval: after the first text chunk, one chunk per `interval`
+            # tokens; the held text goes out with the next chunk or before the finish.
+            last = choice.chunked_tokens
+            if last is not None and choice.tokens - last < self._interval:
+                choice.unsent.append(text)
+                return
+            choice.chunked_tokens = choice.tokens
+            if choice.unsent:
+                choice.unsent.append(text)
+                text = "".join(choice.unsent)
+                choice.unsent = []
+        self._render_text(index, choice, text, out)
+
+    def _render_text(self, index: int, choice: _Choice, text: str, out: list[bytes]) -> None:
+        released = choice.released
+        chunk = self._renderer.text(index, text, choice, released)
+        if chunk:  # b"": an output parser holds the text for now
+            out.append(chunk)
+        if released:  # renderers never keep the list: an empty one is reused, not replaced
+            choice.released = []
 
     def _open_choice(self, index: int, choice: _Choice, out: list[bytes]) -> None:
         choice.started = True
@@ -358,6 +381,9 @@ class ResponseAssembler:
             return
         if not choice.started:
             self._open_choice(index, choice, out)
+        if choice.unsent:  # held by --stream-interval: never later than the finish
+            self._render_text(index, choice, "".join(choice.unsent), out)
+            choice.unsent = []
         out.extend(self._renderer.closing(index, choice))
         out.append(self._renderer.finish(index, choice, choice.released))
         choice.released = []

@@ -33,6 +33,7 @@ import hypercorn.config
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
@@ -40,6 +41,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
+from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol
 from smg_trio.frontends.http_limits import HttpLimits
 
@@ -222,6 +224,8 @@ class GatewayConnection(TCPServer):
         self._limits = limits
         self._between_requests = True
         self._timer_s = limits.idle_timeout_s
+        # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
+        self._writer = ConnectionWriter(stream, self._write_failed)
 
     async def run(self) -> None:
         stream: Stream = self.stream
@@ -242,6 +246,7 @@ class GatewayConnection(TCPServer):
             server = parse_socket_addr(sock.family, sock.getsockname())
             async with TaskGroup() as task_group:
                 self._task_group = task_group
+                task_group.spawn(self._writer.run)
                 self.protocol = ProtocolSwitch(  # type: ignore[assignment]
                     (
                         self.app,
@@ -270,12 +275,26 @@ class GatewayConnection(TCPServer):
             self._between_requests = event.idle
             self._timer_s = self._limits.idle_timeout_s
         if isinstance(event, RawData):
-            await super().protocol_send(event)  # hypercorn shields the write itself
+            protocol = self.protocol.protocol
+            if isinstance(protocol, H11Protocol) and not isinstance(protocol.stream, WSStream):
+                # One response at a time: nothing to coalesce across, and hypercorn's h11
+                # decides keep-alive from how far it has read the request when the response
+                # ends; a write that returns at once let a response that did not wait for its
+                # body end first, and the connection was closed under the client's next request.
+                await super().protocol_send(event)  # hypercorn shields the write itself
+                return
+            await self._writer.push(event.data)  # written shielded, with the round's others
             return
         # Closing the socket and (re)starting the idle timer must happen even when the app that
         # sent its last message is being cancelled (docs/http.md §1).
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
+            if isinstance(event, Closed):
+                await self._writer.drain()  # the last response goes out before the close
             await super().protocol_send(event)
+
+    async def _write_failed(self) -> None:
+        """The peer is gone (a write failed): what hypercorn's own write did then."""
+        await self.protocol.handle(Closed())
 
     async def _read_data(self) -> None:
         while True:
@@ -295,6 +314,7 @@ class GatewayConnection(TCPServer):
         # hypercorn leaves the idle timer running after the client left, which kept the socket
         # (and a slot under the connection cap) for up to the keep-alive time.
         await self.idle_task.stop()
+        self._writer.stop()
 
     async def _idle_timeout(self) -> None:
         with trio.move_on_after(self._timer_s if self._timer_s > 0 else inf):

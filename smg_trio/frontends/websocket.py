@@ -313,9 +313,18 @@ class _Socket:
 async def _send_frames(
     frames_receive: trio.MemoryReceiveChannel[bytes], send: ASGISendCallable
 ) -> None:
+    # Up to a buffer's worth of queued frames is sent before the next checkpoint, so the
+    # connection's writer puts them in one socket write (docs/performance.md §2); bounded, so
+    # the streams' own tasks (and new requests' first chunks) get their turn in between.
     async with frames_receive:
-        async for frame in frames_receive:
-            await send({"type": "websocket.send", "bytes": None, "text": frame.decode()})
+        async for first in frames_receive:
+            await send({"type": "websocket.send", "bytes": None, "text": first.decode()})
+            for _ in range(FRAME_BUFFER - 1):
+                try:
+                    frame = frames_receive.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                await send({"type": "websocket.send", "bytes": None, "text": frame.decode()})
 
 
 async def handle_websocket(

@@ -164,6 +164,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     n: int | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    stream_interval: int | None = None  # vLLM: tokens per streamed chunk, at least the server's
     stop: StopField = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None

@@ -81,6 +81,7 @@ def _check_openai_common(req: _SamplingFields, max_tokens: int | None, max_param
     check_knobs(req, "")
     check_between(req.n, "n", 1, MAX_CHOICES)
     check_between(req.seed, "seed", INT64_MIN, INT64_MAX)
+    check_between(req.stream_interval, "stream_interval", 1, INT64_MAX)
     check_lengths(max_tokens, max_param, req.min_tokens, "min_tokens")
     check_stops(req.stop, "stop", max_count=MAX_STOP_STRINGS)
     check_count(req.bad_words, "bad_words", MAX_BAD_WORDS)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
@@ -295,3 +298,66 @@ def test_the_primary_eos_keeps_matched_stop_but_no_stop_reason() -> None:
     a.on_events([TokenDelta(0, (1, 999))])
     choice = json.loads(a.response_body())["choices"][0]
     assert (choice["matched_stop"], choice["stop_reason"]) == (999, None)  # smg's, vLLM's
+
+
+def make_interval(interval: int, stop: tuple[str, ...] = ()) -> ResponseAssembler:
+    plan = GeneratePlan(
+        request_id="r1",
+        endpoint=Endpoint.CHAT,
+        model="m",
+        prompt_ids=(1, 2, 3),
+        sampling=SamplingParams(stop=stop),
+        stream=True,
+        include_usage=True,
+        stop_spec=StopSpec(strings=stop, token_ids=(999,)),
+        stream_interval=interval,
+    )
+    return ResponseAssembler(plan, T1, created=1700000000)
+
+
+def content_chunks(payloads: list[bytes]) -> list[str]:
+    return [
+        c["delta"]["content"]
+        for o in objs(payloads)
+        for c in o.get("choices", [])
+        if c["delta"].get("content")
+    ]
+
+
+def test_stream_interval_sends_the_first_token_then_every_k_and_flushes_at_the_finish() -> None:
+    a = make_interval(3)
+    out: list[bytes] = []
+    for token in (1, 2, 3, 4, 3, 4, 3):
+        out += tokens(a, 0, [token])
+    out += engine_finished(a, 0, "length", None, 7)
+    # The first text at once; then a chunk per 3 tokens; the last token before the finish.
+    assert content_chunks(out) == ["Hello", " world test token", " test token test"]
+    assert finishes(out) == [("length", "ABSENT")]
+    assert objs(out)[-1]["choices"][0]["finish_reason"] == "length"  # nothing after it
+
+
+@given(
+    batches=st.lists(
+        st.lists(st.sampled_from((1, 2, 3, 4, 6)), min_size=1, max_size=4), max_size=8
+    ),
+    interval=st.integers(min_value=1, max_value=5),
+    stop=st.sampled_from(((), ("world test",), (".",))),
+)
+def test_stream_interval_changes_only_how_the_text_is_cut(
+    batches: list[list[int]], interval: int, stop: tuple[str, ...]
+) -> None:
+    """Against interval 1: the same text, finish and usage, in no more chunks."""
+    outputs = []
+    for k in (1, interval):
+        a = make_interval(k, stop)
+        out: list[bytes] = []
+        for batch in batches:
+            out += tokens(a, 0, batch)
+        count = sum(map(len, batches))
+        out += engine_finished(a, 0, "length", None, count)
+        end = a.stream_end()
+        outputs.append((content_chunks(out), finishes(out), end.usage, end.finish))
+    (chunks_1, *same_1), (chunks_k, *same_k) = outputs
+    assert "".join(chunks_k) == "".join(chunks_1)
+    assert same_k == same_1
+    assert len(chunks_k) <= len(chunks_1)

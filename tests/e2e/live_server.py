@@ -118,6 +118,7 @@ async def live_server(
     probe_port: int | None = None,
     response_store: str | None = None,
     model_path: Path | None = None,
+    stream_interval: int = 1,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -141,7 +142,7 @@ async def live_server(
         # Never the user's data dir: a file of the test's own unless the test names one.
         response_store=response_store or f"sqlite:///{tmp_path / 'responses.sqlite3'}",
     )
-    config = msgspec.structs.replace(config, **(resilience or {}))
+    config = msgspec.structs.replace(config, stream_interval=stream_interval, **(resilience or {}))
     if model_path is not None:  # the gateway and its engines serve another model folder
         config = msgspec.structs.replace(config, model_path=model_path)
         engine_args = ("--model-path", str(model_path), *engine_args)

@@ -1,0 +1,200 @@
+"""I/O. Where a single stream's time to first token goes inside the gateway (issue 15 item 3).
+
+    python -m bench ttft_trace [--requests 200] [--step-ms 0] [--output-tokens 16]
+
+The gateway runs in this process (bench/served_gateway.py) with the reference vLLM EngineCore
+as a subprocess; one h2c client sends streamed completions one after another. For the trace,
+and only in this process, a few of the gateway's functions are wrapped to take a
+`perf_counter_ns` stamp the first time each runs for the request in flight (nothing of it is
+left in the gateway's code):
+
+    sent        the client hands the request to its connection
+    handle      Gateway.handle starts (HTTP parsed, body read, routed to the app)
+    prepared    Gateway._prepare_now returned (decode, template, tokenize)
+    finalized   finalize (retrying.py) returned: the engine request
+    queued      the ZMQ backend queued the ADD for its input socket's writer
+    add_sent    the ZMQ ADD left the backend's input socket
+    output      the first engine output message was decoded
+    chunk       the first payload reached the SSE sink
+    written     the connection writer's first write returned (bytes in the kernel)
+    first_byte  the client read the first response bytes
+
+and the p50 of each step is printed (ms). The client shares the process, so its own CPU is in
+the `sent` → `handle` and `written` → `first_byte` steps; the steps in between are the
+gateway's. Bounded: at most `--requests` requests (≤ 2,000), loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from itertools import pairwise
+from typing import Any, Final
+
+import httpx
+import trio
+
+from bench.served_gateway import served_gateway, zmq_gateway_config
+from smg_trio import gateway as gateway_module
+from smg_trio import retrying
+from smg_trio.backends import zmq_backend, zmq_codec
+from smg_trio.config import GatewayConfig
+from smg_trio.engines.launch import EngineCommand
+from smg_trio.frontends import connection_writer, sse
+from smg_trio.neutral.runtime import Runtime
+
+STAGES: Final = (
+    "sent",
+    "handle",
+    "prepared",
+    "finalized",
+    "queued",
+    "add_sent",
+    "output",
+    "chunk",
+    "written",
+    "first_byte",
+)
+MAX_REQUESTS: Final = 2000
+stamps: dict[str, int] = {}
+
+
+def _stamp(stage: str) -> None:
+    if stage not in stamps:
+        stamps[stage] = time.perf_counter_ns()
+
+
+Undo = list[tuple[Any, str, Any]]
+
+
+def _after(owner: Any, name: str, stage: str, undo: Undo) -> None:
+    """Wrap `owner.name` (sync or async) to stamp `stage` when it returns."""
+    original: Callable[..., Any] = getattr(owner, name)
+    undo.append((owner, name, original))
+    if inspect.iscoroutinefunction(original):
+
+        @wraps(original)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = await original(*args, **kwargs)
+            _stamp(stage)
+            return result
+
+        setattr(owner, name, async_wrapper)
+    else:
+
+        @wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            _stamp(stage)
+            return result
+
+        setattr(owner, name, wrapper)
+
+
+def _before(owner: Any, name: str, stage: str, undo: Undo) -> None:
+    """Wrap the async `owner.name` to stamp `stage` when it is called."""
+    original: Callable[..., Any] = getattr(owner, name)
+    undo.append((owner, name, original))
+
+    @wraps(original)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _stamp(stage)
+        return await original(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
+
+
+@contextmanager
+def instrumented() -> Iterator[None]:
+    """The gateway's functions wrapped for the trace, and put back on leaving."""
+    undo: Undo = []
+    try:
+        _before(gateway_module.Gateway, "handle", "handle", undo)
+        _after(gateway_module.Gateway, "_prepare_now", "prepared", undo)
+        _after(retrying, "finalize", "finalized", undo)
+        _after(zmq_backend.ZmqBackend, "_start_stream", "queued", undo)
+        _after(zmq_backend.ZmqBackend, "_send_input", "add_sent", undo)
+        _after(zmq_codec, "decode_output", "output", undo)
+        _before(sse.SseResponse, "send_chunks", "chunk", undo)
+        _after(connection_writer.ConnectionWriter, "_write", "written", undo)
+        yield
+    finally:
+        for owner, name, original in reversed(undo):
+            setattr(owner, name, original)
+
+
+async def trace(requests: int, step_ms: float, output_tokens: int) -> dict[str, list[float]]:
+    config = zmq_gateway_config(1, Runtime.VLLM, api_key=None)
+    steps: dict[str, list[float]] = {stage: [] for stage in STAGES[1:]}
+    body: dict[str, object] = {
+        "model": "demo_model",
+        "prompt": "one two three four five six seven eight " * 16,
+        "max_tokens": output_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with instrumented():
+        await _trace(config, requests, step_ms, body, steps)
+    return steps
+
+
+async def _trace(
+    config: GatewayConfig,
+    requests: int,
+    step_ms: float,
+    body: dict[str, object],
+    steps: dict[str, list[float]],
+) -> None:
+    async with served_gateway(config, subprocess.DEVNULL) as served:
+        (address,) = served.serving.worker_addresses
+        await served.start_engine(
+            EngineCommand("vllm-zmq", handshake=address, step_ms=step_ms).argv()
+        )
+        await served.wait_ready(served.serving.gateway.pool.workers)
+        url = f"http://127.0.0.1:{served.serving.port}"
+        async with httpx.AsyncClient(base_url=url, http1=False, http2=True) as client:
+            for index in range(requests + 5):
+                stamps.clear()
+                _stamp("sent")
+                async with client.stream("POST", "/v1/completions", json=body) as response:
+                    async for _ in response.aiter_raw():
+                        _stamp("first_byte")
+                if index < 5:  # warm-up
+                    continue
+                for previous, stage in pairwise(STAGES):
+                    if previous in stamps and stage in stamps:
+                        steps[stage].append((stamps[stage] - stamps[previous]) / 1e6)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench ttft_trace", description=__doc__)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--step-ms", type=float, default=0.0)
+    parser.add_argument("--output-tokens", type=int, default=16)
+    args = parser.parse_args(argv)
+    if not 0 < args.requests <= MAX_REQUESTS:
+        parser.error(f"--requests must be in 1..{MAX_REQUESTS}")
+    steps = trio.run(trace, args.requests, args.step_ms, args.output_tokens)
+    print("| step | p50 ms | p90 ms |")
+    print("|---|---:|---:|")
+    total = 0.0
+    for stage, values in steps.items():
+        if not values:
+            continue
+        p50 = statistics.median(values)
+        total += p50
+        p90 = statistics.quantiles(values, n=10)[-1] if len(values) > 1 else p50
+        print(f"| → {stage} | {p50:.3f} | {p90:.3f} |")
+    print(f"| sum of p50s | {total:.3f} | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

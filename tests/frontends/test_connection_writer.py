@@ -1,0 +1,120 @@
+"""ConnectionWriter: everything pushed in one scheduling round leaves in one write, in push
+order; a producer past the high water mark waits for the writer; `drain` sees the last bytes
+out; a broken peer is reported once and later pushes are dropped (docs/performance.md §2)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import trio
+import trio.testing
+
+from smg_trio.frontends.connection_writer import HIGH_WATER_BYTES, ConnectionWriter
+
+TEST_TIMEOUT_S: Final = 5.0
+
+
+class CountedStream(trio.abc.SendStream):
+    """trio's memory stream, counting its writes."""
+
+    def __init__(self) -> None:
+        self.memory = trio.testing.MemorySendStream()
+        self.writes = 0
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes += 1
+        await self.memory.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.memory.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.memory.aclose()
+
+    def get_data_nowait(self) -> bytes:
+        return bytes(self.memory.get_data_nowait())
+
+
+async def test_one_round_of_pushes_is_one_write_in_order() -> None:
+    stream = CountedStream()
+    broken: list[bool] = []
+
+    async def on_broken() -> None:
+        broken.append(True)
+
+    writer = ConnectionWriter(stream, on_broken)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            for index in range(64):  # what h2's send task frames in one pass
+                await writer.push(b"frame %d;" % index)
+            await writer.drain()
+            assert stream.writes == 1
+            await writer.push(b"next")
+            await writer.drain()
+            writer.stop()
+    assert stream.writes == 2
+    assert stream.get_data_nowait() == b"".join(b"frame %d;" % i for i in range(64)) + b"next"
+    assert broken == []
+
+
+async def test_a_producer_past_the_high_water_mark_waits_for_the_writer() -> None:
+    stream = CountedStream()
+
+    async def on_broken() -> None:
+        raise AssertionError("not broken")
+
+    writer = ConnectionWriter(stream, on_broken)
+    big = b"x" * (HIGH_WATER_BYTES // 2 + 1)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            await writer.push(big)  # below the mark: returns at once, no writer yet
+            pushed = trio.Event()
+
+            async def third_push() -> None:
+                await writer.push(big)  # past the mark: parks until the writer took the queue
+                pushed.set()
+
+            nursery.start_soon(third_push)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not pushed.is_set()
+            nursery.start_soon(writer.run)
+            await pushed.wait()
+            await writer.drain()
+            writer.stop()
+    assert stream.get_data_nowait() == big * 2
+
+
+async def test_drain_without_a_writer_task_writes_what_is_left() -> None:
+    stream = CountedStream()
+
+    async def on_broken() -> None:
+        raise AssertionError("not broken")
+
+    writer = ConnectionWriter(stream, on_broken)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        writer.stop()
+        await writer.run()  # stopped with nothing queued: returns
+        await writer.push(b"goodbye")  # e.g. a GOAWAY after the read side ended
+        await writer.drain()
+    assert stream.get_data_nowait() == b"goodbye"
+
+
+async def test_a_broken_peer_is_reported_once_and_later_bytes_are_dropped() -> None:
+    stream = CountedStream()
+    await stream.aclose()
+    broken: list[bool] = []
+
+    async def on_broken() -> None:
+        broken.append(True)
+
+    writer = ConnectionWriter(stream, on_broken)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await writer.push(b"lost")
+            await writer.drain()
+            await writer.push(b"dropped")
+            await writer.drain()
+    assert broken == [True]
