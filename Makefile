@@ -31,8 +31,13 @@ typecheck: $(STAMP)
 contracts: $(STAMP)
 	$(BIN)/lint-imports
 
+# Two phases (docs/architecture.md §8): the tests not marked `serial` on PYTEST_WORKERS processes
+# (pytest-xdist, one test file per worker at a time, so a module's shared engine starts once),
+# then the `serial` ones (real-time bounds) alone, collected only from the files that mark them.
+PYTEST_WORKERS ?= 3
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	$(BIN)/pytest -m serial $$(grep -rl --include='test_*.py' 'mark.serial' tests)
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

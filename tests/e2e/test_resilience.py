@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 import httpx
+import pytest
 import trio
 import trio_websocket
 
@@ -211,6 +212,7 @@ async def test_drain_lets_streams_finish_then_ends_the_rest_with_an_error_then_d
             assert terminal[0]["error"]["code"] == "draining"  # type: ignore[index]
 
 
+@pytest.mark.serial  # a 600 ms step against a 200 ms keep-alive timer, in real time
 async def test_a_silent_stream_gets_keep_alives(tmp_path: Path) -> None:
     keepalive_s = 0.2
     with trio.fail_after(TEST_TIMEOUT_S):
