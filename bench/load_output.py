@@ -50,7 +50,7 @@ def plot_scenario(runs: Sequence[RunSummary], scenario: str, path: Path) -> None
     """Three panels against stream count: output tokens/s; TTFT p50 (solid) and p99 (dashed);
     ITL p50 and p99. One colour per target."""
     # Imported here: matplotlib costs ~0.5 s of CPU to import, paid by every pytest worker's
-    # collection of the bench smoke tests, which never plot (docs/architecture.md §8).
+    # collection of the bench smoke tests, which never plot (docs/architecture.md §8.1).
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display

@@ -1,4 +1,4 @@
-"""What every test shares (docs/architecture.md §8).
+"""What every test shares (docs/architecture.md §8.1).
 
 The `serial` marker: `make unit` runs the tests not marked `serial` on several pytest-xdist
 workers, then the `serial` ones alone, and it finds those by looking for `mark.serial` in the
@@ -35,5 +35,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("serial") is not None and not _spells_serial(item.path):
             raise pytest.UsageError(
                 f"{item.nodeid} is marked serial from outside its file: write "
-                f"`pytest.{SERIAL_SPELLING}` in {item.path.name} (docs/architecture.md §8)"
+                f"`pytest.{SERIAL_SPELLING}` in {item.path.name} (docs/architecture.md §8.1)"
             )

@@ -144,7 +144,7 @@ def engine_parser(kind: str | None) -> argparse.ArgumentParser:
     """`smg-trio engine`'s parser on its own (`python -m smg_trio.engines KIND ...`, what
     EngineCommand launches). For a ZMQ `kind` it registers the ZMQ engines only, so the gRPC
     modules are never imported: every engine the tests, benches and demo start pays its imports
-    (docs/architecture.md §8)."""
+    (docs/architecture.md §8.1)."""
     parser = argparse.ArgumentParser(prog="smg-trio engine", description="run a reference engine")
     wires = parser.add_subparsers(dest="wire", required=True, metavar="WIRE")
     _add_zmq_engines(wires)

@@ -37,7 +37,7 @@ CHECK_PARAMS: Final = [
     pytest.param(
         check,
         id=check.__name__,
-        # A 50 ms bound of real time: run alone, after the parallel run (docs/architecture.md §8).
+        # A 50 ms bound of real time: run alone, after the parallel run (docs/architecture.md §8.1).
         marks=[pytest.mark.serial] if check in conformance.TIMED_CHECKS else [],
     )
     for check in conformance.CHECKS

@@ -407,7 +407,7 @@ async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
         # loaded machine a consumer still falls behind at times; which tokens share a chunk is
         # then scheduling, not encoding, so a pair of runs whose chunks hold different texts is
         # run again (at most GROUPING_ATTEMPTS times), and the bytes are compared on a pair that
-        # grouped alike (docs/architecture.md §8).
+        # grouped alike (docs/architecture.md §8.1).
         async with running_gateway(tmp_path, step_ms=SLOW_STEP_MS) as gateway:
             await gateway.gateway.handle(path, encoded, CollectingSink())  # warm up
             for _ in range(GROUPING_ATTEMPTS):
