@@ -35,6 +35,10 @@ TEST_TIMEOUT_S: Final = 20.0
 ERROR_EVENT_BOUND_S: Final = 1.0
 HEALTH_BOUND_S: Final = 2.0
 LONG: Final[dict[str, object]] = {"ignore_eos": True, "max_tokens": 1500}
+# Every test here bounds in real time how fast a death, a stall or a drain is seen (1 s, 2 s, a
+# probe period, a 200 ms keep-alive against a 600 ms step): run alone (docs/architecture.md §8.1).
+# Under xdist at load average ~5, a kill -9 once took more than ERROR_EVENT_BOUND_S to show.
+pytestmark = pytest.mark.serial
 
 
 async def stream_until_end(
@@ -212,7 +216,6 @@ async def test_drain_lets_streams_finish_then_ends_the_rest_with_an_error_then_d
             assert terminal[0]["error"]["code"] == "draining"  # type: ignore[index]
 
 
-@pytest.mark.serial  # a 600 ms step against a 200 ms keep-alive timer, in real time
 async def test_a_silent_stream_gets_keep_alives(tmp_path: Path) -> None:
     keepalive_s = 0.2
     with trio.fail_after(TEST_TIMEOUT_S):
