@@ -1,7 +1,7 @@
 """I/O. Streaming throughput of our gRPC backend client, and the asyncio bridge's own cost.
 
 Run: `python -m bench.grpc_throughput` (under 2 minutes; `--no-write` leaves RESULTS.md alone).
-Starts `python -m smg_trio engine vllm-grpc --host 127.0.0.1 --port 0 --step-ms 0` (the
+Starts `python -m smg_trio.engines vllm-grpc --host 127.0.0.1 --port 0 --step-ms 0` (the
 reference vLLM gRPC engine, zero step time) and drives 1, 64 and 256 concurrent streams with two
 clients in this one process, against the same engine:
 

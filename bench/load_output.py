@@ -13,11 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display
-import matplotlib.pyplot as plt
-
 from bench.load_report import RunReport, to_json
 from bench.load_stats import RunSummary
 
@@ -54,6 +49,13 @@ def slug(text: str) -> str:
 def plot_scenario(runs: Sequence[RunSummary], scenario: str, path: Path) -> None:
     """Three panels against stream count: output tokens/s; TTFT p50 (solid) and p99 (dashed);
     ITL p50 and p99. One colour per target."""
+    # Imported here: matplotlib costs ~0.5 s of CPU to import, paid by every pytest worker's
+    # collection of the bench smoke tests, which never plot (docs/architecture.md §8.1).
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display
+    import matplotlib.pyplot as plt
+
     figure, (rate, ttft, itl) = plt.subplots(1, 3, figsize=(16, 4.8))
     targets = dict.fromkeys(r.target for r in runs if r.scenario == scenario)
     for index, target in enumerate(targets):

@@ -1,7 +1,7 @@
 """I/O. Throughput of our ZMQ backend client against the reference vLLM EngineCore.
 
 Run: `python -m bench.zmq_throughput` or `make bench-zmq` (about a minute; `--no-write` leaves
-RESULTS.md alone). Starts `python -m smg_trio engine vllm-zmq --step-ms 0 --max-batch 512 --mode
+RESULTS.md alone). Starts `python -m smg_trio.engines vllm-zmq --step-ms 0 --max-batch 512 --mode
 random` as a subprocess dialling `open_zmq_backend(runtime=Runtime.VLLM)` (loopback tcp handshake,
 private ipc data sockets), then drives 1, 64 and 256 concurrent streams. Every request is the same
 streaming chat request (demo model, `ignore_eos`, fixed `max_tokens`, so all are equally long);

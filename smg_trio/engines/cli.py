@@ -19,9 +19,9 @@ import dataclasses
 import logging
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from smg_trio.engines.batching import EngineConfig
 from smg_trio.engines.generation import (
@@ -30,14 +30,15 @@ from smg_trio.engines.generation import (
     TokenSource,
     ordinary_token_ids,
 )
-from smg_trio.engines.grpc_engine import RUNTIMES, GrpcEngineConfig, run_grpc_engine
-from smg_trio.engines.grpc_policy import ServedModel
 from smg_trio.engines.reasoning_gate import REASONING_END_MARKERS, reasoning_end_ids
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
 from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
 from smg_trio.errors import ConfigError
 from smg_trio.model import ModelDir, demo_model_path, load_model_dir, read_json_object
+
+if TYPE_CHECKING:
+    from smg_trio.engines.grpc_policy import ServedModel
 
 WIRE_DTYPES: Final = ("bfloat16", "float16", "float32")  # what the registration maps may say
 DEFAULT_CONTEXT: Final = 4096  # when the model folder declares none
@@ -79,6 +80,8 @@ def load_served_model(
     max_batch: int = 256,
 ) -> ServedModel:
     """What a reference gRPC engine serves: the fake model plus its tokenizer and folder."""
+    from smg_trio.engines.grpc_policy import ServedModel  # gRPC only: see engine_main
+
     model_dir = load_model_dir(path)
     engine = _engine_model(
         model_dir,
@@ -136,6 +139,37 @@ def add_engine_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     """Register `engine <wire>` on the top-level parser's subcommands."""
     engine = subparsers.add_parser("engine", help="run a reference engine")
     wires = engine.add_subparsers(dest="wire", required=True, metavar="WIRE")
+    _add_zmq_engines(wires)
+    _add_grpc_engines(wires)
+
+
+def engine_parser(kind: str | None) -> argparse.ArgumentParser:
+    """`smg-trio engine`'s parser on its own (`python -m smg_trio.engines KIND ...`, what
+    EngineCommand launches). For a ZMQ `kind` it registers the ZMQ engines only, so the gRPC
+    modules are never imported: every engine the tests, benches and demo start pays its imports
+    (docs/architecture.md §8.1)."""
+    parser = argparse.ArgumentParser(prog="smg-trio engine", description="run a reference engine")
+    wires = parser.add_subparsers(dest="wire", required=True, metavar="WIRE")
+    _add_zmq_engines(wires)
+    if kind not in ENGINES:
+        _add_grpc_engines(wires)
+    return parser
+
+
+def engine_main(argv: Sequence[str]) -> int:
+    """Run the engine `argv` names; a configuration problem exits 2 naming it, as `smg-trio`."""
+    args = engine_parser(argv[0] if argv else None).parse_args(argv)
+    try:
+        code: int = args.command(args)
+    except ConfigError as exc:
+        print(f"smg-trio: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+def _add_zmq_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, (_, description) in ENGINES.items():
         parser = wires.add_parser(name, help=description, description=description)
         parser.add_argument(
@@ -156,6 +190,11 @@ def add_engine_commands(subparsers: argparse._SubParsersAction[argparse.Argument
                 "when the ADD's reasoning_ended is false",
             )
         parser.set_defaults(command=run_engine_command)
+
+
+def _add_grpc_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from smg_trio.engines.grpc_engine import RUNTIMES  # grpclib and protobuf: gRPC engines only
+
     for name, policy in RUNTIMES.items():
         parser = wires.add_parser(name, help=policy.description, description=policy.description)
         parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -246,6 +285,8 @@ def run_engine_command(args: argparse.Namespace) -> int:
 
 
 def run_grpc_engine_command(args: argparse.Namespace) -> int:
+    from smg_trio.engines.grpc_engine import RUNTIMES, GrpcEngineConfig, run_grpc_engine
+
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     model = load_served_model(args.model_path, **_model_options(args))

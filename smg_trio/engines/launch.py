@@ -1,6 +1,7 @@
 """Pure. The command line that starts one of our reference engines as a process of its own,
-`python -m smg_trio engine KIND [flags]` (engines/cli.py), built from typed options: what the
-demo, the benches and the tests launch, written in one place so a flag is spelled once.
+`python -m smg_trio.engines KIND [flags]` (what `smg-trio engine KIND` runs, without the
+gateway's imports; engines/cli.py), built from typed options: what the demo, the benches and
+the tests launch, written in one place so a flag is spelled once.
 
     EngineCommand("vllm-zmq", handshake="tcp://127.0.0.1:5555", mode=Mode.RANDOM).argv()
     EngineCommand("sglang-grpc", host="127.0.0.1", port=0).argv()
@@ -54,7 +55,7 @@ class EngineCommand:
 
     def argv(self) -> list[str]:
         """The whole command line, run with this interpreter."""
-        return [sys.executable, "-m", "smg_trio", "engine", self.kind, *self.flags()]
+        return [sys.executable, "-m", "smg_trio.engines", self.kind, *self.flags()]
 
     def flags(self) -> list[str]:
         """The flags after the engine's name (also what bench/counted_engine.py takes)."""

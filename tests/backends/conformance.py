@@ -275,6 +275,9 @@ HARMING_CHECKS: frozenset[Check] = frozenset(
     {check_killed_engine_fails_streams, check_silent_engine_fails_streams}
 )
 """The checks that leave their engine dead: never run one on a shared engine."""
+TIMED_CHECKS: frozenset[Check] = frozenset({check_break_aborts, check_cancel_aborts})
+"""The checks bound by ABORT_DEADLINE_S of real time: a test file marks their runs serial, so
+they run alone and not among other tests' processes (docs/architecture.md §8.1)."""
 SHARABLE_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if c not in HARMING_CHECKS)
 
 

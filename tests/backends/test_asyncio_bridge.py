@@ -57,6 +57,7 @@ async def test_one_loop_thread_per_process_and_none_left_after_the_last_user() -
             assert await third.task_count() == 0
 
 
+@pytest.mark.serial
 async def test_trio_cancel_cancels_the_task_and_waits_for_its_cleanup() -> None:
     token = trio.lowlevel.current_trio_token()
 

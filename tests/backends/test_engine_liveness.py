@@ -110,6 +110,7 @@ async def test_a_disconnect_takes_out_only_the_rank_whose_connection_is_gone(
             assert backend.statistics().ready
 
 
+@pytest.mark.serial  # slow_autojump_clock: 50 ms of real idleness must mean libzmq delivered
 async def test_an_idle_engine_that_answers_probes_stays_and_one_that_does_not_is_out(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -133,6 +134,7 @@ async def test_an_idle_engine_that_answers_probes_stays_and_one_that_does_not_is
             await until_ready_is(backend, True)
 
 
+@pytest.mark.serial  # slow_autojump_clock: 50 ms of real idleness must mean libzmq delivered
 async def test_first_token_silence_is_short_and_generating_silence_is_long(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -157,6 +159,7 @@ async def test_first_token_silence_is_short_and_generating_silence_is_long(
             assert GENERATING_S <= trio.current_time() - heard_at <= GENERATING_S * 1.2
 
 
+@pytest.mark.serial  # slow_autojump_clock: 50 ms of real idleness must mean libzmq delivered
 async def test_a_revived_engine_aborts_what_it_was_given_up_on(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -172,6 +175,7 @@ async def test_a_revived_engine_aborts_what_it_was_given_up_on(
             assert await next_abort(peer) == (add.request_id,)
 
 
+@pytest.mark.serial  # slow_autojump_clock: 50 ms of real idleness must mean libzmq delivered
 async def test_a_restarted_engine_is_not_blamed_for_its_predecessors_probe(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:

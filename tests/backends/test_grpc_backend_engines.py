@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import msgspec
 import pytest
@@ -48,6 +49,16 @@ from tests.backends.grpc_reference import (
 )
 from tests.engines.grpc_harness import Engine, stop_engines
 
+CHECK_PARAMS: Final = [
+    pytest.param(
+        check,
+        id=check.__name__,
+        # A 50 ms bound of real time: run alone, after the parallel run (docs/architecture.md §8.1).
+        marks=[pytest.mark.serial] if check in conformance.TIMED_CHECKS else [],
+    )
+    for check in conformance.CHECKS
+]
+
 
 def dump_log(log_path: Path) -> None:
     if log_path.exists():
@@ -83,7 +94,7 @@ def engine_for(
 
 
 @pytest.mark.parametrize("runtime", [pytest.param(r, id=r.value) for r in ENGINE_NAMES])
-@pytest.mark.parametrize("check", conformance.CHECKS, ids=lambda check: check.__name__)
+@pytest.mark.parametrize("check", CHECK_PARAMS)
 async def test_conformance(
     runtime: Runtime, check: Check, shared_engines: dict[Runtime, Engine], tmp_path: Path
 ) -> None:
@@ -134,6 +145,7 @@ async def cancel_mid_stream(engine: EngineUnderTest, request_id: str) -> float:
     return trio.current_time() - cancelled_at
 
 
+@pytest.mark.serial
 async def test_cancel_resets_the_engine_stream_within_50_ms(
     shared_engines: dict[Runtime, Engine],
 ) -> None:

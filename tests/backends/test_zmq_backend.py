@@ -33,6 +33,15 @@ from tests.backends.conformance import (
     tokens_of,
 )
 
+CHECK_PARAMS: Final = [
+    pytest.param(
+        check,
+        id=check.__name__,
+        # A 50 ms bound of real time: run alone, after the parallel run (docs/architecture.md §8.1).
+        marks=[pytest.mark.serial] if check in conformance.TIMED_CHECKS else [],
+    )
+    for check in conformance.CHECKS
+]
 MODEL_PATH: Final = demo_model_path()
 WATCHDOG_S: Final = 1.0
 STEP_MS: Final = 2.0
@@ -138,7 +147,7 @@ def dump_log(log_path: Path) -> None:
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-@pytest.mark.parametrize("check", conformance.CHECKS, ids=lambda check: check.__name__)
+@pytest.mark.parametrize("check", CHECK_PARAMS)
 async def test_conformance(runtime: Runtime, check: Check, tmp_path: Path) -> None:
     """An engine per check: a ZMQ engine handshakes once, with the frontend it was started for
     (as vLLM's EngineCore does), and each test has a trio run, so a backend of its own."""

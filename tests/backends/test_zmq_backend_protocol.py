@@ -414,6 +414,7 @@ def slow_autojump_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0.05)
 
 
+@pytest.mark.serial
 async def test_watchdog_declares_a_silent_engine_dead_after_its_period(
     context: Context, slow_autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
+import pytest
 import trio
 
 from bench import http_limit_checks as checks
@@ -22,6 +23,7 @@ LIMITS: Final = {
 }
 
 
+@pytest.mark.serial
 async def test_the_http_limit_checks_run_and_show_the_behaviour(tmp_path: Path) -> None:
     async with live_server(tmp_path, step_ms=20, api_key=None, http_limits=LIMITS) as server:
         port = server.port

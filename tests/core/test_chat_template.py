@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,29 +66,43 @@ class _OracleRaise(Exception):
     pass
 
 
-def _oracle(source: str, messages: Sequence[Mapping[str, Any]], **kw: Any) -> str:
-    """transformers' renderer, re-created: the reference our minijinja path must equal."""
+def _oracle_raise_exception(message: str) -> None:
+    raise _OracleRaise(message)
 
-    def raise_exception(message: str) -> None:
-        raise _OracleRaise(message)
 
-    def tojson(value: Any, indent: int | None = None) -> str:
-        return json.dumps(value, ensure_ascii=False, indent=indent)
+def _oracle_tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
 
+
+@functools.cache
+def _oracle_template(source: str) -> jinja2.Template:
+    """transformers' renderer, re-created: the reference our minijinja path must equal. Compiled
+    once per source (compiling is not what the tests compare; hypothesis renders hundreds)."""
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = _oracle_tojson
+    env.globals["raise_exception"] = _oracle_raise_exception
     env.globals["strftime_now"] = NOW.strftime
+    return env.from_string(source)
+
+
+def _oracle(source: str, messages: Sequence[Mapping[str, Any]], **kw: Any) -> str:
     specials = {k: v for k, v in SPECIALS.items() if v is not None}
-    return env.from_string(source).render(messages=list(messages), **specials, **kw)
+    return _oracle_template(source).render(messages=list(messages), **specials, **kw)
+
+
+@functools.cache
+def _our_template(source: str) -> ChatTemplate:
+    """Compiled once per source, as the gateway does once per model (ChatTemplate is immutable
+    after construction)."""
+    return ChatTemplate(source, special_tokens=SPECIALS)
 
 
 def _ours(source: str, messages: Sequence[Mapping[str, Any]], **kw: Any) -> str:
     gen = kw.pop("add_generation_prompt")
     tools = kw.pop("tools", None)
-    return ChatTemplate(source, special_tokens=SPECIALS).render(
+    return _our_template(source).render(
         messages, add_generation_prompt=gen, now=NOW, tools=tools, extra=kw
     )
 

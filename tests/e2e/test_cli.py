@@ -149,6 +149,7 @@ async def test_demo_once_serves_the_example_requests() -> None:
     assert out.rstrip().endswith("demo OK")
 
 
+@pytest.mark.serial
 async def test_demo_stops_within_2s_on_ctrl_c_leaving_no_process() -> None:
     command = [sys.executable, "-m", "smg_trio", "demo", "--port", "0"]
     process = await trio.lowlevel.open_process(command, stdout=-1)

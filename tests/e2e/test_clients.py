@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import pytest
 import trio
 import trustme
 from openai import OpenAI
@@ -145,6 +146,7 @@ def open_and_close_a_stream(client: OpenAI) -> None:
     stream.close()
 
 
+@pytest.mark.serial
 async def test_openai_sdk_closing_a_stream_aborts_the_engine_request(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(open_and_close_a_stream, client)

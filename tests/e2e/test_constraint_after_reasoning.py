@@ -89,7 +89,7 @@ async def test_a_named_call_after_reasoning_is_gated_and_parsed(server: LiveServ
     }
     for completion in (body, streamed):
         choice = completion.choices[0]
-        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or ()]  # type: ignore[union-attr]
+        calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or ()]
         assert [(name, json.loads(args)) for name, args in calls] == [
             ("get_weather", {"city": "Paris"})
         ]

@@ -68,7 +68,7 @@ def message_of(completion: ChatCompletion) -> dict[str, Any]:
         "content": choice.message.content or None,
         "reasoning": (choice.message.model_extra or {}).get("reasoning_content"),
         "calls": [
-            (c.function.name, json.loads(c.function.arguments))  # type: ignore[union-attr]
+            (c.function.name, json.loads(c.function.arguments))
             for c in choice.message.tool_calls or ()
         ],
         "finish_reason": choice.finish_reason,

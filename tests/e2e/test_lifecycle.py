@@ -69,6 +69,7 @@ async def assert_engine_request_gone(server: LiveServer, before: dict[str, int])
     return idle_after
 
 
+@pytest.mark.serial  # assert_engine_request_gone: IDLE_WITHIN_S of real time
 async def test_router_stop_aborts_the_engine_within_one_step(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         before = dict(await server.counters())
@@ -92,6 +93,7 @@ async def test_router_stop_aborts_the_engine_within_one_step(server: LiveServer)
         await assert_engine_request_gone(server, before)
 
 
+@pytest.mark.serial  # assert_engine_request_gone: IDLE_WITHIN_S of real time
 async def test_http2_rst_stream_mid_stream_aborts_only_that_stream(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         before = dict(await server.counters())
@@ -130,6 +132,7 @@ async def send_http1_request(stream: trio.SocketStream, server: LiveServer, body
     )
 
 
+@pytest.mark.serial  # assert_engine_request_gone: IDLE_WITHIN_S of real time
 async def test_http1_disconnect_mid_stream_aborts_the_engine_request(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         before = dict(await server.counters())
@@ -143,6 +146,7 @@ async def test_http1_disconnect_mid_stream_aborts_the_engine_request(server: Liv
         await assert_engine_request_gone(server, before)
 
 
+@pytest.mark.serial  # assert_engine_request_gone: IDLE_WITHIN_S of real time
 async def test_disconnect_before_the_first_byte_aborts_the_engine_request(
     server: LiveServer,
 ) -> None:
@@ -208,6 +212,7 @@ async def test_a_request_the_engine_cannot_take_is_a_400_before_the_first_byte(
             assert (await server.counters())["requests_added"] == 0
 
 
+@pytest.mark.serial  # assert_engine_request_gone: IDLE_WITHIN_S of real time
 async def test_deadline_before_and_after_the_first_byte(tmp_path: Path) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (

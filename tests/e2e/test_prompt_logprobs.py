@@ -24,7 +24,8 @@ PROMPT: Final = "Once upon a time"
 def prompt_token_count(client: OpenAI) -> int:
     scored = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1)
     assert scored.usage is not None
-    return scored.usage.prompt_tokens
+    count: int = scored.usage.prompt_tokens
+    return count
 
 
 def check_prompt_logprobs(entries: Any, prompt_tokens: int, width: int) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 import httpx
+import pytest
 import trio
 import trio_websocket
 
@@ -34,6 +35,10 @@ TEST_TIMEOUT_S: Final = 20.0
 ERROR_EVENT_BOUND_S: Final = 1.0
 HEALTH_BOUND_S: Final = 2.0
 LONG: Final[dict[str, object]] = {"ignore_eos": True, "max_tokens": 1500}
+# Every test here bounds in real time how fast a death, a stall or a drain is seen (1 s, 2 s, a
+# probe period, a 200 ms keep-alive against a 600 ms step): run alone (docs/architecture.md §8.1).
+# Under xdist at load average ~5, a kill -9 once took more than ERROR_EVENT_BOUND_S to show.
+pytestmark = pytest.mark.serial
 
 
 async def stream_until_end(

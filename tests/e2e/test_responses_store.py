@@ -125,7 +125,7 @@ async def test_get_and_delete(tmp_path: Path) -> None:
             }
         }
     assert missing.status_code == 404
-    assert unknown_previous.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    assert unknown_previous.value.body["param"] == "previous_response_id"
 
 
 async def test_a_stored_response_outlives_its_gateway(tmp_path: Path) -> None:

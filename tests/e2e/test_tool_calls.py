@@ -58,7 +58,7 @@ def message_of(completion: ChatCompletion) -> dict[str, Any]:
     message = choice.message
     # Ids differ between two requests (they name the request): each must be there.
     calls = [
-        (c.function.name, c.function.arguments, c.id.split("-")[0])  # type: ignore[union-attr]
+        (c.function.name, c.function.arguments, c.id.split("-")[0])
         for c in message.tool_calls or ()
     ]
     extra = message.model_extra or {}

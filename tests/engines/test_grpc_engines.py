@@ -285,6 +285,7 @@ def test_min_tokens_hold_back_every_stop(engines: dict[str, Engine]) -> None:
 
 
 @pytest.mark.parametrize("runtime", ALL)
+@pytest.mark.serial
 def test_a_cancelled_stream_leaves_the_batch_at_once(
     engines: dict[str, Engine], runtime: Runtime
 ) -> None:

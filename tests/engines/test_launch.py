@@ -9,14 +9,20 @@ from pathlib import Path
 import pytest
 
 from smg_trio.cli import build_parser
+from smg_trio.engines.cli import engine_parser
 from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
 
 
 def parsed(command: EngineCommand) -> dict[str, object]:
+    """What the launched entry point reads, which is what `smg-trio engine ...` reads too."""
     argv = command.argv()
-    assert argv[:5] == [sys.executable, "-m", "smg_trio", "engine", command.kind]
-    return vars(build_parser().parse_args(argv[3:]))
+    assert argv[:4] == [sys.executable, "-m", "smg_trio.engines", command.kind]
+    launched = vars(engine_parser(command.kind).parse_args(argv[3:]))
+    through_the_cli = vars(build_parser().parse_args(["engine", *argv[3:]]))
+    assert through_the_cli.pop("subcommand") == "engine"
+    assert launched == through_the_cli
+    return launched
 
 
 def test_a_zmq_engine_gets_every_option_it_was_given(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import ssl
 from pathlib import Path
 from typing import Final
 
+import pytest
 import trio
 import trio.testing
 import trio_websocket
@@ -56,6 +57,7 @@ async def read_until_eof(
     return seen, trio.current_time() - ended_at
 
 
+@pytest.mark.serial
 async def test_connection_close_after_a_generation_request_closes_at_once(
     tmp_path: Path,
 ) -> None:
@@ -69,6 +71,7 @@ async def test_connection_close_after_a_generation_request_closes_at_once(
             assert close_s < 0.1, close_s
 
 
+@pytest.mark.serial
 async def test_keep_alive_timer_runs_after_a_generation_request(tmp_path: Path) -> None:
     async with live_server(tmp_path, step_ms=1, http_limits={"idle_timeout_s": 0.3}) as server:
         with trio.fail_after(TEST_TIMEOUT_S):
@@ -80,6 +83,7 @@ async def test_keep_alive_timer_runs_after_a_generation_request(tmp_path: Path) 
     assert 0.25 < close_s < 1.5, close_s  # the 0.3 s idle timer, not a dead connection kept
 
 
+@pytest.mark.serial
 async def test_a_body_dribbler_gets_408_and_the_connection_closes(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

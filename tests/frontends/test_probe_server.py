@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -45,6 +46,7 @@ def get(port: int, path: str) -> tuple[int, bytes, float]:
         return error.code, error.read(), time.perf_counter() - started
 
 
+@pytest.mark.serial
 async def test_probes_answer_while_the_event_loop_is_blocked(tmp_path: Path) -> None:
     with trio.fail_after(TEST_S):
         async with live_server(tmp_path, probe_port=0) as server:

@@ -28,6 +28,7 @@ from tests.frontends.websocket_harness import REPLAY_TEXT, RunningGateway, runni
 TEST_S: Final = 60.0
 ABORT_WITHIN_S: Final = 0.05
 SLOW_STEP_MS: Final = 15.0  # the issue's bound for an abort to reach the engine
+GROUPING_ATTEMPTS: Final = 3  # runs until the SSE and WebSocket chunks group tokens alike
 BEFORE_STOP: Final = REPLAY_TEXT.split("STOP")[0]
 CHAT: Final = "/v1/chat/completions"
 COMPLETIONS: Final = "/v1/completions"
@@ -187,6 +188,7 @@ async def test_a_non_streaming_request_gets_one_response_frame(tmp_path: Path) -
     assert body["choices"][0]["matched_stop"] == "STOP"
 
 
+@pytest.mark.serial
 async def test_cancel_aborts_only_that_engine_request(tmp_path: Path) -> None:
     with trio.fail_after(TEST_S):
         async with running_gateway(tmp_path) as gateway, open_gateway_client(gateway.url) as client:
@@ -223,6 +225,7 @@ async def test_cancel_aborts_only_that_engine_request(tmp_path: Path) -> None:
     assert final["tokens_after_abort"] == 0
 
 
+@pytest.mark.serial
 async def test_closing_the_socket_aborts_every_request(tmp_path: Path) -> None:
     with trio.fail_after(TEST_S):
         async with running_gateway(tmp_path) as gateway:
@@ -371,6 +374,11 @@ class CollectingSink:
 _RESPONSE_ID = re.compile(rb'^\{"id":"[^"]*","object":"([a-z._]+)","created":\d+')
 
 
+def chunk_texts(path: str, payloads: Sequence[bytes]) -> list[dict[int, str]]:
+    """Which text each chunk carries: how the tokens were grouped, whatever the bytes say."""
+    return [text_of(path, [json.loads(payload)]) for payload in payloads]
+
+
 def _normalised(payload: bytes) -> bytes:
     """A chunk with its per-request id and creation time blanked."""
     return _RESPONSE_ID.sub(rb'{"id":"ID","object":"\1","created":0', payload)
@@ -388,18 +396,26 @@ def _normalised(payload: bytes) -> bytes:
     ],
     ids=["chat", "completions", "generate"],
 )
+@pytest.mark.serial
 async def test_websocket_chunks_are_the_sse_payloads_byte_for_byte(
     tmp_path: Path, path: str, body: dict[str, Any]
 ) -> None:
     encoded = json.dumps(body).encode()
     with trio.fail_after(TEST_S):
         # Slow engine steps so neither consumer falls a step behind: tokens that wait in the
-        # backend mailbox are coalesced into one chunk, which would change chunk boundaries.
+        # backend mailbox are coalesced into one chunk, which changes chunk boundaries. On a
+        # loaded machine a consumer still falls behind at times; which tokens share a chunk is
+        # then scheduling, not encoding, so a pair of runs whose chunks hold different texts is
+        # run again (at most GROUPING_ATTEMPTS times), and the bytes are compared on a pair that
+        # grouped alike (docs/architecture.md §8.1).
         async with running_gateway(tmp_path, step_ms=SLOW_STEP_MS) as gateway:
             await gateway.gateway.handle(path, encoded, CollectingSink())  # warm up
-            sink = CollectingSink()
-            await gateway.gateway.handle(path, encoded, sink)
-            relayed, message = await relay_chunks(gateway.url, path, body)
+            for _ in range(GROUPING_ATTEMPTS):
+                sink = CollectingSink()
+                await gateway.gateway.handle(path, encoded, sink)
+                relayed, message = await relay_chunks(gateway.url, path, body)
+                if chunk_texts(path, relayed) == chunk_texts(path, sink.payloads):
+                    break
     done = json.loads(message)
     assert done["type"] == "done"
     assert sink.failure is None
@@ -490,6 +506,7 @@ async def test_requests_beyond_the_per_socket_limit_get_an_error(
             assert text_of(CHAT, chunks) == {0: BEFORE_STOP}
 
 
+@pytest.mark.serial
 async def test_a_client_that_stops_reading_holds_only_its_own_socket(tmp_path: Path) -> None:
     """The sender blocks on a client that reads nothing; its request stops after a bounded number
     of frames, another socket streams on, and the disconnect still aborts the engine request."""

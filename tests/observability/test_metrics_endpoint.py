@@ -169,6 +169,7 @@ async def test_the_metrics_port_serves_metrics_and_nothing_else(tmp_path: Path) 
     assert other.json()["error"]["code"] == "not_found"
 
 
+@pytest.mark.serial
 async def test_a_scrape_during_64_streams_is_quick_and_sees_them_in_flight(
     tmp_path: Path,
 ) -> None:

@@ -112,7 +112,7 @@ def check(
     got = streamed.choices[0]
     assert (got.message.content or None) == message["content"]
     assert reasoning == (message.get("reasoning_content") or "")
-    calls = [(c.id, c.function.name, c.function.arguments) for c in got.message.tool_calls or ()]  # type: ignore[union-attr]
+    calls = [(c.id, c.function.name, c.function.arguments) for c in got.message.tool_calls or ()]
     assert calls == [
         (c["id"], c["function"]["name"], c["function"]["arguments"])
         for c in message.get("tool_calls", [])
