@@ -10,7 +10,7 @@ left in the gateway's code):
 
     sent        the client hands the request to its connection
     handle      Gateway.handle starts (HTTP parsed, body read, routed to the app)
-    prepared    Gateway._prepare_now returned (decode, template, tokenize)
+    prepared    endpoint_requests.prepare_for_path returned (decode, template, tokenize)
     finalized   finalize (retrying.py) returned: the engine request
     queued      the ZMQ backend queued the ADD for its input socket's writer
     add_sent    the ZMQ ADD left the backend's input socket
@@ -117,7 +117,7 @@ def instrumented() -> Iterator[None]:
     undo: Undo = []
     try:
         _before(gateway_module.Gateway, "handle", "handle", undo)
-        _after(gateway_module.Gateway, "_prepare_now", "prepared", undo)
+        _after(gateway_module, "prepare_for_path", "prepared", undo)  # as Gateway calls it
         _after(retrying, "finalize", "finalized", undo)
         _after(zmq_backend.ZmqBackend, "_start_stream", "queued", undo)
         _after(zmq_backend.ZmqBackend, "_send_input", "add_sent", undo)

@@ -22,7 +22,7 @@ SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": None, "unk_tok
 
 # Templates written for these tests in the styles real models use: ChatML with a system default,
 # a tools-aware template exercising namespace/loop/tojson/raise_exception/strftime_now, and the
-# tiny-llama one shipped in ../shared/models.
+# chat template of the tiny-llama model the real-engine tests use (docs/real-engines.md).
 CHATML = (
     "{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}"

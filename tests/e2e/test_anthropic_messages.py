@@ -13,6 +13,7 @@ from typing import Any, Final
 import anthropic
 import httpx
 import httpx2
+import pytest
 import trio
 import trio_websocket
 from anthropic.types import Message, TextBlock
@@ -61,6 +62,7 @@ def same_message(whole: Message, streamed: Message) -> None:
     assert streamed.usage.input_tokens == whole.usage.input_tokens > 0
 
 
+@pytest.mark.serial  # a real-time bound (docs/architecture.md §8.1)
 async def test_a_stop_sequence_ends_the_message_and_the_engine_request(
     server: LiveServer,
 ) -> None:
@@ -186,6 +188,7 @@ def open_and_close(client: anthropic.Anthropic) -> None:
             break
 
 
+@pytest.mark.serial  # a real-time bound (docs/architecture.md §8.1)
 async def test_closing_a_stream_aborts_the_engine_request(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S), sdk_client(server) as client:
         await trio.to_thread.run_sync(open_and_close, client)

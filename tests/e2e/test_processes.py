@@ -61,6 +61,7 @@ async def test_each_process_gets_its_own_outputs_and_the_same_greedy_text(
         assert counters[0]["requests_added"] == counters[1]["requests_added"] == 8
 
 
+@pytest.mark.serial  # a real-time bound (docs/architecture.md §8.1)
 async def test_a_router_stop_on_either_process_aborts_on_the_engine(setup: TwoProcesses) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         for process in setup.processes:
@@ -73,6 +74,7 @@ async def test_a_router_stop_on_either_process_aborts_on_the_engine(setup: TwoPr
             assert after["tokens_after_abort"] == 0
 
 
+@pytest.mark.serial  # a real-time bound (docs/architecture.md §8.1)
 async def test_a_restarted_process_takes_the_engine_back(setup: TwoProcesses) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         await setup.stop(1)

@@ -177,6 +177,7 @@ async def test_two_processes_share_the_port_and_drain_on_sigterm(tmp_path: Path)
             assert await running.process.wait() == 0
 
 
+@pytest.mark.serial  # a real-time bound (docs/architecture.md §8.1)
 async def test_killing_one_process_loses_only_its_streams_and_it_comes_back(
     tmp_path: Path,
 ) -> None:
