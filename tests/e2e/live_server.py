@@ -5,6 +5,7 @@ a subprocess dialling it (replay mode, so every answer's text is known in advanc
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -20,6 +21,7 @@ from openai import OpenAI
 from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.engines.launch import EngineCommand
+from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.serve import Serving
 
@@ -162,6 +164,17 @@ async def live_server(
             yield LiveServer(
                 served.serving, served.processes, scheme, api_key, step_ms, served.stop
             )
+
+
+def demo_model_with_template(folder: Path, chat_template: str) -> Path:
+    """A copy of the demo model folder at `folder` whose chat template is `chat_template` (for
+    `live_server(model_path=...)`: the demo template refuses tool turns)."""
+    shutil.copytree(demo_model_path(), folder)
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["chat_template"] = chat_template
+    config_file.write_text(json.dumps(config))
+    return folder
 
 
 def write_replay(tmp_path: Path, text: str) -> Path:

@@ -7,7 +7,6 @@ the body's `thinking`, `text` and `tool_use` blocks; the next turn sends the `to
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -19,8 +18,7 @@ import pytest
 import trio
 from anthropic.types import Message
 
-from smg_trio.model import demo_model_path
-from tests.e2e.live_server import MODEL, LiveServer, live_server
+from tests.e2e.live_server import MODEL, LiveServer, demo_model_with_template, live_server
 from tests.e2e.test_anthropic_messages import blocks_of, event_names, sdk_client
 
 TEST_TIMEOUT_S: Final = 30.0
@@ -51,13 +49,7 @@ TOOL_TEMPLATE: Final = (
 
 def tool_model(tmp_path: Path) -> Path:
     """The demo model folder with TOOL_TEMPLATE as its chat template."""
-    folder = tmp_path / "model"
-    shutil.copytree(demo_model_path(), folder)
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["chat_template"] = TOOL_TEMPLATE
-    config_path.write_text(json.dumps(config))
-    return folder
+    return demo_model_with_template(tmp_path / "model", TOOL_TEMPLATE)
 
 
 @pytest.fixture

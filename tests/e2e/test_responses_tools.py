@@ -6,8 +6,6 @@ a `function_call_output` item on the next turn."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -17,8 +15,13 @@ import trio
 from openai import OpenAI
 from openai.types.responses import FunctionToolParam, Response
 
-from smg_trio.model import demo_model_path
-from tests.e2e.live_server import MODEL, LiveServer, live_server, openai_client
+from tests.e2e.live_server import (
+    MODEL,
+    LiveServer,
+    demo_model_with_template,
+    live_server,
+    openai_client,
+)
 
 TEST_TIMEOUT_S: Final = 30.0
 ARGUMENTS: Final = '{"city": "Paris", "days": [1, 2]}'
@@ -47,13 +50,8 @@ TOOL_TEMPLATE: Final = (
 
 
 def model_with_tool_template(tmp_path: Path) -> Path:
-    folder = tmp_path / MODEL  # the served name is the folder's
-    shutil.copytree(demo_model_path(), folder)
-    config_file = folder / "tokenizer_config.json"
-    config = json.loads(config_file.read_text())
-    config["chat_template"] = TOOL_TEMPLATE
-    config_file.write_text(json.dumps(config))
-    return folder
+    # The served name is the folder's.
+    return demo_model_with_template(tmp_path / MODEL, TOOL_TEMPLATE)
 
 
 @pytest.fixture
