@@ -23,7 +23,6 @@ finalize and every 400 they raise work unchanged; only the plan's endpoint becom
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from typing import Any, Final
 
 import msgspec
@@ -43,14 +42,12 @@ from smg_trio.neutral.validation import (
 )
 from smg_trio.wire import anthropic as an
 from smg_trio.wire import openai as oa
+from smg_trio.wire.decode_errors import read_decode_error
 from smg_trio.wire.json_depth import check_json_depth
 
 MESSAGES_PATH: Final = "/v1/messages"
 COUNT_TOKENS_PATH: Final = "/v1/messages/count_tokens"
 
-_AT: Final = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
-_UNKNOWN: Final = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`")
-_MISSING: Final = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
 
 _MESSAGES_DECODER: Final = msgspec.json.Decoder(an.MessagesRequest, strict=False)
 _COUNT_DECODER: Final = msgspec.json.Decoder(an.CountTokensRequest, strict=False)
@@ -58,18 +55,15 @@ _COUNT_DECODER: Final = msgspec.json.Decoder(an.CountTokensRequest, strict=False
 
 def _decode_error(exc: msgspec.DecodeError) -> ClientError:
     """msgspec's error → a 400 naming the field (`$.metadata` + unknown `x` → `metadata.x`)."""
-    message = str(exc)
-    if not isinstance(exc, msgspec.ValidationError):
-        return ClientError(f"The request body is not valid JSON: {message}")
-    at = _AT.search(message)
-    path = at.group("path") if at else ""
-    field = _UNKNOWN.match(message) or _MISSING.match(message)
-    if field:
-        name = field.group("field")
-        path = f"{path}.{name}" if path else name
-    if _UNKNOWN.match(message):
-        message = f"{path}: Extra inputs are not permitted (this gateway does not honour it)"
-    return ClientError(message, param=path or None)
+    failure = read_decode_error(exc)
+    if not failure.valid_json:
+        return ClientError(f"The request body is not valid JSON: {failure.message}")
+    message = failure.message
+    if failure.unknown_field:
+        message = (
+            f"{failure.path}: Extra inputs are not permitted (this gateway does not honour it)"
+        )
+    return ClientError(message, param=failure.path or None)
 
 
 def decode_messages_request(body: bytes) -> an.MessagesRequest:

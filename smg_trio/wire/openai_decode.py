@@ -13,7 +13,6 @@ request may carry without a parser or engine support is docs/request-fields.md's
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
@@ -44,6 +43,7 @@ from smg_trio.neutral.validation import (
     checked_constraint,
     checked_logit_bias,
 )
+from smg_trio.wire.decode_errors import read_decode_error
 from smg_trio.wire.json_depth import check_json_depth
 from smg_trio.wire.openai import (
     ChatCompletionRequest,
@@ -55,22 +55,13 @@ from smg_trio.wire.openai import (
     _SamplingFields,
 )
 
-_ERROR_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
-_MISSING_FIELD = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
-
 
 def _decode_error(exc: msgspec.DecodeError) -> ClientError:
     """msgspec's error → 400 naming the parameter (`$.messages[0].role` → `messages[0].role`)."""
-    message = str(exc)
-    if not isinstance(exc, msgspec.ValidationError):
-        return ClientError(f"The request body is not valid JSON: {message}")
-    at = _ERROR_PATH.search(message)
-    path = at.group("path") if at else ""
-    missing = _MISSING_FIELD.match(message)
-    if missing:
-        field = missing.group("field")
-        path = f"{path}.{field}" if path else field
-    return ClientError(f"Invalid request: {message}", param=path or None)
+    failure = read_decode_error(exc)
+    if not failure.valid_json:
+        return ClientError(f"The request body is not valid JSON: {failure.message}")
+    return ClientError(f"Invalid request: {failure.message}", param=failure.path or None)
 
 
 def _reject(param: str, message: str) -> ClientError:

@@ -13,13 +13,13 @@ conversation decodes again with the same decoder when `previous_response_id` con
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from smg_trio.errors import ClientError
+from smg_trio.wire.decode_errors import read_decode_error
 from smg_trio.wire.json_depth import check_json_depth
 
 # OpenAI's limits on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
@@ -164,25 +164,15 @@ class ResponsesHead(msgspec.Struct, frozen=True):
 
 _DECODER: Final = msgspec.json.Decoder(ResponsesRequest)
 _HEAD_DECODER: Final = msgspec.json.Decoder(ResponsesHead)
-_ERROR_PATH: Final = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
-_UNKNOWN: Final = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`")
-_MISSING: Final = re.compile(r"^Object missing required field `(?P<field>[^`]+)`")
 
 
 def _decode_error(exc: msgspec.DecodeError, prefix: str = "") -> ClientError:
     """msgspec's error → a 400 naming the field (`$.tools[0].type` → `tools[0].type`)."""
-    message = str(exc)
-    if not isinstance(exc, msgspec.ValidationError):
-        return ClientError(f"The request body is not valid JSON: {message}")
-    at = _ERROR_PATH.search(message)
-    path = at.group("path") if at else ""
-    if prefix:
-        path = prefix + ("." if path and not path.startswith("[") else "") + path
-    named = _UNKNOWN.match(message) or _MISSING.match(message)
-    if named:
-        path = f"{path}.{named.group('field')}" if path else named.group("field")
-    text = message if at is None else message[: at.start()]
-    if _UNKNOWN.match(message):
+    failure = read_decode_error(exc, prefix)
+    if not failure.valid_json:
+        return ClientError(f"The request body is not valid JSON: {failure.message}")
+    path, text = failure.path, failure.text
+    if failure.unknown_field:
         text = f"{path} is not supported by this gateway's /v1/responses"
     elif path.startswith("tools[") and path.endswith(".type"):
         text = f"{path}: only function tools are supported ({text})"
