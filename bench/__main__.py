@@ -2,7 +2,7 @@
 
     python -m bench scenarios [--scenarios a,b,c] [--vllm-venv DIR --real-model DIR]
         [--smg-bin PATH] [--concurrency 1,16,64,256] [--step-ms 0,20] [--processes 1,2] [--quick]
-        [--no-write]
+        [--real-zmq-http1-only] [--no-write]
     python -m bench render bench/results/load-latest.json [...]   (rewrite RESULTS.md sections)
     python -m bench routing [--requests 400] [--concurrency 32]   (bench/routing.py)
     python -m bench hostile_input [--big 16 --big-mb 8 --bodies 20000 --frames 5000] [--write]
@@ -167,6 +167,8 @@ async def _scenarios(args: argparse.Namespace, command: str) -> RunReport:
             _words(args.real_model),
             log_dir,
             progress,
+            processes=args.processes,
+            zmq_http1_only=args.real_zmq_http1_only,
         )
         runs += real_runs
         notes += real_notes
@@ -286,7 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes",
         type=_counts,
         default=(1,),
-        help="(a) smg-trio's `serve --processes N`, one gateway per count, e.g. 1,2",
+        help="(a, b) smg-trio's `serve --processes N`, one gateway per count, e.g. 1,2",
+    )
+    scenarios.add_argument(
+        "--real-zmq-http1-only",
+        action="store_true",
+        help="(b) only smg-trio (per --processes) and smg over ZMQ, HTTP/1.1",
     )
     scenarios.add_argument(
         "--step-ms", type=_floats, default=(0.0, 20.0), help="(a) engine step times"

@@ -9,7 +9,7 @@
     ZMQ (HTTP/1.1, h2c, WebSocket), behind smg over ZMQ (HTTP/1.1, h2c); vLLM's gRPC engine
     server behind smg-trio (HTTP/1.1, h2c, WebSocket), then the same engine behind smg
     (HTTP/1.1, h2c); and vLLM's own HTTP server (HTTP/1.1, as `vllm bench serve` sends), one
-    gateway at a time.
+    gateway at a time. `--processes` and `--real-zmq-http1-only`: see `real_vllm`.
 """
 
 from __future__ import annotations
@@ -252,31 +252,41 @@ async def real_vllm(
     progress: Progress | None,
     *,
     with_direct: bool = True,
+    processes: Sequence[int] = (1,),
+    zmq_http1_only: bool = False,
+    engine: EngineLaunch | None = None,
 ) -> tuple[list[RunSummary], list[str]]:
     """Scenario (b): one gateway at a time; returns the rows and notes about skipped rows.
     With `with_direct`, first the engine alone: our ZMQ backend in this process (the ceiling
     on this machine, no gateway). The gRPC engine is started once and serves smg-trio, then
-    smg (saving a vLLM start)."""
-    engine: EngineLaunch = vllm_headless(venv, model_path)
+    smg (saving a vLLM start). `processes`: one smg-trio over ZMQ per count (`serve
+    --processes N`); several processes are measured over HTTP/1.1 only (as in (a)).
+    `zmq_http1_only`: just the ZMQ gateways over HTTP/1.1 (smg-trio per count, then smg), the
+    rows issue 15's CPU-per-token acceptance compares, at one vLLM start per gateway.
+    `engine`: what dials the ZMQ gateways instead of vLLM's headless EngineCore (the smoke test's
+    reference engine)."""
+    if engine is None:
+        engine = vllm_headless(venv, model_path)
     scenario = "vLLM CPU"
     notes = []
     summaries = []
-    if with_direct:
+    if with_direct and not zmq_http1_only:
         async with direct_target(model_path, engine, log_dir) as target:
             summaries += await measure([(target, "direct")], plan, scenario, words, progress)
-    async with smg_trio_target(model_path, engine, log_dir) as target:
-        pairs: list[tuple[Target, TransportName]] = [
-            (target, "http1"),
-            (target, "h2c"),
-            (target, "ws"),
-        ]
-        summaries += await measure(pairs, plan, scenario, words, progress)
+    for count in processes:
+        async with smg_trio_target(model_path, engine, log_dir, count) as target:
+            pairs: list[tuple[Target, TransportName]] = [(target, "http1")]
+            if count == 1 and not zmq_http1_only:
+                pairs += [(target, "h2c"), (target, "ws")]
+            summaries += await measure(pairs, plan, scenario, words, progress)
     if smg_bin is not None:
         async with smg_target(smg_bin, model_path, engine, log_dir) as target:
-            pairs = [(target, "http1"), (target, "h2c")]
+            pairs = [(target, "http1")] if zmq_http1_only else [(target, "http1"), (target, "h2c")]
             summaries += await measure(pairs, plan, scenario, words, progress)
     else:
         notes.append("smg rows skipped: no --smg-bin")
+    if zmq_http1_only:
+        return summaries, notes
     async with engine_server(vllm_grpc(venv, model_path), log_dir) as grpc_engine:
         async with smg_trio_grpc_target(model_path, grpc_engine, log_dir) as target:
             pairs = [(target, "http1"), (target, "h2c"), (target, "ws")]

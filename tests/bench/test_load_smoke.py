@@ -1,7 +1,8 @@
 """The load generator's core still works end to end against a live gateway (in-process `serve`
 plus the reference engine in replay mode): every transport completes 2 streams of a few tokens
 with usage counted, a stop string ends streams mid-way, the stop-cost tally reads the counted
-engine, and the report renders. The gRPC target shape (an engine server started first, then a
+engine, and the report renders. Scenario (b)'s ZMQ-over-HTTP/1.1-only mode runs `serve
+--processes 2` and nothing else. The gRPC target shape (an engine server started first, then a
 gateway dialing it) runs with our reference vLLM gRPC engine standing in for vLLM, and its rows
 reach the anchors section. Sizes are tiny and nothing is timed."""
 
@@ -21,11 +22,16 @@ from bench.__main__ import check_loopback
 from bench.load_output import replace_section
 from bench.load_report import RunReport, runs_table, to_json
 from bench.load_runner import ProcessProbe, run_load
-from bench.load_scenarios import LoadPlan, measure
+from bench.load_scenarios import LoadPlan, measure, real_vllm
 from bench.load_sections import ANCHORS_HEADING, GATEWAY_HEADING, REAL_SCENARIO, sections
 from bench.load_servers import LOOPBACK
 from bench.load_stats import RequestRecord, RunSummary
-from bench.load_targets import ServerEngineLaunch, engine_server, smg_trio_grpc_target
+from bench.load_targets import (
+    ServerEngineLaunch,
+    engine_server,
+    reference_engine,
+    smg_trio_grpc_target,
+)
 from bench.load_transports import (
     DirectTransport,
     RequestBodies,
@@ -192,6 +198,36 @@ async def test_a_gateway_dials_an_engine_server_and_its_rows_reach_the_anchors(
     assert f"| **smg-trio gRPC h2c** (this run) | — | — | {at_64.tokens_per_s:,.0f} |" in text
     assert "- smg-trio gRPC h2c / smg gRPC h2c output tok/s at 64 streams: 2.00x" in text
     assert "- smg-trio gRPC http1 / smg gRPC http1 output tok/s at 64 streams: not measured" in text
+
+
+async def test_scenario_b_zmq_http1_only_runs_smg_trio_with_two_processes_and_nothing_else(
+    tmp_path: Path, words: tuple[str, ...]
+) -> None:
+    """`scenarios --scenarios b --processes 2 --real-zmq-http1-only`, with the reference engine
+    dialing the gateway in vLLM's place: one row, `serve --processes 2` over HTTP/1.1, measured;
+    no direct, gRPC or vLLM HTTP rows."""
+    plan = LoadPlan((STREAMS,), LengthRange(8, 16), LengthRange(TOKENS, TOKENS), 1, STREAMS, 10.0)
+    engine = reference_engine(demo_model_path(), 0.0)
+    with trio.fail_after(60):
+        rows, notes = await real_vllm(
+            tmp_path / "no-venv",
+            None,
+            demo_model_path(),
+            plan,
+            words,
+            tmp_path,
+            None,
+            processes=(2,),
+            zmq_http1_only=True,
+            engine=engine,
+        )
+    assert [row.target for row in rows] == ["smg-trio x2 http1"]
+    [row] = rows
+    assert (row.completed, row.errors, row.cancelled) == (STREAMS, 0, 0)
+    assert row.output_tokens == STREAMS * TOKENS
+    assert row.server is not None  # the supervisor was measured (CPU: too little to assert on)
+    assert row.server.peak_rss_mb > 0
+    assert notes == ["smg rows skipped: no --smg-bin"]
 
 
 def test_only_loopback_targets_are_accepted() -> None:
