@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -108,17 +109,28 @@ class _SqlStore:
         await self._pool.aclose()
 
 
+_SQLITE_SETUP: Final = threading.Lock()
+"""Held while a connection sets up its file (journal mode, table): see `_sqlite_connect`."""
+
+
 def _sqlite_connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Used by one worker thread at a time (the pool's rule), not always the same one;
     # autocommit: each statement is its own transaction.
     connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
-    connection.execute("PRAGMA journal_mode = WAL")
+    # Switching a new file to WAL takes the file's exclusive lock, and SQLite can answer
+    # "database is locked" there at once, without its busy handler, while another of our
+    # connections is opening it too (seen with 40 puts on a new store). The pool's threads
+    # set a file up one at a time; WAL then stays in the file, so later opens only read it.
+    with _SQLITE_SETUP:
+        (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+        if str(mode).lower() != "wal":
+            connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute(_SCHEMA)
     # WAL's NORMAL: a commit survives the process dying, not the machine losing power (no
     # fsync per commit, which would hold each response's last event for milliseconds).
     connection.execute("PRAGMA synchronous = NORMAL")
-    connection.execute(_SCHEMA)
     return connection
 
 
