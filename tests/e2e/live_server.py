@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
 import msgspec
 import trio
+import trio_websocket
 from openai import OpenAI
 
 from bench.served_gateway import served_gateway, zmq_gateway_config
@@ -175,6 +176,25 @@ def demo_model_with_template(folder: Path, chat_template: str) -> Path:
     config["chat_template"] = chat_template
     config_file.write_text(json.dumps(config))
     return folder
+
+
+async def websocket_request(
+    server: LiveServer, path: str, body: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One request over our WebSocket protocol: its frames up to and including the first that
+    is not a chunk (the done, response or error frame)."""
+    headers = [(name.encode(), value.encode()) for name, value in server.auth.items()]
+    frames: list[dict[str, Any]] = []
+    async with trio_websocket.open_websocket_url(
+        f"ws://127.0.0.1:{server.port}/v1/ws", extra_headers=headers
+    ) as connection:
+        await connection.send_message(
+            json.dumps({"type": "request", "id": 1, "path": path, "body": body})
+        )
+        while True:
+            frames.append(json.loads(await connection.get_message()))
+            if frames[-1]["type"] != "chunk":
+                return frames
 
 
 def write_replay(tmp_path: Path, text: str) -> Path:

@@ -13,7 +13,6 @@ from typing import Any, Final
 
 import pytest
 import trio
-import trio_websocket
 from openai import OpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import (
@@ -25,7 +24,13 @@ from openai.types.chat import (
 
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.model import load_model_dir
-from tests.e2e.live_server import API_KEY, MODEL, LiveServer, live_server, openai_client
+from tests.e2e.live_server import (
+    MODEL,
+    LiveServer,
+    live_server,
+    openai_client,
+    websocket_request,
+)
 
 TEST_TIMEOUT_S: Final = 30.0
 HARMONY_MODEL: Final = Path(__file__).resolve().parents[1] / "harmony_model"
@@ -111,18 +116,7 @@ async def test_reasoning_and_a_call_body_and_stream_agree(server: LiveServer) ->
 async def ws_frames(server: LiveServer, stream: bool) -> list[dict[str, Any]]:
     """One chat request over our WebSocket protocol: its chunks (or body), then its done frame."""
     body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "stream": stream}
-    frames: list[dict[str, Any]] = []
-    async with trio_websocket.open_websocket_url(
-        f"ws://127.0.0.1:{server.port}/v1/ws",
-        extra_headers=[(b"authorization", f"Bearer {API_KEY}".encode())],
-    ) as connection:
-        await connection.send_message(
-            json.dumps({"type": "request", "id": 1, "path": "/v1/chat/completions", "body": body})
-        )
-        while True:
-            frames.append(json.loads(await connection.get_message()))
-            if frames[-1]["type"] != "chunk":
-                return frames
+    return await websocket_request(server, "/v1/chat/completions", body)
 
 
 async def test_the_same_over_websocket(server: LiveServer) -> None:

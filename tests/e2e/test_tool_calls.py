@@ -5,14 +5,12 @@ rebuilds from the deltas the same message as the non-streaming body, over HTTP a
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 import trio
-import trio_websocket
 from openai import OpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import (
@@ -23,7 +21,13 @@ from openai.types.chat import (
     ChatCompletionToolChoiceOptionParam,
 )
 
-from tests.e2e.live_server import API_KEY, MODEL, LiveServer, live_server, openai_client
+from tests.e2e.live_server import (
+    MODEL,
+    LiveServer,
+    live_server,
+    openai_client,
+    websocket_request,
+)
 
 TEST_TIMEOUT_S: Final = 30.0
 ARGUMENTS: Final = '{"city": "Paris", "days": [1, 2]}'
@@ -143,19 +147,7 @@ async def test_tool_choice_none_leaves_the_markup_as_content(server: LiveServer)
 async def ws_chat(server: LiveServer, stream: bool) -> list[dict[str, Any]]:
     """One chat request over our WebSocket protocol: its chunks (or body), then its done frame."""
     body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "stream": stream}
-    frames: list[dict[str, Any]] = []
-    async with trio_websocket.open_websocket_url(
-        f"ws://127.0.0.1:{server.port}/v1/ws",
-        extra_headers=[(b"authorization", f"Bearer {API_KEY}".encode())],
-    ) as connection:
-        await connection.send_message(
-            json.dumps({"type": "request", "id": 7, "path": "/v1/chat/completions", "body": body})
-        )
-        while True:
-            frame = json.loads(await connection.get_message())
-            frames.append(frame)
-            if frame["type"] not in ("chunk",):
-                return frames
+    return await websocket_request(server, "/v1/chat/completions", body)
 
 
 async def test_the_same_over_websocket(server: LiveServer) -> None:
