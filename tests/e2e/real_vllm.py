@@ -22,11 +22,18 @@ from pathlib import Path
 from typing import Final
 
 import httpx
+import pytest
 
 VENV: Final = os.environ.get("SMG_TRIO_VLLM_VENV", "")
 MODEL: Final = os.environ.get("SMG_TRIO_VLLM_MODEL", "")
 SKIP_REASON: Final = "set SMG_TRIO_VLLM_VENV and SMG_TRIO_VLLM_MODEL to run against a real vLLM"
 SERVED_NAME: Final = "tiny"
+MARKS: Final = (
+    pytest.mark.real_engine,
+    pytest.mark.skipif(not (VENV and MODEL), reason=SKIP_REASON),
+    pytest.mark.timeout(900),  # the first test of a module also waits for the servers
+)
+"""A real-vLLM module's `pytestmark`: opt-in, skipped without the engine, a long cap."""
 MAX_MODEL_LEN: Final = 2048
 COMMON_FLAGS: Final = ("--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN))
 STARTUP_S: Final = 300.0  # a first start compiles; ready usually after 30-45 s, slower under load

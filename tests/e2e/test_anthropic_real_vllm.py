@@ -8,7 +8,6 @@ real vLLM engine (headless EngineCore over ZMQ) behind smg-trio, streaming and n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Final
 
 import anthropic
@@ -18,23 +17,13 @@ import pytest
 import trio
 
 from tests.e2e import real_vllm
-from tests.e2e.real_vllm import MODEL, SERVED_NAME, SKIP_REASON, VENV
+from tests.e2e.real_vllm import SERVED_NAME
 
 REQUEST_S: Final = 120.0
 SYSTEM: Final = "You are a terse assistant."
 QUESTION: Final = "Name three colours of the rainbow."
 
-pytestmark = [
-    pytest.mark.real_engine,
-    pytest.mark.skipif(not (VENV and MODEL), reason=SKIP_REASON),
-    pytest.mark.timeout(900),  # the first test also waits for the engine
-]
-
-
-@pytest.fixture(scope="module")
-def ours_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with real_vllm.smg_trio_in_front_of_vllm("zmq", tmp_path_factory.mktemp("smg-zmq")) as url:
-        yield url
+pytestmark = list(real_vllm.MARKS)
 
 
 def chat_answer(url: str, **fields: Any) -> tuple[str, str, int, int]:
@@ -91,17 +80,17 @@ def text_of(message: anthropic.types.Message) -> str:
     ],
 )
 async def test_greedy_text_equals_the_chat_completions(
-    ours_url: str,
+    vllm_zmq_gateway_url: str,
     messages_fields: dict[str, Any],
     chat_fields: dict[str, Any],
     reasons: tuple[str, str],
 ) -> None:
     with trio.fail_after(REQUEST_S * 3):
         text, finish, prompt_tokens, completion_tokens = await trio.to_thread.run_sync(
-            lambda: chat_answer(ours_url, **chat_fields)
+            lambda: chat_answer(vllm_zmq_gateway_url, **chat_fields)
         )
         answers = await trio.to_thread.run_sync(
-            lambda: messages_answers(ours_url, **messages_fields)
+            lambda: messages_answers(vllm_zmq_gateway_url, **messages_fields)
         )
     assert text
     assert finish == reasons[1]

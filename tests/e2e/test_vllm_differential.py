@@ -25,18 +25,14 @@ import trio
 from smg_trio.model import ModelDir, load_model_dir
 from tests.e2e import real_vllm
 from tests.e2e.differential import Answer, Divergence, diff, fold_stream
-from tests.e2e.real_vllm import MODEL, SERVED_NAME, SKIP_REASON, VENV
+from tests.e2e.real_vllm import MODEL, SERVED_NAME
 from tests.e2e.vllm_cases import CASES, CHAT, COMPLETIONS, Case, Facts, learn_facts
 
 REQUEST_S: Final = 120.0
 CONCURRENT: Final = 8
 DIFF_DIR: Final = os.environ.get("SMG_TRIO_DIFF_DIR", "")
 
-pytestmark = [
-    pytest.mark.real_engine,
-    pytest.mark.skipif(not (VENV and MODEL), reason=SKIP_REASON),
-    pytest.mark.timeout(900),  # the first test of a module also waits for the servers
-]
+pytestmark = list(real_vllm.MARKS)
 
 
 @pytest.fixture(scope="module")

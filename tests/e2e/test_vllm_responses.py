@@ -9,7 +9,6 @@ equivalent chat completion, with `max_output_tokens` 200 and 8 (then surely inco
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Final
 
 import pytest
@@ -17,23 +16,13 @@ import trio
 from openai import OpenAI
 
 from tests.e2e import real_vllm
-from tests.e2e.real_vllm import MODEL, SERVED_NAME, SKIP_REASON, VENV
+from tests.e2e.real_vllm import SERVED_NAME
 
 REQUEST_S: Final = 120.0
 QUESTION: Final = "Name three colours of the rainbow."
 INSTRUCTIONS: Final = "You answer in one sentence."
 
-pytestmark = [
-    pytest.mark.real_engine,
-    pytest.mark.skipif(not (VENV and MODEL), reason=SKIP_REASON),
-    pytest.mark.timeout(900),  # the first test also waits for the engine
-]
-
-
-@pytest.fixture(scope="module")
-def ours_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with real_vllm.smg_trio_in_front_of_vllm("zmq", tmp_path_factory.mktemp("smg-zmq")) as url:
-        yield url
+pytestmark = list(real_vllm.MARKS)
 
 
 def three_ways(base_url: str, max_tokens: int) -> tuple[str, str, str, str, str]:
@@ -69,10 +58,12 @@ def three_ways(base_url: str, max_tokens: int) -> tuple[str, str, str, str, str]
 
 
 @pytest.mark.parametrize("max_tokens", [200, 8])
-async def test_greedy_text_equals_the_chat_completion(ours_url: str, max_tokens: int) -> None:
+async def test_greedy_text_equals_the_chat_completion(
+    vllm_zmq_gateway_url: str, max_tokens: int
+) -> None:
     with trio.fail_after(REQUEST_S):
         chat, whole, streamed, finish, statuses = await trio.to_thread.run_sync(
-            three_ways, ours_url, max_tokens
+            three_ways, vllm_zmq_gateway_url, max_tokens
         )
     assert chat
     assert whole == chat
