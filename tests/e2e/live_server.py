@@ -18,6 +18,8 @@ import msgspec
 import trio
 import trio_websocket
 from openai import OpenAI
+from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionFunctionToolParam
 
 from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
@@ -195,6 +197,21 @@ async def websocket_request(
             frames.append(json.loads(await connection.get_message()))
             if frames[-1]["type"] != "chunk":
                 return frames
+
+
+async def websocket_chat_both_ways(
+    server: LiveServer, body: dict[str, Any], tools: list[ChatCompletionFunctionToolParam]
+) -> tuple[dict[str, Any], ChatCompletion, ChatCompletion]:
+    """`body` over our WebSocket protocol streamed and whole: the stream's done frame, the
+    completion the openai SDK's accumulator rebuilds from its chunks, and the whole body's."""
+    streamed = await websocket_request(server, "/v1/chat/completions", {**body, "stream": True})
+    whole = await websocket_request(server, "/v1/chat/completions", {**body, "stream": False})
+    state: ChatCompletionStreamState[None] = ChatCompletionStreamState(input_tools=tools)
+    for frame in streamed[:-1]:
+        state.handle_chunk(ChatCompletionChunk.model_validate(frame["data"]))
+    answer = next(f for f in whole if f["type"] != "chunk")
+    completion = ChatCompletion.model_validate(answer.get("data", answer.get("body")))
+    return streamed[-1], state.get_final_completion(), completion
 
 
 def write_replay(tmp_path: Path, text: str) -> Path:

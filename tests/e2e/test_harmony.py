@@ -17,7 +17,6 @@ from openai import OpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import (
     ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageParam,
 )
@@ -29,7 +28,7 @@ from tests.e2e.live_server import (
     LiveServer,
     live_server,
     openai_client,
-    websocket_request,
+    websocket_chat_both_ways,
 )
 
 TEST_TIMEOUT_S: Final = 30.0
@@ -113,21 +112,10 @@ async def test_reasoning_and_a_call_body_and_stream_agree(server: LiveServer) ->
     assert set(stops) <= set(sent["stop_token_ids"])  # the engine itself stops on them
 
 
-async def ws_frames(server: LiveServer, stream: bool) -> list[dict[str, Any]]:
-    """One chat request over our WebSocket protocol: its chunks (or body), then its done frame."""
-    body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "stream": stream}
-    return await websocket_request(server, "/v1/chat/completions", body)
-
-
 async def test_the_same_over_websocket(server: LiveServer) -> None:
+    body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS}
     with trio.fail_after(TEST_TIMEOUT_S):
-        streamed = await ws_frames(server, stream=True)
-        whole = await ws_frames(server, stream=False)
-    assert streamed[-1]["type"] == "done", streamed[-1]
-    assert streamed[-1]["finish"][0]["reason"] == "tool_calls"
-    state: ChatCompletionStreamState[None] = ChatCompletionStreamState(input_tools=TOOLS)
-    for frame in streamed[:-1]:
-        state.handle_chunk(ChatCompletionChunk.model_validate(frame["data"]))
-    body = next(f for f in whole if f["type"] != "chunk")
-    completion = ChatCompletion.model_validate(body.get("data", body.get("body")))
-    assert message_of(state.get_final_completion()) == message_of(completion) == EXPECTED
+        done, rebuilt, completion = await websocket_chat_both_ways(server, body, TOOLS)
+    assert done["type"] == "done", done
+    assert done["finish"][0]["reason"] == "tool_calls"
+    assert message_of(rebuilt) == message_of(completion) == EXPECTED

@@ -26,7 +26,7 @@ from tests.e2e.live_server import (
     LiveServer,
     live_server,
     openai_client,
-    websocket_request,
+    websocket_chat_both_ways,
 )
 
 TEST_TIMEOUT_S: Final = 30.0
@@ -144,24 +144,13 @@ async def test_tool_choice_none_leaves_the_markup_as_content(server: LiveServer)
         assert got["finish_reason"] == "stop"
 
 
-async def ws_chat(server: LiveServer, stream: bool) -> list[dict[str, Any]]:
-    """One chat request over our WebSocket protocol: its chunks (or body), then its done frame."""
-    body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, "stream": stream}
-    return await websocket_request(server, "/v1/chat/completions", body)
-
-
 async def test_the_same_over_websocket(server: LiveServer) -> None:
+    body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS}
     with trio.fail_after(TEST_TIMEOUT_S):
-        streamed = await ws_chat(server, stream=True)
-        whole = await ws_chat(server, stream=False)
-    assert streamed[-1]["type"] == "done", streamed[-1]
-    assert streamed[-1]["finish"][0]["reason"] == "tool_calls"
-    state: ChatCompletionStreamState[None] = ChatCompletionStreamState(input_tools=TOOLS)
-    for frame in streamed[:-1]:
-        state.handle_chunk(ChatCompletionChunk.model_validate(frame["data"]))
-    rebuilt = message_of(state.get_final_completion())
-    body = next(f for f in whole if f["type"] != "chunk")
-    completion = ChatCompletion.model_validate(body.get("data", body.get("body")))
+        done, rebuilt_completion, completion = await websocket_chat_both_ways(server, body, TOOLS)
+    assert done["type"] == "done", done
+    assert done["finish"][0]["reason"] == "tool_calls"
+    rebuilt = message_of(rebuilt_completion)
     expected = message_of(completion)
     assert expected["tool_calls"][0][:2] == ("get_weather", ARGUMENTS)
     rebuilt.pop("reasoning"), expected.pop("reasoning")
