@@ -12,9 +12,10 @@ from smg_trio.core.anthropic_rendering import AnthropicDialect
 from smg_trio.core.anthropic_request import COUNT_TOKENS_PATH, MESSAGES_PATH
 from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.responses_dialect import ResponsesDialect
+from smg_trio.endpoint_requests import RESPONSES_PATH
 
 DIALECTS: Final[Mapping[str, Callable[[], ApiDialect]]] = {
-    "/v1/responses": ResponsesDialect,
+    RESPONSES_PATH: ResponsesDialect,
     **dict.fromkeys((MESSAGES_PATH, COUNT_TOKENS_PATH), AnthropicDialect),
 }
 """Paths that do not speak OpenAI's dialect, with the factory of theirs (one per response)."""
