@@ -21,6 +21,7 @@ response), then they are cancelled.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from functools import partial
 from math import inf
@@ -226,6 +227,8 @@ class GatewayConnection(TCPServer):
         self._timer_s = limits.idle_timeout_s
         # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
         self._writer = ConnectionWriter(stream, self._write_failed)
+        # HTTP/1.1 on a cleartext socket writes straight to it when it can (`_write_now`).
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
 
     async def run(self) -> None:
         stream: Stream = self.stream
@@ -279,9 +282,16 @@ class GatewayConnection(TCPServer):
             if isinstance(protocol, H11Protocol) and not isinstance(protocol.stream, WSStream):
                 # One response at a time: nothing to coalesce across, and hypercorn's h11
                 # decides keep-alive from how far it has read the request when the response
-                # ends; a write that returns at once let a response that did not wait for its
-                # body end first, and the connection was closed under the client's next request.
-                await super().protocol_send(event)  # hypercorn shields the write itself
+                # ends; a write that returns before its bytes went out let a response that did
+                # not wait for its body end first, and the connection was closed under the
+                # client's next request. So the bytes go out here, in order, before returning:
+                # straight to the kernel when it takes them all (the common case, a streamed
+                # chunk: docs/performance.md §2), else hypercorn's awaited write sends the rest.
+                unsent = self._write_now(event.data)
+                if not unsent:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    return
+                await super().protocol_send(RawData(unsent))  # hypercorn shields the write
                 return
             await self._writer.push(event.data)  # written shielded, with the round's others
             return
@@ -291,6 +301,21 @@ class GatewayConnection(TCPServer):
             if isinstance(event, Closed):
                 await self._writer.drain()  # the last response goes out before the close
             await super().protocol_send(event)
+
+    def _write_now(self, data: bytes) -> bytes:
+        """Write what the kernel takes of `data` without waiting; return the rest. Only on a
+        cleartext socket that no awaited write is using (a TLS stream, a write in progress, or a
+        failing socket leave everything to hypercorn's write, which reports the failure)."""
+        if self._socket is None or self.send_lock.locked():
+            return data
+        fd = self._socket.fileno()  # -1 once closed: never a number another socket reuses
+        if fd < 0:
+            return data
+        try:
+            sent = os.write(fd, data)
+        except OSError:  # EAGAIN: the kernel's buffer is full; EPIPE/ECONNRESET: peer gone
+            return data
+        return data[sent:]
 
     async def _write_failed(self) -> None:
         """The peer is gone (a write failed): what hypercorn's own write did then."""
