@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import ssl
 from pathlib import Path
 from typing import Final
@@ -23,15 +24,16 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import CloseConnection, Request
 
 from bench.http_limit_checks import response_complete
+from smg_trio.frontends import http_server
 from smg_trio.frontends.http_limits import HttpLimits, default_max_connections
-from tests.e2e.live_server import API_KEY, chat_body, live_server
+from tests.e2e.live_server import API_KEY, chat_body, chat_outcome, live_server, parse_sse
 
 TEST_TIMEOUT_S: Final = 10.0
 AUTH: Final = f"authorization: Bearer {API_KEY}\r\n"
 
 
-def chat_request(*, close: bool, stream: bool = True) -> bytes:
-    body = json.dumps(chat_body(stream=stream, max_tokens=4)).encode()
+def chat_request(*, close: bool, stream: bool = True, max_tokens: int = 4) -> bytes:
+    body = json.dumps(chat_body(stream=stream, max_tokens=max_tokens)).encode()
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\n{AUTH}"
         f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
@@ -251,3 +253,60 @@ def h2_client_events(raw: bytes) -> list[object]:
     client = H2Connection(H2Configuration(client_side=True))
     client.initiate_connection()
     return list(client.receive_data(raw))
+
+
+def dechunk(raw: bytes) -> bytes:
+    """The body of an HTTP/1.1 chunked response (asserting the framing is whole)."""
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    body = b""
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert rest == b"\r\n", rest
+            return body
+        body, rest = body + rest[:size], rest[size:]
+        assert rest.startswith(b"\r\n"), rest[:20]
+        rest = rest[2:]
+
+
+class KernelThatTakesLittle:
+    """Stands in for `os` in http_server: every third write is refused (EAGAIN) and the others
+    take at most 3 bytes, as a kernel whose socket buffer is nearly full would."""
+
+    def __init__(self) -> None:
+        self.calls = self.refused = self.partial = 0
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.calls += 1
+        if self.calls % 3 == 0:
+            self.refused += 1
+            raise BlockingIOError
+        if len(data) > 3:
+            self.partial += 1
+        return os.write(fd, data[:3])
+
+
+async def test_a_streamed_http1_chunk_the_kernel_only_partly_takes_is_finished_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct write of an HTTP/1.1 chunk (docs/performance.md §2) hands what the kernel did
+    not take to hypercorn's awaited write: the stream arrives whole and in order."""
+    outcomes = []
+    async with live_server(tmp_path, step_ms=1) as server:
+        for kernel in (None, KernelThatTakesLittle()):
+            if kernel is not None:
+                monkeypatch.setattr(http_server, "os", kernel)
+            with trio.fail_after(TEST_TIMEOUT_S):
+                async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+                    await client.send_all(chat_request(close=True, max_tokens=40))
+                    raw, _ = await read_until_eof(client)
+            assert raw.startswith(b"HTTP/1.1 200 "), raw[:200]
+            outcomes.append(chat_outcome(parse_sse(dechunk(raw))))
+    assert isinstance(kernel, KernelThatTakesLittle)
+    assert kernel.refused > 0  # both fallbacks ran: nothing taken, and part taken
+    assert kernel.partial > 0
+    assert len(outcomes[0].texts[0]) > 20
+    assert outcomes[1].texts == outcomes[0].texts
+    assert outcomes[1].finishes == outcomes[0].finishes
