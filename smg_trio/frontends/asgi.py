@@ -61,7 +61,7 @@ from smg_trio.frontends.responses import (
     send_error_discarding_body,
     send_json,
 )
-from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.frontends.sse import SseResponse, direct_chunks_of, respond
 from smg_trio.frontends.stored_responses import is_stored_response_path, serve_stored_response
 from smg_trio.frontends.workers_api import (
     WorkerAdmin,
@@ -244,6 +244,7 @@ class GatewayApp:
                     receive,
                     send,
                     dialect_for_path(path),
+                    direct_chunks_of(scope),
                 )
 
     async def _generate(

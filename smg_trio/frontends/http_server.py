@@ -30,6 +30,7 @@ from typing import Final
 import h2.config
 import h2.connection
 import h2.errors
+import h11
 import hypercorn.config
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
@@ -45,6 +46,7 @@ from hypercorn.utils import parse_socket_addr, repr_socket_addr
 from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol
 from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -256,7 +258,8 @@ class GatewayConnection(TCPServer):
                         self.config,
                         self.context,
                         task_group,
-                        ConnectionState(self.state),
+                        # Per connection: the app finds this connection's chunk writer here.
+                        ConnectionState({**self.state, DIRECT_CHUNKS_KEY: self}),
                         isinstance(stream, trio.SSLStream),
                         client,
                         server,
@@ -301,6 +304,28 @@ class GatewayConnection(TCPServer):
             if isinstance(event, Closed):
                 await self._writer.drain()  # the last response goes out before the close
             await super().protocol_send(event)
+
+    def write_chunk_now(self, data: bytes) -> bytes | None:
+        """Send `data` as one chunk of the HTTP/1.1 response body in progress, bypassing hypercorn
+        and h11 (whose chunked framing keeps no state between chunks): what the kernel did not
+        take is returned, for `write_rest`. None, having sent nothing, unless the connection is
+        cleartext HTTP/1.1 with a chunked body in progress and no write under way; the caller
+        then sends through ASGI as usual."""
+        protocol = self.protocol.protocol
+        if (
+            self._socket is None
+            or not isinstance(protocol, H11Protocol)
+            or isinstance(protocol.stream, WSStream)
+            or protocol.connection.our_state is not h11.SEND_BODY
+            or protocol.connection.their_http_version != b"1.1"  # 1.0: no chunked framing
+            or self.send_lock.locked()
+        ):
+            return None
+        return self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
+
+    async def write_rest(self, rest: bytes) -> None:
+        """The part of a chunk `write_chunk_now` could not write: hypercorn's awaited write."""
+        await TCPServer.protocol_send(self, RawData(rest))
 
     def _write_now(self, data: bytes) -> bytes:
         """Write what the kernel takes of `data` without waiting; return the rest. Only on a

@@ -33,8 +33,8 @@ Two rules keep that news from being lost or coming too late (docs/architecture.m
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, assert_never
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Protocol, assert_never, runtime_checkable
 
 import trio
 
@@ -45,6 +45,10 @@ from smg_trio.frontends.responses import Message, Receive, Send, send_error, sen
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 
 logger = logging.getLogger(__name__)
+
+DIRECT_CHUNKS_KEY: Final = "smg_trio.direct_chunks"
+"""Where `frontends.http_server` puts each HTTP/1.1 connection's `DirectChunks` in the state
+hypercorn copies into every request's scope."""
 
 KEEPALIVE_COMMENT: Final = b": keep-alive\n\n"
 """An SSE comment: clients ignore it, proxies with idle timeouts see bytes (resilience.md §5)."""
@@ -62,13 +66,34 @@ thousands of streams on a loaded loop that wait took over 30 s; only a connectio
 stopped reading waits longer, and hypercorn's own (shielded) write on it is stuck as long."""
 
 
+@runtime_checkable
+class DirectChunks(Protocol):
+    """An HTTP/1.1 connection's way to send a body chunk without ASGI (docs/performance.md §2):
+    `frontends.http_server.GatewayConnection`, found in the scope's `state`."""
+
+    def write_chunk_now(self, data: bytes) -> bytes | None: ...
+
+    async def write_rest(self, rest: bytes) -> None: ...
+
+
+def direct_chunks_of(scope: Mapping[str, Any]) -> DirectChunks | None:
+    state = scope.get("state")
+    found = state.get(DIRECT_CHUNKS_KEY) if isinstance(state, dict) else None
+    return found if isinstance(found, DirectChunks) else None
+
+
 class SseResponse:
     """A `ClientSink` writing one HTTP response through ASGI `send` (see the module doc)."""
 
     def __init__(
-        self, send: Send, receive: Receive | None = None, dialect: ApiDialect = OPENAI
+        self,
+        send: Send,
+        receive: Receive | None = None,
+        dialect: ApiDialect = OPENAI,
+        direct: DirectChunks | None = None,
     ) -> None:
         self._send = send
+        self._direct = direct  # an HTTP/1.1 connection's chunk writer, for stream chunks
         self._dialect = dialect  # how this API frames events and errors (core/api_dialect.py)
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
@@ -108,6 +133,14 @@ class SseResponse:
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
         body = self._dialect.frame(payloads)
+        if self._direct is not None:
+            # Straight to the socket when the connection allows (HTTP/1.1, cleartext): the bytes
+            # are out before this returns, in order; the writer's mailbox loop yields per batch.
+            rest = self._direct.write_chunk_now(body)
+            if rest is not None:
+                if rest:
+                    await self._direct.write_rest(rest)
+                return
         await self._send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def send_body(self, body: bytes) -> None:
@@ -181,13 +214,14 @@ async def respond(
     receive: Receive,
     send: Send,
     dialect: ApiDialect = OPENAI,
+    direct: DirectChunks | None = None,
 ) -> SseResponse:
     """Run `handle` with a fresh response, cancelled the moment the client disconnects.
 
     A GatewayError from `handle` ends the response (status or final event); any other exception
     is a bug: logged with its traceback, and the client gets a 500 or a final error event.
     """
-    response = SseResponse(send, receive, dialect)
+    response = SseResponse(send, receive, dialect, direct)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_disconnect, receive, response, nursery.cancel_scope)
         try:
