@@ -283,13 +283,10 @@ class GatewayConnection(TCPServer):
         if isinstance(event, RawData):
             protocol = self.protocol.protocol
             if isinstance(protocol, H11Protocol) and not isinstance(protocol.stream, WSStream):
-                # One response at a time: nothing to coalesce across, and hypercorn's h11
-                # decides keep-alive from how far it has read the request when the response
-                # ends; a write that returns before its bytes went out let a response that did
-                # not wait for its body end first, and the connection was closed under the
-                # client's next request. So the bytes go out here, in order, before returning:
-                # straight to the kernel when it takes them all (the common case, a streamed
-                # chunk: docs/performance.md §2), else hypercorn's awaited write sends the rest.
+                # One response at a time, and h11 decides keep-alive from how far it read the
+                # request when the response ends: a write returning before its bytes went out
+                # closed connections under the client's next request. So the bytes go out here,
+                # to the kernel at once, the rest by hypercorn's write (docs/performance.md §2).
                 unsent = self._write_now(event.data)
                 if not unsent:
                     await trio.lowlevel.cancel_shielded_checkpoint()
@@ -306,11 +303,12 @@ class GatewayConnection(TCPServer):
             await super().protocol_send(event)
 
     def write_chunk_now(self, data: bytes) -> bytes | None:
-        """Send `data` as one chunk of the HTTP/1.1 response body in progress, bypassing hypercorn
-        and h11 (whose chunked framing keeps no state between chunks): what the kernel did not
-        take is returned, for `write_rest`. None, having sent nothing, unless the connection is
-        cleartext HTTP/1.1 with a chunked body in progress and no write under way; the caller
-        then sends through ASGI as usual."""
+        """`data` as one chunk of the HTTP/1.1 body in progress, past hypercorn and h11 (whose
+        chunked framing keeps no state): returns what the kernel did not take, for `write_rest`;
+        None, nothing sent, unless cleartext HTTP/1.1 is in a chunked body with no write under
+        way (then the caller sends through ASGI)."""
+        if not data:  # an empty chunk would end the body
+            return b""
         protocol = self.protocol.protocol
         if (
             self._socket is None
@@ -328,9 +326,8 @@ class GatewayConnection(TCPServer):
         await TCPServer.protocol_send(self, RawData(rest))
 
     def _write_now(self, data: bytes) -> bytes:
-        """Write what the kernel takes of `data` without waiting; return the rest. Only on a
-        cleartext socket that no awaited write is using (a TLS stream, a write in progress, or a
-        failing socket leave everything to hypercorn's write, which reports the failure)."""
+        """Write what the kernel takes of `data` now; return the rest (all of it for TLS, under
+        an awaited write, or on a failing socket: hypercorn's write then reports the failure)."""
         if self._socket is None or self.send_lock.locked():
             return data
         fd = self._socket.fileno()  # -1 once closed: never a number another socket reuses
