@@ -27,9 +27,6 @@ from functools import partial
 from math import inf
 from typing import Final
 
-import h2.config
-import h2.connection
-import h2.errors
 import h11
 import hypercorn.config
 import trio
@@ -43,6 +40,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
+from smg_trio.frontends.connection_refusal import Stream, refuse
 from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol
 from smg_trio.frontends.http_limits import HttpLimits
@@ -50,24 +48,13 @@ from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY
 
 logger = logging.getLogger(__name__)
 
+REST_S: Final = 300.0  # bound on writing what the kernel did not take at once (write_rest)
 BOOKKEEPING_S: Final = 1.0
 """Bound on the shielded per-connection bookkeeping (close a socket, start a timer)."""
 REFUSAL_S: Final = 1.0
 """How long a refused connection may take to send its request head and read the 503."""
 REFUSALS_IN_FLIGHT: Final = 64
 """Refusals answered at once; past this a refused socket is closed without an answer."""
-H2_PREFACE: Final = b"PRI * HTTP/2.0"
-REFUSAL_BODY: Final = (
-    b'{"error":{"message":"the server is at its connection limit; retry shortly",'
-    b'"type":"server_error","param":null,"code":"too_many_connections"}}'
-)
-REFUSAL_503: Final = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"x-error-code: too_many_connections\r\nretry-after: 1\r\nconnection: close\r\n"
-    b"content-length: %d\r\n\r\n" % len(REFUSAL_BODY)
-) + REFUSAL_BODY
-
-Stream = trio.SocketStream | trio.SSLStream[trio.SocketStream]
 
 
 async def serve_http(
@@ -180,36 +167,6 @@ class ConnectionGate:
                 await stream.aclose()
 
 
-async def refuse(stream: Stream) -> None:
-    """Answer one connection we cannot take: 503 (HTTP/1.1), or GOAWAY(REFUSED_STREAM) with
-    last stream 0, telling an HTTP/2 client that nothing was processed and it may retry."""
-    head = b""
-    try:
-        if isinstance(stream, trio.SSLStream):
-            await stream.do_handshake()
-            if stream.selected_alpn_protocol() == "h2":
-                await stream.send_all(_h2_refusal())
-                return
-        while b"\r\n\r\n" not in head and len(head) < MAX_RECV:
-            data = await stream.receive_some(MAX_RECV)
-            if not data:
-                return
-            head += data
-            if head.startswith(H2_PREFACE):
-                await stream.send_all(_h2_refusal())
-                return
-        await stream.send_all(REFUSAL_503)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return
-
-
-def _h2_refusal() -> bytes:
-    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-    connection.initiate_connection()
-    connection.close_connection(h2.errors.ErrorCodes.REFUSED_STREAM, last_stream_id=0)
-    return connection.data_to_send()
-
-
 class GatewayConnection(TCPServer):
     """hypercorn's TCPServer with our protocol choice, shielded bookkeeping, and a header timer
     (HTTP/1.1: once a request head starts arriving, it must end within `header_timeout_s`)."""
@@ -229,7 +186,6 @@ class GatewayConnection(TCPServer):
         self._timer_s = limits.idle_timeout_s
         # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
         self._writer = ConnectionWriter(stream, self._write_failed)
-        # HTTP/1.1 on a cleartext socket writes straight to it when it can (`_write_now`).
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
 
     async def run(self) -> None:
@@ -291,7 +247,7 @@ class GatewayConnection(TCPServer):
                 if not unsent:
                     await trio.lowlevel.cancel_shielded_checkpoint()
                     return
-                await super().protocol_send(RawData(unsent))  # hypercorn shields the write
+                await self.write_rest(unsent)
                 return
             await self._writer.push(event.data)  # written shielded, with the round's others
             return
@@ -322,8 +278,12 @@ class GatewayConnection(TCPServer):
         return self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
 
     async def write_rest(self, rest: bytes) -> None:
-        """The part of a chunk `write_chunk_now` could not write: hypercorn's awaited write."""
-        await TCPServer.protocol_send(self, RawData(rest))
+        """What `_write_now` left, by hypercorn's write, shielded from its lock on (a cancel must
+        not cut the bytes in two); a peer reading nothing for `REST_S` is closed."""
+        with trio.move_on_after(REST_S, shield=True) as bound:
+            await TCPServer.protocol_send(self, RawData(rest))
+        if bound.cancelled_caught:
+            await self._write_failed()
 
     def _write_now(self, data: bytes) -> bytes:
         """Write what the kernel takes of `data` now; return the rest (all of it for TLS, under
