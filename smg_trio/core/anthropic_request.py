@@ -42,8 +42,7 @@ from smg_trio.neutral.validation import (
 )
 from smg_trio.wire import anthropic as an
 from smg_trio.wire import openai as oa
-from smg_trio.wire.decode_errors import read_decode_error
-from smg_trio.wire.json_depth import check_json_depth
+from smg_trio.wire.decode_errors import decode_body, read_decode_error
 
 MESSAGES_PATH: Final = "/v1/messages"
 COUNT_TOKENS_PATH: Final = "/v1/messages/count_tokens"
@@ -68,11 +67,7 @@ def _decode_error(exc: msgspec.DecodeError) -> ClientError:
 
 def decode_messages_request(body: bytes) -> an.MessagesRequest:
     """`POST /v1/messages`: the body, decoded and checked; any problem a 400 naming the field."""
-    check_json_depth(body)
-    try:
-        req = _MESSAGES_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise _decode_error(exc) from None
+    req = decode_body(_MESSAGES_DECODER, body, _decode_error)
     check_at_least(req.max_tokens, "max_tokens", 1)
     # Anthropic's ranges (narrower than vLLM's: temperature is at most 1 there).
     check_between(req.temperature, "temperature", 0.0, 1.0)
@@ -95,11 +90,7 @@ def decode_messages_request(body: bytes) -> an.MessagesRequest:
 
 def decode_count_tokens_request(body: bytes) -> an.CountTokensRequest:
     """`POST /v1/messages/count_tokens`."""
-    check_json_depth(body)
-    try:
-        req = _COUNT_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise _decode_error(exc) from None
+    req = decode_body(_COUNT_DECODER, body, _decode_error)
     _check_shape(req)
     return req
 

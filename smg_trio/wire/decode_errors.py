@@ -8,10 +8,16 @@ Messages in `core/anthropic_request.py`; docs/client-apis.md).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
+
+from smg_trio.errors import ClientError
+from smg_trio.wire.json_depth import check_json_depth
+
+T = TypeVar("T")
 
 _AT: Final = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _UNKNOWN: Final = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`")
@@ -47,3 +53,17 @@ def read_decode_error(exc: msgspec.DecodeError, prefix: str = "") -> DecodeFailu
         path = f"{path}.{named.group('field')}" if path else named.group("field")
     text = message if at is None else message[: at.start()]
     return DecodeFailure(message, True, path, text, unknown_field=unknown is not None)
+
+
+def decode_body(
+    decoder: msgspec.json.Decoder[T],
+    body: bytes,
+    to_error: Callable[[msgspec.DecodeError], ClientError],
+) -> T:
+    """A request body decoded by `decoder` once its nesting depth passed the check; a decode
+    error is raised as the API's own 400, `to_error(exc)` (without msgspec's traceback)."""
+    check_json_depth(body)
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise to_error(exc) from None

@@ -43,8 +43,7 @@ from smg_trio.neutral.validation import (
     checked_constraint,
     checked_logit_bias,
 )
-from smg_trio.wire.decode_errors import read_decode_error
-from smg_trio.wire.json_depth import check_json_depth
+from smg_trio.wire.decode_errors import decode_body, read_decode_error
 from smg_trio.wire.openai import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -241,30 +240,18 @@ _GENERATE_DECODER = msgspec.json.Decoder(GenerateRequest, strict=False)
 
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     """JSON body → validated request; any problem is a 400 `ClientError` naming the param."""
-    check_json_depth(body)
-    try:
-        req = _CHAT_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise _decode_error(exc) from None
+    req = decode_body(_CHAT_DECODER, body, _decode_error)
     validate_chat(req)
     return req
 
 
 def decode_completion_request(body: bytes) -> CompletionRequest:
-    check_json_depth(body)
-    try:
-        req = _COMPLETION_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise _decode_error(exc) from None
+    req = decode_body(_COMPLETION_DECODER, body, _decode_error)
     validate_completion(req)
     return req
 
 
 def decode_generate_request(body: bytes) -> GenerateRequest:
-    check_json_depth(body)
-    try:
-        req = _GENERATE_DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise _decode_error(exc) from None
+    req = decode_body(_GENERATE_DECODER, body, _decode_error)
     validate_generate(req)
     return req

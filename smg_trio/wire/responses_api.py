@@ -19,8 +19,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from smg_trio.errors import ClientError
-from smg_trio.wire.decode_errors import read_decode_error
-from smg_trio.wire.json_depth import check_json_depth
+from smg_trio.wire.decode_errors import decode_body, read_decode_error
 
 # OpenAI's limits on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
 MAX_METADATA_PAIRS: Final = 16
@@ -189,11 +188,7 @@ def decode_head(body: bytes) -> ResponsesHead:
 
 def decode_responses_request(body: bytes) -> ResponsesRequest:
     """JSON body → validated request; any problem is a 400 `ClientError` naming the field."""
-    check_json_depth(body)
-    try:
-        req = _DECODER.decode(body)
-    except msgspec.DecodeError as exc:
-        raise _decode_error(exc) from None
+    req = decode_body(_DECODER, body, _decode_error)
     _validate(req)
     return req
 
