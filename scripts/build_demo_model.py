@@ -77,8 +77,9 @@ def token_id(tokenizer: Tokenizer, token: str) -> int:
     return found
 
 
-def tokenizer_config(tokenizer: Tokenizer) -> dict[str, object]:
-    added = {
+def added_tokens_decoder(tokenizer: Tokenizer) -> dict[str, dict[str, object]]:
+    """tokenizer_config.json's `added_tokens_decoder`, as transformers writes it."""
+    return {
         str(token_id): {
             "content": token.content,
             "lstrip": token.lstrip,
@@ -89,9 +90,12 @@ def tokenizer_config(tokenizer: Tokenizer) -> dict[str, object]:
         }
         for token_id, token in sorted(tokenizer.get_added_tokens_decoder().items())
     }
+
+
+def tokenizer_config(tokenizer: Tokenizer) -> dict[str, object]:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "added_tokens_decoder": added,
+        "added_tokens_decoder": added_tokens_decoder(tokenizer),
         "bos_token": None,
         "eos_token": "<|im_end|>",
         "pad_token": "<|pad|>",

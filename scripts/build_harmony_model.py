@@ -13,9 +13,9 @@ The output is deterministic; tests/core/test_harmony_prompt.py rebuilds it and c
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from build_demo_model import added_tokens_decoder, write_json  # this script's folder
 from tokenizers import AddedToken, Tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,26 +33,11 @@ HARMONY_TOKENS = (
 CONTEXT_LENGTH = 4096
 
 
-def write_json(path: Path, value: object) -> None:
-    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def build(out: Path) -> None:
     tokenizer = Tokenizer.from_file(str(DEMO_TOKENIZER))
     tokenizer.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in HARMONY_TOKENS]
     )
-    added = {
-        str(token_id): {
-            "content": token.content,
-            "lstrip": token.lstrip,
-            "normalized": token.normalized,
-            "rstrip": token.rstrip,
-            "single_word": token.single_word,
-            "special": token.special,
-        }
-        for token_id, token in sorted(tokenizer.get_added_tokens_decoder().items())
-    }
     end_of_text = tokenizer.token_to_id("<|endoftext|>")
     out.mkdir(parents=True, exist_ok=True)
     (out / "tokenizer.json").write_text(tokenizer.to_str(pretty=True) + "\n", encoding="utf-8")
@@ -60,7 +45,7 @@ def build(out: Path) -> None:
         out / "tokenizer_config.json",
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
-            "added_tokens_decoder": added,
+            "added_tokens_decoder": added_tokens_decoder(tokenizer),
             "bos_token": None,
             "eos_token": "<|endoftext|>",
             "pad_token": "<|pad|>",
