@@ -177,20 +177,23 @@ class ResponseAssembler:
                     if self._echo_only:  # the engine's one token is never the client's text
                         choice.tokens += len(token_ids)
                         continue
-                    if self._keeps_ids:
-                        choice.output_ids.extend(token_ids)
+                    before = choice.tokens
                     if self._logprobs and event.logprobs is not None:
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
-                        continue
-                    outcome = choice.scanner.feed(token_ids)
-                    if type(outcome) is Emit:  # the common case, ahead of the general match
-                        choice.tokens += len(token_ids)
-                        self._text(index, choice, outcome.text, out)
                     else:
-                        # Usage counts up to the stopping token, not the rest of the batch.
-                        used = choice.scanner.consumed if type(outcome) is Stop else None
-                        choice.tokens += len(token_ids) if used is None else used
-                        self._apply(index, choice, outcome, None, out)
+                        outcome = choice.scanner.feed(token_ids)
+                        if type(outcome) is Emit:  # the common case, ahead of the general match
+                            choice.tokens += len(token_ids)
+                            self._text(index, choice, outcome.text, out)
+                        else:
+                            # Usage counts up to the stopping token, not the rest of the batch.
+                            used = choice.scanner.consumed if type(outcome) is Stop else None
+                            choice.tokens += len(token_ids) if used is None else used
+                            self._apply(index, choice, outcome, None, out)
+                    if self._keeps_ids:  # the ids usage counts: none after a router stop
+                        used = choice.tokens - before
+                        ids = token_ids if used == len(token_ids) else token_ids[:used]
+                        choice.output_ids.extend(ids)
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
                     choice = choices[index]

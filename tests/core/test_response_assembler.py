@@ -148,6 +148,9 @@ def test_case_55_generate_reports_the_router_stop() -> None:
     body = json.loads(a.response_body())
     assert body["text"] == "Hello "
     assert body["meta_info"]["finish_reason"] == {"type": "stop", "matched": "world"}
+    # The engine's token after the stop, in the same message, is neither counted nor shown.
+    assert body["output_ids"] == [1, 2]
+    assert body["meta_info"]["completion_tokens"] == 2
 
 
 def test_generate_stream_chunks_carry_cumulative_text() -> None:
