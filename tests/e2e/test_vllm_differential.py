@@ -27,6 +27,7 @@ from tests.e2e import real_vllm
 from tests.e2e.differential import Answer, Divergence, diff, fold_stream
 from tests.e2e.real_vllm import MODEL, SERVED_NAME
 from tests.e2e.vllm_cases import CASES, CHAT, COMPLETIONS, Case, Facts, learn_facts
+from tests.e2e.vllm_kept import split_kept
 
 REQUEST_S: Final = 120.0
 CONCURRENT: Final = 8
@@ -85,7 +86,10 @@ async def exchange(base_url: str, case_path: str, body: dict[str, Any], stream: 
                 return Answer(200, fold_stream(chunks), chunks, done)
 
 
-def compare(name: str, vllm: Answer, ours: Answer, request: dict[str, Any]) -> list[Divergence]:
+def compare(
+    name: str, vllm: Answer, ours: Answer, request: dict[str, Any], *, case: str, wire: str
+) -> list[Divergence]:
+    """The divergences no rule of `vllm_kept.KEPT` keeps (those are only reported)."""
     if vllm.status == ours.status:
         found = diff(vllm.body, ours.body)
     else:  # one line for the status, one for the two whole bodies: field diffs would be noise
@@ -95,19 +99,25 @@ def compare(name: str, vllm: Answer, ours: Answer, request: dict[str, Any]) -> l
         ]
     if vllm.done != ours.done:
         found.append(Divergence("[DONE]", vllm.done, ours.done))
+    unexplained, kept = split_kept(case, wire, found)
     if DIFF_DIR:
         record = {
             "request": request,
             "vllm": vllm.as_report(),
             "smg_trio": ours.as_report(),
             "divergences": [
-                {"path": each.path, "vllm": each.vllm, "smg_trio": each.ours} for each in found
+                {"path": each.path, "vllm": each.vllm, "smg_trio": each.ours}
+                for each in unexplained
+            ],
+            "kept": [
+                {"path": each.path, "vllm": each.vllm, "smg_trio": each.ours, "why": why}
+                for each, why in kept
             ],
         }
         Path(DIFF_DIR).mkdir(parents=True, exist_ok=True)
         file_name = name.replace("/", "_")  # a test id may hold a URL path
         (Path(DIFF_DIR) / f"{file_name}.json").write_text(json.dumps(record, indent=1))
-    return found
+    return unexplained
 
 
 def assert_same(divergences: list[Divergence]) -> None:
@@ -131,7 +141,8 @@ async def test_same_answer_as_vllm(
     vllm = await exchange(vllm_url, case.path, body, stream)
     assert vllm.status == case.vllm_status, f"the harness expects vLLM to answer {vllm.body}"
     ours = await exchange(ours_url, case.path, body, stream)
-    divergences = compare(request.node.name, vllm, ours, body)
+    wire = request.node.callspec.params["ours_url"]
+    divergences = compare(request.node.name, vllm, ours, body, case=case.name, wire=wire)
     if case.check is not None:
         case.check(vllm.body)  # the property holds for vLLM's own answer: the case is sound
         if ours.status == 200:
@@ -162,8 +173,10 @@ async def test_multi_token_stop_usage_under_concurrent_load(
     vllm_answers = await all_at_once(vllm_url)
     ours_answers = await all_at_once(ours_url)
     divergences: list[Divergence] = []
+    wire = request.node.callspec.params["ours_url"]
     for index, (vllm, ours) in enumerate(zip(vllm_answers, ours_answers, strict=True)):
-        divergences.extend(compare(f"{request.node.name}-{index}", vllm, ours, body))
+        name = f"{request.node.name}-{index}"
+        divergences.extend(compare(name, vllm, ours, body, case="multi_token_stop", wire=wire))
     assert_same(divergences)
 
 
