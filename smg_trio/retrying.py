@@ -30,7 +30,7 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
 from smg_trio.observability.request_record import RequestRecord
-from smg_trio.request import ClientSink, run_request
+from smg_trio.request import ClientSink, SentNow, run_request
 from smg_trio.routing.retry import backoff_s, counts_against_worker, retryable
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import Outcome, WorkerPool
@@ -57,6 +57,12 @@ class FirstByteGuard:
         except ClientGone:
             self.client_gone = True
             raise
+
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+        sent = self._sink.send_chunks_now(payloads)
+        if sent is not SentNow.NOTHING:
+            self.sent = True
+        return sent
 
     async def send_body(self, body: bytes) -> None:
         self.sent = True

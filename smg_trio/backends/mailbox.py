@@ -63,6 +63,11 @@ class Mailbox(Generic[T]):
         if self._waiting_consumer:
             self._waiting_consumer.unpark()
 
+    def consumer_idle(self) -> bool:
+        """Nothing queued and the consumer parked in `get_batch`: everything put was taken and
+        handled (a producer may then act in its place without overtaking anything)."""
+        return not self._items and bool(self._waiting_consumer)
+
     def close(self, error: BaseException | None = None) -> None:
         """No more items. With `error`, the consumer gets it instead of `trio.EndOfChannel`.
 

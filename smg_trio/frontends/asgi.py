@@ -109,6 +109,7 @@ class _ResponseStarted:
 
     def __init__(self, send: Send, request_id: str) -> None:
         self._send = send
+        self.transport = send  # the server's own `send`, for frontends.sse.direct_chunks_of
         self._id_header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
         self.started = False
 
@@ -244,7 +245,9 @@ class GatewayApp:
                     receive,
                     send,
                     dialect_for_path(path),
-                    direct_chunks_of(scope),
+                    direct_chunks_of(
+                        scope, send.transport if isinstance(send, _ResponseStarted) else send
+                    ),
                 )
 
     async def _generate(

@@ -13,7 +13,8 @@ chunk (docs/performance.md §2). `ConnectionWriter` is the connection's one writ
   write cut in the middle would corrupt the byte stream).
 - Memory is bounded: past `HIGH_WATER_BYTES` queued, `push` waits until the writer took the
   queue, which is the backpressure hypercorn's awaited write gave (a client that stops reading
-  parks its producers, as before).
+  parks its producers, as before). `push_nowait` (a request's own task framing its DATA, no
+  await) is taken only below the mark (`takes_now`); past it the caller falls back to `push`.
 - `drain` (before hypercorn closes the socket) waits until everything pushed went out, so a
   last response is never cut off; `stop` ends the writer after its last write.
 - HTTP/1.1 connections keep hypercorn's awaited writes (frontends/http_server.py says why);
@@ -69,12 +70,22 @@ class ConnectionWriter:
         """Queue `data` for the next write; waits only past the high water mark."""
         if self._broken:
             return
+        self.push_nowait(data)
+        while self._queued_bytes > HIGH_WATER_BYTES and not self._broken:
+            await self._taken.park()
+
+    @property
+    def takes_now(self) -> bool:
+        """Whether `push_nowait` may queue more: below the high water mark, not broken."""
+        return self._queued_bytes <= HIGH_WATER_BYTES and not self._broken
+
+    def push_nowait(self, data: bytes) -> None:
+        """`push` without its wait, for a caller that asked `takes_now` first (the queue then
+        passes the high water mark by this one piece at most)."""
         self._queue.append(data)
         self._queued_bytes += len(data)
         if self._ready:
             self._ready.unpark()
-        while self._queued_bytes > HIGH_WATER_BYTES and not self._broken:
-            await self._taken.park()
 
     async def drain(self) -> None:
         """Wait until everything pushed so far was written (or the connection broke)."""

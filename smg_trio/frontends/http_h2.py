@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from typing import Final, cast
 
 import h2.connection
@@ -36,6 +37,8 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
 from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
+
+from smg_trio.frontends.responses import Send
 
 RAPID_RESET_LIMIT: Final = 40
 """Client resets of unfinished streams a connection may make within the window: a client that
@@ -115,12 +118,14 @@ class GatewayH2Protocol(H2Protocol):
         # the task that sent it, instead of by hypercorn's send task a round later: one task
         # hop less per chunk, and the first chunk leaves with its response head in one write
         # (docs/performance.md §2). Anything else takes hypercorn's queue, in order.
-        if type(event) in (Body, Data) and self._framed_now(event.stream_id, event.data):  # type: ignore[attr-defined]
+        if type(event) in (Body, Data) and self.frame_data_now(event.stream_id, event.data):  # type: ignore[attr-defined]
             await self._flush()
             return
         await super().stream_send(event)
 
-    def _framed_now(self, stream_id: int, data: bytes) -> bool:
+    def frame_data_now(self, stream_id: int, data: bytes) -> bool:
+        """Frame `data` as the stream's next DATA in h2's output if nothing of the stream is
+        queued before it and its window takes it whole; False: nothing framed."""
         buffer = self.stream_buffers.get(stream_id)
         if buffer is None or buffer.buffer or buffer._complete or not data:
             return False
@@ -181,3 +186,29 @@ class _Streams(dict[int, "HTTPStream | WSStream"]):
 
     def __missing__(self, stream_id: int) -> HTTPStream | WSStream:
         return cast("HTTPStream | WSStream", _FinishedStream(self._protocol, stream_id))
+
+
+class H2StreamChunks:
+    """A `DirectChunks` for one h2 stream (frontends/sse.py): a body chunk is framed as DATA by
+    the task that has it, and queued on the connection's writer, without hypercorn's ASGI
+    layers (docs/performance.md §2). All or nothing: the rest is never partial."""
+
+    __slots__ = ("_send", "_stream_id", "_write_now")
+
+    def __init__(
+        self,
+        write_now: Callable[[int, bytes], bool],
+        stream_id: int,
+        send: Send,
+    ) -> None:
+        self._write_now = write_now
+        self._stream_id = stream_id
+        self._send = send
+
+    def write_chunk_now(self, data: bytes) -> bytes | None:
+        if not data:  # nothing to frame (an empty DATA would be noise, not an end)
+            return b""
+        return b"" if self._write_now(self._stream_id, data) else None
+
+    async def write_rest(self, rest: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": rest, "more_body": True})

@@ -32,6 +32,7 @@ import hypercorn.config
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
+from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup
@@ -42,9 +43,10 @@ from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
 from smg_trio.frontends.connection_refusal import Stream, refuse
 from smg_trio.frontends.connection_writer import ConnectionWriter
-from smg_trio.frontends.http_h2 import GatewayH2Protocol
+from smg_trio.frontends.http_h2 import GatewayH2Protocol, H2StreamChunks
 from smg_trio.frontends.http_limits import HttpLimits
-from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY
+from smg_trio.frontends.responses import Send
+from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY, DirectChunks
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +278,28 @@ class GatewayConnection(TCPServer):
         ):
             return None
         return self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def chunks_for(self, send: Send) -> DirectChunks | None:
+        """The direct chunk writer of the response `send` (hypercorn's ASGI send) belongs to:
+        this connection over HTTP/1.1, the response's own stream over h2; None otherwise."""
+        protocol = self.protocol.protocol
+        if isinstance(protocol, H11Protocol):
+            return self
+        stream = getattr(send, "__self__", None)  # hypercorn's HTTPStream.app_send
+        if isinstance(protocol, GatewayH2Protocol) and isinstance(stream, HTTPStream):
+            return H2StreamChunks(partial(self._write_h2_now, protocol), stream.stream_id, send)
+        return None
+
+    def _write_h2_now(self, protocol: GatewayH2Protocol, stream_id: int, data: bytes) -> bool:
+        """`data` framed as the stream's DATA and queued for the connection's writer, now; False
+        (nothing done) when it must wait (window, queued bytes) or the protocol switched."""
+        writer = self._writer
+        if self.protocol.protocol is not protocol or not writer.takes_now:
+            return False
+        if not protocol.frame_data_now(stream_id, data):
+            return False
+        writer.push_nowait(protocol.connection.data_to_send())
+        return True
 
     async def write_rest(self, rest: bytes) -> None:
         """What `_write_now` left, by hypercorn's write, shielded from its lock on (a cancel must

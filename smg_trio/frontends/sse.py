@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, Protocol, assert_never, runtime_checkable
+from typing import Any, Final, Protocol, assert_never
 
 import trio
 
@@ -43,11 +43,12 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientGone, GatewayError
 from smg_trio.frontends.responses import Message, Receive, Send, send_error, send_json
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
+from smg_trio.request import SentNow
 
 logger = logging.getLogger(__name__)
 
 DIRECT_CHUNKS_KEY: Final = "smg_trio.direct_chunks"
-"""Where `frontends.http_server` puts each HTTP/1.1 connection's `DirectChunks` in the state
+"""Where `frontends.http_server` puts each connection (a `DirectChunksSource`) in the state
 hypercorn copies into every request's scope."""
 
 KEEPALIVE_COMMENT: Final = b": keep-alive\n\n"
@@ -66,20 +67,30 @@ thousands of streams on a loaded loop that wait took over 30 s; only a connectio
 stopped reading waits longer, and hypercorn's own (shielded) write on it is stuck as long."""
 
 
-@runtime_checkable
 class DirectChunks(Protocol):
-    """An HTTP/1.1 connection's way to send a body chunk without ASGI (docs/performance.md §2):
-    `frontends.http_server.GatewayConnection`, found in the scope's `state`."""
+    """A way to send a body chunk without ASGI's layers (docs/performance.md §2): an HTTP/1.1
+    connection writes it to its socket, an h2 stream frames it as DATA. `write_chunk_now`
+    returns None when nothing was sent (then ASGI `send` must), else what is still to write
+    (`write_rest`; only HTTP/1.1 leaves a rest)."""
 
     def write_chunk_now(self, data: bytes) -> bytes | None: ...
 
     async def write_rest(self, rest: bytes) -> None: ...
 
 
-def direct_chunks_of(scope: Mapping[str, Any]) -> DirectChunks | None:
+class DirectChunksSource(Protocol):
+    """What `frontends.http_server` puts under `DIRECT_CHUNKS_KEY`: each connection."""
+
+    def chunks_for(self, send: Send) -> DirectChunks | None: ...
+
+
+def direct_chunks_of(scope: Mapping[str, Any], send: Send) -> DirectChunks | None:
+    """The direct chunk writer of the response that hypercorn's `send` answers, if any."""
     state = scope.get("state")
-    found = state.get(DIRECT_CHUNKS_KEY) if isinstance(state, dict) else None
-    return found if isinstance(found, DirectChunks) else None
+    source: DirectChunksSource | None = (
+        state.get(DIRECT_CHUNKS_KEY) if isinstance(state, dict) else None
+    )
+    return None if source is None else source.chunks_for(send)
 
 
 class SseResponse:
@@ -93,7 +104,8 @@ class SseResponse:
         direct: DirectChunks | None = None,
     ) -> None:
         self._send = send
-        self._direct = direct  # an HTTP/1.1 connection's chunk writer, for stream chunks
+        self._direct = direct  # the connection's or h2 stream's chunk writer, for stream chunks
+        self._unsent = b""  # what the kernel did not take of a chunk `send_chunks_now` wrote
         self._dialect = dialect  # how this API frames events and errors (core/api_dialect.py)
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
@@ -126,9 +138,30 @@ class SseResponse:
     def mark_client_gone(self) -> None:
         self._client_gone = True
 
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+        direct = self._direct
+        if (
+            direct is None
+            or self._client_gone
+            or self._unsent
+            or self._lifecycle.state is not SinkState.STREAMING
+        ):
+            return SentNow.NOTHING
+        rest = direct.write_chunk_now(self._dialect.frame(payloads))
+        if rest is None:
+            return SentNow.NOTHING
+        self.quiet = False
+        if rest:  # the kernel took part of it: the rest goes before anything else
+            self._unsent = rest
+            return SentNow.PART
+        return SentNow.ALL
+
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:
             raise ClientGone
+        await self._finish_unsent()
+        if not payloads:
+            return
         self.quiet = False
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
@@ -163,6 +196,7 @@ class SseResponse:
             case _:
                 assert_never(step)
         tail = self._dialect.end(end.payloads)
+        await self._finish_unsent()
         await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def fail(self, error: GatewayError) -> None:
@@ -175,6 +209,7 @@ class SseResponse:
                 await send_error(self._send_head_shielded, error, dialect=self._dialect)
             case ErrorForm.FINAL_EVENT:
                 tail = self._dialect.stream_error(error)
+                await self._finish_unsent()
                 await self._send({"type": "http.response.body", "body": tail, "more_body": False})
             case ErrorForm.DROPPED:
                 pass
@@ -184,13 +219,19 @@ class SseResponse:
     async def keep_alive(self) -> None:
         """A comment line on a silent stream; opens the stream first during a long prefill
         (only streaming requests get keep-alives, so the response would be a stream anyway)."""
-        if self._client_gone or self._lifecycle.state is SinkState.CLOSED:
-            return
+        if self._client_gone or self._unsent or self._lifecycle.state is SinkState.CLOSED:
+            return  # (with a chunk's rest pending, a comment would land inside the chunk)
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
         await self._send(
             {"type": "http.response.body", "body": KEEPALIVE_COMMENT, "more_body": True}
         )
+
+    async def _finish_unsent(self) -> None:
+        """Write the rest of a chunk `send_chunks_now` began, before anything else goes."""
+        if self._unsent and self._direct is not None:
+            rest, self._unsent = self._unsent, b""
+            await self._direct.write_rest(rest)
 
     async def _start_stream(self) -> None:
         await self._send_head_shielded(

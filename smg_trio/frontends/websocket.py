@@ -41,7 +41,7 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.responses import client_address
-from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, Step
+from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 from smg_trio.frontends.websocket_frames import (
     KEEPALIVE_FRAME,
     CancelMessage,
@@ -55,6 +55,7 @@ from smg_trio.frontends.websocket_frames import (
     response_frame,
 )
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.request import SentNow
 from smg_trio.request_ids import request_id_from_header
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 
@@ -106,6 +107,14 @@ class _StreamSink:
         self._lifecycle.chunks()  # a WebSocket stream has no head to open
         for frame in self._dialect.websocket_frames(self._id, payloads):
             await self._socket.send_frame(frame)
+
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+        if self._lifecycle.state is not SinkState.STREAMING:
+            return SentNow.NOTHING
+        if not self._socket.send_frames_now(self._dialect.websocket_frames(self._id, payloads)):
+            return SentNow.NOTHING
+        self.quiet = False
+        return SentNow.ALL
 
     async def send_body(self, body: bytes) -> None:
         self._lifecycle.body()
@@ -161,6 +170,21 @@ class _Socket:
             await self._frames_send.send(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise ClientGone from None
+
+    def send_frames_now(self, frames: list[bytes]) -> bool:
+        """All of `frames` to the sender without waiting, or none (False) when its buffer has
+        no room for all of them or it is gone."""
+        channel = self._frames_send
+        statistics = channel.statistics()
+        room = statistics.max_buffer_size - statistics.current_buffer_used
+        if len(frames) > room + statistics.tasks_waiting_receive:
+            return False
+        try:
+            for frame in frames:  # no checkpoint in between: the first fails or none does
+                channel.send_nowait(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False  # the socket is going: `send_frame` says so
+        return True
 
     def release(self, stream_id: str | int, scope: trio.CancelScope) -> None:
         if self._streams.get(stream_id) is scope:

@@ -37,9 +37,12 @@ async def test_get_batch_waits_while_empty_and_wakes_on_put() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert batches == []
             assert mailbox.statistics().consumer_waiting
+            assert mailbox.consumer_idle()
             mailbox.put_nowait("a")
+            assert not mailbox.consumer_idle()  # woken, and "a" not yet taken
             mailbox.put_nowait("b")
         assert batches == [["a", "b"]]
+        assert not mailbox.consumer_idle()  # no consumer parked
 
 
 async def test_put_nowait_never_blocks_on_a_consumer_that_does_not_read() -> None:

@@ -15,10 +15,19 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import h2.settings
 import trio
 
 from smg_trio.frontends.http_h2 import RAPID_RESET_LIMIT
-from tests.e2e.live_server import API_KEY, chat_body, live_server
+from tests.e2e.live_server import (
+    API_KEY,
+    REPLAY_HEAD,
+    STOP,
+    chat_body,
+    chat_outcome,
+    live_server,
+    parse_sse,
+)
 
 TEST_TIMEOUT_S: Final = 10.0
 # 1,100 requests are ~1.2 s of CPU; on a loaded 2-core machine (other users, the suite's own
@@ -217,3 +226,29 @@ async def test_upload_after_an_early_answer_is_stopped_not_fatal(tmp_path: Path)
                 await client.flush()
                 await client.receive_until([h2.events.StreamEnded], after)
                 assert goaways(client.events) == []
+
+
+async def test_a_stream_whose_window_is_smaller_than_a_chunk_still_gets_every_byte(
+    tmp_path: Path,
+) -> None:
+    # A chunk the stream's window cannot take whole is never framed by the request's own task
+    # (docs/performance.md §2): it waits in hypercorn's buffer, which sends it in window-sized
+    # DATA frames as the client credits them. The text is the same as over a roomy window.
+    async with live_server(tmp_path) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            texts = []
+            for window in (65535, 48):
+                client = await open_h2(server.port)
+                async with client.stream:
+                    client.connection.update_settings(
+                        {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+                    )
+                    stream_id = client.request("POST", "/v1/chat/completions", end=False)
+                    body = json.dumps(chat_body(stop=[STOP])).encode()
+                    client.connection.send_data(stream_id, body, end_stream=True)
+                    await client.flush()
+                    await client.receive_until([h2.events.StreamEnded], stream_id)
+                data = [e for e in client.events if isinstance(e, h2.events.DataReceived)]
+                assert all(len(e.data) <= window for e in data)
+                texts.append(chat_outcome(parse_sse(b"".join(e.data for e in data))).texts)
+    assert texts == [{0: REPLAY_HEAD}, {0: REPLAY_HEAD}]

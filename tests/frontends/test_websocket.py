@@ -20,6 +20,7 @@ from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
 from smg_trio.frontends import websocket, websocket_frames
 from smg_trio.frontends.websocket import handle_websocket
+from smg_trio.request import SentNow
 from smg_trio.wire.openai_responses import Usage, error_body
 from tests.e2e.live_server import API_KEY, REPLAY_HEAD, live_server
 from tests.e2e.live_server import STOP as LIVE_STOP
@@ -356,6 +357,10 @@ class CollectingSink:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.payloads.extend(payloads)
         await trio.lowlevel.checkpoint()
+
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+        self.payloads.extend(payloads)
+        return SentNow.ALL
 
     async def send_body(self, body: bytes) -> None:
         self.payloads.append(body)

@@ -16,6 +16,7 @@ from smg_trio.errors import (
     EngineRejected,
     GatewayError,
 )
+from smg_trio.request import SentNow
 from smg_trio.retrying import FirstByteGuard
 from smg_trio.routing.workers import Outcome
 
@@ -33,6 +34,10 @@ class ClientSide:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.sent.extend(payloads)
         await trio.lowlevel.checkpoint()
+
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+        self.sent.extend(payloads)
+        return SentNow.ALL
 
     async def send_body(self, body: bytes) -> None:
         self.sent.append(body)
