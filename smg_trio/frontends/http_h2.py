@@ -31,7 +31,7 @@ import trio
 from h2.stream import StreamClosedBy
 from hpack.exceptions import HPACKError
 from hypercorn.events import Closed
-from hypercorn.protocol.events import Body, Data
+from hypercorn.protocol.events import Body, Data, EndBody, EndData
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.http_stream import HTTPStream
@@ -86,6 +86,7 @@ class GatewayH2Protocol(H2Protocol):
         self.connection = refusing
         self.streams = _Streams(self)
         self._resets: deque[float] = deque()
+        self._sending: int | None = None
 
     async def _handle_events(self, events: list[h2.events.Event]) -> None:
         # A stream opened and reset in the same read (the attack's HEADERS + RST_STREAM pair)
@@ -117,11 +118,38 @@ class GatewayH2Protocol(H2Protocol):
         # A body chunk with nothing queued before it and the window open is framed here, by
         # the task that sent it, instead of by hypercorn's send task a round later: one task
         # hop less per chunk, and the first chunk leaves with its response head in one write
-        # (docs/performance.md §2). Anything else takes hypercorn's queue, in order.
-        if type(event) in (Body, Data) and self.frame_data_now(event.stream_id, event.data):  # type: ignore[attr-defined]
+        # (docs/performance.md §2). The body's end likewise when nothing is queued (its last
+        # chunk and END_STREAM then share a write). Anything else takes hypercorn's queue.
+        kind = type(event)
+        if kind in (Body, Data) and self.frame_data_now(event.stream_id, event.data):  # type: ignore[attr-defined]
+            await self._flush()
+            return
+        if kind in (EndBody, EndData) and self._end_now(event.stream_id):
             await self._flush()
             return
         await super().stream_send(event)
+
+    async def _send_data(self, stream_id: int) -> None:
+        self._sending = stream_id  # hypercorn's send task is inside this stream's send
+        try:
+            await super()._send_data(stream_id)
+        finally:
+            self._sending = None
+
+    def _end_now(self, stream_id: int) -> bool:
+        """END_STREAM framed now, and the stream's send state dropped, as hypercorn's send task
+        does at a stream's end, when nothing of the stream is queued and that task is not in
+        the middle of sending it (it would find the state gone); False: nothing done."""
+        buffer = self.stream_buffers.get(stream_id)
+        if buffer is None or buffer.buffer or buffer._complete or self._sending == stream_id:
+            return False
+        try:
+            self.connection.end_stream(stream_id)
+        except h2.exceptions.ProtocolError:
+            return False  # a closed stream: hypercorn's path cleans it up as it always did
+        del self.stream_buffers[stream_id]
+        self.priority.remove_stream(stream_id)
+        return True
 
     def frame_data_now(self, stream_id: int, data: bytes) -> bool:
         """Frame `data` as the stream's next DATA in h2's output if nothing of the stream is
