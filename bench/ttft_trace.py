@@ -3,13 +3,16 @@
     python -m bench ttft_trace [--requests 200] [--step-ms 0] [--output-tokens 16]
 
 The gateway runs in this process (bench/served_gateway.py) with the reference vLLM EngineCore
-as a subprocess; one h2c client sends streamed completions one after another. For the trace,
-and only in this process, a few of the gateway's functions are wrapped to take a
-`perf_counter_ns` stamp the first time each runs for the request in flight (nothing of it is
-left in the gateway's code):
+as a subprocess; one h2c client (the load bench's, bench/h2c_client.py) sends streamed
+completions one after another from a process of its own, so none of its CPU lands between the
+gateway's stamps. For the trace, and only in this process, a few of the gateway's functions
+are wrapped to take a `perf_counter_ns` stamp (CLOCK_MONOTONIC, the same clock in both
+processes) the first time each runs for the request in flight (nothing of it is left in the
+gateway's code):
 
     sent        the client hands the request to its connection
-    handle      Gateway.handle starts (HTTP parsed, body read, routed to the app)
+    received    the gateway's h2 protocol is handed the request's bytes
+    handle      Gateway.handle starts (h2 events, stream, app task, body read)
     prepared    endpoint_requests.prepare_for_path returned (decode, template, tokenize)
     finalized   finalize (retrying.py) returned: the engine request
     queued      the ZMQ backend queued the ADD for its input socket's writer
@@ -19,15 +22,16 @@ left in the gateway's code):
     written     the connection writer's first write returned (bytes in the kernel)
     first_byte  the client read the first response bytes
 
-and the p50 of each step is printed (ms). The client shares the process, so its own CPU is in
-the `sent` → `handle` and `written` → `first_byte` steps; the steps in between are the
-gateway's. Bounded: at most `--requests` requests (≤ 2,000), loopback only.
+and the p50 of each step is printed (ms): `sent` → `received` and `written` → `first_byte`
+are the kernel's and the client's, the steps in between the gateway's. Bounded: at most
+`--requests` requests (≤ 2,000), loopback only.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import statistics
 import subprocess
 import sys
@@ -38,20 +42,21 @@ from functools import wraps
 from itertools import pairwise
 from typing import Any, Final
 
-import httpx
 import trio
 
+from bench.h2c_client import open_h2c_connection
 from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio import gateway as gateway_module
 from smg_trio import retrying
 from smg_trio.backends import zmq_backend, zmq_codec
 from smg_trio.config import GatewayConfig
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.frontends import connection_writer, sse
+from smg_trio.frontends import connection_writer, http_h2, sse
 from smg_trio.neutral.runtime import Runtime
 
 STAGES: Final = (
     "sent",
+    "received",
     "handle",
     "prepared",
     "finalized",
@@ -63,12 +68,24 @@ STAGES: Final = (
     "first_byte",
 )
 MAX_REQUESTS: Final = 2000
-stamps: dict[str, int] = {}
+WARM_UP: Final = 5
+CLIENT_S: Final = 120.0
+# The gateway's stamps of each request, in order: a request's record begins at `handle`, and
+# its `received` is the h2 protocol's last input before that (the request's own bytes; the
+# client's acknowledgements of the previous response came before them).
+records: list[dict[str, int]] = []
+last_received = [0]
 
 
 def _stamp(stage: str) -> None:
-    if stage not in stamps:
-        stamps[stage] = time.perf_counter_ns()
+    now = time.perf_counter_ns()
+    if stage == "received":
+        last_received[0] = now
+        return
+    if stage == "handle":
+        records.append({"received": last_received[0]})
+    if records and stage not in records[-1]:
+        records[-1][stage] = now
 
 
 Undo = list[tuple[Any, str, Any]]
@@ -116,6 +133,7 @@ def instrumented() -> Iterator[None]:
     """The gateway's functions wrapped for the trace, and put back on leaving."""
     undo: Undo = []
     try:
+        _before(http_h2.GatewayH2Protocol, "handle", "received", undo)
         _before(gateway_module.Gateway, "handle", "handle", undo)
         _after(gateway_module, "prepare_for_path", "prepared", undo)  # as Gateway calls it
         _after(retrying, "finalize", "finalized", undo)
@@ -158,19 +176,30 @@ async def _trace(
             EngineCommand("vllm-zmq", handshake=address, step_ms=step_ms).argv()
         )
         await served.wait_ready(served.serving.gateway.pool.workers)
-        url = f"http://127.0.0.1:{served.serving.port}"
-        async with httpx.AsyncClient(base_url=url, http1=False, http2=True) as client:
-            for index in range(requests + 5):
-                stamps.clear()
-                _stamp("sent")
-                async with client.stream("POST", "/v1/completions", json=body) as response:
-                    async for _ in response.aiter_raw():
-                        _stamp("first_byte")
-                if index < 5:  # warm-up
-                    continue
-                for previous, stage in pairwise(STAGES):
-                    if previous in stamps and stage in stamps:
-                        steps[stage].append((stamps[stage] - stamps[previous]) / 1e6)
+        records.clear()
+        argv = [sys.executable, "-m", "bench.ttft_trace", "--client", str(served.serving.port)]
+        argv += ["--requests", str(requests + WARM_UP), "--body", json.dumps(body)]
+        with trio.fail_after(CLIENT_S):
+            done = await trio.run_process(argv, capture_stdout=True)
+    client = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    for (sent, first_byte), gateway in list(zip(client, records, strict=False))[WARM_UP:]:
+        stamps = {"sent": sent, **gateway, "first_byte": first_byte}
+        for previous, stage in pairwise(STAGES):
+            if previous in stamps and stage in stamps:
+                steps[stage].append((stamps[stage] - stamps[previous]) / 1e6)
+
+
+async def _client(port: int, requests: int, body: bytes) -> None:
+    """The client process: one stream at a time; prints `[sent, first_byte]` per request."""
+    async with open_h2c_connection("127.0.0.1", port) as connection:
+        for _ in range(requests):
+            sent = time.perf_counter_ns()
+            first_byte = 0
+            async with connection.post("/v1/completions", body) as response:
+                await response.status()
+                async for _ in response:
+                    first_byte = first_byte or time.perf_counter_ns()
+            print(json.dumps([sent, first_byte]), flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -178,8 +207,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--step-ms", type=float, default=0.0)
     parser.add_argument("--output-tokens", type=int, default=16)
+    parser.add_argument("--client", type=int, help=argparse.SUPPRESS)  # the client process
+    parser.add_argument("--body", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if not 0 < args.requests <= MAX_REQUESTS:
+    if args.client is not None:
+        trio.run(_client, args.client, args.requests, args.body.encode())
+        return 0
+    if not 0 < args.requests <= MAX_REQUESTS + WARM_UP:
         parser.error(f"--requests must be in 1..{MAX_REQUESTS}")
     steps = trio.run(trace, args.requests, args.step_ms, args.output_tokens)
     print("| step | p50 ms | p90 ms |")
