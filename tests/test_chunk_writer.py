@@ -4,6 +4,7 @@ the scanner; anything else, and anything after it, goes through the writer task,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import trio
 
@@ -53,44 +54,43 @@ async def _idle() -> None:
     await trio.testing.wait_all_tasks_blocked()
 
 
-async def test_taken_now_skips_the_writer_and_refused_goes_through_it() -> None:
-    sink = ScriptedSink([SentNow.ALL, SentNow.NOTHING, SentNow.ALL])
+IDLE: Final = None
+"""In a script: wait until every task is blocked (the writer idle again)."""
+
+
+async def hand_over(sink: ScriptedSink, script: Sequence[bytes | None]) -> None:
+    """Run a ChunkWriter over `sink`: hand each payload of `script` over alone, waiting where
+    it says IDLE, then close and wait for the writer to finish."""
     writer = ChunkWriter(sink)
     with trio.fail_after(TEST_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
             await _idle()
-            for payload in (b"a", b"b", b"c"):
-                writer.hand_over([payload])
-                await _idle()
+            for step in script:
+                if step is IDLE:
+                    await _idle()
+                else:
+                    writer.hand_over([step])
             writer.close()
+
+
+async def test_taken_now_skips_the_writer_and_refused_goes_through_it() -> None:
+    sink = ScriptedSink([SentNow.ALL, SentNow.NOTHING, SentNow.ALL])
+    await hand_over(sink, [b"a", IDLE, b"b", IDLE, b"c", IDLE])
     assert sink.calls == [("now", (b"a",)), ("writer", (b"b",)), ("now", (b"c",))]
 
 
 async def test_a_partly_sent_chunk_is_finished_by_the_writer_before_the_next() -> None:
     sink = ScriptedSink([SentNow.PART])
-    writer = ChunkWriter(sink)
-    with trio.fail_after(TEST_S):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.run)
-            await _idle()
-            writer.hand_over([b"a"])
-            writer.hand_over([b"b"])  # the writer has not run yet: queued, not sent now
-            writer.close()
+    # b: the writer has not run yet after a, so b is queued, not offered to the sink.
+    await hand_over(sink, [b"a", b"b"])
     # `send_chunks` first finishes the rest `send_chunks_now` left, then sends what follows.
     assert sink.calls == [("now", (b"a",)), ("writer", (b"b",))]
 
 
 async def test_a_partly_sent_chunk_alone_gets_an_empty_send_to_finish_it() -> None:
     sink = ScriptedSink([SentNow.PART])
-    writer = ChunkWriter(sink)
-    with trio.fail_after(TEST_S):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(writer.run)
-            await _idle()
-            writer.hand_over([b"a"])
-            await _idle()
-            writer.close()
+    await hand_over(sink, [b"a", IDLE])
     assert sink.calls == [("now", (b"a",)), ("writer", ())]
 
 
