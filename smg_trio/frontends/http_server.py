@@ -24,7 +24,6 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from functools import partial
-from math import inf
 from typing import Final
 
 import h11
@@ -45,6 +44,7 @@ from smg_trio.frontends.connection_refusal import Stream, refuse
 from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol, H2StreamChunks
 from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.idle_timer import IdleTimer
 from smg_trio.frontends.responses import Send
 from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY, DirectChunks
 
@@ -189,6 +189,7 @@ class GatewayConnection(TCPServer):
         # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
         self._writer = ConnectionWriter(stream, self._write_failed)
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._idle = IdleTimer()  # in place of hypercorn's idle task (frontends/idle_timer.py)
 
     async def run(self) -> None:
         stream: Stream = self.stream
@@ -226,7 +227,8 @@ class GatewayConnection(TCPServer):
                     h2=alpn == "h2",
                 )
                 await self.protocol.initiate()
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                self._idle.expire_in(self._timer_s)
+                task_group.spawn(self._idle.run, self.context.terminated.wait, self._idle_close)
                 await self._read_data()
         except OSError:
             pass
@@ -238,6 +240,11 @@ class GatewayConnection(TCPServer):
         if isinstance(event, Updated):
             self._between_requests = event.idle
             self._timer_s = self._limits.idle_timeout_s
+            if event.idle:
+                self._idle.expire_in(self._timer_s)
+            else:
+                self._idle.stop()
+            return
         if isinstance(event, RawData):
             protocol = self.protocol.protocol
             if isinstance(protocol, H11Protocol) and not isinstance(protocol.stream, WSStream):
@@ -253,8 +260,8 @@ class GatewayConnection(TCPServer):
                 return
             await self._writer.push(event.data)  # written shielded, with the round's others
             return
-        # Closing the socket and (re)starting the idle timer must happen even when the app that
-        # sent its last message is being cancelled (docs/http.md §1).
+        # Closing the socket must happen even when the app that sent its last message is being
+        # cancelled (docs/http.md §1).
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
             if isinstance(event, Closed):
                 await self._writer.drain()  # the last response goes out before the close
@@ -337,19 +344,18 @@ class GatewayConnection(TCPServer):
                 # The first bytes of a request head: the keep-alive timer becomes the header one.
                 self._between_requests = False
                 self._timer_s = self._limits.header_timeout_s
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                self._idle.expire_in(self._timer_s)
             await self.protocol.handle(RawData(bytes(data)))
             if not data:
                 break
         await self.protocol.handle(Closed())
         # hypercorn leaves the idle timer running after the client left, which kept the socket
         # (and a slot under the connection cap) for up to the keep-alive time.
-        await self.idle_task.stop()
+        self._idle.end()
         self._writer.stop()
 
-    async def _idle_timeout(self) -> None:
-        with trio.move_on_after(self._timer_s if self._timer_s > 0 else inf):
-            await self.context.terminated.wait()
+    async def _idle_close(self) -> None:
+        """The idle (or header) time passed, or the server is shutting down: close."""
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
             await self._initiate_server_close()
 

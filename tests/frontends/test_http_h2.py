@@ -16,6 +16,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.settings
+import pytest
 import trio
 
 from smg_trio.frontends.http_h2 import RAPID_RESET_LIMIT
@@ -91,6 +92,15 @@ async def open_h2(port: int) -> RawH2:
     client.connection.initiate_connection()
     await client.flush()
     return client
+
+
+async def receive_until_closed(client: RawH2) -> None:
+    """Take what the server sends until it closes the connection."""
+    try:
+        while True:
+            await client.receive()
+    except (EOFError, trio.BrokenResourceError):
+        return
 
 
 def goaways(events: list[h2.events.Event]) -> list[h2.events.ConnectionTerminated]:
@@ -252,3 +262,29 @@ async def test_a_stream_whose_window_is_smaller_than_a_chunk_still_gets_every_by
                 assert all(len(e.data) <= window for e in data)
                 texts.append(chat_outcome(parse_sse(b"".join(e.data for e in data))).texts)
     assert texts == [{0: REPLAY_HEAD}, {0: REPLAY_HEAD}]
+
+
+@pytest.mark.serial
+async def test_an_idle_h2_connection_is_closed_by_the_keep_alive_timer_but_not_a_busy_one(
+    tmp_path: Path,
+) -> None:
+    # The idle timer (frontends/idle_timer.py) stops while a stream is served, however long it
+    # takes, and runs again once the connection has no stream left.
+    limits = {"idle_timeout_s": 0.3}
+    async with live_server(tmp_path, step_ms=2, http_limits=limits) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                stream_id = client.request("POST", "/v1/chat/completions", end=False)
+                body = json.dumps(chat_body(max_tokens=300)).encode()
+                client.connection.send_data(stream_id, body, end_stream=True)
+                await client.flush()
+                start = trio.current_time()
+                await client.receive_until([h2.events.StreamEnded], stream_id)
+                served_s = trio.current_time() - start
+                ended = trio.current_time()
+                await receive_until_closed(client)
+                idle_s = trio.current_time() - ended
+    assert served_s > 0.4, served_s  # longer than the idle time: served to its end
+    assert [e.stream_id for e in client.events if isinstance(e, h2.events.StreamReset)] == []
+    assert 0.25 < idle_s < 1.5, idle_s
