@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Protocol, cast, runtime_checkable
 
 import trio
 
@@ -56,6 +56,19 @@ class KeepAliveSink(Protocol):
     quiet: bool
 
     async def keep_alive(self) -> None: ...
+
+
+_KEEPS_ALIVE: dict[type, bool] = {}
+
+
+def _keeps_alive(sink: ClientSink) -> bool:
+    """Whether `sink` is a `KeepAliveSink`, asked once per sink class: a runtime protocol
+    check walks the protocol's members on every call (a request's largest single check)."""
+    kind = type(sink)
+    known = _KEEPS_ALIVE.get(kind)
+    if known is None:
+        known = _KEEPS_ALIVE[kind] = isinstance(sink, KeepAliveSink)
+    return known
 
 
 @dataclass(eq=False)
@@ -92,8 +105,8 @@ class Lifecycle:
         if self.draining:
             raise Draining()
         live = LiveRequest(sink)
-        if isinstance(sink, KeepAliveSink):
-            live.keep_alive_sink = sink
+        if _keeps_alive(sink):
+            live.keep_alive_sink = cast(KeepAliveSink, sink)
         if not self._live:
             self._emptied = trio.Event()
         self._live.add(live)
