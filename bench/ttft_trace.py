@@ -19,7 +19,7 @@ gateway's code):
     add_sent    the ZMQ ADD left the backend's input socket
     output      the first engine output message was decoded
     chunk       the first payload reached the SSE sink
-    written     the connection writer's first write returned (bytes in the kernel)
+    written     the connection writer's first write began (bytes to the kernel)
     first_byte  the client read the first response bytes
 
 and the p50 of each step is printed (ms): `sent` → `received` and `written` → `first_byte`
@@ -141,7 +141,7 @@ def instrumented() -> Iterator[None]:
         _after(zmq_backend.ZmqBackend, "_send_input", "add_sent", undo)
         _after(zmq_codec, "decode_output", "output", undo)
         _before(sse.SseResponse, "send_chunks", "chunk", undo)
-        _after(connection_writer.ConnectionWriter, "_write", "written", undo)
+        _before(connection_writer.ConnectionWriter, "_write", "written", undo)
         yield
     finally:
         for owner, name, original in reversed(undo):

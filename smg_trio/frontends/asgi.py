@@ -163,7 +163,9 @@ class GatewayApp:
             tracked = _ResponseStarted(send, request_id)
             self._count_rejected(scope, error)
             dialect = dialect_for_path(scope["path"])
-            await send_error_discarding_body(receive, tracked, error, dialect=dialect)
+            await send_error_discarding_body(
+                receive, tracked, error, dialect=dialect, http1=http_transport(scope) == "http1"
+            )
             return
         tracked = _ResponseStarted(send, request_id)
         token = current_request_id.set(request_id)
@@ -189,6 +191,7 @@ class GatewayApp:
                     error,
                     _error_headers(error),
                     dialect=dialect_for_path(scope["path"]),
+                    http1=http_transport(scope) == "http1",
                 )
         except Exception:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
@@ -198,6 +201,7 @@ class GatewayApp:
                     tracked,
                     GatewayError("internal error while serving the request"),
                     dialect=dialect_for_path(scope["path"]),
+                    http1=http_transport(scope) == "http1",
                 )
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:

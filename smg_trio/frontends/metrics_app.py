@@ -14,6 +14,7 @@ from smg_trio.frontends.responses import (
     Scope,
     Send,
     answer_lifespan,
+    http_transport,
     send_error_discarding_body,
     send_json,
 )
@@ -46,4 +47,5 @@ class MetricsApp:
             error = ClientError(
                 f"this port serves only GET {METRICS_PATH}", status=404, code="not_found"
             )
-            await send_error_discarding_body(receive, send, error)
+            http1 = http_transport(scope) == "http1"
+            await send_error_discarding_body(receive, send, error, http1=http1)

@@ -24,6 +24,7 @@ Header: TypeAlias = tuple[bytes, bytes]
 
 ERROR_CODE_HEADER: Final = b"x-error-code"
 JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
+CONNECTION_CLOSE: Final = (b"connection", b"close")
 
 
 def client_address(scope: Mapping[str, object]) -> str:
@@ -86,24 +87,35 @@ async def send_error_discarding_body(
     headers: Iterable[Header] = (),
     *,
     dialect: ApiDialect = OPENAI,
+    http1: bool = False,
 ) -> None:
     """Answer a request whose body was not read, discarding (never storing) what still arrives.
 
     hypercorn hands body chunks to the app through a small bounded queue and closes the stream
     by queueing one more message; an app that stops reading mid-body would leave that put
-    blocked and the response stuck. Reading while the answer goes out keeps it moving; the
-    connection is closed right after (the request was not read to its end).
+    blocked and the response stuck. Reading while the answer goes out keeps it moving.
+
+    Over HTTP/1.x (`http1`), a body still arriving when the answer goes out means hypercorn
+    closes the connection after it, so the answer says `Connection: close` (RFC 9112 §9.6):
+    a client must not send its next request on it. A body already all queued is read first,
+    and the connection stays open.
     """
+    ended = trio.Event()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(discard_request_body, receive)
+        nursery.start_soon(discard_request_body, receive, ended)
+        await trio.lowlevel.checkpoint()  # the discarder takes what is already queued
+        if http1 and not ended.is_set():
+            headers = [*headers, CONNECTION_CLOSE]
         await send_error(send, error, headers, dialect=dialect)
         nursery.cancel_scope.cancel()
 
 
-async def discard_request_body(receive: Receive) -> None:
+async def discard_request_body(receive: Receive, ended: trio.Event | None = None) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            if ended is not None:
+                ended.set()
             return
 
 

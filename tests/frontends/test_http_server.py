@@ -310,3 +310,20 @@ async def test_a_streamed_http1_chunk_the_kernel_only_partly_takes_is_finished_i
     assert len(outcomes[0].texts[0]) > 20
     assert outcomes[1].texts == outcomes[0].texts
     assert outcomes[1].finishes == outcomes[0].finishes
+
+
+async def test_an_answer_before_the_body_ended_says_connection_close(tmp_path: Path) -> None:
+    # A 413 goes out while the body is still to come: hypercorn closes the connection after it,
+    # so the answer says so (RFC 9112 §9.6) and no client sends its next request on it.
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: t\r\n{AUTH}"
+        "content-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+    ).encode()
+    async with live_server(tmp_path, with_engine=False, max_body_bytes=4096) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+                await client.send_all(head + b"{" * 100)
+                raw, _ = await read_until_eof(client)
+    head_lines = raw.split(b"\r\n\r\n", 1)[0].lower().split(b"\r\n")
+    assert head_lines[0].startswith(b"http/1.1 413 ")
+    assert b"connection: close" in head_lines

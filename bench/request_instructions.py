@@ -1,0 +1,129 @@
+"""I/O. A request's fixed cost as instructions, which do not move with the machine's load.
+
+    python -m bench.request_instructions [--transport h2c|http1] [--requests 50]
+
+CPU seconds on shared cores move by ±20 % between identical runs; instructions counted by
+valgrind's callgrind move by ±0.05 %, so a 1 % change to the request path shows (bench/
+RESULTS.md, "A deterministic measure"). The gateway (`smg-trio serve`) runs under callgrind
+with instrumentation off, `PYTHONHASHSEED=0`; the reference vLLM EngineCore (step 0) and the
+load bench's client run outside it. After `--warm-up` requests, instrumentation is on for
+`--requests` sequential streamed completions (one stream, `--output-tokens` tokens, a
+128-word prompt), then off; the gateway's total (every thread) and its mean per request are
+printed. Needs valgrind (`callgrind_control` on PATH). Loopback only; about 15 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from bench.load_servers import (
+    LOOPBACK,
+    free_port,
+    python_module,
+    reference_engine_command,
+    smg_trio_command,
+    started_process,
+    wait_serving,
+)
+from smg_trio.model import demo_model_path
+
+READY_S: Final = 300.0  # the gateway imports and starts under callgrind, ~20x slower
+CLIENT_S: Final = 600.0
+MAX_REQUESTS: Final = 2000
+CALLGRIND: Final = (
+    "valgrind",
+    "--tool=callgrind",
+    "--instr-atstart=no",
+)
+
+
+async def measure(transport: str, requests: int, warm_up: int, output_tokens: int) -> int:
+    """The gateway's instructions over `requests` requests."""
+    with tempfile.TemporaryDirectory(prefix="smg-trio-instructions-") as scratch:
+        out = Path(scratch) / "callgrind.out"
+        port, handshake = free_port(), free_port()
+        gateway = [
+            *CALLGRIND,
+            f"--callgrind-out-file={out}",
+            *smg_trio_command(port, f"vllm+zmq://{LOOPBACK}:{handshake}", demo_model_path()),
+        ]
+        engine = reference_engine_command(
+            f"tcp://{LOOPBACK}:{handshake}", model_path=demo_model_path(), step_ms=0.0
+        )
+        logs = Path(scratch)
+        env = {"PYTHONHASHSEED": "0"}
+        async with (
+            started_process(gateway, logs / "gateway.log", env=env) as served,
+            started_process(engine, logs / "engine.log"),
+        ):
+            await wait_serving(served, port, timeout_s=READY_S)
+            pid = str(served.process.pid)
+            await _requests(port, transport, warm_up, output_tokens)
+            await trio.run_process(["callgrind_control", "-i", "on", pid], capture_stdout=True)
+            await _requests(port, transport, requests, output_tokens)
+            await trio.run_process(["callgrind_control", "-i", "off", pid], capture_stdout=True)
+            await trio.run_process(["callgrind_control", "-d", pid], capture_stdout=True)
+        return _total(Path(scratch))
+
+
+async def _requests(port: int, transport: str, count: int, output_tokens: int) -> None:
+    command = python_module(
+        "bench",
+        "run",
+        "--url",
+        f"http://{LOOPBACK}:{port}",
+        "--transport",
+        transport,
+        "--concurrency",
+        "1",
+        "--requests",
+        str(count),
+        "--output-tokens",
+        str(output_tokens),
+        "--no-gateway-view",
+    )
+    with trio.fail_after(CLIENT_S):
+        await trio.run_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _total(directory: Path) -> int:
+    """The instruction total of the dump(s) callgrind wrote (`callgrind.out.N` per dump)."""
+    total = 0
+    for dump in sorted(directory.glob("callgrind.out.*")):
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith("totals:"):
+                total += int(line.split()[1])
+    if not total:
+        raise SystemExit(f"no callgrind dump in {directory}")
+    return total
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.request_instructions", description=__doc__
+    )
+    parser.add_argument("--transport", choices=("h2c", "http1"), default="h2c")
+    parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--warm-up", type=int, default=20)
+    parser.add_argument("--output-tokens", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not 0 < args.requests <= MAX_REQUESTS or not 0 <= args.warm_up <= MAX_REQUESTS:
+        parser.error(f"--requests and --warm-up must be at most {MAX_REQUESTS}")
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("bench.request_instructions needs valgrind (callgrind) on PATH")
+    total = trio.run(measure, args.transport, args.requests, args.warm_up, args.output_tokens)
+    print(f"{args.transport}: {total:,} instructions over {args.requests} requests")
+    print(f"{args.transport}: {total // args.requests:,} instructions per request")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
