@@ -88,6 +88,7 @@ async def until_ready_is(backend: ZmqBackend, ready: bool) -> None:
         await trio.sleep(POLL_S)
 
 
+@pytest.mark.serial  # a real-time bound: under the parallel phase's load it took 2 s once
 async def test_a_closed_engine_connection_is_found_without_traffic(context: Context) -> None:
     with trio.fail_after(5):
         async with backend_with_peers(context, **OPTIONS) as (backend, (peer,)):
