@@ -67,10 +67,16 @@ async def measure(transport: str, requests: int, warm_up: int, output_tokens: in
             await wait_serving(served, port, timeout_s=READY_S)
             pid = str(served.process.pid)
             await _requests(port, transport, warm_up, output_tokens)
-            await trio.run_process(["callgrind_control", "-i", "on", pid], capture_stdout=True)
+            await trio.run_process(
+                ["callgrind_control", "-i", "on", pid], capture_stdout=True, capture_stderr=True
+            )
             await _requests(port, transport, requests, output_tokens)
-            await trio.run_process(["callgrind_control", "-i", "off", pid], capture_stdout=True)
-            await trio.run_process(["callgrind_control", "-d", pid], capture_stdout=True)
+            await trio.run_process(
+                ["callgrind_control", "-i", "off", pid], capture_stdout=True, capture_stderr=True
+            )
+            await trio.run_process(
+                ["callgrind_control", "-d", pid], capture_stdout=True, capture_stderr=True
+            )
         return _total(Path(scratch))
 
 

@@ -9,8 +9,9 @@ chunk (docs/performance.md §2). `ConnectionWriter` is the connection's one writ
 - `push` appends the bytes and wakes the writer; it returns at once (no checkpoint), so h2's
   send task frames every stream that has data in one pass. Order is the order of `push`.
 - The writer wakes in the next scheduling round, when every task that ran in this one has
-  pushed, and writes all of it with one `send_all`, shielded as hypercorn's writes are (a
-  write cut in the middle would corrupt the byte stream).
+  pushed, and writes all of it at once: to the kernel directly (`write_now`, a non-blocking
+  `os.write` on a cleartext socket), and what the kernel did not take with one `send_all`,
+  shielded as hypercorn's writes are (a write cut in the middle would corrupt the byte stream).
 - Memory is bounded: past `HIGH_WATER_BYTES` queued, `push` waits until the writer took the
   queue, which is the backpressure hypercorn's awaited write gave (a client that stops reading
   parks its producers, as before). `push_nowait` (a request's own task framing its DATA, no
@@ -48,13 +49,18 @@ class ConnectionWriter:
         "_stopped",
         "_stream",
         "_taken",
+        "_write_now",
         "_writing",
     )
 
     def __init__(
-        self, stream: trio.abc.SendStream, on_broken: Callable[[], Awaitable[None]]
+        self,
+        stream: trio.abc.SendStream,
+        on_broken: Callable[[], Awaitable[None]],
+        write_now: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self._stream = stream
+        self._write_now = write_now  # what the kernel takes at once (no checkpoint): the rest
         self._on_broken = on_broken
         self._queue: list[bytes] = []
         self._queued_bytes = 0
@@ -125,8 +131,11 @@ class ConnectionWriter:
     async def _write(self, data: bytes) -> None:
         self._writing = True
         try:
-            with trio.CancelScope(shield=True):
-                await self._stream.send_all(data)
+            if self._write_now is not None:
+                data = self._write_now(data)
+            if data:  # the kernel's buffer is full, TLS, or a failing socket: trio's write
+                with trio.CancelScope(shield=True):
+                    await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._broken = True
             self._queue = []

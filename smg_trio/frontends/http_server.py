@@ -187,7 +187,7 @@ class GatewayConnection(TCPServer):
         self._between_requests = True
         self._timer_s = limits.idle_timeout_s
         # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
-        self._writer = ConnectionWriter(stream, self._write_failed)
+        self._writer = ConnectionWriter(stream, self._write_failed, self._write_now)
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._idle = IdleTimer()  # in place of hypercorn's idle task (frontends/idle_timer.py)
 

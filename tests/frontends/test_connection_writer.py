@@ -118,3 +118,30 @@ async def test_a_broken_peer_is_reported_once_and_later_bytes_are_dropped() -> N
             await writer.push(b"dropped")
             await writer.drain()
     assert broken == [True]
+
+
+async def test_what_the_kernel_takes_at_once_skips_the_stream_and_the_rest_follows_it() -> None:
+    stream = CountedStream()
+    taken: list[bytes] = []
+    room = [12, 0, 1000]  # bytes the "kernel" takes per write: part, none, all
+
+    def write_now(data: bytes) -> bytes:
+        took = room.pop(0)
+        taken.append(data[:took])
+        return data[took:]
+
+    async def on_broken() -> None:
+        raise AssertionError("not broken")
+
+    writer = ConnectionWriter(stream, on_broken, write_now)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            for piece in (b"first piece of bytes;", b"second;", b"third;"):
+                await trio.testing.wait_all_tasks_blocked()
+                await writer.push(piece)
+                await writer.drain()
+            writer.stop()
+    assert taken == [b"first piece ", b"", b"third;"]
+    assert stream.get_data_nowait() == b"of bytes;second;"
+    assert stream.writes == 2  # the third went out whole at once
