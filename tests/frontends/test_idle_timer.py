@@ -65,12 +65,21 @@ async def test_ended_it_returns_without_expiring(autojump_clock: trio.testing.Mo
     assert await run_timer(late, trio.Event(), []) is None
 
 
-async def test_a_shutdown_closes_a_busy_connection_at_once(
+async def test_a_shutdown_closes_an_idle_connection_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    timer = IdleTimer()
+    timer.expire_in(50.0)
+    assert await run_timer(timer, trio.Event(), [(7.0, "shutdown")]) == 7.0
+
+
+async def test_a_shutdown_closes_a_busy_connection_when_its_request_ended(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     timer = IdleTimer()
     timer.stop()
-    assert await run_timer(timer, trio.Event(), [(7.0, "shutdown")]) == 7.0
+    steps = [(7.0, "shutdown"), (30.0, "idle")]  # served until 30 s, then idle: closed at once
+    assert await run_timer(timer, trio.Event(), steps) == 30.0
 
 
 async def test_no_idle_time_means_no_expiry(autojump_clock: trio.testing.MockClock) -> None:
