@@ -51,6 +51,7 @@ from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
 from smg_trio.frontends.responses import (
+    Header,
     Message,
     Receive,
     Scope,
@@ -162,10 +163,7 @@ class GatewayApp:
             request_id = new_request_id()
             tracked = _ResponseStarted(send, request_id)
             self._count_rejected(scope, error)
-            dialect = dialect_for_path(scope["path"])
-            await send_error_discarding_body(
-                receive, tracked, error, dialect=dialect, http1=http_transport(scope) == "http1"
-            )
+            await _refuse(scope, receive, tracked, error)
             return
         tracked = _ResponseStarted(send, request_id)
         token = current_request_id.set(request_id)
@@ -185,24 +183,12 @@ class GatewayApp:
             # Raised before `Gateway.handle` (which answers its own errors through the sink).
             self._count_rejected(scope, error)
             if not tracked.started:
-                await send_error_discarding_body(
-                    receive,
-                    tracked,
-                    error,
-                    _error_headers(error),
-                    dialect=dialect_for_path(scope["path"]),
-                    http1=http_transport(scope) == "http1",
-                )
+                await _refuse(scope, receive, tracked, error, *_error_headers(error))
         except Exception:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if not tracked.started:
-                await send_error_discarding_body(
-                    receive,
-                    tracked,
-                    GatewayError("internal error while serving the request"),
-                    dialect=dialect_for_path(scope["path"]),
-                    http1=http_transport(scope) == "http1",
-                )
+                internal = GatewayError("internal error while serving the request")
+                await _refuse(scope, receive, tracked, internal)
 
     async def _route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
         path: str = scope["path"]
@@ -374,6 +360,14 @@ def _trace_headers(scope: Scope) -> dict[str, str]:
         for name in (b"traceparent", b"tracestate")
         if name in headers
     }
+
+
+async def _refuse(
+    scope: Scope, receive: Receive, send: Send, error: GatewayError, *headers: Header
+) -> None:
+    """`error` as the whole answer to a request whose body was not read, in its path's API."""
+    dialect, http1 = dialect_for_path(scope["path"]), http_transport(scope) == "http1"
+    await send_error_discarding_body(receive, send, error, headers, dialect=dialect, http1=http1)
 
 
 def _header_map(scope: Scope) -> dict[bytes, bytes]:
