@@ -36,12 +36,13 @@ async def read_body(
         reservation.grow(int(declared))
     chunks: list[bytes] = []
     size = 0
-    with trio.move_on_after(limits.body_timeout_s) as whole_body:
+    # One cancel scope for both bounds: before each read its deadline is the nearer of the
+    # whole body's and this read's.
+    whole_body_by = trio.current_time() + limits.body_timeout_s
+    with trio.CancelScope() as bound:
         while True:
-            with trio.move_on_after(limits.body_idle_s) as one_read:
-                message = await receive()
-            if one_read.cancelled_caught:
-                break
+            bound.deadline = min(whole_body_by, trio.current_time() + limits.body_idle_s)
+            message = await receive()
             if message["type"] == "http.disconnect":
                 raise ClientGone
             chunk: bytes = message.get("body", b"")
@@ -52,7 +53,7 @@ async def read_body(
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
-    stalled = "was not complete in time" if whole_body.cancelled_caught else "stalled"
+    stalled = "was not complete in time" if trio.current_time() >= whole_body_by else "stalled"
     raise ClientError(
         f"the request body {stalled} (received {size} bytes)", status=408, code="request_timeout"
     )

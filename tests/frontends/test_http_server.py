@@ -97,7 +97,10 @@ async def test_a_body_dribbler_gets_408_and_the_connection_closes(
     async with live_server(tmp_path, with_engine=False) as server:
         # A stall (one byte every 20 s) ends at the 15 s read bound; a trickle (one byte every
         # 10 s, each gap under the bound) at the 60 s body deadline.
-        for gap_s, expected_s in ((20.0, 15.0), (10.0, 60.0)):
+        for gap_s, expected_s, says in (
+            (20.0, 15.0, b"stalled"),
+            (10.0, 60.0, b"was not complete in time"),
+        ):
             with trio.fail_after(TEST_TIMEOUT_S + expected_s):
                 async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
                     await client.send_all(head)
@@ -116,6 +119,7 @@ async def test_a_body_dribbler_gets_408_and_the_connection_closes(
                         nursery.cancel_scope.cancel()
             assert raw.startswith(b"HTTP/1.1 408 "), raw
             assert b'"code":"request_timeout"' in raw
+            assert b"the request body " + says in raw
             assert expected_s <= trio.current_time() - start < expected_s + 0.5
 
 
