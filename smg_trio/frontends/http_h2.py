@@ -140,8 +140,7 @@ class GatewayH2Protocol(H2Protocol):
         """END_STREAM framed now, and the stream's send state dropped, as hypercorn's send task
         does at a stream's end, when nothing of the stream is queued and that task is not in
         the middle of sending it (it would find the state gone); False: nothing done."""
-        buffer = self.stream_buffers.get(stream_id)
-        if buffer is None or buffer.buffer or buffer._complete or self._sending == stream_id:
+        if not self._nothing_queued(stream_id) or self._sending == stream_id:
             return False
         try:
             self.connection.end_stream(stream_id)
@@ -151,11 +150,15 @@ class GatewayH2Protocol(H2Protocol):
         self.priority.remove_stream(stream_id)
         return True
 
+    def _nothing_queued(self, stream_id: int) -> bool:
+        """The stream is open in hypercorn's sender with none of its body waiting there."""
+        buffer = self.stream_buffers.get(stream_id)
+        return buffer is not None and not buffer.buffer and not buffer._complete
+
     def frame_data_now(self, stream_id: int, data: bytes) -> bool:
         """Frame `data` as the stream's next DATA in h2's output if nothing of the stream is
         queued before it and its window takes it whole; False: nothing framed."""
-        buffer = self.stream_buffers.get(stream_id)
-        if buffer is None or buffer.buffer or buffer._complete or not data:
+        if not data or not self._nothing_queued(stream_id):
             return False
         connection = self.connection
         try:
