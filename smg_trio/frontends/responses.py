@@ -103,9 +103,10 @@ async def send_error_discarding_body(
     ended = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(discard_request_body, receive, ended)
-        await trio.lowlevel.checkpoint()  # the discarder takes what is already queued
-        if http1 and not ended.is_set():
-            headers = [*headers, CONNECTION_CLOSE]
+        if http1:
+            await trio.lowlevel.checkpoint()  # the discarder takes what is already queued
+            if not ended.is_set():
+                headers = [*headers, CONNECTION_CLOSE]
         await send_error(send, error, headers, dialect=dialect)
         nursery.cancel_scope.cancel()
 
