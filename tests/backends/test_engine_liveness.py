@@ -14,6 +14,7 @@ import trio.testing
 
 from smg_trio.backends.base import EngineStream
 from smg_trio.backends.zmq_backend import ZmqBackend
+from smg_trio.backends.zmq_liveness import DISCONNECT_RECHECKS_S
 from smg_trio.backends.zmq_socket import open_zmq_context
 from smg_trio.errors import EngineDead
 from smg_trio.wire import vllm_zmq
@@ -109,6 +110,17 @@ async def test_a_disconnect_takes_out_only_the_rank_whose_connection_is_gone(
             await trio.sleep(0.05)  # the probe to rank 0 went out and was routed
             assert backend.statistics().engines[0].ready
             assert backend.statistics().ready
+
+
+async def test_a_disconnect_probes_every_engine_again_shortly_after(context: Context) -> None:
+    # The first probe can enter a connection libzmq reported gone but the ROUTER still routes
+    # to, and be lost: two rechecks follow. With probes otherwise 5 s apart, three come at once.
+    with trio.fail_after(3):
+        options = {**OPTIONS, "probe_period_s": 5.0}
+        async with backend_with_peers(context, 2, **options) as (_, peers):
+            peers[1].close()
+            for _ in range(1 + len(DISCONNECT_RECHECKS_S)):
+                await next_probe(peers[0])
 
 
 @pytest.mark.serial  # slow_autojump_clock: 50 ms of real idleness must mean libzmq delivered
