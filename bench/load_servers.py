@@ -114,11 +114,16 @@ def log_tail(started: Started, chars: int = 4000) -> str:
     return started.log_path.read_text(errors="replace")[-chars:]
 
 
-async def wait_serving(started: Started, port: int, *, timeout_s: float) -> str:
-    """Wait until the server at `port` answers a completion; return its model name."""
+async def wait_serving(started: Started, port: int, *, timeout_s: float, processes: int = 1) -> str:
+    """Wait until the server at `port` answers a completion; return its model name. With
+    `processes` > 1 (`serve --processes N`: the kernel hands each connection to any of them),
+    also until `/metrics` shows every process ready, or a first request may find a process
+    whose engine has not registered yet."""
     with trio.move_on_after(timeout_s):
         model = await _poll(started, port, _model_name)
         await _poll(started, port, lambda connection: _completes(connection, model))
+        if processes > 1:
+            await _poll(started, port, lambda connection: _all_ready(connection, processes))
         return model
     raise ServerFailed(f"not serving after {timeout_s:g} s:\n{log_tail(started)}")
 
@@ -171,6 +176,18 @@ async def _completes(connection: Http1Connection, model: str) -> bool | None:
     )
     status = await connection.post("/v1/completions", body, on_data=lambda _, __: None)
     return True if status == 200 else None
+
+
+async def _all_ready(connection: Http1Connection, processes: int) -> bool | None:
+    status, body = await connection.get("/metrics")
+    if status != 200:
+        return None
+    ready = [
+        line
+        for line in body.decode().splitlines()
+        if line.startswith("smg_trio_ready{") and line.endswith(" 1.0")
+    ]
+    return True if len(ready) >= processes else None
 
 
 def python_module(module: str, *arguments: str) -> list[str]:

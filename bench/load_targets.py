@@ -186,7 +186,7 @@ async def smg_trio_target(
             own_group=engine.own_group,
         ),
     ):
-        model = await wait_serving(gateway, port, timeout_s=engine.ready_s)
+        model = await wait_serving(gateway, port, timeout_s=engine.ready_s, processes=processes)
         probe = ProcessProbe(gateway.process.pid, children=processes > 1)
         yield Target(name, model, port, probe)
 
