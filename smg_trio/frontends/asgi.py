@@ -47,6 +47,7 @@ from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.endpoint_requests import HANDLED_PATHS
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.api_paths import dialect_for_path
+from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
@@ -232,7 +233,7 @@ class GatewayApp:
                     lambda response: self._generate(
                         scope, body, response, request_id, session_key, reservation
                     ),
-                    receive,
+                    client_disconnect_of(scope),
                     send,
                     dialect_for_path(path),
                     direct_chunks_of(

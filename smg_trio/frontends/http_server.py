@@ -34,12 +34,12 @@ from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedEr
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
-from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
+from smg_trio.frontends.client_disconnect import GatewayTaskGroup
 from smg_trio.frontends.connection_refusal import Stream, refuse
 from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol, H2StreamChunks
@@ -208,7 +208,7 @@ class GatewayConnection(TCPServer):
         try:
             client = parse_socket_addr(sock.family, sock.getpeername())
             server = parse_socket_addr(sock.family, sock.getsockname())
-            async with TaskGroup() as task_group:
+            async with GatewayTaskGroup() as task_group:
                 self._task_group = task_group
                 task_group.spawn(self._writer.run)
                 self.protocol = ProtocolSwitch(  # type: ignore[assignment]

@@ -10,10 +10,11 @@ The request's API dialect (`core/api_dialect.py`) frames the events and spells t
 - CLOSED: nothing more is sent.
 
 hypercorn never raises when sending to a client that left (it advertises ASGI 2.1), so the
-only news of a vanished client is `http.disconnect` from `receive()`. `respond` runs the
-request beside a watcher of `receive()`: on disconnect it marks the response gone (every later
-`send_chunks` raises `ClientGone`) and cancels the request's scope at once, which leaves the
-backend stream and aborts the engine request.
+only news of a vanished client is `http.disconnect`, which our task group turns into the
+request's `ClientDisconnect` (`frontends.client_disconnect`): `respond` registers a callback
+that marks the response gone (every later `send_chunks` raises `ClientGone`) and cancels the
+request's scope from the next scheduling round, which leaves the backend stream and aborts the
+engine request. No task watches `receive`.
 
 Two rules keep that news from being lost or coming too late (docs/architecture.md §3.1):
 
@@ -23,17 +24,16 @@ Two rules keep that news from being lost or coming too late (docs/architecture.m
   time. Cancelling it there (its own disconnect arrived first) skipped the streams after it:
   their requests never heard of the client leaving, their writers parked forever on a
   connection that no longer drains, and their engine requests ran to max_tokens.
-- Right before the engine ADD, `gone_before_engine` reads what is already queued on `receive`
-  without waiting (hypercorn's trio worker hands the app a trio memory channel's `receive`), so
-  a stream reset in the same packet as its request (rapid reset) costs no ADD. Until then the
-  watcher leaves `receive` alone: a disconnect it had taken but not yet acted on would be
-  invisible to that check. Servers whose `receive` is not such a channel are watched at once.
+- A disconnect that came before the request registered (a stream reset in the same packet as
+  its request: rapid reset) is kept by the `ClientDisconnect` and marks the response gone at
+  registration, so `gone_before_engine`, asked right before the engine ADD, costs no ADD.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, Protocol, assert_never
 
 import trio
@@ -41,7 +41,8 @@ import trio
 from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientGone, GatewayError
-from smg_trio.frontends.responses import Message, Receive, Send, send_error, send_json
+from smg_trio.frontends.client_disconnect import ClientDisconnect
+from smg_trio.frontends.responses import Message, Send, send_error, send_json
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 from smg_trio.request import SentNow
 
@@ -99,7 +100,6 @@ class SseResponse:
     def __init__(
         self,
         send: Send,
-        receive: Receive | None = None,
         dialect: ApiDialect = OPENAI,
         direct: DirectChunks | None = None,
     ) -> None:
@@ -110,11 +110,6 @@ class SseResponse:
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
         self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
-        self._receive_queued = _queued_messages_reader(receive)
-        self.watch_from = trio.Event()
-        """Set when the watcher may take over `receive` (see the module doc)."""
-        if self._receive_queued is None:
-            self.watch_from.set()
 
     @property
     def state(self) -> SinkState:
@@ -125,14 +120,7 @@ class SseResponse:
         return self._client_gone
 
     def gone_before_engine(self) -> bool:
-        """Whether the client already left, from what is queued on `receive`; from now on the
-        watcher takes over (see the module doc)."""
-        if self._receive_queued is not None:
-            while (message := self._receive_queued()) is not None:
-                if message["type"] == "http.disconnect":
-                    self._client_gone = True
-                    break
-        self.watch_from.set()
+        """Whether the client already left (see the module doc)."""
         return self._client_gone
 
     def mark_client_gone(self) -> None:
@@ -252,19 +240,19 @@ class SseResponse:
 
 async def respond(
     handle: Callable[[SseResponse], Awaitable[None]],
-    receive: Receive,
+    disconnect: ClientDisconnect,
     send: Send,
     dialect: ApiDialect = OPENAI,
     direct: DirectChunks | None = None,
 ) -> SseResponse:
-    """Run `handle` with a fresh response, cancelled the moment the client disconnects.
+    """Run `handle` with a fresh response, cancelled when `disconnect` fires (module doc).
 
     A GatewayError from `handle` ends the response (status or final event); any other exception
     is a bug: logged with its traceback, and the client gets a 500 or a final error event.
     """
-    response = SseResponse(send, receive, dialect, direct)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch_disconnect, receive, response, nursery.cancel_scope)
+    response = SseResponse(send, dialect, direct)
+    with trio.CancelScope() as scope:
+        disconnect.on_fire(partial(_client_left, response, scope))
         try:
             await handle(response)
         except ClientGone:
@@ -274,36 +262,13 @@ async def respond(
         except Exception:
             logger.exception("unexpected error while serving a generation request")
             await response.fail(GatewayError("internal error while serving the request"))
-        nursery.cancel_scope.cancel()
+        finally:
+            disconnect.on_fire(None)
     return response
 
 
-async def _watch_disconnect(
-    receive: Receive, response: SseResponse, scope: trio.CancelScope
-) -> None:
-    # The request body was read already; anything but a disconnect (hypercorn may repeat an
-    # empty end-of-body message) is ignored, and the loop goes on until the client leaves.
-    await response.watch_from.wait()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            response.mark_client_gone()
-            scope.cancel()
-            return
-
-
-def _queued_messages_reader(receive: Receive | None) -> Callable[[], Message | None] | None:
-    """A reader of the messages already queued on `receive`, None once none is; or None when
-    the server's `receive` is not a trio memory channel's (then only the watcher tells)."""
-    channel = getattr(receive, "__self__", None)
-    if not isinstance(channel, trio.MemoryReceiveChannel):
-        return None
-
-    def read_queued() -> Message | None:
-        try:
-            message: Message = channel.receive_nowait()
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return None
-        return message
-
-    return read_queued
+def _client_left(response: SseResponse, scope: trio.CancelScope) -> None:
+    # Possibly inside hypercorn telling every stream of a closed connection: the cancel waits
+    # for the next scheduling round (module doc).
+    response.mark_client_gone()
+    trio.lowlevel.current_trio_token().run_sync_soon(scope.cancel)

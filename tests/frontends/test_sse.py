@@ -11,6 +11,7 @@ import trio
 
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import BackendUnavailable, ClientError, ClientGone, EngineDead
+from smg_trio.frontends.client_disconnect import ClientDisconnect
 from smg_trio.frontends.responses import Message
 from smg_trio.frontends.sink_state import SinkState
 from smg_trio.frontends.sse import SseResponse, respond
@@ -24,6 +25,7 @@ class RecordingServer:
     def __init__(self) -> None:
         self.sent: list[Message] = []
         self._incoming_send, self._incoming = trio.open_memory_channel[Message](10)
+        self.disconnect = ClientDisconnect()
 
     async def send(self, message: Message) -> None:
         self.sent.append(message)
@@ -34,6 +36,10 @@ class RecordingServer:
 
     def client_sends(self, message: Message) -> None:
         self._incoming_send.send_nowait(message)
+
+    def client_leaves(self) -> None:
+        """What our task group does when hypercorn queues `http.disconnect`."""
+        self.disconnect.fire()
 
     @property
     def status(self) -> int:
@@ -157,17 +163,16 @@ async def test_disconnect_cancels_the_request_at_once_and_later_chunks_raise() -
         async def handle(response: SseResponse) -> None:
             seen.append(response)
             await response.send_chunks([b'{"n":0}'])
-            # hypercorn may deliver an empty end-of-body message first: it must be ignored.
-            server.client_sends({"type": "http.request", "body": b"", "more_body": False})
             await trio.sleep(0.01)
             start = trio.current_time()
-            server.client_sends({"type": "http.disconnect"})
+            server.client_leaves()
+            assert response.client_gone  # at once; the cancel in the next scheduling round
             try:
                 await trio.sleep_forever()
             finally:
                 cancelled_after.append(trio.current_time() - start)
 
-        await respond(handle, server.receive, server.send)
+        await respond(handle, server.disconnect, server.send)
         assert cancelled_after[0] < 0.05  # the next scheduling round, not a timeout
         response = seen[0]
         assert response.client_gone
@@ -187,7 +192,7 @@ async def test_gateway_error_from_the_handler_ends_the_response() -> None:
         async def handle(response: SseResponse) -> None:
             raise ClientError("`n` must be at least 1", param="n")
 
-        response = await respond(handle, server.receive, server.send)
+        response = await respond(handle, server.disconnect, server.send)
         assert response.state is SinkState.CLOSED
         assert server.status == 400
         assert json.loads(server.body)["error"]["param"] == "n"
@@ -203,7 +208,7 @@ async def test_a_bug_mid_stream_is_logged_and_ends_with_an_error_event(
             await response.send_chunks([b'{"n":0}'])
             raise KeyError("oops")
 
-        await respond(handle, server.receive, server.send)
+        await respond(handle, server.disconnect, server.send)
         assert server.status == 200
         body = server.body.decode()
         assert '"code":"internal_error"' in body
@@ -220,6 +225,24 @@ async def test_cancellation_from_outside_is_never_swallowed() -> None:
             await trio.sleep_forever()
 
         with trio.move_on_after(0.01) as scope:
-            await respond(handle, server.receive, server.send)
+            await respond(handle, server.disconnect, server.send)
         assert scope.cancelled_caught
+        assert server.sent == []
+
+
+async def test_a_client_gone_before_the_request_registered_costs_no_engine_request() -> None:
+    # Rapid reset: hypercorn queued the disconnect before the app ran; the request sees it
+    # right before its ADD would go out, and its scope is cancelled.
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        server.client_leaves()
+        asked: list[bool] = []
+
+        async def handle(response: SseResponse) -> None:
+            asked.append(response.gone_before_engine())
+            await trio.sleep_forever()
+
+        response = await respond(handle, server.disconnect, server.send)
+        assert asked == [True]
+        assert response.client_gone
         assert server.sent == []

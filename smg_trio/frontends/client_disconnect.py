@@ -1,0 +1,83 @@
+"""I/O. How a generation request hears, at once and without a task of its own, that its client
+left (docs/http.md §6).
+
+hypercorn tells an ASGI app that its client left only by queueing `http.disconnect` on the
+app's `receive` channel (it advertises ASGI 2.1: sends to a gone client do not raise). Reading
+that channel took a watcher task and a nursery per request. Instead our task group hands every
+app a `ClientDisconnect` in its scope and wraps the function hypercorn queues messages with
+(`app_put`): the moment hypercorn queues a disconnect, the request's callback runs, in the
+task that learned it, which may be in the middle of telling every stream of a closed
+connection (`frontends.sse.respond` therefore only marks the response gone there and cancels
+the request's scope from trio's next scheduling round, as the watcher task did).
+
+A disconnect that comes before the request registers its callback (a stream reset in the same
+packet as its request: rapid reset) is kept, and the callback runs when it registers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, cast
+
+from hypercorn.config import Config
+from hypercorn.trio.task_group import TaskGroup
+from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
+
+CLIENT_DISCONNECT_KEY: Final = "smg_trio.client_disconnect"
+"""Where `GatewayTaskGroup` puts each request's `ClientDisconnect` in its ASGI scope."""
+DISCONNECT_MESSAGES: Final = frozenset({"http.disconnect", "websocket.disconnect"})
+
+
+class ClientDisconnect:
+    """One request's news that its client left: `fire` once, `on_fire` to be told."""
+
+    __slots__ = ("_callback", "fired")
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._callback: Callable[[], None] | None = None
+
+    def fire(self) -> None:
+        """The client left (idempotent): run the registered callback, if any."""
+        if self.fired:
+            return
+        self.fired = True
+        if self._callback is not None:
+            self._callback()
+
+    def on_fire(self, callback: Callable[[], None] | None) -> None:
+        """Register `callback` (None: unregister); it runs now if the client left already."""
+        self._callback = callback
+        if callback is not None and self.fired:
+            callback()
+
+
+def client_disconnect_of(scope: Mapping[str, Any]) -> ClientDisconnect:
+    """The request's `ClientDisconnect`; the app is served only by `frontends.http_server`,
+    whose task group puts one in every scope."""
+    disconnect = scope.get(CLIENT_DISCONNECT_KEY)
+    if not isinstance(disconnect, ClientDisconnect):
+        raise RuntimeError("the gateway's app runs only under smg_trio's HTTP server")
+    return disconnect
+
+
+class GatewayTaskGroup(TaskGroup):
+    """hypercorn's trio task group, with a `ClientDisconnect` per app (module doc)."""
+
+    async def spawn_app(
+        self,
+        app: AppWrapper,
+        config: Config,
+        scope: Scope,
+        send: Callable[[ASGISendEvent | None], Awaitable[None]],
+    ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
+        disconnect = ClientDisconnect()
+        cast(dict[str, Any], scope)[CLIENT_DISCONNECT_KEY] = disconnect
+        put = await super().spawn_app(app, config, scope, send)
+
+        async def app_put(message: ASGIReceiveEvent) -> None:
+            if message["type"] in DISCONNECT_MESSAGES:
+                disconnect.fire()
+            await put(message)
+
+        return app_put

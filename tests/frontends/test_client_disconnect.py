@@ -1,0 +1,66 @@
+"""The task group's `ClientDisconnect`: hypercorn's disconnect message fires it once, with the
+registered callback told at once or at registration; every other message only passes."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import pytest
+import trio
+from hypercorn.config import Config
+
+from smg_trio.frontends.client_disconnect import (
+    CLIENT_DISCONNECT_KEY,
+    ClientDisconnect,
+    GatewayTaskGroup,
+    client_disconnect_of,
+)
+
+TEST_TIMEOUT_S: Final = 5.0
+
+
+def test_fires_once_and_tells_a_callback_registered_before_or_after() -> None:
+    told: list[str] = []
+    early = ClientDisconnect()
+    early.on_fire(lambda: told.append("early"))
+    early.fire()
+    early.fire()
+    late = ClientDisconnect()
+    late.fire()
+    late.on_fire(lambda: told.append("late"))
+    gone = ClientDisconnect()
+    gone.on_fire(lambda: told.append("unregistered"))
+    gone.on_fire(None)
+    gone.fire()
+    assert told == ["early", "late"]
+    assert all(d.fired for d in (early, late, gone))
+
+
+async def test_the_task_group_fires_it_when_hypercorn_queues_a_disconnect() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        received: list[dict[str, Any]] = []
+        seen: list[ClientDisconnect] = []
+
+        async def app_function(scope: Any, receive: Any, send: Any, *_: Any) -> None:
+            seen.append(client_disconnect_of(scope))
+            received.extend([await receive(), await receive()])
+
+        async def send(message: Any) -> None:
+            pass
+
+        async with GatewayTaskGroup() as group:
+            scope: Any = {"type": "http"}
+            app: Any = app_function  # hypercorn's AppWrapper: called with five arguments
+            put = await group.spawn_app(app, Config(), scope, send)
+            disconnect = scope[CLIENT_DISCONNECT_KEY]
+            await put({"type": "http.request", "body": b"{}", "more_body": False})
+            assert not disconnect.fired
+            await put({"type": "http.disconnect"})
+            assert disconnect.fired  # before the app read anything
+        assert seen == [disconnect]
+        assert [message["type"] for message in received] == ["http.request", "http.disconnect"]
+
+
+def test_an_app_outside_our_server_is_refused_clearly() -> None:
+    with pytest.raises(RuntimeError, match="smg_trio's HTTP server"):
+        client_disconnect_of({"type": "http"})
