@@ -1,5 +1,5 @@
 """I/O. How a generation request hears, at once and without a task of its own, that its client
-left (docs/http.md §6).
+left (docs/architecture.md §3.1).
 
 hypercorn tells an ASGI app that its client left only by queueing `http.disconnect` on the
 app's `receive` channel (it advertises ASGI 2.1: sends to a gone client do not raise). Reading
