@@ -218,6 +218,15 @@ class Gateway:
                 record.aborted(DRAIN)
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
                     await sink.fail(Draining("the gateway shut down before the request finished"))
+            elif live.timed_out:
+                error = RequestTimeout(
+                    f"the request did not finish within {self.request_timeout_s:g} s"
+                )
+                record.failed(error)
+                record.aborted(DEADLINE)
+                # Past the deadline: telling the client gets a short, shielded grace of its own.
+                with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
+                    await sink.fail(error)
         except BaseException as exc:
             self._record_exit(record, exc)
             raise
@@ -275,51 +284,41 @@ class Gateway:
             )
             return
         deadline = trio.current_time() + self.request_timeout_s
-        try:
-            with trio.fail_at(deadline):
-                # /v1/responses: the stored turn it continues, read before preparing.
-                history = await self.responses.history(body) if path == RESPONSES_PATH else []
-                plan, user = await self._off_loop_if_large(
-                    partial(
-                        prepare_for_path,
-                        path,
-                        body,
-                        self.prompt_model,
-                        self.check_model,
-                        record.request_id,
-                        history,
-                    ),
-                    body,
-                )
-                sink = self.responses.storing(plan, sink)
-                live.streaming = plan.stream
-                reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
-                context = RoutingContext(
-                    model=plan.model, prompt_ids=plan.prompt_ids, session_key=session_key or user
-                )
-                if not self.pool.ready:
-                    raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
-                async with self.admission.admitted():
-                    await run_with_retries(
-                        plan,
-                        context,
-                        self.pool,
-                        self.prompt_model.tokenizer,
-                        sink,
-                        max_retries=self.max_retries,
-                        deadline=deadline,
-                        rng=self._rng,
-                        record=record,
-                    )
-        except trio.TooSlowError:
-            error = RequestTimeout(
-                f"the request did not finish within {self.request_timeout_s:g} s"
+        live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
+        # /v1/responses: the stored turn it continues, read before preparing.
+        history = await self.responses.history(body) if path == RESPONSES_PATH else []
+        plan, user = await self._off_loop_if_large(
+            partial(
+                prepare_for_path,
+                path,
+                body,
+                self.prompt_model,
+                self.check_model,
+                record.request_id,
+                history,
+            ),
+            body,
+        )
+        sink = self.responses.storing(plan, sink)
+        live.streaming = plan.stream
+        reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
+        context = RoutingContext(
+            model=plan.model, prompt_ids=plan.prompt_ids, session_key=session_key or user
+        )
+        if not self.pool.ready:
+            raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
+        async with self.admission.admitted():
+            await run_with_retries(
+                plan,
+                context,
+                self.pool,
+                self.prompt_model.tokenizer,
+                sink,
+                max_retries=self.max_retries,
+                deadline=deadline,
+                rng=self._rng,
+                record=record,
             )
-            record.failed(error)
-            record.aborted(DEADLINE)
-            # Past the deadline: telling the client gets a short, shielded grace of its own.
-            with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
-                await sink.fail(error)
 
     def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:
         """What an exception leaving `handle` says about the request, on its record."""

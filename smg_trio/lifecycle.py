@@ -85,6 +85,12 @@ class LiveRequest:
     """The sink, if it can keep a stream alive: checked once at admission (a protocol check
     costs microseconds; the scan must not pay it per request per scan)."""
 
+    @property
+    def timed_out(self) -> bool:
+        """Ended by the deadline the gateway set on `scope` (one scope serves the drain and
+        the request deadline: each costs a request a few microseconds)."""
+        return self.scope.cancelled_caught and not self.drained
+
 
 class Lifecycle:
     """The gateway's live requests (module doc)."""
