@@ -268,6 +268,8 @@ async def respond(
 
 
 def _client_left(response: SseResponse, scope: trio.CancelScope) -> None:
+    if response.state is SinkState.CLOSED:
+        return  # after the whole answer (hypercorn tells every ended stream): nothing to stop
     # Possibly inside hypercorn telling every stream of a closed connection: the cancel waits
     # for the next scheduling round (module doc).
     response.mark_client_gone()

@@ -246,3 +246,20 @@ async def test_a_client_gone_before_the_request_registered_costs_no_engine_reque
         assert asked == [True]
         assert response.client_gone
         assert server.sent == []
+
+
+async def test_a_client_leaving_after_the_whole_answer_stops_nothing() -> None:
+    # hypercorn tells every ended stream `http.disconnect`, from inside the last send.
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        finished: list[bool] = []
+
+        async def handle(response: SseResponse) -> None:
+            await response.send_chunks([b'{"n":0}'])
+            await response.end_stream(StreamEnd())
+            server.client_leaves()
+            await trio.sleep(0.01)  # what runs after the answer (logging, metrics) goes on
+            finished.append(response.client_gone)
+
+        await respond(handle, server.disconnect, server.send)
+        assert finished == [False]
