@@ -26,7 +26,7 @@
   mailbox, so the writer never mistakes a failure for an end.
 - A stream ends with the assembler's `StreamEnd` (closing chunks, finish and usage as data); a
   non-streaming request has no writer and its body goes out once the nursery ended.
-- Deadlines are the caller's (`trio.fail_at` around `run_request`).
+- Deadlines are the caller's (gateway.py: the deadline of the request's live scope).
 - The request's `RequestRecord` is updated once per engine batch, never per token, and gets the
   usage and finish reasons once the request ended (docs/observability.md §2).
 """

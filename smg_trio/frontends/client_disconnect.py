@@ -10,8 +10,12 @@ task that learned it, which may be in the middle of telling every stream of a cl
 connection (`frontends.sse.respond` therefore only marks the response gone there and cancels
 the request's scope from trio's next scheduling round, as the watcher task did).
 
-A disconnect that comes before the request registers its callback (a stream reset in the same
-packet as its request: rapid reset) is kept, and the callback runs when it registers.
+A disconnect that comes before the request registers its callback is kept, and the callback
+runs when it registers. A stream reset in the same packet as its request (rapid reset) must be
+seen before the request costs an engine ADD, but hypercorn hands a packet's frames to the apps
+one at a time, yielding between them, so the request's task may run before the reset is
+handled. `settled()` waits, only while that is so, until the connection's reader has handed
+hypercorn every byte it read (`ReadProgress`): then a reset in the request's packet has fired.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, cast
 
+import trio
 from hypercorn.config import Config
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
@@ -28,14 +33,43 @@ CLIENT_DISCONNECT_KEY: Final = "smg_trio.client_disconnect"
 DISCONNECT_MESSAGES: Final = frozenset({"http.disconnect", "websocket.disconnect"})
 
 
+class ReadProgress:
+    """Whether a connection's reader is handing hypercorn the bytes it read last."""
+
+    __slots__ = ("_lot", "handling")
+
+    def __init__(self) -> None:
+        self.handling = False
+        self._lot = trio.lowlevel.ParkingLot()
+
+    def start(self) -> None:
+        self.handling = True
+
+    def finish(self) -> None:
+        self.handling = False
+        if self._lot:
+            self._lot.unpark_all()
+
+    async def settled(self) -> None:
+        """Return once the bytes being handled are (at once, with no checkpoint, if none is)."""
+        if self.handling:
+            await self._lot.park()
+
+
 class ClientDisconnect:
     """One request's news that its client left: `fire` once, `on_fire` to be told."""
 
-    __slots__ = ("_callback", "fired")
+    __slots__ = ("_callback", "_read", "fired")
 
-    def __init__(self) -> None:
+    def __init__(self, read: ReadProgress | None = None) -> None:
         self.fired = False
         self._callback: Callable[[], None] | None = None
+        self._read = read
+
+    async def settled(self) -> None:
+        """Return once the connection's reader handled every byte read so far (module doc)."""
+        if self._read is not None:
+            await self._read.settled()
 
     def fire(self) -> None:
         """The client left (idempotent): run the registered callback, if any."""
@@ -62,7 +96,12 @@ def client_disconnect_of(scope: Mapping[str, Any]) -> ClientDisconnect:
 
 
 class GatewayTaskGroup(TaskGroup):
-    """hypercorn's trio task group, with a `ClientDisconnect` per app (module doc)."""
+    """hypercorn's trio task group, with a `ClientDisconnect` per app (module doc); `read` is
+    its connection's reader's progress."""
+
+    def __init__(self, read: ReadProgress | None = None) -> None:
+        super().__init__()
+        self._read = read
 
     async def spawn_app(
         self,
@@ -71,7 +110,7 @@ class GatewayTaskGroup(TaskGroup):
         scope: Scope,
         send: Callable[[ASGISendEvent | None], Awaitable[None]],
     ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
-        disconnect = ClientDisconnect()
+        disconnect = ClientDisconnect(self._read)
         cast(dict[str, Any], scope)[CLIENT_DISCONNECT_KEY] = disconnect
         put = await super().spawn_app(app, config, scope, send)
 

@@ -39,7 +39,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
-from smg_trio.frontends.client_disconnect import GatewayTaskGroup
+from smg_trio.frontends.client_disconnect import GatewayTaskGroup, ReadProgress
 from smg_trio.frontends.connection_refusal import Stream, refuse
 from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol, H2StreamChunks
@@ -190,6 +190,7 @@ class GatewayConnection(TCPServer):
         self._writer = ConnectionWriter(stream, self._write_failed, self._write_now)
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._idle = IdleTimer()  # in place of hypercorn's idle task (frontends/idle_timer.py)
+        self._read = ReadProgress()  # for rapid-reset checks (frontends/client_disconnect.py)
 
     async def run(self) -> None:
         stream: Stream = self.stream
@@ -208,7 +209,7 @@ class GatewayConnection(TCPServer):
         try:
             client = parse_socket_addr(sock.family, sock.getpeername())
             server = parse_socket_addr(sock.family, sock.getsockname())
-            async with GatewayTaskGroup() as task_group:
+            async with GatewayTaskGroup(self._read) as task_group:
                 self._task_group = task_group
                 task_group.spawn(self._writer.run)
                 self.protocol = ProtocolSwitch(  # type: ignore[assignment]
@@ -345,7 +346,11 @@ class GatewayConnection(TCPServer):
                 self._between_requests = False
                 self._timer_s = self._limits.header_timeout_s
                 self._idle.expire_in(self._timer_s)
-            await self.protocol.handle(RawData(bytes(data)))
+            self._read.start()
+            try:
+                await self.protocol.handle(RawData(bytes(data)))
+            finally:
+                self._read.finish()
             if not data:
                 break
         await self.protocol.handle(Closed())

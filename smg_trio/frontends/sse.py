@@ -24,9 +24,11 @@ Two rules keep that news from being lost or coming too late (docs/architecture.m
   time. Cancelling it there (its own disconnect arrived first) skipped the streams after it:
   their requests never heard of the client leaving, their writers parked forever on a
   connection that no longer drains, and their engine requests ran to max_tokens.
-- A disconnect that came before the request registered (a stream reset in the same packet as
-  its request: rapid reset) is kept by the `ClientDisconnect` and marks the response gone at
-  registration, so `gone_before_engine`, asked right before the engine ADD, costs no ADD.
+- A disconnect that came before the request registered is kept by the `ClientDisconnect` and
+  marks the response gone at registration, and `respond` first waits until the connection's
+  reader handled the rest of the packet the request came in (`ClientDisconnect.settled`), so a
+  stream reset in that packet (rapid reset) is known to `gone_before_engine`, asked right
+  before the engine ADD: it costs no ADD.
 """
 
 from __future__ import annotations
@@ -254,6 +256,7 @@ async def respond(
     with trio.CancelScope() as scope:
         disconnect.on_fire(partial(_client_left, response, scope))
         try:
+            await disconnect.settled()  # a reset in the request's own packet has fired now
             await handle(response)
         except ClientGone:
             pass  # a send found the client gone: nothing more to say to it

@@ -13,6 +13,7 @@ from smg_trio.frontends.client_disconnect import (
     CLIENT_DISCONNECT_KEY,
     ClientDisconnect,
     GatewayTaskGroup,
+    ReadProgress,
     client_disconnect_of,
 )
 
@@ -64,3 +65,27 @@ async def test_the_task_group_fires_it_when_hypercorn_queues_a_disconnect() -> N
 def test_an_app_outside_our_server_is_refused_clearly() -> None:
     with pytest.raises(RuntimeError, match="smg_trio's HTTP server"):
         client_disconnect_of({"type": "http"})
+
+
+async def test_settled_waits_only_while_the_reader_hands_hypercorn_its_bytes() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        read = ReadProgress()
+        disconnect = ClientDisconnect(read)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await disconnect.settled()  # nothing being handled: no checkpoint at all
+        settled_at: list[float] = []
+        read.start()
+        async with trio.open_nursery() as nursery:
+
+            async def request() -> None:
+                await disconnect.settled()
+                settled_at.append(trio.current_time())
+
+            nursery.start_soon(request)
+            await trio.sleep(0.05)
+            assert settled_at == []
+            finished_at = trio.current_time()
+            read.finish()
+        assert settled_at[0] >= finished_at
+        await ClientDisconnect().settled()  # with no reader (a test's server): at once
