@@ -16,6 +16,10 @@ seen before the request costs an engine ADD, but hypercorn hands a packet's fram
 one at a time, yielding between them, so the request's task may run before the reset is
 handled. `settled()` waits, only while that is so, until the connection's reader has handed
 hypercorn every byte it read (`ReadProgress`): then a reset in the request's packet has fired.
+The wrapped `app_put` queues without yielding while the app's channel has room (where trio's
+`send` takes a scheduling round per message: three per request, the body, its end and the
+disconnect after the answer), so the reader usually handles a whole packet before the apps it
+fed run, and `settled()` seldom waits.
 """
 
 from __future__ import annotations
@@ -113,10 +117,21 @@ class GatewayTaskGroup(TaskGroup):
         disconnect = ClientDisconnect(self._read)
         cast(dict[str, Any], scope)[CLIENT_DISCONNECT_KEY] = disconnect
         put = await super().spawn_app(app, config, scope, send)
+        channel = getattr(put, "__self__", None)  # hypercorn queues on a trio memory channel
+        put_nowait = channel.send_nowait if isinstance(channel, trio.MemorySendChannel) else None
 
         async def app_put(message: ASGIReceiveEvent) -> None:
             if message["type"] in DISCONNECT_MESSAGES:
                 disconnect.fire()
+            # Queued without a scheduling round while the app keeps up: the reader hands
+            # hypercorn a whole packet before the apps it fed run (module doc).
+            if put_nowait is not None:
+                try:
+                    put_nowait(message)
+                except trio.WouldBlock:
+                    pass
+                else:
+                    return
             await put(message)
 
         return app_put

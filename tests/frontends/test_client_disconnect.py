@@ -89,3 +89,27 @@ async def test_settled_waits_only_while_the_reader_hands_hypercorn_its_bytes() -
             read.finish()
         assert settled_at[0] >= finished_at
         await ClientDisconnect().settled()  # with no reader (a test's server): at once
+
+
+async def test_messages_are_queued_without_a_scheduling_round_while_there_is_room() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        received: list[dict[str, Any]] = []
+        room = Config().max_app_queue_size
+
+        async def app_function(scope: Any, receive: Any, send: Any, *_: Any) -> None:
+            received.extend([await receive() for _ in range(room + 1)])
+
+        async def send(message: Any) -> None:
+            pass
+
+        async with GatewayTaskGroup() as group:
+            app: Any = app_function
+            scope: Any = {"type": "http"}
+            put = await group.spawn_app(app, Config(), scope, send)
+            with trio.CancelScope() as cancelled:
+                cancelled.cancel()  # a checkpoint here would raise
+                for n in range(room):
+                    await put({"type": "http.request", "body": b"%d" % n, "more_body": True})
+            # Full: the next one waits for the app, as hypercorn's own `send` did.
+            await put({"type": "http.request", "body": b"", "more_body": False})
+        assert len(received) == room + 1
