@@ -16,7 +16,8 @@ gateway's code):
     prepared    endpoint_requests.prepare_for_path returned (decode, template, tokenize)
     finalized   finalize (retrying.py) returned: the engine request
     queued      the ZMQ backend queued the ADD for its input socket's writer
-    add_sent    the ZMQ ADD left the backend's input socket
+    add_sent    the ZMQ ADD left the backend's input socket (from the writer task, or from
+                the request's own when the writer is idle)
     output      the first engine output message was decoded
     chunk       the first payload reached the SSE sink
     written     the connection writer's first write began (bytes to the kernel)
@@ -48,7 +49,7 @@ from bench.h2c_client import open_h2c_connection
 from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio import gateway as gateway_module
 from smg_trio import retrying
-from smg_trio.backends import zmq_backend, zmq_codec
+from smg_trio.backends import zmq_backend, zmq_codec, zmq_input_writer
 from smg_trio.config import GatewayConfig
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.frontends import connection_writer, http_h2, sse
@@ -138,7 +139,8 @@ def instrumented() -> Iterator[None]:
         _after(gateway_module, "prepare_for_path", "prepared", undo)  # as Gateway calls it
         _after(retrying, "finalize", "finalized", undo)
         _after(zmq_backend.ZmqBackend, "_start_stream", "queued", undo)
-        _after(zmq_backend.ZmqBackend, "_send_input", "add_sent", undo)
+        _after(zmq_input_writer.InputWriter, "_send", "add_sent", undo)  # by the writer task
+        _after(zmq_input_writer.InputWriter, "_send_nowait", "add_sent", undo)  # or directly
         _after(zmq_codec, "decode_output", "output", undo)
         _before(sse.SseResponse, "send_chunks", "chunk", undo)
         _before(connection_writer.ConnectionWriter, "_write", "written", undo)

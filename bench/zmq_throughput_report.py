@@ -215,7 +215,7 @@ IDLE_FUNCTION: Final = "'poll' of 'select.epoll'"
 TASK_ENTRIES: Final = (
     ("output reader task (recv, decode, demultiplex)", "_read_outputs"),
     ("stream tasks (bench loop and what it calls)", "_run_stream"),
-    ("input writer task (ADD/ABORT sends)", "_write_inputs"),
+    ("input writer task (ADD/ABORT sends)", "write_inputs"),
 )
 
 

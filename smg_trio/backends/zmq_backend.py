@@ -7,8 +7,9 @@ requests only once both arrived. One task owns each direction of each socket:
 
 - handshake: HELLO -> INIT, READY; a second HELLO from an identity is a restarted engine;
 - registrations: receives on the input ROUTER (engines send nothing else there);
-- writer: sends on the input ROUTER what request tasks `put_nowait` into a coalescing outbox,
-  so opening or aborting a stream never waits on the socket;
+- writer (zmq_input_writer.py): sends on the input ROUTER what request tasks queue into a
+  coalescing outbox, so opening or aborting a stream never waits on the socket (a new stream's
+  ADD goes out from its own task when the writer is idle and the socket takes it at once);
 - reader: drains the output PULL in batches and demultiplexes steps into per-stream mailboxes
   with `put_nowait`, so one slow consumer never stalls the others;
 - watchdog: an engine with requests in flight that says nothing for `watchdog_period_s` is dead
@@ -32,7 +33,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import ExitStack, asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
@@ -43,9 +43,9 @@ from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
 from smg_trio.backends.event_stream import EngineEventStream
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
-from smg_trio.backends.mailbox import Mailbox
 from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
 from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
+from smg_trio.backends.zmq_input_writer import InputWriter, Outgoing
 from smg_trio.backends.zmq_liveness import MONITORED_EVENTS, PROBE_PERIOD_S, EngineProber
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
@@ -64,7 +64,7 @@ from smg_trio.backends.zmq_socket import (
     private_ipc_dir,
 )
 from smg_trio.core.finalize import Finalized
-from smg_trio.errors import BackendError, BackendProtocolError, BackendUnavailable
+from smg_trio.errors import BackendProtocolError, BackendUnavailable
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import vllm_zmq
@@ -78,15 +78,6 @@ logger = logging.getLogger(__name__)
 
 OUTPUT_BATCH_MAX: Final = 256
 """Output messages demultiplexed per reader wake-up before yielding to other tasks."""
-
-
-@dataclass(eq=False)
-class _Outgoing:
-    engine: EngineSlot
-    frames: list[bytes]
-    add_for: Route | None = None  # an ADD is dropped if its stream left before it went out
-    probe: bool = False  # a liveness probe goes out even to an engine marked dead by silence
-    sent: trio.Event | None = None  # set once the frames are handed to libzmq (or dropped)
 
 
 class ZmqBackend:
@@ -116,11 +107,10 @@ class ZmqBackend:
             self._registry.strays = {}
             for index, payload in saved_registrations(client.registrations).items():
                 self._registry.recover(runtime, index, payload)
-        # Many request tasks put, the writer takes: safe because put_nowait never yields.
-        self._outbox: Mailbox[_Outgoing] = Mailbox()
+        self._writer = InputWriter(self._input, self._registry)
 
     def _queue_probe(self, engine: EngineSlot, frames: list[bytes]) -> None:
-        self._outbox.put_nowait(_Outgoing(engine, frames, probe=True))
+        self._writer.put(Outgoing(engine, frames, probe=True))
 
     @property
     def runtime(self) -> Runtime:
@@ -176,7 +166,7 @@ class ZmqBackend:
                 )
             )
             frames = [engine.identity, RequestType.UTILITY.frame, payload]
-            self._outbox.put_nowait(_Outgoing(engine, frames))
+            self._writer.put(Outgoing(engine, frames))
             await call.done.wait()
         finally:
             self._registry.end_call(call_id)
@@ -226,6 +216,7 @@ class ZmqBackend:
             planned[engine_request_id] = (request, engine, frames)
         stream = self._in_flight.new_stream(tuple(planned))
         routes = []
+        adds = []
         for engine_request_id, (request, engine, frames) in planned.items():
             route = Route(
                 engine_request_id=engine_request_id,
@@ -236,7 +227,8 @@ class ZmqBackend:
             )
             self._in_flight.add(route)
             routes.append(route)
-            self._outbox.put_nowait(_Outgoing(engine, [engine.identity, *frames], add_for=route))
+            adds.append(Outgoing(engine, [engine.identity, *frames], add_for=route))
+        self._writer.send_adds(adds)  # every route registered first: a failed send sees them
         return stream, routes
 
     async def _abort(self, _given_up: Sequence[Route], unfinished: Sequence[Route]) -> None:
@@ -247,7 +239,7 @@ class ZmqBackend:
             if route.add_sent and route.engine.dead_reason is None:
                 ids_by_engine.setdefault(route.engine, []).append(route.engine_request_id)
         outgoing = [
-            _Outgoing(
+            Outgoing(
                 engine,
                 [engine.identity, RequestType.ABORT.frame, encode_abort(ids)],
                 sent=trio.Event(),
@@ -255,7 +247,7 @@ class ZmqBackend:
             for engine, ids in ids_by_engine.items()
         ]
         for item in outgoing:
-            self._outbox.put_nowait(item)
+            self._writer.put(item)
         for item in outgoing:
             assert item.sent is not None
             await item.sent.wait()
@@ -267,32 +259,6 @@ class ZmqBackend:
         await self._in_flight.close(reason, self._abort)
 
     # --- socket owners (background tasks) ---------------------------------------------------
-
-    async def _write_inputs(self) -> None:
-        async for batch in self._outbox:
-            for item in batch:
-                try:
-                    await self._send_input(item)
-                finally:
-                    if item.sent is not None:
-                        item.sent.set()
-
-    async def _send_input(self, item: _Outgoing) -> None:
-        if item.engine.dead_reason is not None and not (item.probe and item.engine.revivable):
-            return
-        route = item.add_for
-        if route is not None:
-            if not route.live:
-                return  # its stream ended before the ADD went out: nothing to send or abort
-            route.add_sent = True
-        try:
-            await self._input.send_multipart(item.frames)
-            if item.probe:  # it went out: the engine's input is connected (zmq_clients.py)
-                item.engine.probe_delivered = True
-        except BackendUnavailable:  # ROUTER_MANDATORY: the engine's connection is gone
-            self._registry.engine_died(item.engine, "its input connection is gone")
-        except BackendError as exc:
-            self._registry.engine_died(item.engine, f"sending to it failed: {exc.message}")
 
     async def _read_outputs(self) -> None:
         registry = self._registry
@@ -312,7 +278,7 @@ class ZmqBackend:
                 registry.dispatch(message, now)
             if registry.strays:  # once per batch; only ever with several processes
                 for engine, frames in registry.stray_aborts():
-                    self._outbox.put_nowait(_Outgoing(engine, frames))
+                    self._writer.put(Outgoing(engine, frames))
 
 
 @asynccontextmanager
@@ -385,7 +351,7 @@ async def open_zmq_backend(
         socket_owners: list[Callable[[], Awaitable[None]]] = [
             partial(serve_handshake, engine._registry, handshake[0], inputs[1], outputs[1]),
             partial(serve_registrations, engine._registry, runtime, inputs[0], client),
-            engine._write_inputs,
+            engine._writer.write_inputs,
             engine._read_outputs,
             partial(prober.watch_connections, monitor),
             prober.probe_periodically,

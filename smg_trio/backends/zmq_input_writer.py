@@ -1,0 +1,119 @@
+"""I/O. What the ZMQ backend sends on its input ROUTER (ADDs, ABORTs, UTILITY calls, probes),
+in the order it was queued.
+
+One task (`write_inputs`) owns the sending direction of the socket: every producer queues with
+`put` (never waits) into a coalescing mailbox, and the task sends each batch, waiting where the
+socket cannot take a message (high-water mark). One shortcut, for the request path: while that
+task is parked with nothing queued, `send_adds` sends a new request's ADDs itself, without
+waiting (`send_multipart_nowait`), and queues only what the socket does not take at once. Nothing
+is overtaken (the queue is empty) and nothing waits on the socket outside the owner, and the ADD
+leaves in the request's own scheduling round instead of the writer's next one
+(docs/performance.md §2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+
+from smg_trio.backends.mailbox import Mailbox
+from smg_trio.backends.zmq_registry import EngineRegistry, EngineSlot, Route
+from smg_trio.backends.zmq_socket import TrioZmqSocket
+from smg_trio.errors import BackendError, BackendUnavailable
+
+LOST_CONNECTION = "its input connection is gone"
+
+
+@dataclass(eq=False)
+class Outgoing:
+    """One message for one engine: `[identity, request type, payload...]`."""
+
+    engine: EngineSlot
+    frames: list[bytes]
+    add_for: Route | None = None  # an ADD is dropped if its stream left before it went out
+    probe: bool = False  # a liveness probe goes out even to an engine marked dead by silence
+    sent: trio.Event | None = None  # set once the frames are handed to libzmq (or dropped)
+
+
+class InputWriter:
+    """The sender of one input ROUTER (module doc)."""
+
+    def __init__(self, socket: TrioZmqSocket, registry: EngineRegistry) -> None:
+        self._socket = socket
+        self._registry = registry
+        # Many request tasks put, the writer takes: safe because put_nowait never yields.
+        self._outbox: Mailbox[Outgoing] = Mailbox()
+
+    def put(self, item: Outgoing) -> None:
+        """Queue `item` for the writer task (never waits)."""
+        self._outbox.put_nowait(item)
+
+    def send_adds(self, items: Sequence[Outgoing]) -> None:
+        """Send a new stream's ADDs now if the writer is idle and the socket takes them; queue
+        the rest, in order."""
+        sending = self._outbox.consumer_idle()
+        for item in items:
+            if not (sending and self._send_nowait(item)):
+                sending = False
+                self._outbox.put_nowait(item)
+
+    async def write_inputs(self) -> None:
+        """The owner task: send what is queued, batch by batch, forever."""
+        async for batch in self._outbox:
+            for item in batch:
+                try:
+                    await self._send(item)
+                finally:
+                    if item.sent is not None:
+                        item.sent.set()
+
+    def _dropped(self, item: Outgoing) -> bool:
+        """Whether `item` must not go out: its engine is dead (a probe may still test one dead
+        by silence), or its ADD's stream ended first (nothing to send or abort)."""
+        engine = item.engine
+        if engine.dead_reason is not None and not (item.probe and engine.revivable):
+            return True
+        route = item.add_for
+        return route is not None and not route.live
+
+    async def _send(self, item: Outgoing) -> None:
+        if self._dropped(item):
+            return
+        if item.add_for is not None:
+            item.add_for.add_sent = True
+        try:
+            await self._socket.send_multipart(item.frames)
+        except BackendError as exc:
+            self._failed(item, exc)
+            return
+        self._went_out(item)
+
+    def _send_nowait(self, item: Outgoing) -> bool:
+        """`_send` without waiting: False (nothing done) when the socket cannot take it now."""
+        if self._dropped(item):
+            return True
+        try:
+            self._socket.send_multipart_nowait(item.frames)
+        except trio.WouldBlock:
+            return False
+        except BackendError as exc:
+            if item.add_for is not None:
+                item.add_for.add_sent = True
+            self._failed(item, exc)
+            return True
+        if item.add_for is not None:
+            item.add_for.add_sent = True
+        self._went_out(item)
+        return True
+
+    def _went_out(self, item: Outgoing) -> None:
+        if item.probe:  # it went out: the engine's input is connected (zmq_clients.py)
+            item.engine.probe_delivered = True
+
+    def _failed(self, item: Outgoing, exc: BackendError) -> None:
+        if isinstance(exc, BackendUnavailable):  # ROUTER_MANDATORY: the connection is gone
+            self._registry.engine_died(item.engine, LOST_CONNECTION)
+        else:
+            self._registry.engine_died(item.engine, f"sending to it failed: {exc.message}")
