@@ -130,7 +130,10 @@ async def test_at_four_times_the_limit_the_engines_never_see_more_than_it(
     limit = 4
     settings = {"max_concurrent_requests": limit, "max_queue": 4, "queue_timeout_s": 0.3}
     with trio.fail_after(TEST_TIMEOUT_S):
-        async with routed_server(tmp_path, [20.0, 20.0], **settings) as server:
+        # 50 ms steps: the admitted requests hold their slots 1.5 s, far longer than the 16
+        # arrivals take even on a loaded machine (with 20 ms steps they once spread past the
+        # 0.3 s queue timeout in the parallel phase, and late arrivals found freed slots).
+        async with routed_server(tmp_path, [50.0, 50.0], **settings) as server:
             peak = 0
             done = trio.Event()
 
@@ -147,7 +150,7 @@ async def test_at_four_times_the_limit_the_engines_never_see_more_than_it(
                 responses = await send_all(server.base_url, bodies, concurrency=16)
                 done.set()
             statuses = Counter(response.status_code for response in responses)
-            # 30 steps of 20 ms: nobody finishes within the 0.3 s queue timeout, so the limit
+            # 30 steps of 50 ms: nobody finishes within the 0.3 s queue timeout, so the limit
             # runs, and the rest (queued or not) are turned away.
             assert statuses == {200: limit, 429: 16 - limit}, statuses
             for response in responses:
