@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final, cast
 
 import h2.connection
@@ -30,6 +30,7 @@ import h2.exceptions
 import trio
 from h2.stream import StreamClosedBy
 from hpack.exceptions import HPACKError
+from hpack.struct import HeaderWeaklyTyped, NeverIndexedHeaderTuple
 from hypercorn.events import Closed
 from hypercorn.protocol.events import Body, Data, EndBody, EndData
 from hypercorn.protocol.events import Event as StreamEvent
@@ -39,16 +40,46 @@ from hypercorn.protocol.ws_stream import WSStream
 from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
 
 from smg_trio.frontends.responses import Send
+from smg_trio.request_ids import REQUEST_ID_HEADER
 
 RAPID_RESET_LIMIT: Final = 40
 """Client resets of unfinished streams a connection may make within the window: a client that
 cancels a whole batch of concurrent requests stays under it (the default stream limit is 100
 and a batch is rarely cancelled twice in a window); an attack passes it within a second."""
 RAPID_RESET_WINDOW_S: Final = 10.0
+UNINDEXED_RESPONSE_HEADERS: Final = frozenset({REQUEST_ID_HEADER})
+"""Response headers sent as HPACK literals never indexed (RFC 7541 §6.2.3)."""
 
 
 class StreamRefusingH2Connection(h2.connection.H2Connection):
-    """h2's server connection, refusing (not failing on) a stream over the concurrency limit."""
+    """h2's server connection, refusing (not failing on) a stream over the concurrency limit,
+    and keeping each response's `x-request-id` out of the HPACK table."""
+
+    def send_headers(
+        self,
+        stream_id: int,
+        headers: Iterable[HeaderWeaklyTyped],
+        end_stream: bool = False,
+        priority_weight: int | None = None,
+        priority_depends_on: int | None = None,
+        priority_exclusive: bool | None = None,
+    ) -> None:
+        # A value no later response repeats gains nothing from indexing, and each one added
+        # evicts others and lengthens the table hpack searches linearly for every header of
+        # every response (about 50 request ids fill its 4 KiB).
+        super().send_headers(
+            stream_id,
+            [
+                NeverIndexedHeaderTuple(header[0], header[1])
+                if header[0] in UNINDEXED_RESPONSE_HEADERS
+                else header
+                for header in headers
+            ],
+            end_stream,
+            priority_weight,
+            priority_depends_on,
+            priority_exclusive,
+        )
 
     def _receive_headers_frame(
         self, frame: HeadersFrame

@@ -18,6 +18,7 @@ import h2.events
 import h2.settings
 import pytest
 import trio
+from hpack.struct import NeverIndexedHeaderTuple
 
 from smg_trio.frontends.http_h2 import RAPID_RESET_LIMIT
 from tests.e2e.live_server import (
@@ -288,3 +289,25 @@ async def test_an_idle_h2_connection_is_closed_by_the_keep_alive_timer_but_not_a
     assert served_s > 0.4, served_s  # longer than the idle time: served to its end
     assert [e.stream_id for e in client.events if isinstance(e, h2.events.StreamReset)] == []
     assert 0.25 < idle_s < 1.5, idle_s
+
+
+async def test_the_request_id_is_never_indexed_and_the_constant_headers_are(
+    tmp_path: Path,
+) -> None:
+    # A unique value would only churn the HPACK table every later header is searched in.
+    async with live_server(tmp_path, with_engine=False) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                for _ in range(2):
+                    stream_id = client.request("GET", "/v1/models")
+                    await client.flush()
+                    await client.receive_until([h2.events.StreamEnded], stream_id)
+    responses = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+    assert len(responses) == 2
+    for response in responses:
+        kinds = {bytes(header[0]): type(header) for header in response.headers}
+        assert kinds[b"x-request-id"] is NeverIndexedHeaderTuple
+        assert kinds[b"content-type"] is not NeverIndexedHeaderTuple
+    ids = {dict(response.headers)[b"x-request-id"] for response in responses}
+    assert len(ids) == 2
