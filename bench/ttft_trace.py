@@ -15,7 +15,7 @@ gateway's code):
     handle      Gateway.handle starts (h2 events, stream, app task, body read)
     prepared    endpoint_requests.prepare_for_path returned (decode, template, tokenize)
     finalized   finalize (retrying.py) returned: the engine request
-    queued      the ZMQ backend queued the ADD for its input socket's writer
+    queued      the ZMQ backend handed the ADD to its input socket's writer
     add_sent    the ZMQ ADD left the backend's input socket (from the writer task, or from
                 the request's own when the writer is idle)
     output      the first engine output message was decoded
@@ -49,7 +49,7 @@ from bench.h2c_client import open_h2c_connection
 from bench.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio import gateway as gateway_module
 from smg_trio import retrying
-from smg_trio.backends import zmq_backend, zmq_codec, zmq_input_writer
+from smg_trio.backends import zmq_codec, zmq_input_writer
 from smg_trio.config import GatewayConfig
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.frontends import connection_writer, http_h2, sse
@@ -117,16 +117,25 @@ def _after(owner: Any, name: str, stage: str, undo: Undo) -> None:
 
 
 def _before(owner: Any, name: str, stage: str, undo: Undo) -> None:
-    """Wrap the async `owner.name` to stamp `stage` when it is called."""
+    """Wrap `owner.name` (sync or async) to stamp `stage` when it is called."""
     original: Callable[..., Any] = getattr(owner, name)
     undo.append((owner, name, original))
+    if inspect.iscoroutinefunction(original):
 
-    @wraps(original)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _stamp(stage)
-        return await original(*args, **kwargs)
+        @wraps(original)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            _stamp(stage)
+            return await original(*args, **kwargs)
 
-    setattr(owner, name, wrapper)
+        setattr(owner, name, async_wrapper)
+    else:
+
+        @wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            _stamp(stage)
+            return original(*args, **kwargs)
+
+        setattr(owner, name, wrapper)
 
 
 @contextmanager
@@ -138,7 +147,8 @@ def instrumented() -> Iterator[None]:
         _before(gateway_module.Gateway, "handle", "handle", undo)
         _after(gateway_module, "prepare_for_path", "prepared", undo)  # as Gateway calls it
         _after(retrying, "finalize", "finalized", undo)
-        _after(zmq_backend.ZmqBackend, "_start_stream", "queued", undo)
+        # The ADDs are handed to the writer (queued, or sent at once when it is idle).
+        _before(zmq_input_writer.InputWriter, "send_adds", "queued", undo)
         _after(zmq_input_writer.InputWriter, "_send", "add_sent", undo)  # by the writer task
         _after(zmq_input_writer.InputWriter, "_send_nowait", "add_sent", undo)  # or directly
         _after(zmq_codec, "decode_output", "output", undo)
