@@ -1,15 +1,18 @@
 """I/O. A request's fixed cost as instructions, which do not move with the machine's load.
 
     python -m bench.request_instructions [--transport h2c|http1] [--requests 50]
+        [--warm-up 20] [--output-tokens 1] [--step-ms 0]
 
 CPU seconds on shared cores move by ±20 % between identical runs; instructions counted by
 valgrind's callgrind move by ±0.05 %, so a 1 % change to the request path shows (bench/
 RESULTS.md, "A deterministic measure"). The gateway (`smg-trio serve`) runs under callgrind
-with instrumentation off, `PYTHONHASHSEED=0`; the reference vLLM EngineCore (step 0) and the
+with instrumentation off, `PYTHONHASHSEED=0`; the reference vLLM EngineCore (`--step-ms`) and the
 load bench's client run outside it. After `--warm-up` requests, instrumentation is on for
 `--requests` sequential streamed completions (one stream, `--output-tokens` tokens, a
 128-word prompt), then off; the gateway's total (every thread) and its mean per request are
-printed. Needs valgrind (`callgrind_control` on PATH). Loopback only; about 15 s.
+printed. With `--output-tokens 128 --step-ms 20` each token is its own chunk, so the difference
+from the 1-token figure, over 127, is a streamed chunk's cost. Needs valgrind
+(`callgrind_control` on PATH). Loopback only; about 15 s (1 token).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from smg_trio.model import demo_model_path
 READY_S: Final = 300.0  # the gateway imports and starts under callgrind, ~20x slower
 CLIENT_S: Final = 600.0
 MAX_REQUESTS: Final = 2000
+MAX_STEP_MS: Final = 100.0
 CALLGRIND: Final = (
     "valgrind",
     "--tool=callgrind",
@@ -45,7 +49,9 @@ CALLGRIND: Final = (
 )
 
 
-async def measure(transport: str, requests: int, warm_up: int, output_tokens: int) -> int:
+async def measure(
+    transport: str, requests: int, warm_up: int, output_tokens: int, step_ms: float = 0.0
+) -> int:
     """The gateway's instructions over `requests` requests."""
     with tempfile.TemporaryDirectory(prefix="smg-trio-instructions-") as scratch:
         out = Path(scratch) / "callgrind.out"
@@ -56,7 +62,7 @@ async def measure(transport: str, requests: int, warm_up: int, output_tokens: in
             *smg_trio_command(port, f"vllm+zmq://{LOOPBACK}:{handshake}", demo_model_path()),
         ]
         engine = reference_engine_command(
-            f"tcp://{LOOPBACK}:{handshake}", model_path=demo_model_path(), step_ms=0.0
+            f"tcp://{LOOPBACK}:{handshake}", model_path=demo_model_path(), step_ms=step_ms
         )
         logs = Path(scratch)
         env = {"PYTHONHASHSEED": "0"}
@@ -120,12 +126,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--warm-up", type=int, default=20)
     parser.add_argument("--output-tokens", type=int, default=1)
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="the engine's step time: 20 ms makes each of a long output's tokens its own chunk",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.requests <= MAX_REQUESTS or not 0 <= args.warm_up <= MAX_REQUESTS:
         parser.error(f"--requests and --warm-up must be at most {MAX_REQUESTS}")
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("bench.request_instructions needs valgrind (callgrind) on PATH")
-    total = trio.run(measure, args.transport, args.requests, args.warm_up, args.output_tokens)
+    if not 0.0 <= args.step_ms <= MAX_STEP_MS:
+        parser.error(f"--step-ms must be within 0..{MAX_STEP_MS:g}")
+    total = trio.run(
+        measure, args.transport, args.requests, args.warm_up, args.output_tokens, args.step_ms
+    )
     print(f"{args.transport}: {total:,} instructions over {args.requests} requests")
     print(f"{args.transport}: {total // args.requests:,} instructions per request")
     return 0
