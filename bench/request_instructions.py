@@ -1,7 +1,7 @@
 """I/O. A request's fixed cost as instructions, which do not move with the machine's load.
 
     python -m bench.request_instructions [--transport h2c|http1] [--requests 50]
-        [--warm-up 20] [--output-tokens 1] [--step-ms 0]
+        [--warm-up 20] [--output-tokens 1] [--step-ms 0] [--concurrency 1]
 
 CPU seconds on shared cores move by ±20 % between identical runs; instructions counted by
 valgrind's callgrind move by ±0.05 %, so a 1 % change to the request path shows (bench/
@@ -11,7 +11,9 @@ load bench's client run outside it. After `--warm-up` requests, instrumentation 
 `--requests` sequential streamed completions (one stream, `--output-tokens` tokens, a
 128-word prompt), then off; the gateway's total (every thread) and its mean per request are
 printed. With `--output-tokens 128 --step-ms 20` each token is its own chunk, so the difference
-from the 1-token figure, over 127, is a streamed chunk's cost. Needs valgrind
+from the 1-token figure, over 127, is a streamed chunk's cost (one stream: every engine step's
+cost lands on one chunk); `--concurrency 64 --step-ms 500` spreads a step over 64 chunks, as
+at a real engine's pace. Needs valgrind
 (`callgrind_control` on PATH). Loopback only; about 15 s (1 token).
 """
 
@@ -41,7 +43,8 @@ from smg_trio.model import demo_model_path
 READY_S: Final = 300.0  # the gateway imports and starts under callgrind, ~20x slower
 CLIENT_S: Final = 600.0
 MAX_REQUESTS: Final = 2000
-MAX_STEP_MS: Final = 100.0
+MAX_STEP_MS: Final = 1000.0
+MAX_CONCURRENCY: Final = 256
 CALLGRIND: Final = (
     "valgrind",
     "--tool=callgrind",
@@ -50,7 +53,12 @@ CALLGRIND: Final = (
 
 
 async def measure(
-    transport: str, requests: int, warm_up: int, output_tokens: int, step_ms: float = 0.0
+    transport: str,
+    requests: int,
+    warm_up: int,
+    output_tokens: int,
+    step_ms: float = 0.0,
+    concurrency: int = 1,
 ) -> int:
     """The gateway's instructions over `requests` requests."""
     with tempfile.TemporaryDirectory(prefix="smg-trio-instructions-") as scratch:
@@ -72,11 +80,11 @@ async def measure(
         ):
             await wait_serving(served, port, timeout_s=READY_S)
             pid = str(served.process.pid)
-            await _requests(port, transport, warm_up, output_tokens)
+            await _requests(port, transport, warm_up, output_tokens, concurrency)
             await trio.run_process(
                 ["callgrind_control", "-i", "on", pid], capture_stdout=True, capture_stderr=True
             )
-            await _requests(port, transport, requests, output_tokens)
+            await _requests(port, transport, requests, output_tokens, concurrency)
             await trio.run_process(
                 ["callgrind_control", "-i", "off", pid], capture_stdout=True, capture_stderr=True
             )
@@ -86,7 +94,9 @@ async def measure(
         return _total(Path(scratch))
 
 
-async def _requests(port: int, transport: str, count: int, output_tokens: int) -> None:
+async def _requests(
+    port: int, transport: str, count: int, output_tokens: int, concurrency: int
+) -> None:
     command = python_module(
         "bench",
         "run",
@@ -95,7 +105,7 @@ async def _requests(port: int, transport: str, count: int, output_tokens: int) -
         "--transport",
         transport,
         "--concurrency",
-        "1",
+        str(concurrency),
         "--requests",
         str(count),
         "--output-tokens",
@@ -132,7 +142,15 @@ def main(argv: list[str]) -> int:
         default=0.0,
         help="the engine's step time: 20 ms makes each of a long output's tokens its own chunk",
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="streams at once (with a step long enough that the gateway under callgrind keeps up)",
+    )
     args = parser.parse_args(argv)
+    if not 0 < args.concurrency <= MAX_CONCURRENCY:
+        parser.error(f"--concurrency must be within 1..{MAX_CONCURRENCY}")
     if not 0 < args.requests <= MAX_REQUESTS or not 0 <= args.warm_up <= MAX_REQUESTS:
         parser.error(f"--requests and --warm-up must be at most {MAX_REQUESTS}")
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -140,7 +158,13 @@ def main(argv: list[str]) -> int:
     if not 0.0 <= args.step_ms <= MAX_STEP_MS:
         parser.error(f"--step-ms must be within 0..{MAX_STEP_MS:g}")
     total = trio.run(
-        measure, args.transport, args.requests, args.warm_up, args.output_tokens, args.step_ms
+        measure,
+        args.transport,
+        args.requests,
+        args.warm_up,
+        args.output_tokens,
+        args.step_ms,
+        args.concurrency,
     )
     print(f"{args.transport}: {total:,} instructions over {args.requests} requests")
     print(f"{args.transport}: {total // args.requests:,} instructions per request")
