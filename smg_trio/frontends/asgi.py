@@ -21,15 +21,14 @@
   the metrics; every other generation request is counted by `Gateway.handle`
   (docs/observability.md §1).
 - A body is read by `request_body.read_body`: within the size limit, the body timeouts and the
-  memory budget (413, 408, 429).
+  memory budget (413, 408, 429). It must keep arriving (docs/http.md §1): a gap longer than
+  `body_idle_s` between two reads, or a body not complete `body_timeout_s` after the head, is a
+  408 and the connection closes (the body was not read to its end).
 - The content type is not checked: clients send JSON as `application/json`, with a charset,
   as `text/plain`, or with none at all; the body either decodes or is a 400.
 - Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
   the client's own, or the one generated for the request (`request_ids`); the same id is the
   request's id in the gateway, its engine requests and its log lines.
-- The body must keep arriving (docs/http.md §1): a gap longer than `body_idle_s` between two
-  reads, or a body not complete `body_timeout_s` after the head, is a 408 and the connection
-  closes (the body was not read to its end).
 - At most `max_websockets` WebSockets are open at once; one more is accepted and closed at once
   with 1013 "try again later" (docs/http.md §2).
 - The lifespan scope is answered at once (the backends are opened by `serve` around the app).
