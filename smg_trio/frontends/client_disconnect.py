@@ -55,7 +55,8 @@ class ReadProgress:
             self._lot.unpark_all()
 
     async def settled(self) -> None:
-        """Return once the bytes being handled are (at once, with no checkpoint, if none is)."""
+        """Return once the bytes being handled went through hypercorn (at once, with no
+        checkpoint, when none are being handled)."""
         if self.handling:
             await self._lot.park()
 
