@@ -82,13 +82,13 @@ class InputWriter:
         if self._dropped(item):
             return
         if item.add_for is not None:
-            item.add_for.add_sent = True
+            item.add_for.add_sent = True  # from here on leaving the stream must ABORT it
         try:
             await self._socket.send_multipart(item.frames)
         except BackendError as exc:
-            self._failed(item, exc)
-            return
-        self._went_out(item)
+            self._settle(item, exc)
+        else:
+            self._settle(item, None)
 
     def _send_nowait(self, item: Outgoing) -> bool:
         """`_send` without waiting: False (nothing done) when the socket cannot take it now."""
@@ -99,21 +99,20 @@ class InputWriter:
         except trio.WouldBlock:
             return False
         except BackendError as exc:
-            if item.add_for is not None:
-                item.add_for.add_sent = True
-            self._failed(item, exc)
-            return True
-        if item.add_for is not None:
-            item.add_for.add_sent = True
-        self._went_out(item)
+            self._settle(item, exc)
+        else:
+            self._settle(item, None)
         return True
 
-    def _went_out(self, item: Outgoing) -> None:
-        if item.probe:  # it went out: the engine's input is connected (zmq_clients.py)
-            item.engine.probe_delivered = True
-
-    def _failed(self, item: Outgoing, exc: BackendError) -> None:
-        if isinstance(exc, BackendUnavailable):  # ROUTER_MANDATORY: the connection is gone
+    def _settle(self, item: Outgoing, error: BackendError | None) -> None:
+        """After a send was tried: the ADD counts as sent; a probe that went out proves the
+        engine's input connected (zmq_clients.py); a failed send declares the engine dead."""
+        if item.add_for is not None:
+            item.add_for.add_sent = True
+        if error is None:
+            if item.probe:
+                item.engine.probe_delivered = True
+        elif isinstance(error, BackendUnavailable):  # ROUTER_MANDATORY: the connection is gone
             self._registry.engine_died(item.engine, LOST_CONNECTION)
         else:
-            self._registry.engine_died(item.engine, f"sending to it failed: {exc.message}")
+            self._registry.engine_died(item.engine, f"sending to it failed: {error.message}")
