@@ -34,7 +34,6 @@ from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
 CLIENT_DISCONNECT_KEY: Final = "smg_trio.client_disconnect"
 """Where `GatewayTaskGroup` puts each request's `ClientDisconnect` in its ASGI scope."""
-DISCONNECT_MESSAGES: Final = frozenset({"http.disconnect", "websocket.disconnect"})
 
 
 class ReadProgress:
@@ -122,7 +121,7 @@ class GatewayTaskGroup(TaskGroup):
         put_nowait = channel.send_nowait if isinstance(channel, trio.MemorySendChannel) else None
 
         async def app_put(message: ASGIReceiveEvent) -> None:
-            if message["type"] in DISCONNECT_MESSAGES:
+            if message["type"] == "http.disconnect":  # WebSockets watch their own socket
                 disconnect.fire()
             # Queued without a scheduling round while the app keeps up: the reader hands
             # hypercorn a whole packet before the apps it fed run (module doc).
