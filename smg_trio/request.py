@@ -7,7 +7,10 @@
 - `prepare` and `finalize` ran before this: nothing here can fail on request shape.
 - The scanner (the request's own task) holds the backend's `open_stream` block and takes its
   events a batch at a time, merged once by the backend stream, straight into the response
-  assembler. Leaving the block for any reason aborts what the engine is still generating, so a
+  assembler. Its per-batch `step` is registered with the stream too: while the task waits, a
+  backend with one output reader (ZMQ) runs the step on a batch itself, in this task's context,
+  instead of waking it (backends/event_stream.py, "inline steps"); False or an error from the
+  step ends the task's loop as if it had run there. Leaving the block for any reason aborts what the engine is still generating, so a
   router-side stop leaves it at once and a vanished client costs no more engine time.
 - The writer is the scanner's one child: the scanner hands it each batch's payloads through a
   coalescing mailbox (`put_nowait` never blocks; the writer takes everything queued in one
@@ -47,6 +50,7 @@ from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
+from smg_trio.neutral.events import EngineEvent
 from smg_trio.observability.request_record import CLIENT_GONE, ROUTER_STOP, RequestRecord
 
 
@@ -153,7 +157,8 @@ async def _run_tasks(
             raise ClientGone
         async with backend.open_stream(finalized) as events:
             record.engine_sent()
-            async for batch in events.batches():
+
+            def step(batch: Sequence[EngineEvent]) -> bool:
                 record.on_batch(batch)
                 payloads = assembler.on_events(batch)
                 if writer is not None and payloads:
@@ -162,6 +167,13 @@ async def _run_tasks(
                     # Every choice is over: leaving the stream aborts the engine's rest.
                     if record.engine_finishes < assembler.choice_count:
                         record.aborted(ROUTER_STOP)
+                    return False
+                return True
+
+            # The reader may run `step` for us while we wait (event_stream.py's module doc).
+            events.consume_inline(step)
+            async for batch in events.batches():
+                if not step(batch):
                     break
         if writer is not None:
             writer.close()

@@ -24,7 +24,7 @@ A backend turns one `Finalized` (one engine request per choice) into a stream of
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -90,6 +90,12 @@ class EngineStream(Protocol):
     """
 
     def batches(self) -> AsyncIterator[Sequence[EngineEvent]]: ...
+
+    def consume_inline(self, step: Callable[[Sequence[EngineEvent]], bool]) -> None:
+        """From the task iterating `batches()`: a backend with one reader task may run `step`
+        on a batch itself while that task waits for it (event_stream.py); False ends the
+        iteration. Others ignore it."""
+        ...
 
     def __aiter__(self) -> EngineStream: ...
 

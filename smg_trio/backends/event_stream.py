@@ -9,16 +9,25 @@ place events are merged (`coalesce`, once per batch).
 The request layer takes them a batch at a time (`async for batch in stream.batches()`) and
 hands each batch to the response assembler as it is. `async for event in stream` yields the same
 events one by one, for code that wants them singly (backend tests, benchmarks).
+
+Inline steps (docs/performance.md §2): a backend whose one reader task dispatches every engine
+message (ZMQ) creates its streams with an `InlineBatches`. A request that registers its
+synchronous per-batch step with `consume_inline` then has a batch handed to that step by the
+reader itself, in the request's own context, when the reader flushes after a read and the
+request is parked waiting for it with nothing queued: the request task is not woken for a
+batch it would only hand on. The step returning False (every choice done) or raising ends the
+iteration the task is parked in, exactly as its own loop would have ended; anything else (the
+task busy or cancelled, the stream ending or failing) takes the mailbox as before.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
-from smg_trio.backends.mailbox import Mailbox
+from smg_trio.backends.mailbox import Mailbox, MailboxStatistics
 from smg_trio.neutral.events import EngineEvent, coalesce
 
 
@@ -41,16 +50,57 @@ class EventBatches:
         return coalesce(batch)
 
 
+InlineStep = Callable[[Sequence[EngineEvent]], bool]
+"""A request's handling of one batch: False once it wants no more (every choice done)."""
+
+
+class InlineBatches:
+    """The streams holding events for an inline step since the reader's last `flush`."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: list[EngineEventStream] = []
+
+    def hold(self, stream: EngineEventStream) -> None:
+        self._held.append(stream)
+
+    def flush(self) -> None:
+        """After a read's messages were dispatched: each stream's events as one batch."""
+        held = self._held
+        if held:
+            self._held = []
+            for stream in held:
+                stream.flush_inline()
+
+
 class EngineEventStream:
     """The events of one `open_stream` block; iterate it once, by batch or by event."""
 
-    def __init__(self, engine_request_ids: tuple[str, ...]) -> None:
+    def __init__(
+        self, engine_request_ids: tuple[str, ...], inline: InlineBatches | None = None
+    ) -> None:
         self.engine_request_ids = engine_request_ids
         """The engine-side ids of the choices, in choice order (for logs and tests)."""
         self._mailbox: Mailbox[EngineEvent] = Mailbox()
         self._batches = EventBatches(self._mailbox)
         self._pending: deque[EngineEvent] = deque()
         self._closed = False
+        self._inline = inline
+        self._step: InlineStep | None = None  # the request's step, run in its context
+        self._held: list[EngineEvent] = []
+
+    def consume_inline(self, step: InlineStep) -> None:
+        """From the task that iterates `batches()`: the reader may hand a batch to `step`, run
+        in this task's context, instead of waking the task (see the module doc). A no-op on a
+        backend without a single reader."""
+        if self._inline is not None:
+            context = trio.lowlevel.current_task().context
+
+            def in_context(batch: Sequence[EngineEvent]) -> bool:
+                return context.run(step, batch)
+
+            self._step = in_context
 
     def batches(self) -> EventBatches:
         """Everything delivered since the previous batch, merged; ends or fails as told."""
@@ -64,21 +114,64 @@ class EngineEventStream:
             self._pending.extend(await self._batches.__anext__())
         return self._pending.popleft()
 
+    def statistics(self) -> MailboxStatistics:
+        """The mailbox's snapshot (for debugging and tests)."""
+        return self._mailbox.statistics()
+
     @property
     def closed(self) -> bool:
         """No more events will be delivered (ended, failed or left)."""
         return self._closed
 
     def deliver(self, event: EngineEvent) -> None:
-        if not self._closed:
+        if self._closed:
+            return
+        if self._step is None:
             self._mailbox.put_nowait(event)
+            return
+        held = self._held
+        held.append(event)
+        if len(held) == 1:
+            assert self._inline is not None  # a step is only taken with one
+            self._inline.hold(self)
+
+    def flush_inline(self) -> None:
+        """The events held since the last flush: to the inline step when the consumer is
+        parked with nothing queued, else to the mailbox."""
+        held = self._held
+        if not held:  # the stream ended or failed since: they went to the mailbox
+            return
+        self._held = []
+        mailbox = self._mailbox
+        if not mailbox.consumer_idle():
+            for event in held:
+                mailbox.put_nowait(event)
+            return
+        assert self._step is not None  # events are only held for a step
+        try:
+            more = self._step(coalesce(held))
+        except Exception as error:  # the task's loop raises it, as if the step had run there
+            self._closed = True
+            mailbox.close(error)
+            return
+        if not more:
+            self._closed = True
+            mailbox.close()
+
+    def _release_held(self) -> None:
+        if self._held:
+            for event in self._held:
+                self._mailbox.put_nowait(event)
+            self._held = []
 
     def end(self) -> None:
         """Every choice finished: the iteration ends after the queued events."""
+        self._release_held()
         self._closed = True
         self._mailbox.close()
 
     def fail(self, error: BaseException) -> None:
         """The iteration raises `error` after the queued events; later events are dropped."""
+        self._release_held()
         self._closed = True
         self._mailbox.close(error)

@@ -27,7 +27,7 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 import trio
 
-from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendUnavailable, EngineDead, EngineRejected, UnsupportedRuntime
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob
@@ -157,9 +157,12 @@ class InFlightTable(Generic[E, R]):
                 return candidate
 
     @staticmethod
-    def new_stream(engine_request_ids: tuple[str, ...]) -> EngineEventStream:
-        """The stream of these ids, one per choice in choice order; none means already ended."""
-        stream = EngineEventStream(engine_request_ids)
+    def new_stream(
+        engine_request_ids: tuple[str, ...], inline: InlineBatches | None = None
+    ) -> EngineEventStream:
+        """The stream of these ids, one per choice in choice order; none means already ended.
+        `inline`: the reader's, when one task reads every output and flushes it after a read."""
+        stream = EngineEventStream(engine_request_ids, inline)
         if not engine_request_ids:
             stream.end()
         return stream

@@ -41,7 +41,7 @@ import zmq
 
 from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
-from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
 from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
 from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
@@ -101,6 +101,7 @@ class ZmqBackend:
         """The bound endpoints (ports resolved): what INIT tells the engines."""
         self._registry = EngineRegistry(engine_count, rank_policy)
         self._in_flight = self._registry.in_flight
+        self._inline = InlineBatches()  # docs/performance.md §2
         self.client_index = 0 if client is None else client.index
         """INIT's outputs[client_index] is ours: stamped on every ADD and UTILITY call."""
         if client is not None:
@@ -214,7 +215,7 @@ class ZmqBackend:
                 client_index=self.client_index,
             )
             planned[engine_request_id] = (request, engine, frames)
-        stream = self._in_flight.new_stream(tuple(planned))
+        stream = self._in_flight.new_stream(tuple(planned), self._inline)
         routes = []
         adds = []
         for engine_request_id, (request, engine, frames) in planned.items():
@@ -276,6 +277,7 @@ class ZmqBackend:
                     registry.protocol_error(exc)
                     continue
                 registry.dispatch(message, now)
+            self._inline.flush()  # the read's batches to the requests parked for them
             if registry.strays:  # once per batch; only ever with several processes
                 for engine, frames in registry.stray_aborts():
                     self._writer.put(Outgoing(engine, frames))

@@ -4,15 +4,20 @@ once), and the stream ends or fails as told."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Final
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.errors import EngineDead
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob, coalesce
+
+TEST_S: Final = 5.0
 
 
 def finished(choice: int) -> ChoiceFinished:
@@ -116,3 +121,156 @@ async def test_batches_fail_after_what_came_before() -> None:
         assert await stream.batches().__anext__() == [TokenDelta(0, (1,))]
         with pytest.raises(EngineDead, match="gone"):
             await stream.batches().__anext__()
+
+
+# --- inline steps: the reader hands a parked consumer's batch to its step --------------------
+
+request_name: ContextVar[str] = ContextVar("request_name", default="reader")
+
+
+class Step:
+    """An inline step that records each batch with the context and task it ran in."""
+
+    def __init__(self, answers: Sequence[bool] = (), error: Exception | None = None) -> None:
+        self.answers = list(answers)
+        self.error = error
+        self.calls: list[tuple[Sequence[EngineEvent], str, trio.lowlevel.Task]] = []
+
+    def __call__(self, batch: Sequence[EngineEvent]) -> bool:
+        self.calls.append((batch, request_name.get(), trio.lowlevel.current_task()))
+        if self.error is not None:
+            raise self.error
+        return self.answers.pop(0) if self.answers else True
+
+
+async def consume(
+    stream: EngineEventStream,
+    step: Step,
+    seen: list[Sequence[EngineEvent]],
+    *,
+    task_status: trio.TaskStatus[trio.lowlevel.Task] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The request's side: register the step, then loop as request.py does."""
+    request_name.set("request")
+    stream.consume_inline(step)
+    task_status.started(trio.lowlevel.current_task())
+    async for batch in stream.batches():
+        seen.append(batch)
+        if not step(batch):
+            break
+
+
+async def test_a_parked_consumers_batch_runs_in_its_context_from_the_readers_task() -> None:
+    inline = InlineBatches()
+    stream = EngineEventStream(("a", "b"), inline)
+    step = Step()
+    seen: list[Sequence[EngineEvent]] = []
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            consumer = await nursery.start(consume, stream, step, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            stream.deliver(TokenDelta(0, (1,)))
+            stream.deliver(TokenDelta(1, (5,)))
+            stream.deliver(TokenDelta(0, (2,)))
+            assert step.calls == []  # held until the reader's flush
+            inline.flush()
+            ((batch, name, task),) = step.calls
+            assert batch == [TokenDelta(0, (1, 2)), TokenDelta(1, (5,))]
+            assert name == "request"  # the request's context (its request id, its trace)
+            assert task is trio.lowlevel.current_task()
+            assert task is not consumer
+            statistics = stream.statistics()
+            assert statistics.consumer_waiting
+            assert statistics.queued == 0
+            inline.flush()  # nothing held: nothing runs
+            assert len(step.calls) == 1
+            stream.deliver(finished(0))
+            stream.deliver(finished(1))
+            stream.end()  # the end takes the mailbox, after what was held
+    assert seen == [[finished(0), finished(1)]]
+
+
+async def test_a_step_returning_false_ends_the_iteration_as_a_break_would() -> None:
+    inline = InlineBatches()
+    stream = EngineEventStream(("a",), inline)
+    step = Step(answers=[False])
+    seen: list[Sequence[EngineEvent]] = []
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consume, stream, step, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            stream.deliver(TokenDelta(0, (1,)))
+            inline.flush()
+        assert stream.closed
+        stream.deliver(TokenDelta(0, (2,)))  # after the stop: dropped
+        inline.flush()
+    assert len(step.calls) == 1
+    assert seen == []
+
+
+async def test_a_step_that_raises_raises_in_the_consumers_loop() -> None:
+    inline = InlineBatches()
+    stream = EngineEventStream(("a",), inline)
+    step = Step(error=EngineDead("the step failed"))
+    seen: list[Sequence[EngineEvent]] = []
+    with trio.fail_after(TEST_S), pytest.RaisesGroup(pytest.RaisesExc(EngineDead)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consume, stream, step, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            stream.deliver(TokenDelta(0, (1,)))
+            inline.flush()  # the reader itself is not failed
+    assert seen == []
+
+
+async def test_a_consumer_that_is_not_parked_gets_the_batch_through_its_mailbox() -> None:
+    inline = InlineBatches()
+    stream = EngineEventStream(("a",), inline)
+    step = Step()
+    stream.consume_inline(step)
+    stream.deliver(TokenDelta(0, (1,)))
+    stream.deliver(TokenDelta(0, (2,)))
+    inline.flush()  # the consumer is busy (here: not yet iterating)
+    assert step.calls == []
+    with trio.fail_after(TEST_S):
+        assert await stream.batches().__anext__() == [TokenDelta(0, (1, 2))]
+
+
+async def test_a_cancelled_consumer_is_not_stepped_for() -> None:
+    inline = InlineBatches()
+    stream = EngineEventStream(("a",), inline)
+    step = Step()
+    seen: list[Sequence[EngineEvent]] = []
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consume, stream, step, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()  # as a client disconnect or the deadline
+            stream.deliver(TokenDelta(0, (1,)))
+            inline.flush()
+    assert step.calls == []
+    assert stream.statistics().queued == 1
+
+
+async def test_held_events_come_before_a_failure() -> None:
+    inline = InlineBatches()
+    stream = EngineEventStream(("a",), inline)
+    step = Step()
+    seen: list[Sequence[EngineEvent]] = []
+    with trio.fail_after(TEST_S), pytest.RaisesGroup(pytest.RaisesExc(EngineDead)):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consume, stream, step, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            stream.deliver(TokenDelta(0, (1,)))
+            stream.fail(EngineDead("gone"))  # before the reader's flush
+            inline.flush()
+    assert seen == [[TokenDelta(0, (1,))]]  # through the mailbox, then the error
+    assert len(step.calls) == 1  # the loop's own step, not the reader's
+
+
+async def test_without_inline_batches_a_step_is_never_used() -> None:
+    stream = EngineEventStream(("a",))
+    step = Step()
+    stream.consume_inline(step)
+    stream.deliver(TokenDelta(0, (1,)))
+    assert stream.statistics().queued == 1
+    assert step.calls == []
