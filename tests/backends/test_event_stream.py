@@ -3,8 +3,10 @@ once), and the stream ends or fails as told."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Final
 
 import pytest
@@ -160,15 +162,33 @@ async def consume(
             break
 
 
-async def test_a_parked_consumers_batch_runs_in_its_context_from_the_readers_task() -> None:
+@dataclass
+class Parked:
+    """A stream with inline steps whose consumer (`consume`) waits in `batches()`."""
+
+    inline: InlineBatches
+    stream: EngineEventStream
+    seen: list[Sequence[EngineEvent]]
+    nursery: trio.Nursery
+    consumer: trio.lowlevel.Task
+
+
+@asynccontextmanager
+async def parked_consumer(step: Step, *choices: str) -> AsyncIterator[Parked]:
     inline = InlineBatches()
-    stream = EngineEventStream(("a", "b"), inline)
-    step = Step()
+    stream = EngineEventStream(choices or ("a",), inline)
     seen: list[Sequence[EngineEvent]] = []
+    async with trio.open_nursery() as nursery:
+        consumer = await nursery.start(consume, stream, step, seen)
+        await trio.testing.wait_all_tasks_blocked()
+        yield Parked(inline, stream, seen, nursery, consumer)
+
+
+async def test_a_parked_consumers_batch_runs_in_its_context_from_the_readers_task() -> None:
+    step = Step()
     with trio.fail_after(TEST_S):
-        async with trio.open_nursery() as nursery:
-            consumer = await nursery.start(consume, stream, step, seen)
-            await trio.testing.wait_all_tasks_blocked()
+        async with parked_consumer(step, "a", "b") as parked:
+            stream, inline = parked.stream, parked.inline
             stream.deliver(TokenDelta(0, (1,)))
             stream.deliver(TokenDelta(1, (5,)))
             stream.deliver(TokenDelta(0, (2,)))
@@ -178,48 +198,38 @@ async def test_a_parked_consumers_batch_runs_in_its_context_from_the_readers_tas
             assert batch == [TokenDelta(0, (1, 2)), TokenDelta(1, (5,))]
             assert name == "request"  # the request's context (its request id, its trace)
             assert task is trio.lowlevel.current_task()
-            assert task is not consumer
+            assert task is not parked.consumer
             statistics = stream.statistics()
-            assert statistics.consumer_waiting
+            assert statistics.consumer_waiting  # never woken
             assert statistics.queued == 0
             inline.flush()  # nothing held: nothing runs
             assert len(step.calls) == 1
             stream.deliver(finished(0))
             stream.deliver(finished(1))
             stream.end()  # the end takes the mailbox, after what was held
-    assert seen == [[finished(0), finished(1)]]
+    assert parked.seen == [[finished(0), finished(1)]]
 
 
 async def test_a_step_returning_false_ends_the_iteration_as_a_break_would() -> None:
-    inline = InlineBatches()
-    stream = EngineEventStream(("a",), inline)
     step = Step(answers=[False])
-    seen: list[Sequence[EngineEvent]] = []
     with trio.fail_after(TEST_S):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(consume, stream, step, seen)
-            await trio.testing.wait_all_tasks_blocked()
-            stream.deliver(TokenDelta(0, (1,)))
-            inline.flush()
-        assert stream.closed
-        stream.deliver(TokenDelta(0, (2,)))  # after the stop: dropped
-        inline.flush()
+        async with parked_consumer(step) as parked:
+            parked.stream.deliver(TokenDelta(0, (1,)))
+            parked.inline.flush()
+        assert parked.stream.closed
+        parked.stream.deliver(TokenDelta(0, (2,)))  # after the stop: dropped
+        parked.inline.flush()
     assert len(step.calls) == 1
-    assert seen == []
+    assert parked.seen == []
 
 
 async def test_a_step_that_raises_raises_in_the_consumers_loop() -> None:
-    inline = InlineBatches()
-    stream = EngineEventStream(("a",), inline)
     step = Step(error=EngineDead("the step failed"))
-    seen: list[Sequence[EngineEvent]] = []
     with trio.fail_after(TEST_S), pytest.RaisesGroup(pytest.RaisesExc(EngineDead)):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(consume, stream, step, seen)
-            await trio.testing.wait_all_tasks_blocked()
-            stream.deliver(TokenDelta(0, (1,)))
-            inline.flush()  # the reader itself is not failed
-    assert seen == []
+        async with parked_consumer(step) as parked:
+            parked.stream.deliver(TokenDelta(0, (1,)))
+            parked.inline.flush()  # the reader itself is not failed
+    assert parked.seen == []
 
 
 async def test_a_consumer_that_is_not_parked_gets_the_batch_through_its_mailbox() -> None:
@@ -236,34 +246,24 @@ async def test_a_consumer_that_is_not_parked_gets_the_batch_through_its_mailbox(
 
 
 async def test_a_cancelled_consumer_is_not_stepped_for() -> None:
-    inline = InlineBatches()
-    stream = EngineEventStream(("a",), inline)
     step = Step()
-    seen: list[Sequence[EngineEvent]] = []
     with trio.fail_after(TEST_S):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(consume, stream, step, seen)
-            await trio.testing.wait_all_tasks_blocked()
-            nursery.cancel_scope.cancel()  # as a client disconnect or the deadline
-            stream.deliver(TokenDelta(0, (1,)))
-            inline.flush()
+        async with parked_consumer(step) as parked:
+            parked.nursery.cancel_scope.cancel()  # as a client disconnect or the deadline
+            parked.stream.deliver(TokenDelta(0, (1,)))
+            parked.inline.flush()
     assert step.calls == []
-    assert stream.statistics().queued == 1
+    assert parked.stream.statistics().queued == 1
 
 
 async def test_held_events_come_before_a_failure() -> None:
-    inline = InlineBatches()
-    stream = EngineEventStream(("a",), inline)
     step = Step()
-    seen: list[Sequence[EngineEvent]] = []
     with trio.fail_after(TEST_S), pytest.RaisesGroup(pytest.RaisesExc(EngineDead)):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(consume, stream, step, seen)
-            await trio.testing.wait_all_tasks_blocked()
-            stream.deliver(TokenDelta(0, (1,)))
-            stream.fail(EngineDead("gone"))  # before the reader's flush
-            inline.flush()
-    assert seen == [[TokenDelta(0, (1,))]]  # through the mailbox, then the error
+        async with parked_consumer(step) as parked:
+            parked.stream.deliver(TokenDelta(0, (1,)))
+            parked.stream.fail(EngineDead("gone"))  # before the reader's flush
+            parked.inline.flush()
+    assert parked.seen == [[TokenDelta(0, (1,))]]  # through the mailbox, then the error
     assert len(step.calls) == 1  # the loop's own step, not the reader's
 
 
