@@ -343,6 +343,9 @@ async def open_zmq_backend(
         monitor = stack.enter_context(
             TrioZmqSocket(inputs[0].socket.get_monitor_socket(MONITORED_EVENTS))
         )
+        # Stop the monitor before its PAIR socket closes, or a late event (an engine leaving
+        # as we stop) can leave the context's destroy waiting for ever (docs/resilience.md §1).
+        stack.callback(inputs[0].socket.disable_monitor)
         prober = EngineProber(
             engine._registry,
             engine._queue_probe,
