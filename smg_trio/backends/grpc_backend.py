@@ -42,7 +42,7 @@ from smg_trio.backends.asyncio_bridge import (
     open_asyncio_bridge,
 )
 from smg_trio.backends.base import BackendStatistics, EngineStatus
-from smg_trio.backends.event_stream import EngineEventStream
+from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.grpc_calls import GrpcCall, apply_response, failure_of
 from smg_trio.backends.grpc_readiness import EngineReadiness
 from smg_trio.backends.grpc_services import (
@@ -91,6 +91,7 @@ class GrpcBackend:
         self._handoff: TrioHandoff[_Handed] = TrioHandoff(self._deliver)
         # The one engine is known by its address.
         self._in_flight: InFlightTable[str, GrpcCall] = InFlightTable((client.address,))
+        self._inline = InlineBatches()  # flushed after each hand-off (docs/performance.md §2)
         self._protocol_errors = 0
         self._info: EngineInfo | None = None
         self._readiness = EngineReadiness(f"{runtime.value} engine at {client.address}")
@@ -163,7 +164,7 @@ class GrpcBackend:
             engine_request_id = in_flight.new_engine_request_id(request.request_id, planned)
             message = generate_message(service, request, engine_request_id, self._info)
             planned[engine_request_id] = (request.choice_index, len(request.prompt_ids), message)
-        stream = in_flight.new_stream(tuple(planned))
+        stream = in_flight.new_stream(tuple(planned), self._inline)
         trace_metadata = outgoing_trace_headers.get()  # the request's trace, when traced
         calls = []
         for engine_request_id, (choice_index, prompt_tokens, message) in planned.items():
@@ -231,6 +232,7 @@ class GrpcBackend:
             call.task_done.set()
             if call.live:
                 self._call_failed(call, failure_of(call, item))
+        self._inline.flush()  # the batch's events to the requests parked for them
 
     def _call_failed(self, call: GrpcCall, error: BackendError) -> None:
         """The call ended before its choice finished: fail its stream; judge the engine."""

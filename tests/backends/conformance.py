@@ -15,7 +15,7 @@ deterministically for greedy requests and count what it does (`requests_added`,
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -155,6 +155,30 @@ async def check_stream_to_completion(engine: EngineUnderTest) -> None:
     assert backend.statistics().in_flight == 0
 
 
+async def check_a_waiting_request_is_stepped_by_the_reader(engine: EngineUnderTest) -> None:
+    """docs/performance.md §2, inline steps: while the request waits, the backend's reader runs
+    its step on each batch; the finish still wakes it, and no token is lost or repeated."""
+    backend = engine.backend
+    consumer = trio.lowlevel.current_task()
+    tokens: list[int] = []
+    by_reader: list[bool] = []
+
+    def step(batch: Sequence[EngineEvent]) -> bool:
+        by_reader.append(trio.lowlevel.current_task() is not consumer)
+        tokens.extend(t for e in batch if isinstance(e, TokenDelta) for t in e.token_ids)
+        return True
+
+    async with backend.open_stream(make_request(backend, max_tokens=20)) as events:
+        events.consume_inline(step)
+        async for batch in events.batches():
+            step(batch)
+    assert tokens == expected_greedy_tokens(PROMPT, 20)
+    # The request waits from the moment the stream opens: the reader steps every batch but
+    # the one that ends the stream, which wakes the request.
+    assert by_reader.count(True) >= 1, by_reader
+    assert by_reader.count(False) <= 2, by_reader
+
+
 async def check_two_choices_interleave(engine: EngineUnderTest) -> None:
     backend = engine.backend
     finalized = make_request(backend, max_tokens=24, n=2, seed=7, greedy=False)
@@ -266,6 +290,7 @@ CHECKS: tuple[Check, ...] = (
     check_ready_and_info,
     check_stream_to_completion,
     check_two_choices_interleave,
+    check_a_waiting_request_is_stepped_by_the_reader,
     check_break_aborts,
     check_cancel_aborts,
     check_killed_engine_fails_streams,

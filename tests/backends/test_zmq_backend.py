@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Final
@@ -19,7 +19,6 @@ from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.errors import EngineDead, EngineRejected
 from smg_trio.model import demo_model_path, load_model_dir
-from smg_trio.neutral.events import EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Runtime
 from tests.backends import conformance
 from tests.backends.conformance import (
@@ -183,40 +182,6 @@ async def test_tokens_are_exactly_what_the_engine_generated(
         assert statistics.max_model_len == load_engine_model(MODEL_PATH).max_model_len
         version = statistics.engines[0].version
         assert version == "0.33.0" if runtime is Runtime.VLLM else version.startswith("tokenspeed-")
-
-    factory, log_path = engines_logged_in(runtime, tmp_path)
-    try:
-        await run_check(factory, check)
-    finally:
-        dump_log(log_path)
-
-
-@pytest.mark.parametrize("runtime", RUNTIMES)
-async def test_a_waiting_request_is_stepped_by_the_reader_and_gets_every_token(
-    runtime: Runtime, tmp_path: Path
-) -> None:
-    """docs/performance.md §2: while the request waits, the output reader runs its step on
-    each batch; the finish still wakes it, and no token is lost or repeated."""
-
-    async def check(engine: EngineUnderTest) -> None:
-        backend = engine.backend
-        consumer = trio.lowlevel.current_task()
-        tokens: list[int] = []
-        by_reader: list[bool] = []
-
-        def step(batch: Sequence[EngineEvent]) -> bool:
-            by_reader.append(trio.lowlevel.current_task() is not consumer)
-            tokens.extend(t for e in batch if isinstance(e, TokenDelta) for t in e.token_ids)
-            return True
-
-        async with backend.open_stream(make_request(backend, max_tokens=20)) as events:
-            events.consume_inline(step)
-            async for batch in events.batches():
-                step(batch)
-        assert tokens == conformance.expected_greedy_tokens(PROMPT, 20)
-        # Only a batch that came before the request waited, and the finish, woke it.
-        assert by_reader.count(False) <= 2, by_reader
-        assert by_reader.count(True) >= 10, by_reader
 
     factory, log_path = engines_logged_in(runtime, tmp_path)
     try:
