@@ -7,12 +7,12 @@
 - `prepare` and `finalize` ran before this: nothing here can fail on request shape.
 - The scanner (the request's own task) holds the backend's `open_stream` block and takes its
   events a batch at a time, merged once by the backend stream, straight into the response
-  assembler. Its per-batch `step` is registered with the stream too: while the task waits, a
-  backend with one output reader (ZMQ) runs the step on a batch itself, in this task's context,
-  instead of waking it (backends/event_stream.py, "inline steps"); False or an error from the
-  step ends the task's loop as if it had run there. Leaving the block for any reason aborts
-  what the engine is still generating, so a router-side stop leaves it at once and a vanished
-  client costs no more engine time.
+  assembler. Its per-batch `step` is registered with the stream too: while the task waits, the
+  backend's output reader (ZMQ's reader task, gRPC's hand-off) runs the step on a batch itself,
+  in this task's context, instead of waking it (backends/event_stream.py, "inline steps");
+  False or an error from the step ends the task's loop as if it had run there. Leaving the
+  block for any reason aborts what the engine is still generating, so a router-side stop
+  leaves it at once and a vanished client costs no more engine time.
 - The writer is the scanner's one child: the scanner hands it each batch's payloads through a
   coalescing mailbox (`put_nowait` never blocks; the writer takes everything queued in one
   wake-up). The scanner therefore keeps up with the engine whatever the client does, so a stop

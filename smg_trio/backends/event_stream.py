@@ -10,14 +10,15 @@ The request layer takes them a batch at a time (`async for batch in stream.batch
 hands each batch to the response assembler as it is. `async for event in stream` yields the same
 events one by one, for code that wants them singly (backend tests, benchmarks).
 
-Inline steps (docs/performance.md §2): a backend whose one reader task dispatches every engine
-message (ZMQ) creates its streams with an `InlineBatches`. A request that registers its
-synchronous per-batch step with `consume_inline` then has a batch handed to that step by the
-reader itself, in the request's own context, when the reader flushes after a read and the
-request is parked waiting for it with nothing queued: the request task is not woken for a
-batch it would only hand on. The step returning False (every choice done) or raising ends the
-iteration the task is parked in, exactly as its own loop would have ended; anything else (the
-task busy or cancelled, the stream ending or failing) takes the mailbox as before.
+Inline steps (docs/performance.md §2): a backend that applies the engine's messages a batch at a
+time in trio (ZMQ's output reader task, gRPC's hand-off callback) creates its streams with an
+`InlineBatches` and flushes it after each batch. A request that registers its synchronous
+per-batch step with `consume_inline` then has a batch handed to that step by the reader itself,
+in the request's own context, when the reader flushes after a read and the request is parked
+waiting for it with nothing queued: the request task is not woken for a batch it would only hand
+on. The step returning False (every choice done) or raising ends the iteration the task is
+parked in, exactly as its own loop would have ended; anything else (the task busy or cancelled,
+the stream ending or failing) takes the mailbox as before.
 """
 
 from __future__ import annotations
