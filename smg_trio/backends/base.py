@@ -92,9 +92,9 @@ class EngineStream(Protocol):
     def batches(self) -> AsyncIterator[Sequence[EngineEvent]]: ...
 
     def consume_inline(self, step: Callable[[Sequence[EngineEvent]], bool]) -> None:
-        """From the task iterating `batches()`: a backend with one reader task may run `step`
-        on a batch itself while that task waits for it (event_stream.py); False ends the
-        iteration. Others ignore it."""
+        """From the task iterating `batches()`: the backend may run `step` on a batch itself,
+        from where it applies the engine's messages, while that task waits for it
+        (event_stream.py, "inline steps"); False ends the iteration."""
         ...
 
     def __aiter__(self) -> EngineStream: ...

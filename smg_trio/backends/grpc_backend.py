@@ -223,16 +223,18 @@ class GrpcBackend:
         now = trio.current_time()
         in_flight = self._in_flight
         in_flight.heard_from(self.address, now)
-        for call, item in batch:
-            if isinstance(item, GrpcChunk | GrpcComplete):
-                self._readiness.engine_answered(now)
+        try:
+            for call, item in batch:
+                if isinstance(item, GrpcChunk | GrpcComplete):
+                    self._readiness.engine_answered(now)
+                    if call.live:
+                        apply_response(in_flight, call, item)
+                    continue
+                call.task_done.set()
                 if call.live:
-                    apply_response(in_flight, call, item)
-                continue
-            call.task_done.set()
-            if call.live:
-                self._call_failed(call, failure_of(call, item))
-        self._inline.flush()  # the batch's events to the requests parked for them
+                    self._call_failed(call, failure_of(call, item))
+        finally:  # what was applied reaches its requests even if an item raised (a bug)
+            self._inline.flush()  # the batch's events to the requests parked for them
 
     def _call_failed(self, call: GrpcCall, error: BackendError) -> None:
         """The call ended before its choice finished: fail its stream; judge the engine."""
