@@ -151,9 +151,10 @@ async def _run_tasks(
     async with trio.open_nursery() as nursery:
         if writer is not None:
             nursery.start_soon(writer.run)
-        # One yield first: the HTTP server may still be reading the packet that carried this
-        # request and its reset (rapid reset); then no ADD, and no ABORT, for a client gone.
-        await trio.lowlevel.checkpoint()
+        # A client already gone costs no ADD and no ABORT. The frontends see to it that a
+        # reset or cancel sent with the request has been read by now (rapid reset): HTTP's
+        # `respond` waits until its packet went through the server, a WebSocket stream yields
+        # once to the socket's reader first (docs/architecture.md §3.1).
         if sink.gone_before_engine():
             raise ClientGone
         async with backend.open_stream(finalized) as events:

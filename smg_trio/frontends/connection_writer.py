@@ -16,6 +16,9 @@ chunk (docs/performance.md §2). `ConnectionWriter` is the connection's one writ
   queue, which is the backpressure hypercorn's awaited write gave (a client that stops reading
   parks its producers, as before). `push_nowait` (a request's own task framing its DATA, no
   await) is taken only below the mark (`takes_now`); past it the caller falls back to `push`.
+- `write_through` writes at once, in the caller's task, what is queued (the caller's bytes
+  last) when no write is under way: the connection's choice for an h2 connection with one
+  stream in flight, where the round's batching has nothing to batch.
 - `drain` (before hypercorn closes the socket) waits until everything pushed went out, so a
   last response is never cut off; `stop` ends the writer after its last write.
 - HTTP/1.1 connections keep hypercorn's awaited writes (frontends/http_server.py says why);
@@ -92,6 +95,28 @@ class ConnectionWriter:
         self._queued_bytes += len(data)
         if self._ready:
             self._ready.unpark()
+
+    def write_through(self, data: bytes) -> None:
+        """`push_nowait`, then everything queued (`data` last) written to the kernel at once by
+        the caller, when no write is under way and the socket allows it: for a connection with
+        one stream in flight, where waiting for the next round batches nothing and costs the
+        response's first bytes a scheduling round (docs/performance.md §2). What the kernel
+        does not take stays queued for the writer, in order."""
+        if self._writing or self._write_now is None or self._broken:
+            self.push_nowait(data)
+            return
+        queue = self._queue
+        if queue:
+            queue.append(data)
+            data = b"".join(queue)
+            self._queue = []
+            self._queued_bytes = 0
+            self._taken.unpark_all()
+        rest = self._write_now(data)
+        if rest:  # the kernel's buffer is full or the socket failed: the writer's await
+            self.push_nowait(rest)
+        else:
+            self._idle.unpark_all()
 
     async def drain(self) -> None:
         """Wait until everything pushed so far was written (or the connection broke)."""

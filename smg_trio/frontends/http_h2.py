@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Final, cast
 
+import h2.config
 import h2.connection
 import h2.errors
 import h2.events
@@ -48,8 +49,14 @@ RAPID_RESET_LIMIT: Final = 40
 cancels a whole batch of concurrent requests stays under it (the default stream limit is 100
 and a batch is rarely cancelled twice in a window); an attack passes it within a second."""
 RAPID_RESET_WINDOW_S: Final = 10.0
-UNINDEXED_RESPONSE_HEADERS: Final = frozenset({REQUEST_ID_HEADER})
+UNINDEXED_RESPONSE_HEADERS: Final = frozenset(
+    {REQUEST_ID_HEADER, b"authorization", b"proxy-authorization"}
+)
 """Response headers sent as HPACK literals never indexed (RFC 7541 §6.2.3)."""
+CONNECTION_SPECIFIC_HEADERS: Final = frozenset(
+    {b"connection", b"proxy-connection", b"keep-alive", b"transfer-encoding", b"upgrade"}
+)
+"""HTTP/1.1 hop-by-hop fields, never sent over HTTP/2 (RFC 9113 §8.2.2)."""
 
 
 class StreamRefusingH2Connection(h2.connection.H2Connection):
@@ -65,17 +72,9 @@ class StreamRefusingH2Connection(h2.connection.H2Connection):
         priority_depends_on: int | None = None,
         priority_exclusive: bool | None = None,
     ) -> None:
-        # A value no later response repeats gains nothing from indexing, and each one added
-        # evicts others and lengthens the table hpack searches linearly for every header of
-        # every response (about 50 request ids fill its 4 KiB).
         super().send_headers(
             stream_id,
-            [
-                NeverIndexedHeaderTuple(header[0], header[1])
-                if header[0] in UNINDEXED_RESPONSE_HEADERS
-                else header
-                for header in headers
-            ],
+            outbound_headers(headers),
             end_stream,
             priority_weight,
             priority_depends_on,
@@ -106,13 +105,45 @@ class StreamRefusingH2Connection(h2.connection.H2Connection):
         return [refusal]
 
 
+def outbound_headers(headers: Iterable[HeaderWeaklyTyped]) -> list[HeaderWeaklyTyped]:
+    """A response's header fields as h2 sends them, in one pass: h2's own outbound
+    normalisation and validation (a chain of a dozen generators over every field, a tenth of
+    the cost of a response head) are off in our connections' config, and this does what they
+    did for the fields hypercorn and our app send (docs/http.md §3): names lowercased, names
+    and values stripped of surrounding whitespace, HTTP/1.1 connection fields dropped, and the
+    values no later response repeats (request ids) or that are secret as never-indexed HPACK
+    literals: indexing one gains nothing, and each added evicts others and lengthens the
+    table hpack searches linearly for every field of every response. (h2's validation of a
+    response had nothing to find in ours: hypercorn refuses pseudo-fields from the app and
+    adds `:status` itself, and the rest of its checks are for requests.)"""
+    fields: list[HeaderWeaklyTyped] = []
+    for name, value in headers:
+        name_bytes = (name.encode() if isinstance(name, str) else name).strip().lower()
+        value_bytes = (value.encode() if isinstance(value, str) else value).strip()
+        if name_bytes in CONNECTION_SPECIFIC_HEADERS:
+            continue
+        if name_bytes in UNINDEXED_RESPONSE_HEADERS:
+            fields.append(NeverIndexedHeaderTuple(name_bytes, value_bytes))
+        else:
+            fields.append((name_bytes, value_bytes))
+    return fields
+
+
 class GatewayH2Protocol(H2Protocol):
     """hypercorn's H2Protocol over `StreamRefusingH2Connection`, with the rapid-reset guard."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         stock = self.connection
-        refusing = StreamRefusingH2Connection(config=stock.config)
+        # h2's outbound checks are `outbound_headers`' one pass; the inbound ones stay (a
+        # client's request is untrusted input).
+        config = h2.config.H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        refusing = StreamRefusingH2Connection(config=config)
         refusing.DEFAULT_MAX_INBOUND_FRAME_SIZE = stock.DEFAULT_MAX_INBOUND_FRAME_SIZE
         refusing.local_settings = stock.local_settings
         self.connection = refusing

@@ -306,7 +306,11 @@ class GatewayConnection(TCPServer):
             return False
         if not protocol.frame_data_now(stream_id, data):
             return False
-        writer.push_nowait(protocol.connection.data_to_send())
+        framed = protocol.connection.data_to_send()
+        if len(protocol.streams) == 1:  # nothing to batch with: out now (performance.md §2)
+            writer.write_through(framed)
+        else:
+            writer.push_nowait(framed)
         return True
 
     async def write_rest(self, rest: bytes) -> None:

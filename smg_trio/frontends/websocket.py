@@ -309,6 +309,9 @@ class _Socket:
         try:
             with scope:
                 try:
+                    # One yield first: the socket's reader hands over a cancel frame that came
+                    # in the same read as the request, so it costs no ADD (rapid reset).
+                    await trio.lowlevel.checkpoint()
                     await self._gateway.handle(
                         path,
                         body,

@@ -145,3 +145,91 @@ async def test_what_the_kernel_takes_at_once_skips_the_stream_and_the_rest_follo
     assert taken == [b"first piece ", b"", b"third;"]
     assert stream.get_data_nowait() == b"of bytes;second;"
     assert stream.writes == 2  # the third went out whole at once
+
+
+async def test_write_through_writes_what_is_queued_then_its_bytes_without_the_writer() -> None:
+    # A connection with one stream: a response's first bytes leave in the caller's task, with
+    # what was queued before them (its head) in front, in one write; the writer task, woken by
+    # the earlier push, finds nothing left.
+    stream = CountedStream()
+    taken: list[bytes] = []
+
+    def write_now(data: bytes) -> bytes:
+        taken.append(data)
+        return b""
+
+    async def on_broken() -> None:
+        raise AssertionError("not broken")
+
+    writer = ConnectionWriter(stream, on_broken, write_now)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            await writer.push(b"head;")  # queued: the writer would take it next round
+            writer.write_through(b"first chunk;")
+            assert taken == [b"head;first chunk;"]  # before any other task ran
+            await writer.drain()
+            writer.stop()
+    assert stream.writes == 0
+    assert taken == [b"head;first chunk;"]
+
+
+async def test_write_through_leaves_what_the_kernel_did_not_take_to_the_writer_in_order() -> None:
+    stream = CountedStream()
+    room = [5]  # the kernel takes five bytes, then the writer's awaited write does the rest
+
+    def write_now(data: bytes) -> bytes:
+        took = room.pop(0) if room else 0
+        return data[took:]
+
+    async def on_broken() -> None:
+        raise AssertionError("not broken")
+
+    writer = ConnectionWriter(stream, on_broken, write_now)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            writer.write_through(b"12345rest;")
+            writer.write_through(b"after;")  # the rest is still queued: this queues behind it
+            await writer.drain()
+            writer.stop()
+    assert stream.get_data_nowait() == b"rest;after;"
+    assert stream.writes == 1
+
+
+async def test_write_through_never_cuts_into_a_write_under_way() -> None:
+    # While the writer's awaited write is in progress, write_through only queues: bytes written
+    # at once then would land in the middle of the other write's bytes.
+    class SlowStream(CountedStream):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = trio.Event()
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await self.release.wait()
+            await super().send_all(data)
+
+    stream = SlowStream()
+    direct: list[bytes] = []
+
+    def write_now(data: bytes) -> bytes:
+        direct.append(data)
+        return data  # the kernel takes nothing: the writer's awaited write goes on
+
+    async def on_broken() -> None:
+        raise AssertionError("not broken")
+
+    writer = ConnectionWriter(stream, on_broken, write_now)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await writer.push(b"big write;")
+            await trio.testing.wait_all_tasks_blocked()  # the writer is inside send_all
+            writer.write_through(b"later;")
+            assert direct == [b"big write;"]  # only the writer's own attempt
+            stream.release.set()
+            await writer.drain()
+            writer.stop()
+    assert stream.get_data_nowait() == b"big write;later;"
