@@ -20,7 +20,8 @@ gateway's code):
                 the request's own when the writer is idle)
     output      the first engine output message was decoded
     chunk       the first payload reached the SSE sink
-    written     the connection writer's first write began (bytes to the kernel)
+    written     the first write began (bytes to the kernel): the connection writer's, or
+                `write_through` from the task that framed them (a lone h2 stream)
     first_byte  the client read the first response bytes
 
 and the p50 of each step is printed (ms): `sent` → `received` and `written` → `first_byte`
@@ -154,6 +155,8 @@ def instrumented() -> Iterator[None]:
         _after(zmq_codec, "decode_output", "output", undo)
         _before(sse.SseResponse, "send_chunks", "chunk", undo)
         _before(connection_writer.ConnectionWriter, "_write", "written", undo)
+        # or the first bytes go out at once from the task that framed them (one h2 stream)
+        _before(connection_writer.ConnectionWriter, "write_through", "written", undo)
         yield
     finally:
         for owner, name, original in reversed(undo):

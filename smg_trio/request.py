@@ -38,7 +38,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import trio
@@ -105,11 +105,19 @@ async def run_request(
     record: RequestRecord,
 ) -> None:
     """Serve one request to `sink`, its failures included (through `sink.fail`)."""
-    assembler = ResponseAssembler(plan, tokenizer, created=created)
+    made: list[ResponseAssembler] = []
+
+    def assembler_now() -> ResponseAssembler:
+        # Made once the ADD is out, while the engine works, not before it (the first token's
+        # path, docs/performance.md §3); here at the latest when the request ended before.
+        if not made:
+            made.append(ResponseAssembler(plan, tokenizer, created=created))
+        return made[0]
+
     failure: GatewayError | None = None
     client_gone = False
     try:
-        await _run_tasks(plan, finalized, backend, assembler, sink, record)
+        await _run_tasks(plan, finalized, backend, assembler_now, sink, record)
     except* ClientGone:
         client_gone = True
     except* GatewayError as group:
@@ -118,6 +126,7 @@ async def run_request(
         assert isinstance(first, GatewayError)
         failure = first
     finally:
+        assembler = assembler_now()
         record.assembled(
             assembler.usage,
             assembler.finish_reasons,
@@ -143,14 +152,12 @@ async def _run_tasks(
     plan: GeneratePlan,
     finalized: Finalized,
     backend: Backend,
-    assembler: ResponseAssembler,
+    assembler_now: Callable[[], ResponseAssembler],
     sink: ClientSink,
     record: RequestRecord,
 ) -> None:
     writer = ChunkWriter(sink) if plan.stream else None
     async with trio.open_nursery() as nursery:
-        if writer is not None:
-            nursery.start_soon(writer.run)
         # A client already gone costs no ADD and no ABORT. The frontends see to it that a
         # reset or cancel sent with the request has been read by now (rapid reset): HTTP's
         # `respond` waits until its packet went through the server, a WebSocket stream yields
@@ -158,7 +165,11 @@ async def _run_tasks(
         if sink.gone_before_engine():
             raise ClientGone
         async with backend.open_stream(finalized) as events:
+            # The ADD is out: what the first output needs is set up while the engine works.
             record.engine_sent()
+            assembler = assembler_now()
+            if writer is not None:
+                nursery.start_soon(writer.run)
 
             def step(batch: Sequence[EngineEvent]) -> bool:
                 record.on_batch(batch)
