@@ -19,6 +19,8 @@ meanwhile) and prints the gateway's view beside its own (bench/gateway_view.py);
     python -m bench http_limits [--quick] [--no-write]   (HTTP hardening checks, docs/http.md)
     python -m bench responses_stream [--repetitions 15] [--stores 200]   (Responses vs chat)
     python -m bench ttft_trace [--requests 200] [--step-ms 0]   (one stream's TTFT, step by step)
+    python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
+                                              (one stream's TTFT, gateways interleaved)
 
 `scenarios` runs (a) always, (b) when --vllm-venv and --real-model are given, (c) when
 --smg-bin is given (or exactly the --scenarios listed), writes bench/results/ and the sections
@@ -353,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import ttft_trace
 
         return ttft_trace.main(given[1:])
+    if given[:1] == ["ttft_paired"]:  # its own flags: bench/ttft_paired.py
+        from bench import ttft_paired
+
+        return ttft_paired.main(given[1:])
     if given[:1] == ["http_limits"]:  # its own flags: bench/http_limits.py
         from bench import http_limits
 

@@ -71,8 +71,10 @@ async def started_process(
     *,
     env: Mapping[str, str] | None = None,
     own_group: bool = False,
+    cwd: Path | None = None,
 ) -> AsyncIterator[Started]:
-    """Run `command` with its output in `log_path`; SIGTERM it (then SIGKILL) on leaving."""
+    """Run `command` (in `cwd`, if given) with its output in `log_path`; SIGTERM it (then
+    SIGKILL) on leaving."""
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(command)}\n".encode())
         log.flush()
@@ -83,6 +85,7 @@ async def started_process(
             stderr=log,
             env=None if env is None else {**os.environ, **env},
             start_new_session=own_group,
+            cwd=cwd,
         )
     started = Started(process, log_path, own_group)
     try:
