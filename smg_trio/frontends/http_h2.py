@@ -43,6 +43,7 @@ from priority.priority import DeadlockError, DuplicateStreamError, MissingStream
 
 from smg_trio.frontends.responses import Send
 from smg_trio.request_ids import REQUEST_ID_HEADER
+from smg_trio.wire.hpack_static import StaticTableEncoder
 
 RAPID_RESET_LIMIT: Final = 40
 """Client resets of unfinished streams a connection may make within the window: a client that
@@ -144,6 +145,7 @@ class GatewayH2Protocol(H2Protocol):
             normalize_outbound_headers=False,
         )
         refusing = StreamRefusingH2Connection(config=config)
+        refusing.encoder = StaticTableEncoder()  # type: ignore[assignment]  # hpack's, duck-typed
         refusing.DEFAULT_MAX_INBOUND_FRAME_SIZE = stock.DEFAULT_MAX_INBOUND_FRAME_SIZE
         refusing.local_settings = stock.local_settings
         self.connection = refusing
