@@ -40,7 +40,7 @@ from bench.h2c_client import H2cConnection, open_h2c_connection
 from bench.load_servers import (
     LOOPBACK,
     free_port,
-    python_module,
+    smg_trio_command,
     started_process,
     wait_serving,
 )
@@ -66,20 +66,7 @@ class Served:
 async def smg_trio_served(tree: Path, name: str, log_dir: Path) -> AsyncIterator[Served]:
     """`smg-trio serve` from `tree`'s code, with its own reference EngineCore at step 0."""
     port, handshake = free_port(), free_port()
-    serve = python_module(
-        "smg_trio",
-        "serve",
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--model-path",
-        str(demo_model_path()),
-        "--worker",
-        f"vllm+zmq://{LOOPBACK}:{handshake}",
-        "--log-level",
-        "WARNING",
-    )
+    serve = smg_trio_command(port, f"vllm+zmq://{LOOPBACK}:{handshake}", demo_model_path())
     engine = reference_engine(demo_model_path(), 0.0).command(handshake)
     async with (
         started_process(serve, log_dir / f"{name}.log", cwd=tree) as gateway,

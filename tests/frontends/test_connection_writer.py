@@ -35,6 +35,10 @@ class CountedStream(trio.abc.SendStream):
         return bytes(self.memory.get_data_nowait())
 
 
+async def not_broken() -> None:
+    raise AssertionError("the peer is not gone in this test")
+
+
 async def test_one_round_of_pushes_is_one_write_in_order() -> None:
     stream = CountedStream()
     broken: list[bool] = []
@@ -62,10 +66,7 @@ async def test_one_round_of_pushes_is_one_write_in_order() -> None:
 async def test_a_producer_past_the_high_water_mark_waits_for_the_writer() -> None:
     stream = CountedStream()
 
-    async def on_broken() -> None:
-        raise AssertionError("not broken")
-
-    writer = ConnectionWriter(stream, on_broken)
+    writer = ConnectionWriter(stream, not_broken)
     big = b"x" * (HIGH_WATER_BYTES // 2 + 1)
     with trio.fail_after(TEST_TIMEOUT_S):
         async with trio.open_nursery() as nursery:
@@ -88,11 +89,7 @@ async def test_a_producer_past_the_high_water_mark_waits_for_the_writer() -> Non
 
 async def test_drain_without_a_writer_task_writes_what_is_left() -> None:
     stream = CountedStream()
-
-    async def on_broken() -> None:
-        raise AssertionError("not broken")
-
-    writer = ConnectionWriter(stream, on_broken)
+    writer = ConnectionWriter(stream, not_broken)
     with trio.fail_after(TEST_TIMEOUT_S):
         writer.stop()
         await writer.run()  # stopped with nothing queued: returns
@@ -130,10 +127,7 @@ async def test_what_the_kernel_takes_at_once_skips_the_stream_and_the_rest_follo
         taken.append(data[:took])
         return data[took:]
 
-    async def on_broken() -> None:
-        raise AssertionError("not broken")
-
-    writer = ConnectionWriter(stream, on_broken, write_now)
+    writer = ConnectionWriter(stream, not_broken, write_now)
     with trio.fail_after(TEST_TIMEOUT_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
@@ -158,10 +152,7 @@ async def test_write_through_writes_what_is_queued_then_its_bytes_without_the_wr
         taken.append(data)
         return b""
 
-    async def on_broken() -> None:
-        raise AssertionError("not broken")
-
-    writer = ConnectionWriter(stream, on_broken, write_now)
+    writer = ConnectionWriter(stream, not_broken, write_now)
     with trio.fail_after(TEST_TIMEOUT_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
@@ -183,10 +174,7 @@ async def test_write_through_leaves_what_the_kernel_did_not_take_to_the_writer_i
         took = room.pop(0) if room else 0
         return data[took:]
 
-    async def on_broken() -> None:
-        raise AssertionError("not broken")
-
-    writer = ConnectionWriter(stream, on_broken, write_now)
+    writer = ConnectionWriter(stream, not_broken, write_now)
     with trio.fail_after(TEST_TIMEOUT_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
@@ -218,10 +206,7 @@ async def test_write_through_never_cuts_into_a_write_under_way() -> None:
         direct.append(data)
         return data  # the kernel takes nothing: the writer's awaited write goes on
 
-    async def on_broken() -> None:
-        raise AssertionError("not broken")
-
-    writer = ConnectionWriter(stream, on_broken, write_now)
+    writer = ConnectionWriter(stream, not_broken, write_now)
     with trio.fail_after(TEST_TIMEOUT_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
