@@ -62,7 +62,7 @@ CONNECTION_SPECIFIC_HEADERS: Final = frozenset(
 
 class StreamRefusingH2Connection(h2.connection.H2Connection):
     """h2's server connection, refusing (not failing on) a stream over the concurrency limit,
-    and keeping each response's `x-request-id` out of the HPACK table."""
+    and sending each response's `x-request-id` as a never-indexed field."""
 
     def send_headers(
         self,
@@ -111,12 +111,12 @@ def outbound_headers(headers: Iterable[HeaderWeaklyTyped]) -> list[HeaderWeaklyT
     normalisation and validation (a chain of a dozen generators over every field, a tenth of
     the cost of a response head) are off in our connections' config, and this does what they
     did for the fields hypercorn and our app send (docs/http.md §3): names lowercased, names
-    and values stripped of surrounding whitespace, HTTP/1.1 connection fields dropped, and the
-    values no later response repeats (request ids) or that are secret as never-indexed HPACK
-    literals: indexing one gains nothing, and each added evicts others and lengthens the
-    table hpack searches linearly for every field of every response. (h2's validation of a
-    response had nothing to find in ours: hypercorn refuses pseudo-fields from the app and
-    adds `:status` itself, and the rest of its checks are for requests.)"""
+    and values stripped of surrounding whitespace, HTTP/1.1 connection fields dropped, and
+    request ids and credentials marked never-indexed (RFC 7541 §7.1.3: an intermediary must keep
+    them out of its own HPACK tables; our encoder keeps everything out of them anyway,
+    wire/hpack_static.py). (h2's validation of a response had nothing to find in ours:
+    hypercorn refuses pseudo-fields from the app and adds `:status` itself, and the rest of its
+    checks are for requests.)"""
     fields: list[HeaderWeaklyTyped] = []
     for name, value in headers:
         name_bytes = (name.encode() if isinstance(name, str) else name).strip().lower()
