@@ -291,10 +291,10 @@ async def test_an_idle_h2_connection_is_closed_by_the_keep_alive_timer_but_not_a
     assert 0.25 < idle_s < 1.5, idle_s
 
 
-async def test_the_request_id_is_never_indexed_and_the_constant_headers_are(
+async def test_the_request_id_is_sent_never_indexed_and_the_other_fields_are_not(
     tmp_path: Path,
 ) -> None:
-    # A unique value would only churn the HPACK table every later header is searched in.
+    # A unique value has no place in any HPACK table, ours or an intermediary's.
     async with live_server(tmp_path, with_engine=False) as server:
         with trio.fail_after(TEST_TIMEOUT_S):
             client = await open_h2(server.port)
@@ -311,3 +311,37 @@ async def test_the_request_id_is_never_indexed_and_the_constant_headers_are(
         assert kinds[b"content-type"] is not NeverIndexedHeaderTuple
     ids = {dict(response.headers)[b"x-request-id"] for response in responses}
     assert len(ids) == 2
+
+
+async def test_a_stream_keeps_its_bytes_in_order_while_others_come_and_go(tmp_path: Path) -> None:
+    # One stream alone writes its bytes at once (ConnectionWriter.write_through); with two on
+    # the connection they wait for the writer's round. A stream that goes from one to the
+    # other and back, mid-answer, must still arrive whole and in order (docs/performance.md §2).
+    long_body = json.dumps(chat_body(max_tokens=120)).encode()
+    short_body = json.dumps(chat_body(max_tokens=8)).encode()
+    async with live_server(tmp_path, step_ms=2) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                alone = client.request("POST", "/v1/chat/completions", end=False)
+                client.connection.send_data(alone, long_body, end_stream=True)
+                await client.flush()
+                await client.receive_until([h2.events.DataReceived], alone)
+                others = []
+                for _ in range(3):  # each comes and goes while the first streams on
+                    other = client.request("POST", "/v1/chat/completions", end=False)
+                    client.connection.send_data(other, short_body, end_stream=True)
+                    await client.flush()
+                    await client.receive_until([h2.events.StreamEnded], other)
+                    others.append(other)
+                await client.receive_until([h2.events.StreamEnded], alone)
+    bodies: dict[int, bytes] = {}
+    for event in client.events:
+        if isinstance(event, h2.events.DataReceived):
+            bodies[event.stream_id] = bodies.get(event.stream_id, b"") + event.data
+    assert not any(isinstance(e, h2.events.StreamReset) for e in client.events)
+    assert goaways(client.events) == []
+    for stream_id in (alone, *others):
+        outcome = chat_outcome(parse_sse(bodies[stream_id]))  # every event whole, then [DONE]
+        assert list(outcome.finishes) == [0]
+        assert outcome.texts[0]
