@@ -21,6 +21,8 @@ meanwhile) and prints the gateway's view beside its own (bench/gateway_view.py);
     python -m bench ttft_trace [--requests 200] [--step-ms 0]   (one stream's TTFT, step by step)
     python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
                                               (one stream's TTFT, gateways interleaved)
+    python -m bench vllm_serve_compare --vllm-venv V --real-model M --smg-bin S [--rounds 2]
+                                  (`vllm bench serve` through smg-trio and smg, real vLLM)
 
 `scenarios` runs (a) always, (b) when --vllm-venv and --real-model are given, (c) when
 --smg-bin is given (or exactly the --scenarios listed), writes bench/results/ and the sections
@@ -359,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import ttft_paired
 
         return ttft_paired.main(given[1:])
+    if given[:1] == ["vllm_serve_compare"]:  # its own flags: bench/vllm_serve_compare.py
+        from bench import vllm_serve_compare
+
+        return vllm_serve_compare.main(given[1:])
     if given[:1] == ["http_limits"]:  # its own flags: bench/http_limits.py
         from bench import http_limits
 
