@@ -16,9 +16,11 @@ little next to the stream they open. So `StaticTableEncoder` (RFC 7541):
   did for request ids and credentials) with the static table's index for the name when it has
   one, strings as raw octets (no Huffman);
 - keeps each encoded field for reuse, because without a dynamic table a field's bytes no longer
-  depend on what came before: after the first response, a head is a few dict lookups and a
-  join. Never-indexed fields (request ids: unique) are not kept, and the memo is emptied when
-  full, so it stays bounded.
+  depend on what came before, or on the connection: one memo serves every connection of the
+  process (one per connection would hold up to its bound on each of thousands of long-lived
+  connections), and after the first response a head is a few dict lookups and a join.
+  Never-indexed fields (request ids: unique) are not kept, and the memo is emptied when full,
+  so it stays bounded (`date` adds one field a second).
 
 h2 calls `encode(headers)` with byte strings (it encodes str fields to UTF-8 first); str is
 accepted too.
@@ -43,7 +45,9 @@ TABLE_SIZE_ZERO: Final = b"\x20"
 """A dynamic table size update to 0 (RFC 7541 §6.3: 001, then 0 on a 5-bit prefix)."""
 WITHOUT_INDEXING: Final = 0x00  # RFC 7541 §6.2.2: 0000, then the name's index on 4 bits
 NEVER_INDEXED: Final = 0x10  # RFC 7541 §6.2.3: 0001, then the name's index on 4 bits
-MEMO_MAX: Final = 256
+MEMO_MAX: Final = 1024
+ENCODED_FIELDS: Final[dict[tuple[bytes, bytes], bytes]] = {}
+"""The process's memo of encoded indexable fields (see the module doc)."""
 
 
 def encode_integer(value: int, prefix_bits: int, first_byte: int) -> bytes:
@@ -78,6 +82,17 @@ def encode_field(name: bytes, value: bytes, *, never_indexed: bool) -> bytes:
     return bytes((kind,)) + encode_string(name) + encode_string(value)
 
 
+def encoded_field(name: bytes, value: bytes) -> bytes:
+    """`encode_field` of an indexable field, through the process's memo."""
+    encoded = ENCODED_FIELDS.get((name, value))
+    if encoded is None:
+        encoded = encode_field(name, value, never_indexed=False)
+        if len(ENCODED_FIELDS) >= MEMO_MAX:
+            ENCODED_FIELDS.clear()
+        ENCODED_FIELDS[(name, value)] = encoded
+    return encoded
+
+
 def _octets(text: bytes | str) -> bytes:
     return text.encode("utf-8") if isinstance(text, str) else bytes(text)
 
@@ -85,11 +100,10 @@ def _octets(text: bytes | str) -> bytes:
 class StaticTableEncoder:
     """An `hpack.Encoder` stand-in for h2 (see the module doc)."""
 
-    __slots__ = ("_announce", "_memo")
+    __slots__ = ("_announce",)
 
     def __init__(self) -> None:
         self._announce = True  # the next block starts with a table size update to 0
-        self._memo: dict[tuple[bytes, bytes], bytes] = {}
 
     @property
     def header_table_size(self) -> int:
@@ -108,18 +122,10 @@ class StaticTableEncoder:
         if self._announce:
             self._announce = False
             parts.append(TABLE_SIZE_ZERO)
-        memo = self._memo
         for field in headers:
             name, value = _octets(field[0]), _octets(field[1])
             if isinstance(field, HeaderTuple) and not field.indexable:
                 parts.append(encode_field(name, value, never_indexed=True))
-                continue
-            key = (name, value)
-            encoded = memo.get(key)
-            if encoded is None:
-                encoded = encode_field(name, value, never_indexed=False)
-                if len(memo) >= MEMO_MAX:
-                    memo.clear()
-                memo[key] = encoded
-            parts.append(encoded)
+            else:
+                parts.append(encoded_field(name, value))
         return b"".join(parts)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smg_trio.wire.hpack_static import (
+    ENCODED_FIELDS,
     MEMO_MAX,
     STATIC_TABLE,
     StaticTableEncoder,
@@ -81,18 +82,24 @@ def test_the_table_size_update_opens_the_first_block_and_the_first_after_a_setti
 
 
 def test_str_fields_are_sent_as_utf8_and_never_indexed_ones_are_not_kept() -> None:
+    ENCODED_FIELDS.clear()
     encoder, decoder = StaticTableEncoder(), Decoder()
     block = encoder.encode([("x-note", "café"), NeverIndexedHeaderTuple(b"x-request-id", b"r1")])
     assert read_back(decoder, block) == [
         (b"x-note", "café".encode(), False),
         (b"x-request-id", b"r1", True),
     ]
-    assert list(encoder._memo) == [(b"x-note", "café".encode())]
+    assert list(ENCODED_FIELDS) == [(b"x-note", "café".encode())]
 
 
-def test_the_memo_of_encoded_fields_stays_bounded() -> None:
-    encoder, decoder = StaticTableEncoder(), Decoder()
+def test_one_memo_serves_every_connection_and_stays_bounded() -> None:
+    ENCODED_FIELDS.clear()
+    first, second, decoder = StaticTableEncoder(), StaticTableEncoder(), Decoder()
+    first.encode([(b"x-n", b"shared")])
+    assert list(ENCODED_FIELDS) == [(b"x-n", b"shared")]
+    second.encode([(b"x-n", b"shared")])  # another connection reuses the bytes
+    assert len(ENCODED_FIELDS) == 1
     for index in range(MEMO_MAX * 3):
-        block = encoder.encode([(b"x-n", b"%d" % index)])
-        assert read_back(decoder, block) == [(b"x-n", b"%d" % index, False)]
-        assert len(encoder._memo) <= MEMO_MAX
+        block = first.encode([(b"x-n", b"%d" % index)])
+        assert read_back(decoder, block)[-1] == (b"x-n", b"%d" % index, False)
+        assert len(ENCODED_FIELDS) <= MEMO_MAX
