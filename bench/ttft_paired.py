@@ -8,8 +8,9 @@ so a change in the machine's load lands on one row and not the next, and a gatew
 while another works (bench/RESULTS.md, "Issue 15, sixth session": the rows' gap to smg moved
 by ±1 ms between runs). Here every target serves one request of each round, in a shuffled
 order, with the same prompt (fresh random words per round), so the targets share the machine's
-moments; the prompt is 128 one-token words of the demo model (as the load bench's); the paired difference of two targets' TTFTs in the same round is the figure, and
-its median holds within ~0.05 ms between runs where each target's own p50 moves by 0.5 ms.
+moments (the prompt: 128 one-token words of the demo model, in the load bench's body). The
+paired difference of two targets' TTFTs in the same round is the figure; its median holds
+within ~0.05 ms between runs where each target's own p50 moves by 0.5 ms.
 
 Targets: `smg-trio serve` from each `--tree` (a checkout; default this one), started with the
 tree as its working directory so that `python -m smg_trio` runs that tree's code: an A/B of
@@ -45,7 +46,7 @@ from bench.load_servers import (
     wait_serving,
 )
 from bench.load_targets import reference_engine, smg_target
-from bench.load_workload import prompt_words
+from bench.load_workload import RequestSpec, prompt_words, request_body
 from smg_trio.model import demo_model_path, load_model_dir
 
 MAX_ROUNDS: Final = 2000
@@ -76,18 +77,6 @@ async def smg_trio_served(tree: Path, name: str, log_dir: Path) -> AsyncIterator
         yield Served(name, model, port)
 
 
-def request_body(model: str, prompt: str, output_tokens: int) -> bytes:
-    return json.dumps(
-        {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": output_tokens,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    ).encode()
-
-
 async def first_token_ms(connection: H2cConnection, body: bytes) -> float:
     """One streamed completion, read to its end; ms from its send to its first DATA."""
     sent = time.perf_counter()
@@ -116,11 +105,20 @@ async def measure(
         ]
         for index in range(WARM_UP_ROUNDS + rounds):
             prompt = "".join(rng.choices(words, k=PROMPT_WORDS))
+            spec = RequestSpec(index, prompt, PROMPT_WORDS, output_tokens)
             order = list(range(len(targets)))
             rng.shuffle(order)
             with trio.fail_after(ROUND_CAP_S):
                 for k in order:
-                    body = request_body(targets[k].model, prompt, output_tokens)
+                    body = json.dumps(
+                        request_body(
+                            spec,
+                            model=targets[k].model,
+                            endpoint="completions",
+                            stops=(),
+                            ignore_eos=True,
+                        )
+                    ).encode()
                     took = await first_token_ms(connections[k], body)
                     if index >= WARM_UP_ROUNDS:
                         ttft[targets[k].name].append(took)

@@ -299,8 +299,10 @@ class GatewayConnection(TCPServer):
         return None
 
     def _write_h2_now(self, protocol: GatewayH2Protocol, stream_id: int, data: bytes) -> bool:
-        """`data` framed as the stream's DATA and queued for the connection's writer, now; False
-        (nothing done) when it must wait (window, queued bytes) or the protocol switched."""
+        """`data` framed as the stream's DATA, now: written at once when the stream is the
+        connection's only one (`ConnectionWriter.write_through`), else queued for the writer's
+        round; False (nothing done) when it must wait (window, queued bytes) or the protocol
+        switched."""
         writer = self._writer
         if self.protocol.protocol is not protocol or not writer.takes_now:
             return False
