@@ -19,9 +19,11 @@ gateway's code):
     add_sent    the ZMQ ADD left the backend's input socket (from the writer task, or from
                 the request's own when the writer is idle)
     output      the first engine output message was decoded
-    chunk       the first payload reached the SSE sink
+    chunk       the first payload reached the SSE sink (from the output's own step, or the
+                response's writer task)
     written     the first write began (bytes to the kernel): the connection writer's, or
-                `write_through` from the task that framed them (a lone h2 stream)
+                `write_through` from the task that framed them (a lone h2 stream: the head
+                and the first DATA, docs/performance.md §3)
     first_byte  the client read the first response bytes
 
 and the p50 of each step is printed (ms): `sent` → `received` and `written` → `first_byte`
@@ -153,7 +155,8 @@ def instrumented() -> Iterator[None]:
         _after(zmq_input_writer.InputWriter, "_send", "add_sent", undo)  # by the writer task
         _after(zmq_input_writer.InputWriter, "_send_nowait", "add_sent", undo)  # or directly
         _after(zmq_codec, "decode_output", "output", undo)
-        _before(sse.SseResponse, "send_chunks", "chunk", undo)
+        _before(sse.SseResponse, "send_chunks", "chunk", undo)  # by the response's writer task
+        _before(sse.SseResponse, "send_chunks_now", "chunk", undo)  # or from the output's step
         _before(connection_writer.ConnectionWriter, "_write", "written", undo)
         # or the first bytes go out at once from the task that framed them (one h2 stream)
         _before(connection_writer.ConnectionWriter, "write_through", "written", undo)

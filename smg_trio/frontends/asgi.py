@@ -50,9 +50,9 @@ from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
+from smg_trio.frontends.response_started import ResponseStarted
 from smg_trio.frontends.responses import (
     Header,
-    Message,
     Receive,
     Scope,
     Send,
@@ -62,7 +62,7 @@ from smg_trio.frontends.responses import (
     send_error_discarding_body,
     send_json,
 )
-from smg_trio.frontends.sse import SseResponse, direct_chunks_of, respond
+from smg_trio.frontends.sse import SseResponse, respond
 from smg_trio.frontends.stored_responses import is_stored_response_path, serve_stored_response
 from smg_trio.frontends.workers_api import (
     WorkerAdmin,
@@ -102,23 +102,6 @@ WEBSOCKET_INTERNAL_ERROR: Final = 1011
 WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
 
 WebSocketHandler = Callable[[Gateway, Scope, Receive, Send], Awaitable[None]]
-
-
-class _ResponseStarted:
-    """Wraps `send` to remember whether a response began (then no error status can follow),
-    and to put the request's `x-request-id` on that response, whoever starts it."""
-
-    def __init__(self, send: Send, request_id: str) -> None:
-        self._send = send
-        self.transport = send  # the server's own `send`, for frontends.sse.direct_chunks_of
-        self._id_header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
-        self.started = False
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.started = True
-            message = {**message, "headers": [*message.get("headers", ()), self._id_header]}
-        await self._send(message)
 
 
 class GatewayApp:
@@ -161,11 +144,11 @@ class GatewayApp:
             request_id = request_id_from_header(header)
         except ClientError as error:
             request_id = new_request_id()
-            tracked = _ResponseStarted(send, request_id)
+            tracked = ResponseStarted(send, request_id)
             self._count_rejected(scope, error)
             await _refuse(scope, receive, tracked, error)
             return
-        tracked = _ResponseStarted(send, request_id)
+        tracked = ResponseStarted(send, request_id)
         token = current_request_id.set(request_id)
         try:
             await self._serve_http(scope, receive, tracked, request_id)
@@ -173,7 +156,7 @@ class GatewayApp:
             current_request_id.reset(token)
 
     async def _serve_http(
-        self, scope: Scope, receive: Receive, tracked: _ResponseStarted, request_id: str
+        self, scope: Scope, receive: Receive, tracked: ResponseStarted, request_id: str
     ) -> None:
         try:
             await self._route(scope, receive, tracked, request_id)
@@ -190,7 +173,9 @@ class GatewayApp:
                 internal = GatewayError("internal error while serving the request")
                 await _refuse(scope, receive, tracked, internal)
 
-    async def _route(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+    async def _route(
+        self, scope: Scope, receive: Receive, send: ResponseStarted, request_id: str
+    ) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = _header_map(scope)
@@ -235,9 +220,7 @@ class GatewayApp:
                     client_disconnect_of(scope),
                     send,
                     dialect_for_path(path),
-                    direct_chunks_of(
-                        scope, send.transport if isinstance(send, _ResponseStarted) else send
-                    ),
+                    *send.direct_sending(scope),
                 )
 
     async def _generate(

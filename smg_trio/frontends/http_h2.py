@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, cast
 
 import h2.config
@@ -36,8 +36,10 @@ from hypercorn.events import Closed
 from hypercorn.protocol.events import Body, Data, EndBody, EndData
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.typing import HTTPResponseStartEvent
+from hypercorn.utils import build_and_validate_headers
 from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
 from priority.priority import DeadlockError, DuplicateStreamError, MissingStreamError
 
@@ -236,6 +238,49 @@ class GatewayH2Protocol(H2Protocol):
             return False  # a closed stream: hypercorn's path drops it as it always did
         return True
 
+    def start_response_now(
+        self, stream: HTTPStream, headers: Sequence[tuple[bytes, bytes]], first: bytes
+    ) -> bool:
+        """A `200` head with `headers` and the body's first chunk `first`, framed now in h2's
+        output by the task that has them, if the stream has not started its response and its
+        window takes `first` whole; False: nothing framed (the caller then takes the ASGI path,
+        where hypercorn does the same in three awaited layers and a task hop later). What
+        hypercorn's HTTPStream and H2Protocol do for `http.response.start` is done here, in
+        the same order and with the same fields, so the rest of the response (its DATA through
+        either path, its end, the access log) finds the stream as hypercorn left it."""
+        stream_id = stream.stream_id
+        if (
+            not first
+            or stream.closed
+            or stream.state is not ASGIHTTPState.REQUEST
+            or not self._nothing_queued(stream_id)
+        ):
+            return False
+        connection = self.connection
+        message: HTTPResponseStartEvent = {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": headers,
+        }
+        try:
+            window = connection.local_flow_control_window(stream_id)
+            if len(first) > min(window, connection.max_outbound_frame_size):
+                return False
+            connection.send_headers(
+                stream_id,
+                [
+                    (b":status", b"200"),
+                    *build_and_validate_headers(headers),
+                    *self.config.response_headers("h2"),
+                ],
+            )
+        except h2.exceptions.ProtocolError:
+            return False  # the stream closed: hypercorn's path finds it so and sends nothing
+        connection.send_data(stream_id, first)  # the checks above are send_data's own
+        stream.response = message
+        stream.state = ASGIHTTPState.RESPONSE
+        return True
+
     def _already_closed(self, event: h2.events.Event) -> bool:
         if not isinstance(event, h2.events.RequestReceived):
             return False
@@ -340,21 +385,27 @@ class _Streams(dict[int, "HTTPStream | WSStream"]):
 
 
 class H2StreamChunks:
-    """A `DirectChunks` for one h2 stream (frontends/sse.py): a body chunk is framed as DATA by
-    the task that has it, and queued on the connection's writer, without hypercorn's ASGI
-    layers (docs/performance.md §2). All or nothing: the rest is never partial."""
+    """A `DirectChunks` for one h2 stream (frontends/sse.py): a body chunk, and the response's
+    head with its first chunk, are framed by the task that has them and handed to the
+    connection's writer, without hypercorn's ASGI layers (docs/performance.md §2). All or
+    nothing: the rest is never partial."""
 
-    __slots__ = ("_send", "_stream_id", "_write_now")
+    __slots__ = ("_send", "_start_now", "_stream_id", "_write_now")
 
     def __init__(
         self,
         write_now: Callable[[int, bytes], bool],
+        start_now: Callable[[Sequence[tuple[bytes, bytes]], bytes], bool],
         stream_id: int,
         send: Send,
     ) -> None:
         self._write_now = write_now
+        self._start_now = start_now
         self._stream_id = stream_id
         self._send = send
+
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool:
+        return self._start_now(headers, first)
 
     def write_chunk_now(self, data: bytes) -> bytes | None:
         if not data:  # nothing to frame (an empty DATA would be noise, not an end)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Final
 
@@ -295,25 +295,53 @@ class GatewayConnection(TCPServer):
             return self
         stream = getattr(send, "__self__", None)  # hypercorn's HTTPStream.app_send
         if isinstance(protocol, GatewayH2Protocol) and isinstance(stream, HTTPStream):
-            return H2StreamChunks(partial(self._write_h2_now, protocol), stream.stream_id, send)
+            return H2StreamChunks(
+                partial(self._write_h2_now, protocol),
+                partial(self._start_h2_now, protocol, stream),
+                stream.stream_id,
+                send,
+            )
         return None
+
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool:
+        """An HTTP/1.1 response head goes through hypercorn (h11 decides keep-alive): never now."""
+        return False
 
     def _write_h2_now(self, protocol: GatewayH2Protocol, stream_id: int, data: bytes) -> bool:
         """`data` framed as the stream's DATA, now: written at once when the stream is the
         connection's only one (`ConnectionWriter.write_through`), else queued for the writer's
         round; False (nothing done) when it must wait (window, queued bytes) or the protocol
         switched."""
-        writer = self._writer
-        if self.protocol.protocol is not protocol or not writer.takes_now:
+        if not self._h2_takes_now(protocol) or not protocol.frame_data_now(stream_id, data):
             return False
-        if not protocol.frame_data_now(stream_id, data):
+        self._hand_h2_output(protocol)
+        return True
+
+    def _start_h2_now(
+        self,
+        protocol: GatewayH2Protocol,
+        stream: HTTPStream,
+        headers: Sequence[tuple[bytes, bytes]],
+        first: bytes,
+    ) -> bool:
+        """The stream's `200` head and first DATA framed and handed on as `_write_h2_now` does
+        (in one write, for a lone stream); False, nothing done, when either must wait."""
+        if not self._h2_takes_now(protocol) or not protocol.start_response_now(
+            stream, headers, first
+        ):
             return False
+        self._hand_h2_output(protocol)
+        return True
+
+    def _h2_takes_now(self, protocol: GatewayH2Protocol) -> bool:
+        return self.protocol.protocol is protocol and self._writer.takes_now
+
+    def _hand_h2_output(self, protocol: GatewayH2Protocol) -> None:
         framed = protocol.connection.data_to_send()
         if len(protocol.streams) == 1:  # nothing to batch with: out now (performance.md §2)
-            writer.write_through(framed)
+            self._writer.write_through(framed)
         else:
-            writer.push_nowait(framed)
-        return True
+            self._writer.push_nowait(framed)
 
     async def write_rest(self, rest: bytes) -> None:
         """What `_write_now` left, by hypercorn's write, shielded from its lock on (a cancel must

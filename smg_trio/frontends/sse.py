@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, Final, Protocol, assert_never
+from typing import Any, Final, Protocol, TypeAlias, assert_never
 
 import trio
 
@@ -74,9 +74,12 @@ class DirectChunks(Protocol):
     """A way to send a body chunk without ASGI's layers (docs/performance.md §2): an HTTP/1.1
     connection writes it to its socket, an h2 stream frames it as DATA. `write_chunk_now`
     returns None when nothing was sent (then ASGI `send` must), else what is still to write
-    (`write_rest`; only HTTP/1.1 leaves a rest)."""
+    (`write_rest`; only HTTP/1.1 leaves a rest). `start_now`: a `200` head with `headers` and
+    the first chunk, sent together or not at all (an h2 stream; HTTP/1.1 never)."""
 
     def write_chunk_now(self, data: bytes) -> bytes | None: ...
+
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool: ...
 
     async def write_rest(self, rest: bytes) -> None: ...
 
@@ -96,6 +99,11 @@ def direct_chunks_of(scope: Mapping[str, Any], send: Send) -> DirectChunks | Non
     return None if source is None else source.chunks_for(send)
 
 
+StartNow: TypeAlias = Callable[[Sequence[tuple[bytes, bytes]], bytes], bool]
+"""`DirectChunks.start_now` as the app hands it to a response: with the fields every response of
+the request carries (its `x-request-id`) added, and the response marked as begun."""
+
+
 class SseResponse:
     """A `ClientSink` writing one HTTP response through ASGI `send` (see the module doc)."""
 
@@ -104,10 +112,15 @@ class SseResponse:
         send: Send,
         dialect: ApiDialect = OPENAI,
         direct: DirectChunks | None = None,
+        start_now: StartNow | None = None,
     ) -> None:
         self._send = send
         self._direct = direct  # the connection's or h2 stream's chunk writer, for stream chunks
+        self._start_now = start_now  # the head and the first chunk without a wait, if allowed
         self._unsent = b""  # what the kernel did not take of a chunk `send_chunks_now` wrote
+        # Events `send_chunks_now` framed but could not send: they go first, never framed again
+        # (a dialect may number its events as it frames them, core/responses_dialect.py).
+        self._framed = b""
         self._dialect = dialect  # how this API frames events and errors (core/api_dialect.py)
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
@@ -130,32 +143,54 @@ class SseResponse:
 
     def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
         direct = self._direct
-        if (
-            direct is None
-            or self._client_gone
-            or self._unsent
-            or self._lifecycle.state is not SinkState.STREAMING
-        ):
+        if direct is None or self._client_gone or self._unsent or self._framed:
             return SentNow.NOTHING
-        rest = direct.write_chunk_now(self._dialect.frame(payloads))
-        if rest is None:
+        if not payloads:
+            return SentNow.ALL  # (as `send_chunks(())`: nothing to send, nothing opened)
+        state = self._lifecycle.state
+        if state is SinkState.IDLE:
+            return self._open_now(payloads)
+        if state is not SinkState.STREAMING:
             return SentNow.NOTHING
+        body = self._dialect.frame(payloads)
+        rest = direct.write_chunk_now(body)
         self.quiet = False
+        if rest is None:  # refused: `send_chunks(())` sends the events as framed
+            self._framed = body
+            return SentNow.PART
         if rest:  # the kernel took part of it: the rest goes before anything else
             self._unsent = rest
             return SentNow.PART
+        return SentNow.ALL
+
+    def _open_now(self, payloads: Sequence[bytes]) -> SentNow:
+        """The stream's head and its first chunk at once, when the connection takes both now
+        (an h2 stream with an open window): the first token then waits for no task hop and no
+        awaited head (docs/performance.md §3). The state moves only once both are framed: the
+        send has no checkpoint, so nothing can cut it in two."""
+        start_now = self._start_now
+        if start_now is None:
+            return SentNow.NOTHING
+        body = self._dialect.frame(payloads)
+        self.quiet = False
+        if not start_now(SSE_HEADERS, body):  # `send_chunks(())` opens and sends them
+            self._framed = body
+            return SentNow.PART
+        self._lifecycle.chunks()  # IDLE -> STREAMING
         return SentNow.ALL
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:
             raise ClientGone
         await self._finish_unsent()
-        if not payloads:
+        framed = self._framed
+        if not payloads and not framed:
             return
         self.quiet = False
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
-        body = self._dialect.frame(payloads)
+        self._framed = b""
+        body = framed + self._dialect.frame(payloads) if payloads else framed
         if self._direct is not None:
             # Straight to the socket when the connection allows (HTTP/1.1, cleartext): the bytes
             # are out before this returns, in order; the writer's mailbox loop yields per batch.
@@ -185,7 +220,8 @@ class SseResponse:
                 return
             case _:
                 assert_never(step)
-        tail = self._dialect.end(end.payloads)
+        framed, self._framed = self._framed, b""
+        tail = framed + self._dialect.end(end.payloads)
         await self._finish_unsent()
         await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
@@ -198,7 +234,8 @@ class SseResponse:
             case ErrorForm.WHOLE_RESPONSE:
                 await send_error(self._send_head_shielded, error, dialect=self._dialect)
             case ErrorForm.FINAL_EVENT:
-                tail = self._dialect.stream_error(error)
+                framed, self._framed = self._framed, b""
+                tail = framed + self._dialect.stream_error(error)
                 await self._finish_unsent()
                 await self._send({"type": "http.response.body", "body": tail, "more_body": False})
             case ErrorForm.DROPPED:
@@ -209,7 +246,12 @@ class SseResponse:
     async def keep_alive(self) -> None:
         """A comment line on a silent stream; opens the stream first during a long prefill
         (only streaming requests get keep-alives, so the response would be a stream anyway)."""
-        if self._client_gone or self._unsent or self._lifecycle.state is SinkState.CLOSED:
+        if (
+            self._client_gone
+            or self._unsent
+            or self._framed
+            or self._lifecycle.state is SinkState.CLOSED
+        ):
             return  # (with a chunk's rest pending, a comment would land inside the chunk)
         if self._lifecycle.chunks() is Step.OPEN_AND_SEND:
             await self._start_stream()
@@ -246,13 +288,14 @@ async def respond(
     send: Send,
     dialect: ApiDialect = OPENAI,
     direct: DirectChunks | None = None,
+    start_now: StartNow | None = None,
 ) -> SseResponse:
     """Run `handle` with a fresh response, cancelled when `disconnect` fires (module doc).
 
     A GatewayError from `handle` ends the response (status or final event); any other exception
     is a bug: logged with its traceback, and the client gets a 500 or a final error event.
     """
-    response = SseResponse(send, dialect, direct)
+    response = SseResponse(send, dialect, direct, start_now)
     with trio.CancelScope() as scope:
         disconnect.on_fire(partial(_client_left, response, scope))
         try:

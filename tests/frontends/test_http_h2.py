@@ -23,6 +23,7 @@ from hpack.struct import NeverIndexedHeaderTuple
 from smg_trio.frontends.http_h2 import RAPID_RESET_LIMIT
 from tests.e2e.live_server import (
     API_KEY,
+    MODEL,
     REPLAY_HEAD,
     STOP,
     chat_body,
@@ -239,30 +240,94 @@ async def test_upload_after_an_early_answer_is_stopped_not_fatal(tmp_path: Path)
                 assert goaways(client.events) == []
 
 
+async def post_streamed(port: int, path: str, body: object, window: int) -> RawH2:
+    """One streamed request on a connection of its own whose streams have `window` bytes of
+    flow-control window; returns once the response ended."""
+    client = await open_h2(port)
+    async with client.stream:
+        client.connection.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        stream_id = client.request("POST", path, end=False)
+        client.connection.send_data(stream_id, json.dumps(body).encode(), end_stream=True)
+        await client.flush()
+        await client.receive_until([h2.events.StreamEnded], stream_id)
+    return client
+
+
+def head_fields(client: RawH2) -> dict[bytes, bytes]:
+    """The response head's fields but the two that differ per response."""
+    (head,) = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+    return {bytes(n): bytes(v) for n, v in head.headers if n not in (b"date", b"x-request-id")}
+
+
 async def test_a_stream_whose_window_is_smaller_than_a_chunk_still_gets_every_byte(
     tmp_path: Path,
 ) -> None:
     # A chunk the stream's window cannot take whole is never framed by the request's own task
     # (docs/performance.md §2): it waits in hypercorn's buffer, which sends it in window-sized
-    # DATA frames as the client credits them. The text is the same as over a roomy window.
+    # DATA frames as the client credits them. The text is the same as over a roomy window, and
+    # so is the head, which the roomy stream sends with its first chunk, past hypercorn's ASGI
+    # layers (`GatewayH2Protocol.start_response_now`), and the narrow one through them.
     async with live_server(tmp_path) as server:
         with trio.fail_after(TEST_TIMEOUT_S):
-            texts = []
+            texts, heads = [], []
             for window in (65535, 48):
-                client = await open_h2(server.port)
-                async with client.stream:
-                    client.connection.update_settings(
-                        {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
-                    )
-                    stream_id = client.request("POST", "/v1/chat/completions", end=False)
-                    body = json.dumps(chat_body(stop=[STOP])).encode()
-                    client.connection.send_data(stream_id, body, end_stream=True)
-                    await client.flush()
-                    await client.receive_until([h2.events.StreamEnded], stream_id)
+                client = await post_streamed(
+                    server.port, "/v1/chat/completions", chat_body(stop=[STOP]), window
+                )
                 data = [e for e in client.events if isinstance(e, h2.events.DataReceived)]
                 assert all(len(e.data) <= window for e in data)
                 texts.append(chat_outcome(parse_sse(b"".join(e.data for e in data))).texts)
+                heads.append(head_fields(client))
     assert texts == [{0: REPLAY_HEAD}, {0: REPLAY_HEAD}]
+    assert heads[0] == heads[1]
+    assert heads[0][b":status"] == b"200"
+    assert heads[0][b"content-type"] == b"text/event-stream; charset=utf-8"
+
+
+async def test_a_lone_streams_head_and_first_chunk_arrive_together(tmp_path: Path) -> None:
+    # The first token waits for no task hop and no awaited head (docs/performance.md §3): the
+    # head and the first DATA are framed by the task that has the first chunk, and a lone
+    # stream's bytes are written at once, in one write.
+    async with live_server(tmp_path, step_ms=50) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await open_h2(server.port)
+            async with client.stream:
+                stream_id = client.request("POST", "/v1/chat/completions", end=False)
+                body = json.dumps(chat_body(max_tokens=4)).encode()
+                client.connection.send_data(stream_id, body, end_stream=True)
+                await client.flush()
+                while not any(isinstance(e, h2.events.ResponseReceived) for e in client.events):
+                    events = await client.receive()
+                await client.receive_until([h2.events.StreamEnded], stream_id)
+    # (the engine steps every 50 ms: a head sent on its own would be read alone)
+    assert [type(e) for e in events if not isinstance(e, h2.events.WindowUpdated)][:2] == [
+        h2.events.ResponseReceived,
+        h2.events.DataReceived,
+    ]
+    (head,) = [e for e in client.events if isinstance(e, h2.events.ResponseReceived)]
+    kinds = {bytes(header[0]): type(header) for header in head.headers}
+    assert kinds[b"x-request-id"] is NeverIndexedHeaderTuple
+
+
+@pytest.mark.parametrize("window", [65535, 48])
+async def test_responses_events_are_numbered_in_order_whichever_way_they_go(
+    tmp_path: Path, window: int
+) -> None:
+    # OpenAI Responses events are numbered as they are framed (core/responses_dialect.py); a
+    # chunk framed for the direct path and refused there (a 48-byte window takes none whole)
+    # goes the other way as it was framed, not framed (and numbered) again.
+    body = {"model": MODEL, "input": "How?", "stream": True, "max_output_tokens": 12}
+    async with live_server(tmp_path) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            client = await post_streamed(server.port, "/v1/responses", body, window)
+    data = b"".join(e.data for e in client.events if isinstance(e, h2.events.DataReceived))
+    events = [
+        json.loads(line[len(b"data: ") :])
+        for line in data.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+    assert len(events) > 6
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
 
 
 @pytest.mark.serial

@@ -4,19 +4,23 @@ error becomes, a disconnect cancels the request at once, and a bug is a logged 5
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Final
 
 import pytest
 import trio
 
+from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import BackendUnavailable, ClientError, ClientGone, EngineDead
 from smg_trio.frontends.client_disconnect import ClientDisconnect
 from smg_trio.frontends.responses import Message
 from smg_trio.frontends.sink_state import SinkState
-from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.frontends.sse import SSE_HEADERS, SseResponse, respond
+from smg_trio.request import SentNow
 
 TEST_TIMEOUT_S: Final = 5.0
+END: Final = b"data: [DONE]\n\n"
 
 
 class RecordingServer:
@@ -263,3 +267,80 @@ async def test_a_client_leaving_after_the_whole_answer_stops_nothing() -> None:
 
         await respond(handle, server.disconnect, server.send)
         assert finished == [False]
+
+
+class FakeDirect:
+    """A `DirectChunks` that takes what it is told to, and records it."""
+
+    def __init__(self, *, takes: bool) -> None:
+        self.takes = takes
+        self.heads: list[list[tuple[bytes, bytes]]] = []
+        self.written: list[bytes] = []
+
+    def write_chunk_now(self, data: bytes) -> bytes | None:
+        if not self.takes:
+            return None
+        self.written.append(data)
+        return b""
+
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool:
+        if not self.takes:
+            return False
+        self.heads.append(list(headers))
+        self.written.append(first)
+        return True
+
+    async def write_rest(self, rest: bytes) -> None:
+        raise AssertionError("nothing is ever left over here")
+
+
+async def test_the_head_and_first_chunk_go_at_once_when_the_connection_takes_them() -> None:
+    # docs/performance.md §3: no task hop and no awaited head for the first token.
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        direct = FakeDirect(takes=True)
+        response = SseResponse(server.send, direct=direct, start_now=direct.start_now)
+        assert response.send_chunks_now([b'{"a":1}']) is SentNow.ALL
+        assert response.state is SinkState.STREAMING
+        assert response.send_chunks_now([b'{"a":2}']) is SentNow.ALL
+        await response.end_stream(StreamEnd(payloads=()))
+    assert direct.heads == [SSE_HEADERS]
+    assert direct.written == [b'data: {"a":1}\n\n', b'data: {"a":2}\n\n']
+    assert server.sent == [{"type": "http.response.body", "body": END, "more_body": False}]
+
+
+async def test_events_refused_by_the_connection_go_once_as_they_were_framed() -> None:
+    # A Responses dialect numbers events as it frames them: a batch framed for the direct path
+    # and refused there is sent by `send_chunks(())` (the request's writer) as framed, after
+    # the head, never framed (and numbered) twice.
+    def event(delta: str) -> bytes:
+        data = json.dumps({"type": "response.output_text.delta", "delta": delta})
+        return b"event: response.output_text.delta\ndata: " + data.encode() + b"\n\n"
+
+    with trio.fail_after(TEST_TIMEOUT_S):
+        server = RecordingServer()
+        direct = FakeDirect(takes=False)
+        response = SseResponse(
+            server.send, ResponsesDialect(), direct=direct, start_now=direct.start_now
+        )
+        assert response.send_chunks_now([event("a")]) is SentNow.PART
+        states = [response.state]  # nothing went out yet
+        assert response.send_chunks_now([event("b")]) is SentNow.NOTHING  # the first goes first
+        await response.send_chunks(())
+        states.append(response.state)
+        await response.send_chunks([event("b")])
+        assert response.send_chunks_now([event("c")]) is SentNow.PART
+        await response.end_stream(StreamEnd(payloads=(event("d"),)))
+    assert states == [SinkState.IDLE, SinkState.STREAMING]
+    assert server.status == 200
+    numbers = [
+        json.loads(line[6:])["sequence_number"]
+        for line in server.body.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+    deltas = [
+        json.loads(line[6:])["delta"]
+        for line in server.body.split(b"\n")
+        if line.startswith(b"data: ")
+    ]
+    assert (numbers, deltas) == ([0, 1, 2, 3], ["a", "b", "c", "d"])
