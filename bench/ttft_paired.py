@@ -1,7 +1,7 @@
 """I/O. Time to first token at one stream, the gateways interleaved request by request.
 
     python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
-        [--output-tokens 16] [--gap-ms 2]
+        [--output-tokens 16] [--gap-ms 2] [--transport h2c|http1]
 
 Scenario (a)'s 1-stream rows run one gateway after the other, 128 back-to-back requests each,
 so a change in the machine's load lands on one row and not the next, and a gateway never waits
@@ -16,7 +16,8 @@ Targets: `smg-trio serve` from each `--tree` (a checkout; default this one), sta
 tree as its working directory so that `python -m smg_trio` runs that tree's code: an A/B of
 two commits needs no reinstall. Given `--smg-bin`, the Rust smg too. Each target has a
 reference vLLM EngineCore of its own at step 0 (the gateway's cost, not the engine's) and one
-h2c connection (the load bench's client). TTFT: the request's send to its first DATA. Bounded:
+connection (the load bench's client: h2c, or HTTP/1.1 keep-alive with `--transport http1`).
+TTFT: the request's send to the first bytes of its body. Bounded:
 at most `--rounds` rounds (≤ 2,000), `--gap-ms` idle between requests, loopback only.
 """
 
@@ -38,6 +39,7 @@ from typing import Final
 import trio
 
 from bench.h2c_client import H2cConnection, open_h2c_connection
+from bench.http1_client import Http1Connection
 from bench.load_servers import (
     LOOPBACK,
     free_port,
@@ -77,21 +79,46 @@ async def smg_trio_served(tree: Path, name: str, log_dir: Path) -> AsyncIterator
         yield Served(name, model, port)
 
 
-async def first_token_ms(connection: H2cConnection, body: bytes) -> float:
-    """One streamed completion, read to its end; ms from its send to its first DATA."""
+async def first_token_ms(connection: H2cConnection | Http1Connection, body: bytes) -> float:
+    """One streamed completion, read to its end; ms from its send to its body's first bytes."""
     sent = time.perf_counter()
     first: float | None = None
-    async with connection.post("/v1/completions", body) as response:
-        status = await response.status()
-        async for _ in response:
-            first = first or time.perf_counter()
+    if isinstance(connection, Http1Connection):
+        firsts: list[float] = []
+
+        def on_data(_: int, __: bytes) -> None:
+            if not firsts:
+                firsts.append(time.perf_counter())
+
+        status = await connection.post("/v1/completions", body, on_data=on_data)
+        first = firsts[0] if firsts else None
+    else:
+        async with connection.post("/v1/completions", body) as response:
+            status = await response.status()
+            async for _ in response:
+                first = first or time.perf_counter()
     if status != 200 or first is None:
         raise RuntimeError(f"a completion answered {status} with no body")
     return (first - sent) * 1e3
 
 
+async def open_connection(
+    stack: AsyncExitStack, port: int, transport: str
+) -> H2cConnection | Http1Connection:
+    if transport == "http1":
+        connection = await Http1Connection.connect(LOOPBACK, port)
+        stack.push_async_callback(connection.aclose)
+        return connection
+    return await stack.enter_async_context(open_h2c_connection(LOOPBACK, port))
+
+
 async def measure(
-    targets: Sequence[Served], rounds: int, output_tokens: int, gap_s: float, seed: int = 1
+    targets: Sequence[Served],
+    rounds: int,
+    output_tokens: int,
+    gap_s: float,
+    transport: str = "h2c",
+    seed: int = 1,
 ) -> dict[str, list[float]]:
     """Each target's TTFT per round (after `WARM_UP_ROUNDS` unrecorded ones), in round order."""
     model = load_model_dir(demo_model_path())
@@ -99,10 +126,7 @@ async def measure(
     rng = random.Random(seed)
     ttft: dict[str, list[float]] = {target.name: [] for target in targets}
     async with AsyncExitStack() as stack:
-        connections = [
-            await stack.enter_async_context(open_h2c_connection(LOOPBACK, target.port))
-            for target in targets
-        ]
+        connections = [await open_connection(stack, target.port, transport) for target in targets]
         for index in range(WARM_UP_ROUNDS + rounds):
             prompt = "".join(rng.choices(words, k=PROMPT_WORDS))
             spec = RequestSpec(index, prompt, PROMPT_WORDS, output_tokens)
@@ -143,7 +167,12 @@ def report(ttft: dict[str, list[float]]) -> list[str]:
 
 
 async def run(
-    trees: Sequence[Path], smg_bin: Path | None, rounds: int, tokens: int, gap_s: float
+    trees: Sequence[Path],
+    smg_bin: Path | None,
+    rounds: int,
+    tokens: int,
+    gap_s: float,
+    transport: str = "h2c",
 ) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="ttft-paired-") as log_dir:
         async with AsyncExitStack() as stack:
@@ -162,7 +191,7 @@ async def run(
                 )
                 assert smg.port is not None  # a gateway of its own, not in-process
                 targets.append(Served("smg", smg.model, smg.port))
-            ttft = await measure(targets, rounds, tokens, gap_s)
+            ttft = await measure(targets, rounds, tokens, gap_s, transport)
     return report(ttft)
 
 
@@ -173,6 +202,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--smg-bin", type=Path)
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--gap-ms", type=float, default=2.0)
+    parser.add_argument("--transport", choices=("h2c", "http1"), default="h2c")
     args = parser.parse_args(argv)
     if not 1 <= args.rounds <= MAX_ROUNDS:
         parser.error(f"--rounds must be in 1..{MAX_ROUNDS}")
@@ -182,7 +212,9 @@ def main(argv: list[str]) -> int:
     for tree in trees:
         if not (tree / "smg_trio" / "__init__.py").is_file():
             parser.error(f"--tree {tree} is not a smg-trio checkout")
-    lines = trio.run(run, trees, args.smg_bin, args.rounds, args.output_tokens, args.gap_ms / 1e3)
+    lines = trio.run(
+        run, trees, args.smg_bin, args.rounds, args.output_tokens, args.gap_ms / 1e3, args.transport
+    )
     print("\n".join(lines))
     return 0
 

@@ -395,7 +395,7 @@ class H2StreamChunks:
     def __init__(
         self,
         write_now: Callable[[int, bytes], bool],
-        start_now: Callable[[Sequence[tuple[bytes, bytes]], bytes], bool],
+        start_now: Callable[[Sequence[tuple[bytes, bytes]], bytes], bytes | None],
         stream_id: int,
         send: Send,
     ) -> None:
@@ -404,7 +404,7 @@ class H2StreamChunks:
         self._stream_id = stream_id
         self._send = send
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool:
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None:
         return self._start_now(headers, first)
 
     def write_chunk_now(self, data: bytes) -> bytes | None:

@@ -30,14 +30,14 @@ import h11
 import hypercorn.config
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
-from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
-from hypercorn.protocol.http_stream import HTTPStream
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
-from hypercorn.utils import parse_socket_addr, repr_socket_addr
+from hypercorn.utils import build_and_validate_headers, parse_socket_addr, repr_socket_addr
 
 from smg_trio.frontends.client_disconnect import GatewayTaskGroup, ReadProgress
 from smg_trio.frontends.connection_refusal import Stream, refuse
@@ -45,6 +45,7 @@ from smg_trio.frontends.connection_writer import ConnectionWriter
 from smg_trio.frontends.http_h2 import GatewayH2Protocol, H2StreamChunks
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.idle_timer import IdleTimer
+from smg_trio.frontends.protocol_switch import ProtocolSwitch
 from smg_trio.frontends.responses import Send
 from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY, DirectChunks
 
@@ -287,6 +288,39 @@ class GatewayConnection(TCPServer):
             return None
         return self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
 
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None:
+        """The response's `200` head and its first chunk of body `first` in one write, past
+        hypercorn and ASGI, as `write_chunk_now` writes a chunk: returns what the kernel did
+        not take (for `write_rest`); None, nothing sent, unless cleartext HTTP/1.1 is waiting
+        for this request's response head with no write under way. hypercorn's HTTPStream and
+        H11Protocol steps for `http.response.start` are done here, in their order and with
+        their fields, so the rest of the response finds the stream as hypercorn leaves it."""
+        protocol = self.protocol.protocol
+        if not first or self._socket is None or not isinstance(protocol, H11Protocol):
+            return None
+        stream = protocol.stream
+        connection = protocol.connection
+        if (
+            not isinstance(stream, HTTPStream)
+            or stream.closed
+            or stream.state is not ASGIHTTPState.REQUEST
+            or connection.our_state is not h11.SEND_RESPONSE
+            or connection.their_http_version != b"1.1"  # 1.0: no chunked framing
+            or self.send_lock.locked()
+        ):
+            return None
+        fields = [*build_and_validate_headers(headers), *self.config.response_headers("h11")]
+        if protocol.keep_alive_requests >= self.config.keep_alive_max_requests:
+            fields.append((b"connection", b"close"))
+        try:
+            head = connection.send(h11.Response(status_code=200, headers=fields))
+        except h11.LocalProtocolError:
+            return None  # the client broke the protocol: hypercorn's path sends nothing either
+        stream.response = {"type": "http.response.start", "status": 200, "headers": headers}
+        stream.state = ASGIHTTPState.RESPONSE
+        assert head is not None  # (None only for h11.ConnectionClosed)
+        return self._write_now(head + b"%x\r\n%b\r\n" % (len(first), first))
+
     def chunks_for(self, send: Send) -> DirectChunks | None:
         """The direct chunk writer of the response `send` (hypercorn's ASGI send) belongs to:
         this connection over HTTP/1.1, the response's own stream over h2; None otherwise."""
@@ -302,10 +336,6 @@ class GatewayConnection(TCPServer):
                 send,
             )
         return None
-
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool:
-        """An HTTP/1.1 response head goes through hypercorn (h11 decides keep-alive): never now."""
-        return False
 
     def _write_h2_now(self, protocol: GatewayH2Protocol, stream_id: int, data: bytes) -> bool:
         """`data` framed as the stream's DATA, now: written at once when the stream is the
@@ -323,15 +353,15 @@ class GatewayConnection(TCPServer):
         stream: HTTPStream,
         headers: Sequence[tuple[bytes, bytes]],
         first: bytes,
-    ) -> bool:
+    ) -> bytes | None:
         """The stream's `200` head and first DATA framed and handed on as `_write_h2_now` does
-        (in one write, for a lone stream); False, nothing done, when either must wait."""
+        (in one write, for a lone stream): b""; None, nothing done, when either must wait."""
         if not self._h2_takes_now(protocol) or not protocol.start_response_now(
             stream, headers, first
         ):
-            return False
+            return None
         self._hand_h2_output(protocol)
-        return True
+        return b""
 
     def _h2_takes_now(self, protocol: GatewayH2Protocol) -> bool:
         return self.protocol.protocol is protocol and self._writer.takes_now
@@ -397,31 +427,3 @@ class GatewayConnection(TCPServer):
         """The idle (or header) time passed, or the server is shutting down: close."""
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
             await self._initiate_server_close()
-
-
-class ProtocolSwitch:
-    """hypercorn's ProtocolWrapper, but the HTTP/2 it switches to is `GatewayH2Protocol`:
-    HTTP/1.1 first, then h2 by ALPN, prior knowledge (`PRI *`) or `Upgrade: h2c`."""
-
-    def __init__(self, args: tuple[object, ...], *, h2: bool) -> None:
-        self._args = args  # what hypercorn's protocols take: app, config, context, ... send
-        self.protocol: H11Protocol | GatewayH2Protocol = (
-            GatewayH2Protocol(*args) if h2 else H11Protocol(*args)  # type: ignore[arg-type]
-        )
-
-    async def initiate(self) -> None:
-        await self.protocol.initiate()
-
-    async def handle(self, event: Event) -> None:
-        try:
-            await self.protocol.handle(event)
-        except H2ProtocolAssumedError as prior_knowledge:
-            self.protocol = GatewayH2Protocol(*self._args)
-            await self.protocol.initiate()
-            if prior_knowledge.data:
-                await self.protocol.handle(RawData(data=prior_knowledge.data))
-        except H2CProtocolRequiredError as upgrade:
-            self.protocol = GatewayH2Protocol(*self._args)
-            await self.protocol.initiate(upgrade.headers, upgrade.settings)
-            if upgrade.data:
-                await self.protocol.handle(RawData(data=upgrade.data))

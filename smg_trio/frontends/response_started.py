@@ -37,8 +37,8 @@ class ResponseStarted:
 
     def _start_now(
         self, direct: DirectChunks, headers: Sequence[tuple[bytes, bytes]], first: bytes
-    ) -> bool:
-        if not direct.start_now([*headers, self._id_header], first):
-            return False
-        self.started = True
-        return True
+    ) -> bytes | None:
+        rest = direct.start_now([*headers, self._id_header], first)
+        if rest is not None:
+            self.started = True
+        return rest

@@ -74,12 +74,12 @@ class DirectChunks(Protocol):
     """A way to send a body chunk without ASGI's layers (docs/performance.md §2): an HTTP/1.1
     connection writes it to its socket, an h2 stream frames it as DATA. `write_chunk_now`
     returns None when nothing was sent (then ASGI `send` must), else what is still to write
-    (`write_rest`; only HTTP/1.1 leaves a rest). `start_now`: a `200` head with `headers` and
-    the first chunk, sent together or not at all (an h2 stream; HTTP/1.1 never)."""
+    (`write_rest`; only HTTP/1.1 leaves a rest). `start_now`: the same for a `200` head with
+    `headers` and the first chunk, sent together (docs/performance.md §3)."""
 
     def write_chunk_now(self, data: bytes) -> bytes | None: ...
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool: ...
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None: ...
 
     async def write_rest(self, rest: bytes) -> None: ...
 
@@ -99,7 +99,7 @@ def direct_chunks_of(scope: Mapping[str, Any], send: Send) -> DirectChunks | Non
     return None if source is None else source.chunks_for(send)
 
 
-StartNow: TypeAlias = Callable[[Sequence[tuple[bytes, bytes]], bytes], bool]
+StartNow: TypeAlias = Callable[[Sequence[tuple[bytes, bytes]], bytes], bytes | None]
 """`DirectChunks.start_now` as the app hands it to a response: with the fields every response of
 the request carries (its `x-request-id`) added, and the response marked as begun."""
 
@@ -165,18 +165,22 @@ class SseResponse:
 
     def _open_now(self, payloads: Sequence[bytes]) -> SentNow:
         """The stream's head and its first chunk at once, when the connection takes both now
-        (an h2 stream with an open window): the first token then waits for no task hop and no
-        awaited head (docs/performance.md §3). The state moves only once both are framed: the
-        send has no checkpoint, so nothing can cut it in two."""
+        (cleartext HTTP/1.1 with no write under way; an h2 stream with an open window): the
+        first token then waits for no task hop and no awaited head (docs/performance.md §3).
+        The state moves once the head went: the send has no checkpoint, nothing can cut it."""
         start_now = self._start_now
         if start_now is None:
             return SentNow.NOTHING
         body = self._dialect.frame(payloads)
         self.quiet = False
-        if not start_now(SSE_HEADERS, body):  # `send_chunks(())` opens and sends them
+        rest = start_now(SSE_HEADERS, body)
+        if rest is None:  # `send_chunks(())` opens the stream and sends them
             self._framed = body
             return SentNow.PART
         self._lifecycle.chunks()  # IDLE -> STREAMING
+        if rest:  # the kernel took part of it: the rest goes before anything else
+            self._unsent = rest
+            return SentNow.PART
         return SentNow.ALL
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:

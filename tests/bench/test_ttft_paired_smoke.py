@@ -14,9 +14,10 @@ from bench import ttft_paired
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
-async def test_two_gateways_from_one_tree_are_measured_round_by_round() -> None:
+@pytest.mark.parametrize("transport", ["h2c", "http1"])
+async def test_two_gateways_from_one_tree_are_measured_round_by_round(transport: str) -> None:
     with trio.fail_after(120):
-        lines = await ttft_paired.run([CHECKOUT, CHECKOUT], None, 3, 4, 0.0)
+        lines = await ttft_paired.run([CHECKOUT, CHECKOUT], None, 3, 4, 0.0, transport)
     rows = [line.split("|")[1:-1] for line in lines[2:]]
     name = f"smg-trio {CHECKOUT.name}"
     assert [row[0].strip() for row in rows] == [name, f"{name} #2"]

@@ -331,3 +331,51 @@ async def test_an_answer_before_the_body_ended_says_connection_close(tmp_path: P
     head_lines = raw.split(b"\r\n\r\n", 1)[0].lower().split(b"\r\n")
     assert head_lines[0].startswith(b"http/1.1 413 ")
     assert b"connection: close" in head_lines
+
+
+async def test_a_streamed_http1_head_and_first_chunk_arrive_together_and_keep_alive_holds(
+    tmp_path: Path,
+) -> None:
+    """The first token waits for no task hop and no awaited head (docs/performance.md §3): the
+    head and the first chunk leave in one write, framed past hypercorn as it would have framed
+    them, and the connection then serves the next request."""
+    async with live_server(tmp_path, step_ms=50) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+                await client.send_all(chat_request(close=False))
+                first = await client.receive_some(65536)
+                raw = first
+                while not response_complete(raw):
+                    raw += await client.receive_some(65536)
+                await client.send_all(chat_request(close=True))
+                again, _ = await read_until_eof(client)
+    # (the engine steps every 50 ms: a head written on its own would be read alone)
+    head, _, body = first.partition(b"\r\n\r\n")
+    assert body.split(b"\r\n")[1].startswith(b"data: ")
+    lines = head.lower().split(b"\r\n")
+    assert lines[0] == b"http/1.1 200 "
+    fields = dict(line.split(b": ", 1) for line in lines[1:])
+    assert fields[b"content-type"] == b"text/event-stream; charset=utf-8"
+    assert fields[b"transfer-encoding"] == b"chunked"
+    assert {b"x-request-id", b"date", b"cache-control", b"x-accel-buffering"} <= fields.keys()
+    for response in (raw, again):
+        outcome = chat_outcome(parse_sse(dechunk(response)))
+        assert list(outcome.finishes) == [0]
+        assert outcome.texts[0]
+
+
+async def test_an_http10_client_gets_its_stream_unchunked(tmp_path: Path) -> None:
+    # No chunked framing for HTTP/1.0: the head and the chunks take hypercorn's path, and the
+    # body ends with the connection.
+    request = chat_request(close=True).replace(b"HTTP/1.1\r\n", b"HTTP/1.0\r\n", 1)
+    async with live_server(tmp_path, step_ms=1) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+                await client.send_all(request)
+                raw, _ = await read_until_eof(client, response=False)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"transfer-encoding" not in head.lower()
+    outcome = chat_outcome(parse_sse(body))
+    assert list(outcome.finishes) == [0]
+    assert outcome.texts[0]

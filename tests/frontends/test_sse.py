@@ -283,12 +283,12 @@ class FakeDirect:
         self.written.append(data)
         return b""
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bool:
+    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None:
         if not self.takes:
-            return False
+            return None
         self.heads.append(list(headers))
         self.written.append(first)
-        return True
+        return b""
 
     async def write_rest(self, rest: bytes) -> None:
         raise AssertionError("nothing is ever left over here")
