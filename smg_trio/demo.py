@@ -19,7 +19,8 @@ import json
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -115,10 +116,12 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
     stop = trio.Event()
     config_error: ConfigError | None = None
     code = 1
+    # The engine is stopped once the gateway has shut down, so the gateway never sees it die.
+    engines: list[trio.Process] = []
     with tempfile.TemporaryDirectory(prefix="smgt-demo-") as tmp, open_shutdown_signal() as signal:
         replay = Path(tmp) / "replay.txt"
         replay.write_text(REPLAY_TEXT, encoding="utf-8")
-        async with trio.open_nursery() as nursery:
+        async with _stopped_at_exit(engines), trio.open_nursery() as nursery:
             signal_scope = trio.CancelScope()
 
             async def stop_on_signal() -> None:
@@ -131,7 +134,7 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
                 serving: Serving = await nursery.start(
                     partial(serve, config, shutdown_trigger=stop.wait)
                 )
-                code = await _run_with_engine(serving, replay, options, stop, out)
+                code = await _run_with_engine(serving, replay, options, stop, out, engines)
             except ConfigError as exc:
                 config_error = exc  # raised bare below, not wrapped by the nursery
             finally:
@@ -143,29 +146,43 @@ async def run_demo(options: DemoOptions, out: TextIO = sys.stdout) -> int:
 
 
 async def _run_with_engine(
-    serving: Serving, replay: Path, options: DemoOptions, stop: trio.Event, out: TextIO
+    serving: Serving,
+    replay: Path,
+    options: DemoOptions,
+    stop: trio.Event,
+    out: TextIO,
+    engines: list[trio.Process],
 ) -> int:
+    """Start the engine (into `engines`, which the caller stops), wait for it, then serve."""
     gateway = serving.gateway
     command = engine_command(serving.worker_addresses[0], gateway.model.path, replay)
     process = await trio.lowlevel.open_process(command)
+    engines.append(process)
+    if not await _wait_ready(serving, process, stop):
+        out.write("the reference engine did not become ready\n")
+        return 1
+    host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
+    http_host = f"[{host}]" if ":" in host else host
+    base_url = f"http://{http_host}:{serving.port}"
+    model = gateway.prompt_model.name
+    out.write(instructions(base_url, f"ws://{http_host}:{serving.port}/v1/ws", model))
+    out.flush()
+    if options.once:
+        return await run_scripted_requests(serving, host, model, out)
+    out.write("Serving until Ctrl-C.\n")
+    out.flush()
+    await stop.wait()
+    return 0
+
+
+@asynccontextmanager
+async def _stopped_at_exit(processes: list[trio.Process]) -> AsyncIterator[None]:
+    """Stop every process in `processes` on leaving, however the block ends."""
     try:
-        if not await _wait_ready(serving, process, stop):
-            out.write("the reference engine did not become ready\n")
-            return 1
-        host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
-        http_host = f"[{host}]" if ":" in host else host
-        base_url = f"http://{http_host}:{serving.port}"
-        model = gateway.prompt_model.name
-        out.write(instructions(base_url, f"ws://{http_host}:{serving.port}/v1/ws", model))
-        out.flush()
-        if options.once:
-            return await run_scripted_requests(serving, host, model, out)
-        out.write("Serving until Ctrl-C.\n")
-        out.flush()
-        await stop.wait()
-        return 0
+        yield
     finally:
-        await _stop_process(process)
+        for process in processes:
+            await _stop_process(process)
 
 
 async def _wait_ready(serving: Serving, process: trio.Process, stop: trio.Event) -> bool:

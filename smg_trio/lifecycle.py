@@ -130,7 +130,11 @@ class Lifecycle:
         """Refuse new requests, let the live ones run for `timeout_s` (or until `hurry`
         returns: a second Ctrl-C), then end the rest."""
         self.draining = True
-        logger.warning("draining: %d requests may finish within %g s", len(self._live), timeout_s)
+        # A warning only when a shutdown will wait for someone (or cut them short).
+        level = logging.WARNING if self._live else logging.INFO
+        logger.log(
+            level, "draining: %d requests may finish within %g s", len(self._live), timeout_s
+        )
         with trio.move_on_after(timeout_s):
             async with trio.open_nursery() as nursery:
                 if hurry is not None:

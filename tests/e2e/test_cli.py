@@ -147,6 +147,11 @@ async def test_demo_once_serves_the_example_requests() -> None:
     assert "finish_reason: stop" in out
     assert '"tokens_after_abort": 0' in out
     assert out.rstrip().endswith("demo OK")
+    # A clean run says nothing alarming on the way out: the engine stops after the gateway
+    # (which would log it dead), and a drain with nothing to wait for is no warning.
+    logged = result.stderr.decode()
+    assert "ERROR" not in logged, logged
+    assert "WARNING" not in logged, logged
 
 
 @pytest.mark.serial
