@@ -66,6 +66,13 @@ class RawH2:
     async def flush(self) -> None:
         await self.stream.send_all(self.connection.data_to_send())
 
+    async def post(self, path: str, body: object) -> int:
+        """A POST of `body` as JSON, sent; its stream id."""
+        stream_id = self.request("POST", path, end=False)
+        self.connection.send_data(stream_id, json.dumps(body).encode(), end_stream=True)
+        await self.flush()
+        return stream_id
+
     async def receive(self) -> list[h2.events.Event]:
         data = await self.stream.receive_some(65536)
         if not data:
@@ -246,9 +253,7 @@ async def post_streamed(port: int, path: str, body: object, window: int) -> RawH
     client = await open_h2(port)
     async with client.stream:
         client.connection.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
-        stream_id = client.request("POST", path, end=False)
-        client.connection.send_data(stream_id, json.dumps(body).encode(), end_stream=True)
-        await client.flush()
+        stream_id = await client.post(path, body)
         await client.receive_until([h2.events.StreamEnded], stream_id)
     return client
 
@@ -292,10 +297,7 @@ async def test_a_lone_streams_head_and_first_chunk_arrive_together(tmp_path: Pat
         with trio.fail_after(TEST_TIMEOUT_S):
             client = await open_h2(server.port)
             async with client.stream:
-                stream_id = client.request("POST", "/v1/chat/completions", end=False)
-                body = json.dumps(chat_body(max_tokens=4)).encode()
-                client.connection.send_data(stream_id, body, end_stream=True)
-                await client.flush()
+                stream_id = await client.post("/v1/chat/completions", chat_body(max_tokens=4))
                 while not any(isinstance(e, h2.events.ResponseReceived) for e in client.events):
                     events = await client.receive()
                 await client.receive_until([h2.events.StreamEnded], stream_id)
@@ -341,10 +343,7 @@ async def test_an_idle_h2_connection_is_closed_by_the_keep_alive_timer_but_not_a
         with trio.fail_after(TEST_TIMEOUT_S):
             client = await open_h2(server.port)
             async with client.stream:
-                stream_id = client.request("POST", "/v1/chat/completions", end=False)
-                body = json.dumps(chat_body(max_tokens=300)).encode()
-                client.connection.send_data(stream_id, body, end_stream=True)
-                await client.flush()
+                stream_id = await client.post("/v1/chat/completions", chat_body(max_tokens=300))
                 start = trio.current_time()
                 await client.receive_until([h2.events.StreamEnded], stream_id)
                 served_s = trio.current_time() - start
