@@ -41,8 +41,8 @@ from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.typing import HTTPResponseStartEvent
 from hypercorn.utils import build_and_validate_headers
 from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
-from priority.priority import DeadlockError, DuplicateStreamError, MissingStreamError
 
+from smg_trio.frontends.h2_round_robin import RoundRobinStreams
 from smg_trio.frontends.responses import Send
 from smg_trio.request_ids import REQUEST_ID_HEADER
 from smg_trio.wire.hpack_static import StaticTableEncoder
@@ -130,6 +130,23 @@ def outbound_headers(headers: Iterable[HeaderWeaklyTyped]) -> list[HeaderWeaklyT
         else:
             fields.append((name_bytes, value_bytes))
     return fields
+
+
+def awaits_response_head(stream: HTTPStream) -> bool:
+    """The stream's app has not begun its response (hypercorn's HTTPStream state)."""
+    return not stream.closed and stream.state is ASGIHTTPState.REQUEST
+
+
+def response_head_sent(stream: HTTPStream, headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """Record on hypercorn's HTTPStream a `200` head sent past its `app_send`, as `app_send`
+    records one (the rest of the response, its end and the access log read it there)."""
+    message: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": headers,
+    }
+    stream.response = message
+    stream.state = ASGIHTTPState.RESPONSE
 
 
 class GatewayH2Protocol(H2Protocol):
@@ -249,19 +266,9 @@ class GatewayH2Protocol(H2Protocol):
         the same order and with the same fields, so the rest of the response (its DATA through
         either path, its end, the access log) finds the stream as hypercorn left it."""
         stream_id = stream.stream_id
-        if (
-            not first
-            or stream.closed
-            or stream.state is not ASGIHTTPState.REQUEST
-            or not self._nothing_queued(stream_id)
-        ):
+        if not first or not awaits_response_head(stream) or not self._nothing_queued(stream_id):
             return False
         connection = self.connection
-        message: HTTPResponseStartEvent = {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": headers,
-        }
         try:
             window = connection.local_flow_control_window(stream_id)
             if len(first) > min(window, connection.max_outbound_frame_size):
@@ -277,8 +284,7 @@ class GatewayH2Protocol(H2Protocol):
         except h2.exceptions.ProtocolError:
             return False  # the stream closed: hypercorn's path finds it so and sends nothing
         connection.send_data(stream_id, first)  # the checks above are send_data's own
-        stream.response = message
-        stream.state = ASGIHTTPState.RESPONSE
+        response_head_sent(stream, headers)
         return True
 
     def _already_closed(self, event: h2.events.Event) -> bool:
@@ -300,60 +306,6 @@ class GatewayH2Protocol(H2Protocol):
         while resets[0] < now - RAPID_RESET_WINDOW_S:
             resets.popleft()
         return len(resets) > RAPID_RESET_LIMIT
-
-
-class RoundRobinStreams:
-    """What hypercorn's sender asks of `priority.PriorityTree` (which stream's queued body to
-    send next), as plain round robin over the streams with something to send. RFC 9113 §5.3
-    deprecated HTTP/2's priority scheme and lets a server ignore it; the tree kept every
-    stream's weights and dependencies in heaps, a cost paid by every request (7.5 % of a
-    1-token request's instructions with 64 streams on the connection, docs/http.md §3). The
-    same exceptions for the same misuses, which hypercorn catches."""
-
-    __slots__ = ("_active", "_streams")
-
-    def __init__(self) -> None:
-        self._streams: set[int] = set()
-        self._active: dict[int, None] = {}  # ordered: the next to send first
-
-    def insert_stream(self, stream_id: int, *_: object, **__: object) -> None:
-        if stream_id in self._streams:
-            raise DuplicateStreamError(stream_id)
-        self._streams.add(stream_id)
-        self._active[stream_id] = None
-
-    def reprioritize(self, stream_id: int, *_: object, **__: object) -> None:
-        self._known(stream_id)  # weights and dependencies are not kept
-
-    def block(self, stream_id: int) -> None:
-        self._known(stream_id)
-        self._active.pop(stream_id, None)
-
-    def unblock(self, stream_id: int) -> None:
-        self._known(stream_id)
-        self._active.setdefault(stream_id)
-
-    def remove_stream(self, stream_id: int) -> None:
-        self._known(stream_id)
-        self._streams.discard(stream_id)
-        self._active.pop(stream_id, None)
-
-    def __iter__(self) -> RoundRobinStreams:
-        return self
-
-    def __next__(self) -> int:
-        """The stream whose turn it is (it goes to the back); `DeadlockError` if none is active."""
-        active = self._active
-        if not active:
-            raise DeadlockError("no stream has anything to send")
-        stream_id = next(iter(active))
-        del active[stream_id]
-        active[stream_id] = None
-        return stream_id
-
-    def _known(self, stream_id: int) -> None:
-        if stream_id not in self._streams:
-            raise MissingStreamError(f"stream {stream_id} is not known")
 
 
 class _FinishedStream:

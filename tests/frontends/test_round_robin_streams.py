@@ -9,7 +9,7 @@ import itertools
 import pytest
 from priority.priority import DeadlockError, DuplicateStreamError, MissingStreamError
 
-from smg_trio.frontends.http_h2 import RoundRobinStreams
+from smg_trio.frontends.h2_round_robin import RoundRobinStreams
 
 
 def test_active_streams_take_turns_and_blocked_ones_are_skipped() -> None:
