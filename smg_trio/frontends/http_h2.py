@@ -245,15 +245,20 @@ class GatewayH2Protocol(H2Protocol):
         queued before it and its window takes it whole; False: nothing framed."""
         if not data or not self._nothing_queued(stream_id):
             return False
-        connection = self.connection
         try:
-            window = connection.local_flow_control_window(stream_id)
-            if len(data) > min(window, connection.max_outbound_frame_size):
+            if not self._window_takes(stream_id, data):
                 return False
-            connection.send_data(stream_id, data)
+            self.connection.send_data(stream_id, data)
         except h2.exceptions.ProtocolError:
             return False  # a closed stream: hypercorn's path drops it as it always did
         return True
+
+    def _window_takes(self, stream_id: int, data: bytes) -> bool:
+        """The stream's window and the peer's frame size take `data` as one DATA frame (h2's
+        ProtocolError for a closed stream)."""
+        connection = self.connection
+        window = connection.local_flow_control_window(stream_id)
+        return len(data) <= min(window, connection.max_outbound_frame_size)
 
     def start_response_now(
         self, stream: HTTPStream, headers: Sequence[tuple[bytes, bytes]], first: bytes
@@ -270,8 +275,7 @@ class GatewayH2Protocol(H2Protocol):
             return False
         connection = self.connection
         try:
-            window = connection.local_flow_control_window(stream_id)
-            if len(first) > min(window, connection.max_outbound_frame_size):
+            if not self._window_takes(stream_id, first):
                 return False
             connection.send_headers(
                 stream_id,
