@@ -16,6 +16,8 @@ seen before the request costs an engine ADD, but hypercorn hands a packet's fram
 one at a time, yielding between them, so the request's task may run before the reset is
 handled. `settled()` waits, only while that is so, until the connection's reader has handed
 hypercorn every byte it read (`ReadProgress`): then a reset in the request's packet has fired.
+Only for h2 streams: an HTTP/1.1 request has no stream to reset, and with pipelined requests
+hypercorn's reader stays inside the packet until the first one is answered.
 The wrapped `app_put` queues without yielding while the app's channel has room (where trio's
 `send` takes a scheduling round per message: three per request, the body, its end and the
 disconnect after the answer), so the reader usually handles a whole packet before the apps it
@@ -114,7 +116,12 @@ class GatewayTaskGroup(TaskGroup):
         scope: Scope,
         send: Callable[[ASGISendEvent | None], Awaitable[None]],
     ) -> Callable[[ASGIReceiveEvent], Awaitable[None]]:
-        disconnect = ClientDisconnect(self._read)
+        # Only an h2 stream can be reset in its own request's packet. An HTTP/1.1 connection
+        # has one request at a time, and hypercorn's reader waits inside that packet for the
+        # response when the client pipelined the next request behind it: waiting for the
+        # reader there would wait for ever.
+        read = self._read if scope.get("http_version") == "2" else None
+        disconnect = ClientDisconnect(read)
         cast(dict[str, Any], scope)[CLIENT_DISCONNECT_KEY] = disconnect
         put = await super().spawn_app(app, config, scope, send)
         channel = getattr(put, "__self__", None)  # hypercorn queues on a trio memory channel

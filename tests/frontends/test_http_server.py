@@ -379,3 +379,21 @@ async def test_an_http10_client_gets_its_stream_unchunked(tmp_path: Path) -> Non
     outcome = chat_outcome(parse_sse(body))
     assert list(outcome.finishes) == [0]
     assert outcome.texts[0]
+
+
+async def test_pipelined_http1_requests_get_their_streams_in_order(tmp_path: Path) -> None:
+    # Two requests in one packet: hypercorn serves them one after the other, and each
+    # response's head goes with its first chunk (`GatewayConnection.start_now`) only while its
+    # own request is the connection's current one; both answers arrive whole, in order.
+    async with live_server(tmp_path, step_ms=1) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+                await client.send_all(
+                    chat_request(close=False, max_tokens=6) + chat_request(close=True)
+                )
+                raw, _ = await read_until_eof(client, response=False)
+    first, second = raw.split(b"HTTP/1.1 200 ")[1:]
+    for response in (first, second):
+        outcome = chat_outcome(parse_sse(dechunk(b"HTTP/1.1 200 " + response)))
+        assert list(outcome.finishes) == [0]
+        assert outcome.texts[0]
