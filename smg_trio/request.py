@@ -196,18 +196,21 @@ class ChunkWriter:
     """The hand-off from the scanner to the client writer task (see the module doc): `hand_over`
     from the scanner, `run` as the writer, `close` after the last payloads."""
 
-    __slots__ = ("_chunks", "_sink")
+    __slots__ = ("_chunks", "_sending", "_sink")
 
     def __init__(self, sink: ClientSink) -> None:
         self._sink = sink
         self._chunks: Mailbox[list[bytes]] = Mailbox()
+        self._sending = False  # the writer is inside `send_chunks`
 
     def hand_over(self, payloads: list[bytes]) -> None:
         """Payloads to the client: sent by the calling task when the writer is idle (nothing
-        of this request queued before them) and the sink takes them at once, else queued for
-        the writer (docs/performance.md §2: one task hop less per chunk). Never waits."""
+        of this request queued before them, no send of the writer's under way) and the sink
+        takes them at once, else queued for the writer (docs/performance.md §2: one task hop
+        less per chunk). Idle includes not started yet: a first output that comes before the
+        writer task first ran goes out at once too. Never waits."""
         chunks = self._chunks
-        if not chunks.consumer_idle():
+        if self._sending or not chunks.empty():
             chunks.put_nowait(payloads)
             return
         sent = self._sink.send_chunks_now(payloads)
@@ -224,4 +227,10 @@ class ChunkWriter:
         """The writer task: whatever piled up since its last send, in one `send_chunks`."""
         sink = self._sink
         async for lists in self._chunks:
-            await sink.send_chunks(lists[0] if len(lists) == 1 else [p for ps in lists for p in ps])
+            self._sending = True
+            try:
+                await sink.send_chunks(
+                    lists[0] if len(lists) == 1 else [p for ps in lists for p in ps]
+                )
+            finally:
+                self._sending = False

@@ -110,3 +110,36 @@ async def test_while_the_writer_is_busy_nothing_overtakes_it() -> None:
             writer.close()
     assert sink.calls == [("writer", (b"a",)), ("writer", (b"b", b"c"))]
     assert sink.answers == []
+
+
+async def test_a_first_output_before_the_writer_ever_ran_goes_out_at_once() -> None:
+    # A fast engine's first output can come before the writer task first ran: nothing is
+    # queued and nothing is being sent, so nothing can be overtaken (docs/performance.md §3).
+    sink = ScriptedSink([SentNow.ALL, SentNow.ALL])
+    writer = ChunkWriter(sink)
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            writer.hand_over([b"first"])  # the writer task has not run yet
+            await _idle()
+            writer.hand_over([b"second"])
+            writer.close()
+    assert sink.calls == [("now", (b"first",)), ("now", (b"second",))]
+
+
+async def test_nothing_goes_out_at_once_while_the_writer_is_sending() -> None:
+    sink = ScriptedSink([SentNow.NOTHING, SentNow.ALL])
+    sink.hold_next_send = True
+    writer = ChunkWriter(sink)
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await _idle()
+            writer.hand_over([b"a"])  # refused now: the writer sends it, and is held there
+            await _idle()
+            writer.hand_over([b"b"])  # the writer is mid-send (nothing queued): b waits
+            sink.release.set()
+            await _idle()
+            writer.hand_over([b"c"])  # idle again
+            writer.close()
+    assert sink.calls == [("writer", (b"a",)), ("writer", (b"b",)), ("now", (b"c",))]

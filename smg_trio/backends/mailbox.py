@@ -63,6 +63,10 @@ class Mailbox(Generic[T]):
         if self._waiting_consumer:
             self._waiting_consumer.unpark()
 
+    def empty(self) -> bool:
+        """Nothing queued (the consumer may still be handling its last batch)."""
+        return not self._items
+
     def consumer_idle(self) -> bool:
         """Nothing queued and the consumer parked in `get_batch`: everything put was taken and
         handled (a producer may then act in its place without overtaking anything)."""

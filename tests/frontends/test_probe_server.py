@@ -79,7 +79,10 @@ async def test_probes_answer_while_the_event_loop_is_blocked(tmp_path: Path) -> 
             assert held_from < probe_at  # the probes ran inside the hold
             assert answers[-1]["done"] < held_until
             assert [answer["status"] for answer in answers] == [200, 200, 200]
-            assert max(answer["seconds"] for answer in answers) < 0.1
+            # Each answer is far quicker than the hold (~1.5 s): the probe process did not wait
+            # for the gateway. (A bound nearer a probe's own cost, 0.1 s, failed on a loaded
+            # machine at 0.12 s: speed belongs to the benchmarks.)
+            assert max(answer["seconds"] for answer in answers) < 0.5
 
             # It follows the gateway: the engine gone, /health turns 503.
             await server.stop_engine(signal.SIGKILL)
