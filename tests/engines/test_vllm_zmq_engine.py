@@ -175,7 +175,10 @@ def test_abort_stops_generation_within_a_step_and_says_nothing() -> None:
 
 
 def test_max_batch_makes_the_others_wait() -> None:
-    with running_engine("vllm-zmq", "--max-batch", "2", "--eos-probability", "0") as (fe, _, _p):
+    # 20 ms steps: r2's ADD, sent right after r1's, is in before r1's 4 steps are over even on a
+    # loaded machine (at step 0, r1 could finish alone before r2 was read: 1 output a message).
+    engine_args = ("--max-batch", "2", "--eos-probability", "0", "--step-ms", "20")
+    with running_engine("vllm-zmq", *engine_args) as (fe, _, _p):
         for request_id in ("r1", "r2", "r3"):
             fe.add_vllm(request(request_id, PROMPT_A, max_tokens=4))
         messages = collect_until(fe.receive_vllm, finished("r1", "r2", "r3"))
