@@ -38,6 +38,8 @@ from bench.load_targets import Target, smg_target, smg_trio_target, vllm_headles
 MAX_ROUNDS: Final = 10
 MAX_PROMPTS: Final = 1024
 BENCH_S: Final = 900.0  # one `vllm bench serve` run, at most
+INPUT_TOKENS: Final = 128  # per prompt (`--random-input-len`)
+OUTPUT_TOKENS: Final = 128  # per request, every one (`--random-output-len`, `--ignore-eos`)
 THROUGHPUT: Final = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")
 SUCCESSFUL: Final = re.compile(r"Successful requests:\s+(\d+)")
 
@@ -79,9 +81,9 @@ def bench_command(
         "--dataset-name",
         "random",
         "--random-input-len",
-        "128",
+        str(INPUT_TOKENS),
         "--random-output-len",
-        "128",
+        str(OUTPUT_TOKENS),
         "--ignore-eos",
         "--num-prompts",
         str(prompts),
@@ -110,7 +112,7 @@ async def one_run(
             )
         cpu_s = target.probe.cpu_s() - before
     tok_s, completed = parse_bench_output(done.stdout.decode(errors="replace"))
-    tokens = completed * 128
+    tokens = completed * OUTPUT_TOKENS
     return RunResult(name, tok_s, completed, cpu_s * 1e6 / tokens if tokens else float("nan"))
 
 

@@ -105,13 +105,9 @@ class ConnectionWriter:
         if self._writing or self._write_now is None or self._broken:
             self.push_nowait(data)
             return
-        queue = self._queue
-        if queue:
-            queue.append(data)
-            data = b"".join(queue)
-            self._queue = []
-            self._queued_bytes = 0
-            self._taken.unpark_all()
+        if self._queue:
+            self._queue.append(data)
+            data = self._take()
         rest = self._write_now(data)
         if rest:  # the kernel's buffer is full or the socket failed: the writer's await
             self.push_nowait(rest)
