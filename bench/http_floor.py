@@ -159,7 +159,7 @@ class RawConnection:
 
     async def serve(self, served: list[int]) -> None:
         while True:
-            request = await self._read_request()
+            request = await self.read_request()
             if request is None:
                 return
             head, body = request
@@ -178,7 +178,9 @@ class RawConnection:
                 await self._stream.send_all(_chunk(shapes.token))
             await self._stream.send_all(_chunk(shapes.end(tokens)) + b"0\r\n\r\n")
 
-    async def _read_request(self) -> tuple[bytes, bytes] | None:
+    async def read_request(self) -> tuple[bytes, bytes] | None:
+        """The next request's head (request line and fields) and body; None once the client
+        left or sent a head this instrument does not read."""
         while (end := self._buffer.find(b"\r\n\r\n")) < 0:
             if len(self._buffer) > MAX_HEAD_BYTES or not await self._fill():
                 return None

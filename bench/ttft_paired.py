@@ -1,7 +1,7 @@
 """I/O. Time to first token at one stream, the gateways interleaved request by request.
 
     python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
-        [--output-tokens 16] [--gap-ms 2] [--transport h2c|http1]
+        [--floor hypercorn|sansio|raw ...] [--output-tokens 16] [--gap-ms 2] [--transport h2c|http1]
 
 Scenario (a)'s 1-stream rows run one gateway after the other, 128 back-to-back requests each,
 so a change in the machine's load lands on one row and not the next, and a gateway never waits
@@ -14,7 +14,9 @@ within ~0.05 ms between runs where each target's own p50 moves by 0.5 ms.
 
 Targets: `smg-trio serve` from each `--tree` (a checkout; default this one), started with the
 tree as its working directory so that `python -m smg_trio` runs that tree's code: an A/B of
-two commits needs no reinstall. Given `--smg-bin`, the Rust smg too. Each target has a
+two commits needs no reinstall. Given `--smg-bin`, the Rust smg too. Given `--floor`, the
+first token's floor (`bench.ttft_floor`: a relay that only decodes, tokenizes, sends the ADD and
+writes constant chunks; `raw` serves HTTP/1.1 only). Each target has a
 reference vLLM EngineCore of its own at step 0 (the gateway's cost, not the engine's) and one
 connection (the load bench's client: h2c, or HTTP/1.1 keep-alive with `--transport http1`).
 TTFT: the request's send to the first bytes of its body. Bounded:
@@ -43,14 +45,17 @@ from bench.http1_client import Http1Connection
 from bench.load_servers import (
     LOOPBACK,
     free_port,
+    python_module,
     smg_trio_command,
     started_process,
     wait_serving,
 )
 from bench.load_targets import reference_engine, smg_target
 from bench.load_workload import RequestSpec, prompt_words, request_body
+from bench.ttft_floor import SERVERS as FLOOR_SERVERS
 from smg_trio.model import demo_model_path, load_model_dir
 
+CHECKOUT: Final = Path(__file__).resolve().parent.parent
 MAX_ROUNDS: Final = 2000
 WARM_UP_ROUNDS: Final = 20
 PROMPT_WORDS: Final = 128
@@ -76,6 +81,23 @@ async def smg_trio_served(tree: Path, name: str, log_dir: Path) -> AsyncIterator
         started_process(engine, log_dir / f"{name}-engine.log", cwd=tree),
     ):
         model = await wait_serving(gateway, port, timeout_s=READY_S)
+        yield Served(name, model, port)
+
+
+@asynccontextmanager
+async def floor_served(server: str, log_dir: Path) -> AsyncIterator[Served]:
+    """`bench.ttft_floor` from this checkout, with its own reference EngineCore at step 0."""
+    port, handshake = free_port(), free_port()
+    relay = python_module(
+        "bench.ttft_floor", "--server", server, "--port", str(port), "--handshake", str(handshake)
+    )
+    engine = reference_engine(demo_model_path(), 0.0).command(handshake)
+    name = f"floor {server}"
+    async with (
+        started_process(relay, log_dir / f"{name}.log", cwd=CHECKOUT) as served,
+        started_process(engine, log_dir / f"{name}-engine.log", cwd=CHECKOUT),
+    ):
+        model = await wait_serving(served, port, timeout_s=READY_S)
         yield Served(name, model, port)
 
 
@@ -173,6 +195,7 @@ async def run(
     tokens: int,
     gap_s: float,
     transport: str = "h2c",
+    floors: Sequence[str] = (),
 ) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="ttft-paired-") as log_dir:
         async with AsyncExitStack() as stack:
@@ -191,6 +214,10 @@ async def run(
                 )
                 assert smg.port is not None  # a gateway of its own, not in-process
                 targets.append(Served("smg", smg.model, smg.port))
+            targets += [
+                await stack.enter_async_context(floor_served(server, Path(log_dir)))
+                for server in floors
+            ]
             ttft = await measure(targets, rounds, tokens, gap_s, transport)
     return report(ttft)
 
@@ -200,6 +227,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--tree", type=Path, action="append", help="a checkout (repeatable)")
     parser.add_argument("--smg-bin", type=Path)
+    parser.add_argument(
+        "--floor", choices=FLOOR_SERVERS, action="append", default=[], help="repeatable"
+    )
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--gap-ms", type=float, default=2.0)
     parser.add_argument("--transport", choices=("h2c", "http1"), default="h2c")
@@ -208,12 +238,21 @@ def main(argv: list[str]) -> int:
         parser.error(f"--rounds must be in 1..{MAX_ROUNDS}")
     if not 1 <= args.output_tokens <= 1024 or not 0 <= args.gap_ms <= 1000:
         parser.error("--output-tokens must be in 1..1024 and --gap-ms in 0..1000")
+    if "raw" in args.floor and args.transport != "http1":
+        parser.error("--floor raw serves HTTP/1.1 only: add --transport http1")
     trees = [tree.resolve() for tree in args.tree or [Path.cwd()]]
     for tree in trees:
         if not (tree / "smg_trio" / "__init__.py").is_file():
             parser.error(f"--tree {tree} is not a smg-trio checkout")
     lines = trio.run(
-        run, trees, args.smg_bin, args.rounds, args.output_tokens, args.gap_ms / 1e3, args.transport
+        run,
+        trees,
+        args.smg_bin,
+        args.rounds,
+        args.output_tokens,
+        args.gap_ms / 1e3,
+        args.transport,
+        args.floor,
     )
     print("\n".join(lines))
     return 0
