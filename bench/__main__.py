@@ -20,7 +20,7 @@ meanwhile) and prints the gateway's view beside its own (bench/gateway_view.py);
     python -m bench responses_stream [--repetitions 15] [--stores 200]   (Responses vs chat)
     python -m bench ttft_trace [--requests 200] [--step-ms 0]   (one stream's TTFT, step by step)
     python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
-                                [--floor hypercorn|sansio|raw ...] [--transport h2c|http1]
+                                [--floor hypercorn|sansio|raw|raw-untokenized ...] [--transport h2c|http1]
                                 (one stream's TTFT, gateways and floors interleaved)
     python -m bench vllm_serve_compare --vllm-venv V --real-model M --smg-bin S [--rounds 2]
                                   (`vllm bench serve` through smg-trio and smg, real vLLM)

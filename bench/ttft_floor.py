@@ -1,6 +1,6 @@
 """I/O. The first token's floor: the least a Python gateway on our pieces must do per request.
 
-    python -m bench.ttft_floor --server hypercorn|sansio|raw --port P --handshake H
+    python -m bench.ttft_floor --server hypercorn|sansio|raw|raw-untokenized --port P --handshake H
 
 A relay with no gateway logic, for `python -m bench ttft_paired --floor` to time beside
 `smg-trio serve` and smg: it binds the vLLM EngineCore handshake at `127.0.0.1:H` (our ZMQ
@@ -19,12 +19,16 @@ routing policy, metrics or logging. The HTTP side (`--server`):
 - `hypercorn`: an ASGI app on hypercorn and trio (HTTP/1.1 and h2c), as `serve` is served;
 - `sansio`: h11 for HTTP/1.1 and h2 for prior-knowledge h2c, on trio sockets with no server
   library (`bench.floor_connections`): the sans-IO cores under hypercorn's;
-- `raw`: HTTP/1.1 written by hand (keep-alive, content-length bodies only): no HTTP library.
+- `raw`: HTTP/1.1 written by hand (keep-alive, content-length bodies only): no HTTP library;
+- `raw-untokenized`: `raw` that sends the same ids for every request, 128 one-token words
+  tokenized once at start (as long as `ttft_paired`'s prompts): the tokenizer's share, by
+  difference.
 
 So, in one `ttft_paired` run: smg-trio minus `floor hypercorn` is our request pipeline beyond
 the minimum, `floor hypercorn` minus `floor sansio` is hypercorn's layers, `floor sansio` minus
-`floor raw` (over HTTP/1.1) is h11's, and `floor raw` against smg is what trio, pyzmq and the
-tokenizer cost against compiled Rust.
+`floor raw` (over HTTP/1.1) is h11's, `floor raw` minus `floor raw-untokenized` is the
+tokenizer's call, and `floor raw-untokenized` against smg (whose path includes its tokenizer)
+is what trio and pyzmq with a few lines of Python cost against compiled Rust.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import trio
 from bench.floor_connections import ChunkWrite, serve_h11_or_h2, serve_raw
 from bench.http_floor import ChunkShapes, Receive, Scope, Send
 from bench.load_servers import LOOPBACK
+from bench.load_workload import prompt_words
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan, StopSpec
@@ -52,7 +57,8 @@ from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import SamplingParams
 
 READY_S: Final = 60.0
-SERVERS: Final = ("hypercorn", "sansio", "raw")
+FIXED_WORDS: Final = 128
+SERVERS: Final = ("hypercorn", "sansio", "raw", "raw-untokenized")
 
 
 class _Completion(msgspec.Struct):
@@ -64,9 +70,14 @@ class _Completion(msgspec.Struct):
 class FloorRelay:
     """Body in, engine request out, one constant chunk per output back."""
 
-    def __init__(self, backend: ZmqBackend, model: ModelDir) -> None:
+    def __init__(self, backend: ZmqBackend, model: ModelDir, *, tokenize: bool = True) -> None:
         self._backend = backend
         self._model = model
+        self._fixed_ids: tuple[int, ...] | None = None
+        if not tokenize:  # as many one-token words as the bench's prompts, tokenized once
+            words = prompt_words(model.tokenizer, model.tokenizer.vocab_size)[:FIXED_WORDS]
+            ids = model.tokenizer.encode("".join(words), add_special_tokens=True)
+            self._fixed_ids = tuple(ids)
         self._target = WorkerTarget(runtime=Runtime.VLLM, wire=Wire.ZMQ, eos_ids=model.eos_ids)
         self._serials = itertools.count()
         self._decode = msgspec.json.Decoder(_Completion).decode
@@ -85,7 +96,7 @@ class FloorRelay:
             request_id=f"floor-{serial}",
             endpoint=Endpoint.COMPLETION,
             model=self._model.served_name,
-            prompt_ids=tuple(self._model.tokenizer.encode(request.prompt, add_special_tokens=True)),
+            prompt_ids=self._prompt_ids(request.prompt),
             sampling=SamplingParams(
                 temperature=0.0, max_tokens=request.max_tokens, ignore_eos=request.ignore_eos
             ),
@@ -93,6 +104,12 @@ class FloorRelay:
             stop_spec=StopSpec(),
         )
         return finalize(plan, self._target, self._model.tokenizer)
+
+    def _prompt_ids(self, prompt: str) -> tuple[int, ...]:
+        """The prompt's ids; untokenized, the same fixed ids every time."""
+        if self._fixed_ids is not None:
+            return self._fixed_ids
+        return tuple(self._model.tokenizer.encode(prompt, add_special_tokens=True))
 
     async def relay(self, body: bytes, write: ChunkWrite) -> None:
         """`write` takes each chunk's bytes and whether it is the last (the caller frames it)."""
@@ -152,7 +169,7 @@ async def serve(server: str, port: int, handshake: int) -> None:
     ) as backend:
         with trio.fail_after(READY_S):
             await backend.wait_ready()
-        relay = FloorRelay(backend, model)
+        relay = FloorRelay(backend, model, tokenize=server != "raw-untokenized")
         if server == "hypercorn":
             config = hypercorn.config.Config()
             config.bind = [f"{LOOPBACK}:{port}"]
@@ -166,7 +183,8 @@ async def serve(server: str, port: int, handshake: int) -> None:
                 with contextlib.suppress(
                     trio.BrokenResourceError, trio.ClosedResourceError, ValueError
                 ):
-                    await (serve_raw if server == "raw" else serve_h11_or_h2)(stream, relay)
+                    serve_connection = serve_h11_or_h2 if server == "sansio" else serve_raw
+                    await serve_connection(stream, relay)
 
         await trio.serve_tcp(handle, port, host=LOOPBACK)
 

@@ -1,7 +1,7 @@
 """I/O. Time to first token at one stream, the gateways interleaved request by request.
 
     python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
-        [--floor hypercorn|sansio|raw ...] [--output-tokens 16] [--gap-ms 2] [--transport h2c|http1]
+        [--floor hypercorn|sansio|raw|raw-untokenized ...] [--output-tokens 16] [--gap-ms 2] [--transport h2c|http1]
 
 Scenario (a)'s 1-stream rows run one gateway after the other, 128 back-to-back requests each,
 so a change in the machine's load lands on one row and not the next, and a gateway never waits
@@ -238,7 +238,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--rounds must be in 1..{MAX_ROUNDS}")
     if not 1 <= args.output_tokens <= 1024 or not 0 <= args.gap_ms <= 1000:
         parser.error("--output-tokens must be in 1..1024 and --gap-ms in 0..1000")
-    if "raw" in args.floor and args.transport != "http1":
+    if {"raw", "raw-untokenized"} & set(args.floor) and args.transport != "http1":
         parser.error("--floor raw serves HTTP/1.1 only: add --transport http1")
     trees = [tree.resolve() for tree in args.tree or [Path.cwd()]]
     for tree in trees:
