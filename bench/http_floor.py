@@ -103,26 +103,16 @@ class FloorApp:
         self._served = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await request_body(scope, receive, send)
+        if body is None:
             return
-        if scope["type"] != "http":
-            return
-        body = bytearray()
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
         if scope["path"] == "/v1/models":
             await _send_whole(send, 200, b"application/json", MODELS_BODY)
             return
         if scope["path"] != "/v1/completions":
             await _send_whole(send, 404, b"application/json", b'{"error":"not found"}')
             return
-        tokens = requested_tokens(bytes(body))
+        tokens = requested_tokens(body)
         self._served += 1
         shapes = ChunkShapes(self._served)
         headers = [(b"content-type", b"text/event-stream")]
@@ -131,6 +121,22 @@ class FloorApp:
             await self._ticker.wait()
             await send({"type": "http.response.body", "body": shapes.token, "more_body": True})
         await send({"type": "http.response.body", "body": shapes.end(tokens), "more_body": False})
+
+
+async def request_body(scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    """An HTTP request's whole body; None for anything else (the lifespan protocol served)."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+    if scope["type"] != "http":
+        return None
+    body = bytearray()
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return bytes(body)
 
 
 async def _send_whole(send: Send, status: int, content_type: bytes, body: bytes) -> None:

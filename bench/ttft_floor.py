@@ -45,7 +45,7 @@ import msgspec
 import trio
 
 from bench.floor_connections import ChunkWrite, serve_h11_or_h2, serve_raw
-from bench.http_floor import ChunkShapes, Receive, Scope, Send
+from bench.http_floor import ChunkShapes, Receive, Scope, Send, request_body
 from bench.load_servers import LOOPBACK
 from bench.load_workload import prompt_words
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
@@ -131,17 +131,9 @@ class FloorApp:
         self._relay = relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await request_body(scope, receive, send)
+        if body is None:
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
         if scope["path"] == "/v1/models":
             headers = [(b"content-type", b"application/json")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -157,7 +149,7 @@ class FloorApp:
                 started = True
             await send({"type": "http.response.body", "body": data, "more_body": not last})
 
-        await self._relay.relay(bytes(body), write)
+        await self._relay.relay(body, write)
 
 
 async def serve(server: str, port: int, handshake: int) -> None:
