@@ -1,7 +1,9 @@
 """I/O. `bench.ttft_floor`'s connections without hypercorn: hand-written HTTP/1.1, or h11 and
-h2 (prior-knowledge h2c) on trio sockets, one task per connection (and a task per h2 stream). Measuring instruments, not
-servers for clients: no timeouts, limits or error answers, and h2 sends without checking the
-flow-control window (the bench's responses are far below the 65,535-byte default).
+h2 (prior-knowledge h2c) on trio sockets, a task per connection and one per h2 request.
+
+Measuring instruments, not servers for clients: no timeouts, limits or error answers, and h2
+sends without checking the flow-control window (the bench's responses are far below the
+65,535-byte default).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """I/O. Time to first token at one stream, the gateways interleaved request by request.
 
     python -m bench ttft_paired [--rounds 400] [--tree DIR ...] [--smg-bin PATH]
-        [--floor hypercorn|sansio|raw|raw-untokenized ...] [--output-tokens 16] [--gap-ms 2] [--transport h2c|http1]
+        [--floor hypercorn|sansio|raw|raw-untokenized ...] [--output-tokens 16] [--gap-ms 2]
+        [--transport h2c|http1]
 
 Scenario (a)'s 1-stream rows run one gateway after the other, 128 back-to-back requests each,
 so a change in the machine's load lands on one row and not the next, and a gateway never waits
@@ -16,8 +17,8 @@ Targets: `smg-trio serve` from each `--tree` (a checkout; default this one), sta
 tree as its working directory so that `python -m smg_trio` runs that tree's code: an A/B of
 two commits needs no reinstall. Given `--smg-bin`, the Rust smg too. Given `--floor`, the
 first token's floor (`bench.ttft_floor`: a relay that only decodes, tokenizes, sends the ADD and
-writes constant chunks; `raw` serves HTTP/1.1 only). Each target has a
-reference vLLM EngineCore of its own at step 0 (the gateway's cost, not the engine's) and one
+writes constant chunks; the `raw` ones serve HTTP/1.1 only). Each target has a reference vLLM
+EngineCore of its own at step 0 (the gateway's cost, not the engine's) and one
 connection (the load bench's client: h2c, or HTTP/1.1 keep-alive with `--transport http1`).
 TTFT: the request's send to the first bytes of its body. Bounded:
 at most `--rounds` rounds (≤ 2,000), `--gap-ms` idle between requests, loopback only.
