@@ -17,7 +17,7 @@ import h2.events
 import h11
 import trio
 
-from bench.http_floor import RawConnection, Ticker
+from bench.http_floor import RawConnection, Ticker, whole_response
 
 READ_BYTES: Final = 65536
 SSE_HEAD: Final = (
@@ -51,11 +51,7 @@ async def serve_raw(stream: trio.SocketStream, relay: Relay) -> None:
     while (request := await connection.read_request()) is not None:
         head, body = request
         if head.startswith(b"GET /v1/models "):
-            models = relay.models_body()
-            await stream.send_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(models), models)
-            )
+            await stream.send_all(whole_response(relay.models_body()))
             continue
         await relay.relay(body, RawSseResponse(stream).write)
 

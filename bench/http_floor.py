@@ -170,7 +170,7 @@ class RawConnection:
                 return
             head, body = request
             if head.startswith(b"GET /v1/models "):
-                await self._stream.send_all(_whole_response(MODELS_BODY))
+                await self._stream.send_all(whole_response(MODELS_BODY))
                 continue
             tokens = requested_tokens(body)
             served[0] += 1
@@ -214,7 +214,8 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def _whole_response(body: bytes) -> bytes:
+def whole_response(body: bytes) -> bytes:
+    """A `200` JSON response with `body`, as HTTP/1.1 bytes."""
     return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
         len(body),
         body,
