@@ -16,8 +16,7 @@ class ResponseStarted:
     """Wraps the server's ASGI `send` (see the module doc)."""
 
     def __init__(self, send: Send, request_id: str) -> None:
-        self._send = send
-        self.transport = send  # the server's own `send`, for frontends.sse.direct_chunks_of
+        self._send = send  # the server's own `send` (frontends.sse.direct_chunks_of knows it)
         self._id_header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
         self.started = False
 
@@ -30,7 +29,7 @@ class ResponseStarted:
     def direct_sending(self, scope: Scope) -> tuple[DirectChunks, StartNow] | tuple[None, None]:
         """The response's way past ASGI (`frontends.sse.direct_chunks_of`), if its connection
         has one, and its `start_now` with this request's fields."""
-        direct = direct_chunks_of(scope, self.transport)
+        direct = direct_chunks_of(scope, self._send)
         if direct is None:
             return None, None
         return direct, partial(self._start_now, direct)

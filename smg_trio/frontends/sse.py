@@ -153,15 +153,8 @@ class SseResponse:
         if state is not SinkState.STREAMING:
             return SentNow.NOTHING
         body = self._dialect.frame(payloads)
-        rest = direct.write_chunk_now(body)
         self.quiet = False
-        if rest is None:  # refused: `send_chunks(())` sends the events as framed
-            self._framed = body
-            return SentNow.PART
-        if rest:  # the kernel took part of it: the rest goes before anything else
-            self._unsent = rest
-            return SentNow.PART
-        return SentNow.ALL
+        return self._sent_now(body, direct.write_chunk_now(body))
 
     def _open_now(self, payloads: Sequence[bytes]) -> SentNow:
         """The stream's head and its first chunk at once, when the connection takes both now
@@ -174,11 +167,18 @@ class SseResponse:
         body = self._dialect.frame(payloads)
         self.quiet = False
         rest = start_now(SSE_HEADERS, body)
-        if rest is None:  # `send_chunks(())` opens the stream and sends them
+        if rest is not None:
+            self._lifecycle.chunks()  # IDLE -> STREAMING
+        return self._sent_now(body, rest)
+
+    def _sent_now(self, body: bytes, rest: bytes | None) -> SentNow:
+        """What became of `body`, framed and handed to the connection: refused (None: then
+        `send_chunks(())` sends it as framed, opening the stream if need be), or `rest`, what
+        the kernel did not take, to go before anything else."""
+        if rest is None:
             self._framed = body
             return SentNow.PART
-        self._lifecycle.chunks()  # IDLE -> STREAMING
-        if rest:  # the kernel took part of it: the rest goes before anything else
+        if rest:
             self._unsent = rest
             return SentNow.PART
         return SentNow.ALL
