@@ -37,30 +37,21 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import trio
 
 from smg_trio.backends.base import Backend
-from smg_trio.backends.mailbox import Mailbox
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
+from smg_trio.handoff import Mailbox, Taken
 from smg_trio.neutral.events import EngineEvent
 from smg_trio.observability.request_record import CLIENT_GONE, ROUTER_STOP, RequestRecord
-
-
-class SentNow(enum.Enum):
-    """What `ClientSink.send_chunks_now` did."""
-
-    NOTHING = "nothing"  # nothing went out: `send_chunks` must send the payloads
-    ALL = "all"
-    PART = "part"  # begun; the sink holds the rest, which `send_chunks(())` finishes
 
 
 class ClientSink(Protocol):
@@ -76,9 +67,11 @@ class ClientSink(Protocol):
         finish what `send_chunks_now` began. Raises ClientGone when the client left."""
         ...
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
-        """`send_chunks` without waiting, when the stream is open and the transport takes the
-        bytes at once; never raises (a gone client: NOTHING, and `send_chunks` raises)."""
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
+        """`send_chunks` without waiting (the hand-off's `take_now`, smg_trio/handoff.py):
+        ALL, sent; PART, the payloads are framed and the sink holds what did not go out, which
+        `send_chunks(())` finishes before anything else; REFUSED, nothing framed or sent (the
+        stream is not open, or a gone client, whose next `send_chunks` raises). Never raises."""
         ...
 
     async def send_body(self, body: bytes) -> None:
@@ -196,28 +189,24 @@ class ChunkWriter:
     """The hand-off from the scanner to the client writer task (see the module doc): `hand_over`
     from the scanner, `run` as the writer, `close` after the last payloads."""
 
-    __slots__ = ("_chunks", "_sending", "_sink")
+    __slots__ = ("_chunks", "_sink")
 
     def __init__(self, sink: ClientSink) -> None:
         self._sink = sink
         self._chunks: Mailbox[list[bytes]] = Mailbox()
-        self._sending = False  # the writer is inside `send_chunks`
 
-    def hand_over(self, payloads: list[bytes]) -> None:
+    def hand_over(self, payloads: list[bytes]) -> Taken:
         """Payloads to the client: sent by the calling task when the writer is idle (nothing
-        of this request queued before them, no send of the writer's under way) and the sink
-        takes them at once, else queued for the writer (docs/performance.md §2: one task hop
-        less per chunk). Idle includes not started yet: a first output that comes before the
-        writer task first ran goes out at once too. Never waits."""
-        chunks = self._chunks
-        if self._sending or not chunks.empty():
-            chunks.put_nowait(payloads)
-            return
-        sent = self._sink.send_chunks_now(payloads)
-        if sent is SentNow.NOTHING:
-            chunks.put_nowait(payloads)
-        elif sent is SentNow.PART:
-            chunks.put_nowait([])  # the writer finishes the rest before anything after it
+        of this request queued before them, no send of the writer's under way, or not started
+        yet) and the sink takes them at once, else queued for the writer (docs/performance.md
+        §2: one task hop less per chunk). Never waits."""
+        return self._chunks.offer(payloads, self._send_now)
+
+    def _send_now(self, payloads: list[bytes]) -> tuple[Taken, list[bytes]]:
+        taken = self._sink.send_chunks_now(payloads)
+        if taken is Taken.PART:
+            return taken, []  # the sink holds the rest: the writer's `send_chunks(())` ends it
+        return taken, payloads
 
     def close(self) -> None:
         """No more payloads: `run` returns once everything handed over went out."""
@@ -227,10 +216,4 @@ class ChunkWriter:
         """The writer task: whatever piled up since its last send, in one `send_chunks`."""
         sink = self._sink
         async for lists in self._chunks:
-            self._sending = True
-            try:
-                await sink.send_chunks(
-                    lists[0] if len(lists) == 1 else [p for ps in lists for p in ps]
-                )
-            finally:
-                self._sending = False
+            await sink.send_chunks(lists[0] if len(lists) == 1 else [p for ps in lists for p in ps])

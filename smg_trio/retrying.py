@@ -29,8 +29,9 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
+from smg_trio.handoff import Taken
 from smg_trio.observability.request_record import RequestRecord
-from smg_trio.request import ClientSink, SentNow, run_request
+from smg_trio.request import ClientSink, run_request
 from smg_trio.routing.retry import backoff_s, counts_against_worker, retryable
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import Outcome, WorkerPool
@@ -58,9 +59,9 @@ class FirstByteGuard:
             self.client_gone = True
             raise
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         sent = self._sink.send_chunks_now(payloads)
-        if sent is not SentNow.NOTHING:
+        if sent is not Taken.REFUSED:
             self.sent = True
         return sent
 

@@ -10,7 +10,8 @@ import trio
 
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import GatewayError
-from smg_trio.request import ChunkWriter, SentNow
+from smg_trio.handoff import Taken
+from smg_trio.request import ChunkWriter
 
 TEST_S = 5.0
 
@@ -18,7 +19,7 @@ TEST_S = 5.0
 class ScriptedSink:
     """A ClientSink whose `send_chunks_now` answers from a script; records every call."""
 
-    def __init__(self, answers: Sequence[SentNow]) -> None:
+    def __init__(self, answers: Sequence[Taken]) -> None:
         self.answers = list(answers)
         self.calls: list[tuple[str, tuple[bytes, ...]]] = []
         self.release = trio.Event()
@@ -27,9 +28,9 @@ class ScriptedSink:
     def gone_before_engine(self) -> bool:
         return False
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         answer = self.answers.pop(0)
-        if answer is not SentNow.NOTHING:
+        if answer is not Taken.REFUSED:
             self.calls.append(("now", tuple(payloads)))
         return answer
 
@@ -75,13 +76,13 @@ async def hand_over(sink: ScriptedSink, script: Sequence[bytes | None]) -> None:
 
 
 async def test_taken_now_skips_the_writer_and_refused_goes_through_it() -> None:
-    sink = ScriptedSink([SentNow.ALL, SentNow.NOTHING, SentNow.ALL])
+    sink = ScriptedSink([Taken.ALL, Taken.REFUSED, Taken.ALL])
     await hand_over(sink, [b"a", IDLE, b"b", IDLE, b"c", IDLE])
     assert sink.calls == [("now", (b"a",)), ("writer", (b"b",)), ("now", (b"c",))]
 
 
 async def test_a_partly_sent_chunk_is_finished_by_the_writer_before_the_next() -> None:
-    sink = ScriptedSink([SentNow.PART])
+    sink = ScriptedSink([Taken.PART])
     # b: the writer has not run yet after a, so b is queued, not offered to the sink.
     await hand_over(sink, [b"a", b"b"])
     # `send_chunks` first finishes the rest `send_chunks_now` left, then sends what follows.
@@ -89,13 +90,13 @@ async def test_a_partly_sent_chunk_is_finished_by_the_writer_before_the_next() -
 
 
 async def test_a_partly_sent_chunk_alone_gets_an_empty_send_to_finish_it() -> None:
-    sink = ScriptedSink([SentNow.PART])
+    sink = ScriptedSink([Taken.PART])
     await hand_over(sink, [b"a", IDLE])
     assert sink.calls == [("now", (b"a",)), ("writer", ())]
 
 
 async def test_while_the_writer_is_busy_nothing_overtakes_it() -> None:
-    sink = ScriptedSink([SentNow.NOTHING])  # asked once only: later batches see a busy writer
+    sink = ScriptedSink([Taken.REFUSED])  # asked once only: later batches see a busy writer
     writer = ChunkWriter(sink)
     with trio.fail_after(TEST_S):
         async with trio.open_nursery() as nursery:
@@ -115,7 +116,7 @@ async def test_while_the_writer_is_busy_nothing_overtakes_it() -> None:
 async def test_a_first_output_before_the_writer_ever_ran_goes_out_at_once() -> None:
     # A fast engine's first output can come before the writer task first ran: nothing is
     # queued and nothing is being sent, so nothing can be overtaken (docs/performance.md §3).
-    sink = ScriptedSink([SentNow.ALL, SentNow.ALL])
+    sink = ScriptedSink([Taken.ALL, Taken.ALL])
     writer = ChunkWriter(sink)
     with trio.fail_after(TEST_S):
         async with trio.open_nursery() as nursery:
@@ -128,7 +129,7 @@ async def test_a_first_output_before_the_writer_ever_ran_goes_out_at_once() -> N
 
 
 async def test_nothing_goes_out_at_once_while_the_writer_is_sending() -> None:
-    sink = ScriptedSink([SentNow.NOTHING, SentNow.ALL])
+    sink = ScriptedSink([Taken.REFUSED, Taken.ALL])
     sink.hold_next_send = True
     writer = ChunkWriter(sink)
     with trio.fail_after(TEST_S):

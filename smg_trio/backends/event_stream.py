@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from smg_trio.backends.mailbox import Mailbox, MailboxStatistics
+from smg_trio.handoff import Mailbox, MailboxStatistics
 from smg_trio.neutral.events import EngineEvent, coalesce
 
 
@@ -144,7 +144,7 @@ class EngineEventStream:
             return
         self._held = []
         mailbox = self._mailbox
-        if not mailbox.consumer_idle():
+        if not mailbox.owner_parked():
             for event in held:
                 mailbox.put_nowait(event)
             return

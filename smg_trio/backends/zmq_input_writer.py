@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import trio
 
-from smg_trio.backends.mailbox import Mailbox
 from smg_trio.backends.zmq_registry import EngineRegistry, EngineSlot, Route
 from smg_trio.backends.zmq_socket import TrioZmqSocket
 from smg_trio.errors import BackendError, BackendUnavailable
+from smg_trio.handoff import Mailbox, Taken
 
 LOST_CONNECTION = "its input connection is gone"
 
@@ -53,11 +53,8 @@ class InputWriter:
     def send_adds(self, items: Sequence[Outgoing]) -> None:
         """Send a new stream's ADDs now if the writer is idle and the socket takes them; queue
         the rest, in order."""
-        sending = self._outbox.consumer_idle()
         for item in items:
-            if not (sending and self._send_nowait(item)):
-                sending = False
-                self._outbox.put_nowait(item)
+            self._outbox.offer(item, self._take_now)
 
     async def write_inputs(self) -> None:
         """The owner task: send what is queued, batch by batch, forever."""
@@ -90,19 +87,20 @@ class InputWriter:
         else:
             self._settle(item, None)
 
-    def _send_nowait(self, item: Outgoing) -> bool:
-        """`_send` without waiting: False (nothing done) when the socket cannot take it now."""
+    def _take_now(self, item: Outgoing) -> tuple[Taken, Outgoing]:
+        """`_send` without waiting (the hand-off's `take_now`): REFUSED, nothing done, when the
+        socket cannot take it now."""
         if self._dropped(item):
-            return True
+            return Taken.ALL, item
         try:
             self._socket.send_multipart_nowait(item.frames)
         except trio.WouldBlock:
-            return False
+            return Taken.REFUSED, item
         except BackendError as exc:
             self._settle(item, exc)
         else:
             self._settle(item, None)
-        return True
+        return Taken.ALL, item
 
     def _settle(self, item: Outgoing, error: BackendError | None) -> None:
         """After a send was tried: the ADD counts as sent; a probe that went out proves the

@@ -46,7 +46,7 @@ from smg_trio.errors import ClientGone, GatewayError
 from smg_trio.frontends.client_disconnect import ClientDisconnect
 from smg_trio.frontends.responses import Message, Send, send_error, send_json
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
-from smg_trio.request import SentNow
+from smg_trio.handoff import Taken
 
 logger = logging.getLogger(__name__)
 
@@ -141,29 +141,29 @@ class SseResponse:
     def mark_client_gone(self) -> None:
         self._client_gone = True
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         direct = self._direct
         if direct is None or self._client_gone or self._unsent or self._framed:
-            return SentNow.NOTHING
+            return Taken.REFUSED
         if not payloads:
-            return SentNow.ALL  # (as `send_chunks(())`: nothing to send, nothing opened)
+            return Taken.ALL  # (as `send_chunks(())`: nothing to send, nothing opened)
         state = self._lifecycle.state
         if state is SinkState.IDLE:
             return self._open_now(payloads)
         if state is not SinkState.STREAMING:
-            return SentNow.NOTHING
+            return Taken.REFUSED
         body = self._dialect.frame(payloads)
         self.quiet = False
         return self._sent_now(body, direct.write_chunk_now(body))
 
-    def _open_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def _open_now(self, payloads: Sequence[bytes]) -> Taken:
         """The stream's head and its first chunk at once, when the connection takes both now
         (cleartext HTTP/1.1 with no write under way; an h2 stream with an open window): the
         first token then waits for no task hop and no awaited head (docs/performance.md §3).
         The state moves once the head went: the send has no checkpoint, nothing can cut it."""
         start_now = self._start_now
         if start_now is None:
-            return SentNow.NOTHING
+            return Taken.REFUSED
         body = self._dialect.frame(payloads)
         self.quiet = False
         rest = start_now(SSE_HEADERS, body)
@@ -171,17 +171,17 @@ class SseResponse:
             self._lifecycle.chunks()  # IDLE -> STREAMING
         return self._sent_now(body, rest)
 
-    def _sent_now(self, body: bytes, rest: bytes | None) -> SentNow:
+    def _sent_now(self, body: bytes, rest: bytes | None) -> Taken:
         """What became of `body`, framed and handed to the connection: refused (None: then
         `send_chunks(())` sends it as framed, opening the stream if need be), or `rest`, what
         the kernel did not take, to go before anything else."""
         if rest is None:
             self._framed = body
-            return SentNow.PART
+            return Taken.PART
         if rest:
             self._unsent = rest
-            return SentNow.PART
-        return SentNow.ALL
+            return Taken.PART
+        return Taken.ALL
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:

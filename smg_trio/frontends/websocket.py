@@ -29,7 +29,7 @@ The protocol is documented in README.md ("WebSocket protocol"). Shape of one soc
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, assert_never
 
 import msgspec
@@ -55,7 +55,7 @@ from smg_trio.frontends.websocket_frames import (
     response_frame,
 )
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
-from smg_trio.request import SentNow
+from smg_trio.handoff import Taken
 from smg_trio.request_ids import request_id_from_header
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 
@@ -73,6 +73,36 @@ def _protocol_error(
     return ClientError(message, status=status, code=code, param=param)
 
 
+class FrameOutbox:
+    """The way to one socket's sender task: whole frames through its small bounded channel."""
+
+    __slots__ = ("_frames_send",)
+
+    def __init__(self, frames_send: trio.MemorySendChannel[bytes]) -> None:
+        self._frames_send = frames_send
+
+    async def send_frame(self, frame: bytes) -> None:
+        try:
+            await self._frames_send.send(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise ClientGone from None
+
+    def take_frames_now(self, frames: list[bytes]) -> tuple[Taken, list[bytes]]:
+        """As many of `frames` as the sender's buffer has room for, in order, without waiting;
+        the rest back (all of them when the socket is going: `send_frame` then says so)."""
+        send_nowait = self._frames_send.send_nowait
+        taken = 0
+        try:
+            for frame in frames:  # no checkpoint in between
+                send_nowait(frame)
+                taken += 1
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        if taken == len(frames):
+            return Taken.ALL, []
+        return (Taken.PART if taken else Taken.REFUSED), frames[taken:]
+
+
 class _StreamSink:
     """The ClientSink of one request id: chunk, response, done and error frames.
 
@@ -83,13 +113,15 @@ class _StreamSink:
 
     def __init__(
         self,
-        socket: _Socket,
+        outbox: FrameOutbox,
         stream_id: str | int,
         scope: trio.CancelScope,
         request_id: str,
         dialect: ApiDialect,
+        release: Callable[[str | int, trio.CancelScope], None],
     ) -> None:
-        self._socket = socket
+        self._outbox = outbox
+        self._release = release
         self._id = stream_id
         self._dialect = dialect  # the request path's API: chunk frames and errors
         self.request_id = request_id
@@ -97,6 +129,7 @@ class _StreamSink:
         self._lifecycle = SinkLifecycle()
         self.ended = False
         self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
+        self._framed: list[bytes] = []  # framed by `send_chunks_now`, not yet with the sender
 
     def gone_before_engine(self) -> bool:
         """Cancelled (a cancel frame, or the socket went away) before reaching the engine."""
@@ -105,16 +138,27 @@ class _StreamSink:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self.quiet = False
         self._lifecycle.chunks()  # a WebSocket stream has no head to open
+        await self._send_framed()
         for frame in self._dialect.websocket_frames(self._id, payloads):
-            await self._socket.send_frame(frame)
+            await self._outbox.send_frame(frame)
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
-        if self._lifecycle.state is not SinkState.STREAMING:
-            return SentNow.NOTHING
-        if not self._socket.send_frames_now(self._dialect.websocket_frames(self._id, payloads)):
-            return SentNow.NOTHING
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
+        """The hand-off's `take_now` (smg_trio/handoff.py): the payloads are framed here, once,
+        and what the sender's buffer has no room for is kept framed for `send_chunks`, never
+        framed again (the Responses API numbers its events as they are framed)."""
+        if self._lifecycle.state is not SinkState.STREAMING or self._framed:
+            return Taken.REFUSED
         self.quiet = False
-        return SentNow.ALL
+        taken, self._framed = self._outbox.take_frames_now(
+            self._dialect.websocket_frames(self._id, payloads)
+        )
+        return Taken.ALL if taken is Taken.ALL else Taken.PART
+
+    async def _send_framed(self) -> None:
+        """The frames `send_chunks_now` framed and the sender had no room for, first."""
+        framed, self._framed = self._framed, []
+        for frame in framed:
+            await self._outbox.send_frame(frame)
 
     async def send_body(self, body: bytes) -> None:
         self._lifecycle.body()
@@ -123,14 +167,16 @@ class _StreamSink:
     async def end_stream(self, end: StreamEnd) -> None:
         if self._lifecycle.end() is Step.NOTHING:
             return
+        await self._send_framed()
         for frame in self._dialect.websocket_frames(self._id, end.payloads):
-            await self._socket.send_frame(frame)
+            await self._outbox.send_frame(frame)
         await self._end(done_frame(self._id, end, self.request_id))
 
     async def fail(self, error: GatewayError) -> None:
         form = self._lifecycle.fail()
         match form:
             case ErrorForm.WHOLE_RESPONSE | ErrorForm.FINAL_EVENT:
+                await self._send_framed()
                 await self._end(error_frame(self._id, error, self.request_id, self._dialect))
             case ErrorForm.DROPPED:
                 pass
@@ -139,12 +185,12 @@ class _StreamSink:
 
     async def keep_alive(self) -> None:
         if not self.ended:
-            await self._socket.send_frame(KEEPALIVE_FRAME)
+            await self._outbox.send_frame(KEEPALIVE_FRAME)
 
     async def _end(self, frame: bytes) -> None:
         """Send the terminal frame; the id may be reused as soon as it is queued."""
-        self._socket.release(self._id, self._scope)
-        await self._socket.send_frame(frame)
+        self._release(self._id, self._scope)
+        await self._outbox.send_frame(frame)
         self.ended = True
 
 
@@ -161,30 +207,12 @@ class _Socket:
         self._gateway = gateway
         self._client = client
         self._nursery = nursery
-        self._frames_send = frames_send
+        self.outbox = FrameOutbox(frames_send)
         self._streams: dict[str | int, trio.CancelScope] = {}
         self.largest_frame = 0
 
     async def send_frame(self, frame: bytes) -> None:
-        try:
-            await self._frames_send.send(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise ClientGone from None
-
-    def send_frames_now(self, frames: list[bytes]) -> bool:
-        """All of `frames` to the sender without waiting, or none (False) when its buffer has
-        no room for all of them or it is gone."""
-        channel = self._frames_send
-        statistics = channel.statistics()
-        room = statistics.max_buffer_size - statistics.current_buffer_used
-        if len(frames) > room + statistics.tasks_waiting_receive:
-            return False
-        try:
-            for frame in frames:  # no checkpoint in between: the first fails or none does
-                channel.send_nowait(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return False  # the socket is going: `send_frame` says so
-        return True
+        await self.outbox.send_frame(frame)
 
     def release(self, stream_id: str | int, scope: trio.CancelScope) -> None:
         if self._streams.get(stream_id) is scope:
@@ -303,7 +331,9 @@ class _Socket:
         scope: trio.CancelScope,
         request_id: str,
     ) -> None:
-        sink = _StreamSink(self, stream_id, scope, request_id, dialect_for_path(path))
+        sink = _StreamSink(
+            self.outbox, stream_id, scope, request_id, dialect_for_path(path), self.release
+        )
         streams = self._gateway.metrics.websocket_streams
         streams.inc()
         try:

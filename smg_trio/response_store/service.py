@@ -23,7 +23,8 @@ from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, GatewayError
-from smg_trio.request import ClientSink, SentNow
+from smg_trio.handoff import Taken
+from smg_trio.request import ClientSink
 from smg_trio.response_store.stores import ResponseStore, StoredResponse
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.responses_api import decode_head
@@ -108,7 +109,7 @@ class StoringSink:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         await self._sink.send_chunks(payloads)
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         return self._sink.send_chunks_now(payloads)
 
     async def send_body(self, body: bytes) -> None:

@@ -16,6 +16,7 @@ import trio_websocket
 from openai import DefaultHttpxClient, OpenAI
 from openai.types.responses import Response
 
+from smg_trio.frontends import websocket
 from tests.e2e.live_server import (
     API_KEY,
     MODEL,
@@ -133,6 +134,25 @@ async def ws_responses(server: LiveServer, body: dict[str, Any]) -> list[dict[st
             frames.append(frame)
             if frame["type"] != "chunk":
                 return frames
+
+
+@pytest.mark.parametrize("frame_buffer", [1, 2])
+async def test_websocket_events_stay_numbered_when_the_senders_buffer_is_full(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch, frame_buffer: int
+) -> None:
+    # Responses events are numbered as they are framed (core/responses_dialect.py). With the
+    # socket's sender buffer at one or two frames, a batch handed over at once finds it full or
+    # takes it in part: what was framed and not taken goes later as it was framed, never
+    # framed (and numbered) again (smg_trio/handoff.py; the frames once skipped 1 here).
+    monkeypatch.setattr(websocket, "FRAME_BUFFER", frame_buffer)
+    body = {"model": MODEL, "input": QUESTION, "stream": True, "max_output_tokens": 24}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        streamed = await ws_responses(server, {**body, "store": False})
+    assert streamed[-1]["type"] == "done", streamed[-1]
+    chunks = streamed[:-1]
+    assert len(chunks) > 6
+    assert [frame["data"]["sequence_number"] for frame in chunks] == list(range(len(chunks)))
+    assert chunks[-1]["event"] in ("response.completed", "response.incomplete")
 
 
 async def test_the_same_text_over_websocket(server: LiveServer) -> None:

@@ -17,7 +17,7 @@ from smg_trio.frontends.client_disconnect import ClientDisconnect
 from smg_trio.frontends.responses import Message
 from smg_trio.frontends.sink_state import SinkState
 from smg_trio.frontends.sse import SSE_HEADERS, SseResponse, respond
-from smg_trio.request import SentNow
+from smg_trio.handoff import Taken
 
 TEST_TIMEOUT_S: Final = 5.0
 END: Final = b"data: [DONE]\n\n"
@@ -300,9 +300,9 @@ async def test_the_head_and_first_chunk_go_at_once_when_the_connection_takes_the
         server = RecordingServer()
         direct = FakeDirect(takes=True)
         response = SseResponse(server.send, direct=direct, start_now=direct.start_now)
-        assert response.send_chunks_now([b'{"a":1}']) is SentNow.ALL
+        assert response.send_chunks_now([b'{"a":1}']) is Taken.ALL
         assert response.state is SinkState.STREAMING
-        assert response.send_chunks_now([b'{"a":2}']) is SentNow.ALL
+        assert response.send_chunks_now([b'{"a":2}']) is Taken.ALL
         await response.end_stream(StreamEnd(payloads=()))
     assert direct.heads == [SSE_HEADERS]
     assert direct.written == [b'data: {"a":1}\n\n', b'data: {"a":2}\n\n']
@@ -323,13 +323,13 @@ async def test_events_refused_by_the_connection_go_once_as_they_were_framed() ->
         response = SseResponse(
             server.send, ResponsesDialect(), direct=direct, start_now=direct.start_now
         )
-        assert response.send_chunks_now([event("a")]) is SentNow.PART
+        assert response.send_chunks_now([event("a")]) is Taken.PART
         states = [response.state]  # nothing went out yet
-        assert response.send_chunks_now([event("b")]) is SentNow.NOTHING  # the first goes first
+        assert response.send_chunks_now([event("b")]) is Taken.REFUSED  # the first goes first
         await response.send_chunks(())
         states.append(response.state)
         await response.send_chunks([event("b")])
-        assert response.send_chunks_now([event("c")]) is SentNow.PART
+        assert response.send_chunks_now([event("c")]) is Taken.PART
         await response.end_stream(StreamEnd(payloads=(event("d"),)))
     assert states == [SinkState.IDLE, SinkState.STREAMING]
     assert server.status == 200

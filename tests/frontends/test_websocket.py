@@ -16,11 +16,13 @@ import trio_websocket
 
 from smg_trio import client as client_module
 from smg_trio.client import GatewayClient, GatewayClientError, chat_text, open_gateway_client
+from smg_trio.core.api_dialect import named_event
+from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
 from smg_trio.frontends import websocket, websocket_frames
 from smg_trio.frontends.websocket import handle_websocket
-from smg_trio.request import SentNow
+from smg_trio.handoff import Taken
 from smg_trio.wire.openai_responses import Usage, error_body
 from tests.e2e.live_server import API_KEY, REPLAY_HEAD, live_server
 from tests.e2e.live_server import STOP as LIVE_STOP
@@ -358,9 +360,9 @@ class CollectingSink:
         self.payloads.extend(payloads)
         await trio.lowlevel.checkpoint()
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         self.payloads.extend(payloads)
-        return SentNow.ALL
+        return Taken.ALL
 
     async def send_body(self, body: bytes) -> None:
         self.payloads.append(body)
@@ -594,3 +596,39 @@ async def relay_chunks(url: str, path: str, body: object) -> tuple[list[bytes], 
         while (message := str(await ws.get_message())).startswith(prefix):
             relayed.append(message.removeprefix(prefix).removesuffix("}").encode())
     return relayed, message
+
+
+@pytest.mark.parametrize("room", [0, 1, 2])
+async def test_responses_frames_refused_by_a_full_sender_go_later_as_they_were_numbered(
+    room: int,
+) -> None:
+    # The Responses API numbers its events as they are framed (core/responses_dialect.py). A
+    # batch handed over at once while the socket's sender buffer is full, or has room for part
+    # of it, is framed once: the frames the buffer did not take go first with the next send,
+    # never framed (and numbered) again (smg_trio/handoff.py). They once skipped numbers here.
+    frames_send, frames_receive = trio.open_memory_channel[bytes](3)
+    events = [
+        named_event(b"response.output_text.delta", b'{"delta":"%d"}' % index) for index in range(9)
+    ]
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            outbox = websocket.FrameOutbox(frames_send)
+            scope = trio.CancelScope()
+            dialect = ResponsesDialect()
+            sink = websocket._StreamSink(outbox, 7, scope, "r", dialect, lambda *_: None)
+            await sink.send_chunks(events[: 3 - room])  # the stream is open; `room` slots left
+            # Three frames for `room` slots: some or none taken, the rest kept as framed.
+            assert sink.send_chunks_now(events[3 - room : 6]) is Taken.PART
+            # What the request's hand-off does next: the writer's `send_chunks`, in order.
+            received: list[bytes] = []
+
+            async def sender() -> None:
+                received.extend([frame async for frame in frames_receive])
+
+            nursery.start_soon(sender)
+            await sink.send_chunks(events[6:])
+            await frames_send.aclose()
+    numbers = [json.loads(frame)["data"]["sequence_number"] for frame in received]
+    deltas = [json.loads(frame)["data"]["delta"] for frame in received]
+    assert numbers == list(range(9))
+    assert deltas == [str(index) for index in range(9)]

@@ -16,7 +16,7 @@ from smg_trio.errors import (
     EngineRejected,
     GatewayError,
 )
-from smg_trio.request import SentNow
+from smg_trio.handoff import Taken
 from smg_trio.retrying import FirstByteGuard
 from smg_trio.routing.workers import Outcome
 
@@ -35,9 +35,9 @@ class ClientSide:
         self.sent.extend(payloads)
         await trio.lowlevel.checkpoint()
 
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> SentNow:
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         self.sent.extend(payloads)
-        return SentNow.ALL
+        return Taken.ALL
 
     async def send_body(self, body: bytes) -> None:
         self.sent.append(body)

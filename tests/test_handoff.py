@@ -1,6 +1,10 @@
-"""The coalescing mailbox: order, coalescing, close semantics, cancellation, interleavings."""
+"""The hand-off (smg_trio/handoff.py): the coalescing mailbox's order, coalescing, close semantics,
+cancellation and interleavings, and `offer`'s one answer: ALL, PART (the rest queued) or REFUSED
+(queued whole), never overtaking what the owner has not handled."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -8,8 +12,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smg_trio.backends.mailbox import Mailbox, MailboxStatistics
 from smg_trio.errors import EngineDead
+from smg_trio.handoff import Mailbox, MailboxStatistics, Taken
 
 TEST_TIMEOUT_S = 5
 
@@ -37,12 +41,12 @@ async def test_get_batch_waits_while_empty_and_wakes_on_put() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert batches == []
             assert mailbox.statistics().consumer_waiting
-            assert mailbox.consumer_idle()
+            assert mailbox.idle()
             mailbox.put_nowait("a")
-            assert not mailbox.consumer_idle()  # woken, and "a" not yet taken
+            assert not mailbox.idle()  # woken, and "a" not yet taken
             mailbox.put_nowait("b")
         assert batches == [["a", "b"]]
-        assert not mailbox.consumer_idle()  # no consumer parked
+        assert not mailbox.idle()  # no consumer parked
 
 
 async def test_put_nowait_never_blocks_on_a_consumer_that_does_not_read() -> None:
@@ -194,3 +198,89 @@ async def test_any_interleaving_delivers_the_put_sequence_exactly(
         assert all(size > 0 for size in batch_sizes)
         assert len(ending) == 1
         assert isinstance(ending[0], EngineDead if close_error else trio.EndOfChannel)
+
+
+def _kernel(capacity: list[int]) -> tuple[list[bytes], Callable[[bytes], tuple[Taken, bytes]]]:
+    """A `take_now` over a socket-like buffer with `capacity[0]` bytes of room."""
+    written: list[bytes] = []
+
+    def take_now(data: bytes) -> tuple[Taken, bytes]:
+        room = capacity[0]
+        if room == 0:
+            return Taken.REFUSED, data
+        written.append(data[:room])
+        capacity[0] = max(0, room - len(data))
+        if len(data) <= room:
+            return Taken.ALL, b""
+        return Taken.PART, data[room:]
+
+    return written, take_now
+
+
+def test_offer_to_an_idle_owner_answers_all_part_or_refused_and_queues_the_rest() -> None:
+    mailbox: Mailbox[bytes] = Mailbox()
+    capacity = [5]
+    written, take_now = _kernel(capacity)
+    assert mailbox.idle()  # not started counts as idle
+    assert mailbox.offer(b"abc", take_now) is Taken.ALL
+    assert mailbox.empty()
+    assert mailbox.offer(b"defg", take_now) is Taken.PART
+    assert written == [b"abc", b"de"]
+    assert mailbox.statistics().queued == 1  # b"fg", for the owner
+    capacity[0] = 100
+    # Something is queued: a later offer never overtakes it, whatever room there is.
+    assert mailbox.offer(b"h", take_now) is Taken.REFUSED
+    assert written == [b"abc", b"de"]
+
+
+async def test_offer_waits_for_the_owner_to_finish_its_batch() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[bytes] = Mailbox()
+        written, take_now = _kernel([0])
+        assert mailbox.offer(b"a", take_now) is Taken.REFUSED  # no room: queued whole
+        handled: list[list[bytes]] = []
+        release = trio.Event()
+        answers: list[Taken] = []
+
+        async def owner() -> None:
+            async for batch in mailbox:
+                handled.append(batch)
+                await release.wait()  # the owner is inside its send
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(owner)
+            await trio.testing.wait_all_tasks_blocked()
+            assert handled == [[b"a"]]
+            assert not mailbox.idle()  # handling its batch
+            _, room = _kernel([100])
+            answers.append(mailbox.offer(b"b", room))  # queued: the owner's send is under way
+            release.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert handled == [[b"a"], [b"b"]]
+            assert mailbox.idle()  # parked, nothing queued
+            answers.append(mailbox.offer(b"c", room))
+            mailbox.close()
+        assert answers == [Taken.REFUSED, Taken.ALL]
+        assert handled == [[b"a"], [b"b"]]
+        assert written == []
+
+
+@settings(max_examples=200)
+@given(
+    offers=st.lists(st.binary(min_size=1, max_size=8), max_size=20),
+    rooms=st.lists(st.integers(min_value=0, max_value=10), min_size=20, max_size=20),
+)
+def test_offered_bytes_arrive_once_and_in_order(offers: list[bytes], rooms: list[int]) -> None:
+    """What went out at once followed by what the owner got is exactly the offered bytes."""
+    mailbox: Mailbox[bytes] = Mailbox()
+    sent_now: list[bytes] = []
+    for data, room in zip(offers, rooms, strict=False):
+        capacity = [room]
+        written, take_now = _kernel(capacity)
+        taken = mailbox.offer(data, take_now)
+        sent_now.extend(written)
+        assert (taken is Taken.ALL) == (b"".join(written) == data)
+        assert (taken is Taken.REFUSED) == (not written)
+    queued = list(mailbox._items)  # the owner's share, in order
+    out = b"".join(sent_now) + b"".join(queued)
+    assert out == b"".join(offers)
