@@ -34,6 +34,8 @@ from hypercorn.config import Config
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.typing import AppWrapper, ASGIReceiveEvent, ASGISendEvent, Scope
 
+from smg_trio.frontends.hypercorn_seam import memory_channel_of
+
 CLIENT_DISCONNECT_KEY: Final = "smg_trio.client_disconnect"
 """Where `GatewayTaskGroup` puts each request's `ClientDisconnect` in its ASGI scope."""
 
@@ -124,7 +126,7 @@ class GatewayTaskGroup(TaskGroup):
         disconnect = ClientDisconnect(read)
         cast(dict[str, Any], scope)[CLIENT_DISCONNECT_KEY] = disconnect
         put = await super().spawn_app(app, config, scope, send)
-        channel = getattr(put, "__self__", None)  # hypercorn queues on a trio memory channel
+        channel = memory_channel_of(put)  # hypercorn queues on a trio memory channel
         put_nowait = channel.send_nowait if isinstance(channel, trio.MemorySendChannel) else None
 
         async def app_put(message: ASGIReceiveEvent) -> None:

@@ -1,51 +1,54 @@
-"""I/O. One client connection under our accept loop (`frontends/http_server.py`): hypercorn's
-TCPServer with our protocol choice (`frontends/protocol_switch.py`), shielded bookkeeping, a
-header timer, one writer per connection (`frontends/connection_writer.py`), and the writes that
-go past hypercorn's ASGI layers: an HTTP/1.1 chunk, an h2 stream's DATA, and a response's head
-with its first chunk (docs/performance.md §2, §3; docs/http.md)."""
+"""I/O. One client connection under our accept loop (`frontends/http_server.py`): our worker in
+place of hypercorn's TCPServer, driving hypercorn's protocols (`frontends/protocol_switch.py`)
+with shielded bookkeeping, a header timer, one writer per connection
+(`frontends/connection_writer.py`), and the writes that go past hypercorn's ASGI layers: an
+HTTP/1.1 chunk, an h2 stream's DATA, and a response's head with its first chunk
+(docs/performance.md §2, §3; docs/http.md). Everything it needs of hypercorn's internals comes
+through `frontends/hypercorn_seam.py`."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 from collections.abc import Sequence
 from functools import partial
 from typing import Final
 
-import h11
 import hypercorn.config
 import trio
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
-from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
-from hypercorn.utils import build_and_validate_headers, parse_socket_addr
+from hypercorn.utils import parse_socket_addr
 
 from smg_trio.frontends.client_disconnect import GatewayTaskGroup, ReadProgress
 from smg_trio.frontends.connection_refusal import Stream
 from smg_trio.frontends.connection_writer import ConnectionWriter
-from smg_trio.frontends.http_h2 import (
-    GatewayH2Protocol,
-    H2StreamChunks,
-    awaits_response_head,
-    response_head_sent,
-)
+from smg_trio.frontends.http_h2 import GatewayH2Protocol, H2StreamChunks
 from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.hypercorn_seam import (
+    h11_in_chunked_body,
+    h11_response_head,
+    http_stream_of,
+    write_to_kernel_now,
+)
 from smg_trio.frontends.idle_timer import IdleTimer
 from smg_trio.frontends.protocol_switch import ProtocolSwitch
 from smg_trio.frontends.responses import Send
 from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY, DirectChunks
 
+MAX_RECV: Final = 2**16  # bytes asked of the socket per read (hypercorn's worker reads as much)
 REST_S: Final = 300.0  # bound on writing what the kernel did not take at once (write_rest)
 BOOKKEEPING_S: Final = 1.0
 """Bound on the shielded per-connection bookkeeping (close a socket, start a timer)."""
 
 
-class GatewayConnection(TCPServer):
-    """hypercorn's TCPServer with our protocol choice, shielded bookkeeping, and a header timer
-    (HTTP/1.1: once a request head starts arriving, it must end within `header_timeout_s`)."""
+class GatewayConnection:
+    """One connection: hypercorn's protocol for it, our writes, shielded bookkeeping, and a
+    header timer (HTTP/1.1: once a request head starts arriving, it must end within
+    `header_timeout_s`)."""
 
     def __init__(
         self,
@@ -56,14 +59,20 @@ class GatewayConnection(TCPServer):
         limits: HttpLimits,
         stream: Stream,
     ) -> None:
-        super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
+        self.app = app
+        self.config = config
+        self.context = context
+        self.state = state
+        self.stream = stream
+        self.protocol: ProtocolSwitch
+        self.send_lock = trio.Lock()  # one awaited write at a time
         self._limits = limits
         self._between_requests = True
         self._timer_s = limits.idle_timeout_s
         # Every write of this connection, coalesced per scheduling round (docs/performance.md §2).
         self._writer = ConnectionWriter(stream, self._write_failed, self._write_now)
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._idle = IdleTimer()  # in place of hypercorn's idle task (frontends/idle_timer.py)
+        self._idle = IdleTimer()  # the keep-alive and header timer (frontends/idle_timer.py)
         self._read = ReadProgress()  # for rapid-reset checks (frontends/client_disconnect.py)
 
     async def run(self) -> None:
@@ -73,7 +82,7 @@ class GatewayConnection(TCPServer):
                 with trio.fail_after(self.config.ssl_handshake_timeout):
                     await stream.do_handshake()
             except (trio.BrokenResourceError, trio.TooSlowError):
-                await self._close()
+                await self._close_stream()
                 return
             alpn = stream.selected_alpn_protocol()
             sock = stream.transport_stream.socket
@@ -84,9 +93,8 @@ class GatewayConnection(TCPServer):
             client = parse_socket_addr(sock.family, sock.getpeername())
             server = parse_socket_addr(sock.family, sock.getsockname())
             async with GatewayTaskGroup(self._read) as task_group:
-                self._task_group = task_group
                 task_group.spawn(self._writer.run)
-                self.protocol = ProtocolSwitch(  # type: ignore[assignment]
+                self.protocol = ProtocolSwitch(
                     (
                         self.app,
                         self.config,
@@ -104,12 +112,12 @@ class GatewayConnection(TCPServer):
                 await self.protocol.initiate()
                 self._idle.expire_in(self._timer_s)
                 task_group.spawn(self._idle.run, self.context.terminated.wait, self._idle_close)
-                await self._read_data()
+                await self._read_client()
         except OSError:
             pass
         finally:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
-                await self._close()
+                await self._close_stream()
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):
@@ -140,7 +148,8 @@ class GatewayConnection(TCPServer):
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
             if isinstance(event, Closed):
                 await self._writer.drain()  # the last response goes out before the close
-            await super().protocol_send(event)
+                await self._close_stream()
+                await self.protocol.handle(Closed())
 
     def write_chunk_now(self, data: bytes) -> bytes | None:
         """`data` as one chunk of the HTTP/1.1 body in progress, past hypercorn and h11 (whose
@@ -154,8 +163,7 @@ class GatewayConnection(TCPServer):
             self._socket is None
             or not isinstance(protocol, H11Protocol)
             or isinstance(protocol.stream, WSStream)
-            or protocol.connection.our_state is not h11.SEND_BODY
-            or protocol.connection.their_http_version != b"1.1"  # 1.0: no chunked framing
+            or not h11_in_chunked_body(protocol)
             or self.send_lock.locked()
         ):
             return None
@@ -169,27 +177,16 @@ class GatewayConnection(TCPServer):
         H11Protocol steps for `http.response.start` are done here, in their order and with
         their fields, so the rest of the response finds the stream as hypercorn leaves it."""
         protocol = self.protocol.protocol
-        if not first or self._socket is None or not isinstance(protocol, H11Protocol):
-            return None
-        stream = protocol.stream
-        connection = protocol.connection
         if (
-            not isinstance(stream, HTTPStream)
-            or not awaits_response_head(stream)
-            or connection.our_state is not h11.SEND_RESPONSE
-            or connection.their_http_version != b"1.1"  # 1.0: no chunked framing
+            not first
+            or self._socket is None
+            or not isinstance(protocol, H11Protocol)
             or self.send_lock.locked()
         ):
             return None
-        fields = [*build_and_validate_headers(headers), *self.config.response_headers("h11")]
-        if protocol.keep_alive_requests >= self.config.keep_alive_max_requests:
-            fields.append((b"connection", b"close"))
-        try:
-            head = connection.send(h11.Response(status_code=200, headers=fields))
-        except h11.LocalProtocolError:
-            return None  # the client broke the protocol: hypercorn's path sends nothing either
-        response_head_sent(stream, headers)
-        assert head is not None  # (None only for h11.ConnectionClosed)
+        head = h11_response_head(protocol, self.config, headers)
+        if head is None:
+            return None
         return self._write_now(head + b"%x\r\n%b\r\n" % (len(first), first))
 
     def chunks_for(self, send: Send) -> DirectChunks | None:
@@ -198,8 +195,8 @@ class GatewayConnection(TCPServer):
         protocol = self.protocol.protocol
         if isinstance(protocol, H11Protocol):
             return self
-        stream = getattr(send, "__self__", None)  # hypercorn's HTTPStream.app_send
-        if isinstance(protocol, GatewayH2Protocol) and isinstance(stream, HTTPStream):
+        stream = http_stream_of(send)
+        if isinstance(protocol, GatewayH2Protocol) and stream is not None:
             return H2StreamChunks(
                 partial(self._write_h2_now, protocol),
                 partial(self._start_h2_now, protocol, stream),
@@ -248,7 +245,11 @@ class GatewayConnection(TCPServer):
         """What `_write_now` left, by hypercorn's write, shielded from its lock on (a cancel must
         not cut the bytes in two); a peer reading nothing for `REST_S` is closed."""
         with trio.move_on_after(REST_S, shield=True) as bound:
-            await TCPServer.protocol_send(self, RawData(rest))
+            async with self.send_lock:
+                try:
+                    await self.stream.send_all(rest)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self._write_failed()
         if bound.cancelled_caught:
             await self._write_failed()
 
@@ -257,20 +258,13 @@ class GatewayConnection(TCPServer):
         an awaited write, or on a failing socket: hypercorn's write then reports the failure)."""
         if self._socket is None or self.send_lock.locked():
             return data
-        fd = self._socket.fileno()  # -1 once closed: never a number another socket reuses
-        if fd < 0:
-            return data
-        try:
-            sent = os.write(fd, data)
-        except OSError:  # EAGAIN: the kernel's buffer is full; EPIPE/ECONNRESET: peer gone
-            return data
-        return data[sent:]
+        return write_to_kernel_now(self._socket, data)
 
     async def _write_failed(self) -> None:
         """The peer is gone (a write failed): what hypercorn's own write did then."""
         await self.protocol.handle(Closed())
 
-    async def _read_data(self) -> None:
+    async def _read_client(self) -> None:
         while True:
             try:
                 data = await self.stream.receive_some(MAX_RECV)
@@ -297,4 +291,15 @@ class GatewayConnection(TCPServer):
     async def _idle_close(self) -> None:
         """The idle (or header) time passed, or the server is shutting down: close."""
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
-            await self._initiate_server_close()
+            await self.protocol.handle(Closed())
+            await self.stream.aclose()
+
+    async def _close_stream(self) -> None:
+        """End our side of the connection, then close the socket (a gone peer or TLS without
+        EOF ends nothing more)."""
+        with contextlib.suppress(
+            trio.BrokenResourceError, trio.BusyResourceError, trio.ClosedResourceError
+        ):
+            if isinstance(self.stream, trio.SocketStream):
+                await self.stream.send_eof()
+        await self.stream.aclose()

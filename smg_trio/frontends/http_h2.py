@@ -12,8 +12,7 @@ a client resetting streams faster than any real client does (docs/http.md §3).
   "rapid reset" attack (CVE-2023-44487), answered GOAWAY(ENHANCE_YOUR_CALM) and the connection
   is closed, which cancels its streams and so their engine requests.
 
-Both lean on h2 and hypercorn internals (`_receive_headers_frame`, `_closed_streams`,
-`_decode_headers`, H2Protocol's `_handle_events`); pyproject.toml pins their minor versions.
+Both reach h2's and hypercorn's internals only through `frontends/hypercorn_seam.py`.
 """
 
 from __future__ import annotations
@@ -29,20 +28,21 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import trio
-from h2.stream import StreamClosedBy
-from hpack.exceptions import HPACKError
 from hpack.struct import HeaderWeaklyTyped, NeverIndexedHeaderTuple
 from hypercorn.events import Closed
 from hypercorn.protocol.events import Body, Data, EndBody, EndData
 from hypercorn.protocol.events import Event as StreamEvent
-from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
+from hypercorn.protocol.http_stream import HTTPStream
 from hypercorn.protocol.ws_stream import WSStream
-from hypercorn.typing import HTTPResponseStartEvent
-from hypercorn.utils import build_and_validate_headers
-from hyperframe.frame import Frame, HeadersFrame, RstStreamFrame
 
 from smg_trio.frontends.h2_round_robin import RoundRobinStreams
+from smg_trio.frontends.hypercorn_seam import (
+    RefusingH2Connection,
+    SeamH2Protocol,
+    awaits_response_head,
+    h2_head_fields,
+    response_head_sent,
+)
 from smg_trio.frontends.responses import Send
 from smg_trio.request_ids import REQUEST_ID_HEADER
 from smg_trio.wire.hpack_static import StaticTableEncoder
@@ -62,7 +62,7 @@ CONNECTION_SPECIFIC_HEADERS: Final = frozenset(
 """HTTP/1.1 hop-by-hop fields, never sent over HTTP/2 (RFC 9113 §8.2.2)."""
 
 
-class StreamRefusingH2Connection(h2.connection.H2Connection):
+class StreamRefusingH2Connection(RefusingH2Connection):
     """h2's server connection, refusing (not failing on) a stream over the concurrency limit,
     and sending each response's `x-request-id` as a never-indexed field."""
 
@@ -83,29 +83,6 @@ class StreamRefusingH2Connection(h2.connection.H2Connection):
             priority_depends_on,
             priority_exclusive,
         )
-
-    def _receive_headers_frame(
-        self, frame: HeadersFrame
-    ) -> tuple[list[Frame], list[h2.events.Event]]:
-        try:
-            return super()._receive_headers_frame(frame)
-        except h2.exceptions.TooManyStreamsError:
-            return self._refuse_stream(frame), []
-
-    def _refuse_stream(self, frame: HeadersFrame) -> list[Frame]:
-        # The header block must still go through the HPACK decoder: the client's encoder
-        # already counted it, and skipping it would corrupt every later header block.
-        try:
-            h2.connection._decode_headers(self.decoder, frame.data)
-        except HPACKError as exc:
-            raise h2.exceptions.ProtocolError(f"bad header block: {exc}") from exc
-        # The stream now counts as seen and as closed by our reset, so frames the client had in
-        # flight on it (DATA, its own RST) are answered per stream, not as connection errors.
-        self.highest_inbound_stream_id = max(self.highest_inbound_stream_id, frame.stream_id)
-        self._closed_streams[frame.stream_id] = StreamClosedBy.SEND_RST_STREAM
-        refusal = RstStreamFrame(frame.stream_id)
-        refusal.error_code = h2.errors.ErrorCodes.REFUSED_STREAM
-        return [refusal]
 
 
 def outbound_headers(headers: Iterable[HeaderWeaklyTyped]) -> list[HeaderWeaklyTyped]:
@@ -132,24 +109,7 @@ def outbound_headers(headers: Iterable[HeaderWeaklyTyped]) -> list[HeaderWeaklyT
     return fields
 
 
-def awaits_response_head(stream: HTTPStream) -> bool:
-    """The stream's app has not begun its response (hypercorn's HTTPStream state)."""
-    return not stream.closed and stream.state is ASGIHTTPState.REQUEST
-
-
-def response_head_sent(stream: HTTPStream, headers: Sequence[tuple[bytes, bytes]]) -> None:
-    """Record on hypercorn's HTTPStream a `200` head sent past its `app_send`, as `app_send`
-    records one (the rest of the response, its end and the access log read it there)."""
-    message: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": 200,
-        "headers": headers,
-    }
-    stream.response = message
-    stream.state = ASGIHTTPState.RESPONSE
-
-
-class GatewayH2Protocol(H2Protocol):
+class GatewayH2Protocol(SeamH2Protocol):
     """hypercorn's H2Protocol over `StreamRefusingH2Connection`, with the rapid-reset guard."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -171,9 +131,8 @@ class GatewayH2Protocol(H2Protocol):
         self.streams = _Streams(self)
         self.priority = RoundRobinStreams()  # type: ignore[assignment]
         self._resets: deque[float] = deque()
-        self._sending: int | None = None
 
-    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+    async def screen_events(self, events: list[h2.events.Event]) -> list[h2.events.Event] | None:
         # A stream opened and reset in the same read (the attack's HEADERS + RST_STREAM pair)
         # is not in `self.streams` yet, so this batch's new streams count as unfinished too.
         opened: set[int] = set()
@@ -190,14 +149,14 @@ class GatewayH2Protocol(H2Protocol):
                 self.connection.close_connection(
                     h2.errors.ErrorCodes.ENHANCE_YOUR_CALM, last_stream_id=event.stream_id
                 )
-                await self._flush()
+                await self.flush()
                 await self.send(Closed())
-                return
+                return None
         if self.context.terminated.is_set():
             # While shutting down, hypercorn resets each new stream, and h2 raises on resetting
             # one the client already reset in the same read (HEADERS + RST_STREAM): skip those.
-            events = [event for event in events if not self._already_closed(event)]
-        await super()._handle_events(events)
+            return [event for event in events if not self._already_closed(event)]
+        return events
 
     async def stream_send(self, event: StreamEvent) -> None:
         # A body chunk with nothing queued before it and the window open is framed here, by
@@ -207,38 +166,29 @@ class GatewayH2Protocol(H2Protocol):
         # chunk and END_STREAM then share a write). Anything else takes hypercorn's queue.
         kind = type(event)
         if kind in (Body, Data) and self.frame_data_now(event.stream_id, event.data):  # type: ignore[attr-defined]
-            await self._flush()
+            await self.flush()
             return
         if kind in (EndBody, EndData) and self._end_now(event.stream_id):
-            await self._flush()
+            await self.flush()
             return
         await super().stream_send(event)
-
-    async def _send_data(self, stream_id: int) -> None:
-        self._sending = stream_id  # hypercorn's send task is inside this stream's send
-        try:
-            await super()._send_data(stream_id)
-        finally:
-            self._sending = None
 
     def _end_now(self, stream_id: int) -> bool:
         """END_STREAM framed now, and the stream's send state dropped, as hypercorn's send task
         does at a stream's end, when nothing of the stream is queued and that task is not in
         the middle of sending it (it would find the state gone); False: nothing done."""
-        if not self._nothing_queued(stream_id) or self._sending == stream_id:
+        if not self._nothing_queued(stream_id) or self.sending_stream == stream_id:
             return False
         try:
             self.connection.end_stream(stream_id)
         except h2.exceptions.ProtocolError:
             return False  # a closed stream: hypercorn's path cleans it up as it always did
-        del self.stream_buffers[stream_id]
-        self.priority.remove_stream(stream_id)
+        self.forget_ended_stream(stream_id)
         return True
 
     def _nothing_queued(self, stream_id: int) -> bool:
         """The stream is open in hypercorn's sender with none of its body waiting there."""
-        buffer = self.stream_buffers.get(stream_id)
-        return buffer is not None and not buffer.buffer and not buffer._complete
+        return self.body_queued(stream_id) is False
 
     def frame_data_now(self, stream_id: int, data: bytes) -> bool:
         """Frame `data` as the stream's next DATA in h2's output if nothing of the stream is
@@ -277,14 +227,7 @@ class GatewayH2Protocol(H2Protocol):
         try:
             if not self._window_takes(stream_id, first):
                 return False
-            connection.send_headers(
-                stream_id,
-                [
-                    (b":status", b"200"),
-                    *build_and_validate_headers(headers),
-                    *self.config.response_headers("h2"),
-                ],
-            )
+            connection.send_headers(stream_id, h2_head_fields(self.config, headers))
         except h2.exceptions.ProtocolError:
             return False  # the stream closed: hypercorn's path finds it so and sends nothing
         connection.send_data(stream_id, first)  # the checks above are send_data's own

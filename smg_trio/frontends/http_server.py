@@ -119,7 +119,7 @@ class ConnectionGate:
     ) -> None:
         self._connection = partial(GatewayConnection, app, config, context, state, limits)
         self._config = config
-        self._max = limits.max_connections
+        self._max = limits.resolved().max_connections  # (0 in `limits`: derived)
         self._refusals = trio.Semaphore(REFUSALS_IN_FLIGHT)
         self.open = 0
         self.refused = 0

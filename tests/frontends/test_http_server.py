@@ -24,7 +24,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import CloseConnection, Request
 
 from bench.http_limit_checks import response_complete
-from smg_trio.frontends import gateway_connection
+from smg_trio.frontends import hypercorn_seam
 from smg_trio.frontends.http_limits import HttpLimits, default_max_connections
 from tests.e2e.live_server import API_KEY, chat_body, chat_outcome, live_server, parse_sse
 
@@ -276,7 +276,7 @@ def dechunk(raw: bytes) -> bytes:
 
 
 class KernelThatTakesLittle:
-    """Stands in for `os` in gateway_connection: every third write is refused (EAGAIN) and the others
+    """Stands in for `os` in hypercorn_seam: every third write is refused (EAGAIN) and the others
     take at most 3 bytes, as a kernel whose socket buffer is nearly full would."""
 
     def __init__(self) -> None:
@@ -301,7 +301,7 @@ async def test_a_streamed_http1_chunk_the_kernel_only_partly_takes_is_finished_i
     async with live_server(tmp_path, step_ms=1) as server:
         for kernel in (None, KernelThatTakesLittle()):
             if kernel is not None:
-                monkeypatch.setattr(gateway_connection, "os", kernel)
+                monkeypatch.setattr(hypercorn_seam, "os", kernel)
             with trio.fail_after(TEST_TIMEOUT_S):
                 async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
                     await client.send_all(chat_request(close=True, max_tokens=40))

@@ -1,5 +1,6 @@
 """A real gateway for WebSocket tests: the reference vLLM EngineCore as a subprocess (replay mode)
-on the real ZMQ wire, a Gateway over our ZMQ backend, and hypercorn's trio worker on a loopback
+on the real ZMQ wire, a Gateway over our ZMQ backend, and the production HTTP server
+(`frontends/http_server.serve_http`: our accept loop over hypercorn's protocols) on a loopback
 port serving `/v1/ws` with `handle_websocket` (a minimal ASGI app, independent of serve.py)."""
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from pathlib import Path
 from typing import Final
 
 import trio
+from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
-from hypercorn.trio import serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.engines.launch import EngineCommand
+from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.http_server import serve_http
 from smg_trio.frontends.responses import answer_lifespan
 from smg_trio.frontends.websocket import handle_websocket
 from smg_trio.gateway import Gateway
@@ -99,7 +102,12 @@ async def running_gateway(
                 config.errorlog = None
                 async with trio.open_nursery() as nursery:
                     binds: list[str] = await nursery.start(
-                        functools.partial(serve, websocket_app(gateway), config)
+                        functools.partial(
+                            serve_http,
+                            ASGIWrapper(websocket_app(gateway)),
+                            config,
+                            HttpLimits(),
+                        )
                     )
                     port = binds[0].rsplit(":", 1)[1]
                     yield RunningGateway(f"ws://127.0.0.1:{port}/v1/ws", gateway, backend)
