@@ -16,8 +16,8 @@ from typing import Final
 import h2.config
 import h2.connection
 import pytest
-import trio
 from hypercorn.protocol.h2 import StreamBuffer
+from hypercorn.trio.worker_context import EventWrapper
 
 from smg_trio.frontends import hypercorn_seam
 from smg_trio.frontends.hypercorn_seam import (
@@ -41,7 +41,7 @@ def test_every_internal_the_seam_relies_on_is_there() -> None:
     connection = RefusingH2Connection(config=h2.config.H2Configuration(client_side=False))
     assert isinstance(connection._closed_streams, dict)
     assert isinstance(connection.highest_inbound_stream_id, int)
-    buffer = StreamBuffer(trio.Event)
+    buffer = StreamBuffer(EventWrapper)
     assert buffer._complete is False
     assert isinstance(buffer.buffer, bytearray)
 
@@ -82,7 +82,7 @@ def test_nothing_outside_the_seam_touches_the_libraries_internals() -> None:
     names = "|".join(sorted(_internal_names() | set(INSTANCE_INTERNALS)))
     importing = re.compile(rf"^(?:import|from) (?:{libraries})\b", re.MULTILINE)
     by_name = re.compile(rf"(?:\.|def )(?:{names})\b")
-    found = []
+    found: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == SEAM or "_proto" in path.parts:
             continue
