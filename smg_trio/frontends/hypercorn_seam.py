@@ -1,10 +1,10 @@
 """I/O. The one seam between our HTTP front end and hypercorn, h2 and h11: every touch of their
-internals is here, and nowhere else (docs/http.md §5).
+internals is here, and nowhere else (docs/http.md §6).
 
 hypercorn is our server: its protocols (`H11Protocol`, `H2Protocol`, `HTTPStream`, `WSStream`)
 parse, frame and run the ASGI app; our worker (`frontends/gateway_connection.py`, in place of
 hypercorn's `TCPServer`) owns each socket. What we change of theirs, and why it pays (figures
-and commands: docs/http.md §5; a touch that buys neither 0.1 ms of first-token time nor 3 % of
+and commands: docs/http.md §6; a touch that buys neither 0.1 ms of first-token time nor 3 % of
 CPU per streamed token, and fixes nothing, is not kept):
 
 - `RefusingH2Connection` (h2's `_receive_headers_frame`, `_decode_headers`, `_closed_streams`):
