@@ -153,7 +153,7 @@ def instrumented() -> Iterator[None]:
         # The ADDs are handed to the writer (queued, or sent at once when it is idle).
         _before(zmq_input_writer.InputWriter, "send_adds", "queued", undo)
         _after(zmq_input_writer.InputWriter, "_send", "add_sent", undo)  # by the writer task
-        _after(zmq_input_writer.InputWriter, "_send_nowait", "add_sent", undo)  # or directly
+        _after(zmq_input_writer.InputWriter, "_take_now", "add_sent", undo)  # or directly
         _after(zmq_codec, "decode_output", "output", undo)
         _before(sse.SseResponse, "send_chunks", "chunk", undo)  # by the response's writer task
         _before(sse.SseResponse, "send_chunks_now", "chunk", undo)  # or from the output's step

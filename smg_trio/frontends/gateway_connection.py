@@ -38,6 +38,7 @@ from smg_trio.frontends.idle_timer import IdleTimer
 from smg_trio.frontends.protocol_switch import ProtocolSwitch
 from smg_trio.frontends.responses import Send
 from smg_trio.frontends.sse import DIRECT_CHUNKS_KEY, DirectChunks
+from smg_trio.handoff import Taken
 
 MAX_RECV: Final = 2**16  # bytes asked of the socket per read (hypercorn's worker reads as much)
 REST_S: Final = 300.0  # bound on writing what the kernel did not take at once (write_rest)
@@ -151,13 +152,14 @@ class GatewayConnection:
                 await self._close_stream()
                 await self.protocol.handle(Closed())
 
-    def write_chunk_now(self, data: bytes) -> bytes | None:
+    def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]:
         """`data` as one chunk of the HTTP/1.1 body in progress, past hypercorn and h11 (whose
-        chunked framing keeps no state): returns what the kernel did not take, for `write_rest`;
-        None, nothing sent, unless cleartext HTTP/1.1 is in a chunked body with no write under
-        way (then the caller sends through ASGI)."""
+        chunked framing keeps no state), answered as a hand-off's `take_now`: ALL; PART with
+        what the kernel did not take, for `write_rest`; REFUSED, nothing sent, unless cleartext
+        HTTP/1.1 is in a chunked body with no write under way (then the caller sends through
+        ASGI)."""
         if not data:  # an empty chunk would end the body
-            return b""
+            return Taken.ALL, b""
         protocol = self.protocol.protocol
         if (
             self._socket is None
@@ -166,16 +168,19 @@ class GatewayConnection:
             or not h11_in_chunked_body(protocol)
             or self.send_lock.locked()
         ):
-            return None
-        return self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
+            return Taken.REFUSED, data
+        # Framed as a chunk now: what the kernel does not take is the rest, never refused.
+        rest = self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
+        return (Taken.PART, rest) if rest else (Taken.ALL, b"")
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None:
+    def start_now(
+        self, headers: Sequence[tuple[bytes, bytes]], first: bytes
+    ) -> tuple[Taken, bytes]:
         """The response's `200` head and its first chunk of body `first` in one write, past
-        hypercorn and ASGI, as `write_chunk_now` writes a chunk: returns what the kernel did
-        not take (for `write_rest`); None, nothing sent, unless cleartext HTTP/1.1 is waiting
-        for this request's response head with no write under way. hypercorn's HTTPStream and
-        H11Protocol steps for `http.response.start` are done here, in their order and with
-        their fields, so the rest of the response finds the stream as hypercorn leaves it."""
+        hypercorn and ASGI, answered as `write_chunk_now` answers; REFUSED, nothing sent, unless
+        cleartext HTTP/1.1 is waiting for this request's response head with no write under way.
+        The seam's `h11_response_head` does hypercorn's steps for `http.response.start`, so the
+        rest of the response finds the stream as hypercorn leaves it."""
         protocol = self.protocol.protocol
         if (
             not first
@@ -183,11 +188,12 @@ class GatewayConnection:
             or not isinstance(protocol, H11Protocol)
             or self.send_lock.locked()
         ):
-            return None
+            return Taken.REFUSED, first
         head = h11_response_head(protocol, self.config, headers)
         if head is None:
-            return None
-        return self._write_now(head + b"%x\r\n%b\r\n" % (len(first), first))
+            return Taken.REFUSED, first
+        rest = self._write_now(head + b"%x\r\n%b\r\n" % (len(first), first))
+        return (Taken.PART, rest) if rest else (Taken.ALL, b"")
 
     def chunks_for(self, send: Send) -> DirectChunks | None:
         """The direct chunk writer of the response `send` (hypercorn's ASGI send) belongs to:
@@ -221,15 +227,15 @@ class GatewayConnection:
         stream: HTTPStream,
         headers: Sequence[tuple[bytes, bytes]],
         first: bytes,
-    ) -> bytes | None:
+    ) -> tuple[Taken, bytes]:
         """The stream's `200` head and first DATA framed and handed on as `_write_h2_now` does
-        (in one write, for a lone stream): b""; None, nothing done, when either must wait."""
+        (in one write, for a lone stream): ALL; REFUSED, nothing done, when either must wait."""
         if not self._h2_takes_now(protocol) or not protocol.start_response_now(
             stream, headers, first
         ):
-            return None
+            return Taken.REFUSED, first
         self._hand_h2_output(protocol)
-        return b""
+        return Taken.ALL, b""
 
     def _h2_takes_now(self, protocol: GatewayH2Protocol) -> bool:
         return self.protocol.protocol is protocol and self._writer.takes_now

@@ -44,6 +44,7 @@ from smg_trio.frontends.hypercorn_seam import (
     response_head_sent,
 )
 from smg_trio.frontends.responses import Send
+from smg_trio.handoff import Taken
 from smg_trio.request_ids import REQUEST_ID_HEADER
 from smg_trio.wire.hpack_static import StaticTableEncoder
 
@@ -294,7 +295,7 @@ class H2StreamChunks:
     def __init__(
         self,
         write_now: Callable[[int, bytes], bool],
-        start_now: Callable[[Sequence[tuple[bytes, bytes]], bytes], bytes | None],
+        start_now: Callable[[Sequence[tuple[bytes, bytes]], bytes], tuple[Taken, bytes]],
         stream_id: int,
         send: Send,
     ) -> None:
@@ -303,13 +304,17 @@ class H2StreamChunks:
         self._stream_id = stream_id
         self._send = send
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None:
+    def start_now(
+        self, headers: Sequence[tuple[bytes, bytes]], first: bytes
+    ) -> tuple[Taken, bytes]:
         return self._start_now(headers, first)
 
-    def write_chunk_now(self, data: bytes) -> bytes | None:
+    def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]:
         if not data:  # nothing to frame (an empty DATA would be noise, not an end)
-            return b""
-        return b"" if self._write_now(self._stream_id, data) else None
+            return Taken.ALL, b""
+        if self._write_now(self._stream_id, data):
+            return Taken.ALL, b""
+        return Taken.REFUSED, data
 
     async def write_rest(self, rest: bytes) -> None:
         await self._send({"type": "http.response.body", "body": rest, "more_body": True})

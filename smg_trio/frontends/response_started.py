@@ -9,6 +9,7 @@ from functools import partial
 
 from smg_trio.frontends.responses import Message, Scope, Send
 from smg_trio.frontends.sse import DirectChunks, StartNow, direct_chunks_of
+from smg_trio.handoff import Taken
 from smg_trio.request_ids import REQUEST_ID_HEADER
 
 
@@ -36,8 +37,8 @@ class ResponseStarted:
 
     def _start_now(
         self, direct: DirectChunks, headers: Sequence[tuple[bytes, bytes]], first: bytes
-    ) -> bytes | None:
-        rest = direct.start_now([*headers, self._id_header], first)
-        if rest is not None:
+    ) -> tuple[Taken, bytes]:
+        taken, rest = direct.start_now([*headers, self._id_header], first)
+        if taken is not Taken.REFUSED:
             self.started = True
-        return rest
+        return taken, rest

@@ -73,13 +73,16 @@ stopped reading waits longer, and hypercorn's own (shielded) write on it is stuc
 class DirectChunks(Protocol):
     """A way to send a body chunk without ASGI's layers (docs/performance.md §2): an HTTP/1.1
     connection writes it to its socket, an h2 stream frames it as DATA. `write_chunk_now`
-    returns None when nothing was sent (then ASGI `send` must), else what is still to write
-    (`write_rest`; only HTTP/1.1 leaves a rest). `start_now`: the same for a `200` head with
-    `headers` and the first chunk, sent together (docs/performance.md §3)."""
+    answers as a hand-off's `take_now` (smg_trio/handoff.py): ALL, sent; PART, with the rest
+    still to write (`write_rest`; only HTTP/1.1 leaves one); REFUSED, nothing sent (then ASGI
+    `send` must). `start_now`: the same for a `200` head with `headers` and the first chunk,
+    sent together (docs/performance.md §3)."""
 
-    def write_chunk_now(self, data: bytes) -> bytes | None: ...
+    def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]: ...
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None: ...
+    def start_now(
+        self, headers: Sequence[tuple[bytes, bytes]], first: bytes
+    ) -> tuple[Taken, bytes]: ...
 
     async def write_rest(self, rest: bytes) -> None: ...
 
@@ -99,7 +102,7 @@ def direct_chunks_of(scope: Mapping[str, Any], send: Send) -> DirectChunks | Non
     return None if source is None else source.chunks_for(send)
 
 
-StartNow: TypeAlias = Callable[[Sequence[tuple[bytes, bytes]], bytes], bytes | None]
+StartNow: TypeAlias = Callable[[Sequence[tuple[bytes, bytes]], bytes], tuple[Taken, bytes]]
 """`DirectChunks.start_now` as the app hands it to a response: with the fields every response of
 the request carries (its `x-request-id`) added, and the response marked as begun."""
 
@@ -154,7 +157,7 @@ class SseResponse:
             return Taken.REFUSED
         body = self._dialect.frame(payloads)
         self.quiet = False
-        return self._sent_now(body, direct.write_chunk_now(body))
+        return self._sent_now(body, *direct.write_chunk_now(body))
 
     def _open_now(self, payloads: Sequence[bytes]) -> Taken:
         """The stream's head and its first chunk at once, when the connection takes both now
@@ -166,22 +169,22 @@ class SseResponse:
             return Taken.REFUSED
         body = self._dialect.frame(payloads)
         self.quiet = False
-        rest = start_now(SSE_HEADERS, body)
-        if rest is not None:
+        taken, rest = start_now(SSE_HEADERS, body)
+        if taken is not Taken.REFUSED:
             self._lifecycle.chunks()  # IDLE -> STREAMING
-        return self._sent_now(body, rest)
+        return self._sent_now(body, taken, rest)
 
-    def _sent_now(self, body: bytes, rest: bytes | None) -> Taken:
-        """What became of `body`, framed and handed to the connection: refused (None: then
-        `send_chunks(())` sends it as framed, opening the stream if need be), or `rest`, what
-        the kernel did not take, to go before anything else."""
-        if rest is None:
+    def _sent_now(self, body: bytes, taken: Taken, rest: bytes) -> Taken:
+        """What became of `body`, framed and handed to the connection: refused (then
+        `send_chunks(())` sends it as framed, opening the stream if need be), or partly
+        taken (`rest`, what the kernel did not take, goes before anything else). Either way
+        the sink holds the rest: PART to the request's hand-off."""
+        if taken is Taken.REFUSED:
             self._framed = body
             return Taken.PART
-        if rest:
+        if taken is Taken.PART:
             self._unsent = rest
-            return Taken.PART
-        return Taken.ALL
+        return taken
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if self._client_gone:
@@ -198,10 +201,10 @@ class SseResponse:
         if self._direct is not None:
             # Straight to the socket when the connection allows (HTTP/1.1, cleartext): the bytes
             # are out before this returns, in order; the writer's mailbox loop yields per batch.
-            rest = self._direct.write_chunk_now(body)
-            if rest is not None:
-                if rest:
-                    await self._direct.write_rest(rest)
+            taken, rest = self._direct.write_chunk_now(body)
+            if taken is Taken.PART:
+                await self._direct.write_rest(rest)
+            if taken is not Taken.REFUSED:
                 return
         await self._send({"type": "http.response.body", "body": body, "more_body": True})
 

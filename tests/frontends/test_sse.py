@@ -277,18 +277,20 @@ class FakeDirect:
         self.heads: list[list[tuple[bytes, bytes]]] = []
         self.written: list[bytes] = []
 
-    def write_chunk_now(self, data: bytes) -> bytes | None:
+    def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]:
         if not self.takes:
-            return None
+            return Taken.REFUSED, data
         self.written.append(data)
-        return b""
+        return Taken.ALL, b""
 
-    def start_now(self, headers: Sequence[tuple[bytes, bytes]], first: bytes) -> bytes | None:
+    def start_now(
+        self, headers: Sequence[tuple[bytes, bytes]], first: bytes
+    ) -> tuple[Taken, bytes]:
         if not self.takes:
-            return None
+            return Taken.REFUSED, first
         self.heads.append(list(headers))
         self.written.append(first)
-        return b""
+        return Taken.ALL, b""
 
     async def write_rest(self, rest: bytes) -> None:
         raise AssertionError("nothing is ever left over here")
