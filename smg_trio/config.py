@@ -16,7 +16,8 @@ import msgspec
 
 from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ConfigError, UnsupportedRuntime
-from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire, require_adapter
+from smg_trio.neutral.capabilities import capabilities_of, require_adapter
+from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire
 from smg_trio.response_store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
@@ -194,7 +195,7 @@ def check_processes(config: GatewayConfig) -> None:
     if config.processes == 1:
         return
     for spec in config.workers:
-        if spec.runtime is Runtime.TOKENSPEED and spec.wire is Wire.ZMQ:
+        if capabilities_of(spec.runtime, spec.wire).one_gateway_process:
             raise ConfigError(
                 f"worker {spec}: TokenSpeed over ZMQ answers one client only (no client_index, "
                 f"outputs[0] only: docs/wire.md §B.7); use --processes 1 for it"

@@ -60,7 +60,8 @@ from smg_trio.frontends.probe_server import ProbeSnapshot, open_probe_server, pu
 from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
-from smg_trio.neutral.runtime import Wire, require_adapter
+from smg_trio.neutral.capabilities import require_adapter
+from smg_trio.neutral.runtime import Wire
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.response_store.stores import default_store_url, open_response_store

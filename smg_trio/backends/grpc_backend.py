@@ -55,7 +55,8 @@ from smg_trio.backends.grpc_services import (
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S, InFlightTable
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
-from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
+from smg_trio.neutral.capabilities import require_adapter
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 

@@ -33,7 +33,8 @@ from smg_trio.errors import (
     EngineDead,
     EngineRejected,
 )
-from smg_trio.neutral.runtime import Runtime, Wire, require_adapter
+from smg_trio.neutral.capabilities import capabilities_of
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.wire.zmq_transport import (
     HELLO,
     READY,
@@ -110,8 +111,8 @@ class PendingCall:
 
 def check_settings(runtime: Runtime, engine_count: int, **periods: float) -> None:
     """A ZMQ backend's settings, checked before any socket is bound (ConfigError)."""
-    require_adapter(runtime, Wire.ZMQ)
-    if engine_count < 1 or (runtime is Runtime.TOKENSPEED and engine_count != 1):
+    one_engine = capabilities_of(runtime, Wire.ZMQ).one_engine_per_worker
+    if engine_count < 1 or (one_engine and engine_count != 1):
         raise ConfigError(
             f"engine_count must be >= 1 (and exactly 1 for TokenSpeed), got {engine_count}"
         )

@@ -1,7 +1,7 @@
 """Pure. Anthropic Messages responses (docs/client-apis.md §2): the renderer of a
 `Endpoint.MESSAGES` plan and the dialect of `/v1/messages` paths.
 
-`MessagesRenderer` is an `endpoint_renderers.EndpointRenderer`; its stream payloads are whole
+`MessagesRenderer` is a `renderer_vocabulary.EndpointRenderer`; its stream payloads are whole
 named events (`api_dialect.named_event`), in Anthropic's order: `message_start` when the
 message opens; per content block `content_block_start` (the first followed by `ping`),
 `content_block_delta`s (`text_delta`, `thinking_delta`, `input_json_delta`) and
@@ -18,7 +18,7 @@ else `stop_sequence` (with the string) for a stop string, else `end_turn`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -28,14 +28,12 @@ from smg_trio.core.parsers.events import Parsed, ToolCallStart
 from smg_trio.core.parsers.registry import OutputParser, parse_whole
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice
+from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions, RenderedLogprobs
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError, GatewayError
 from smg_trio.wire import anthropic as an
 from smg_trio.wire.openai_responses import JSON_ENCODER, PromptLogprobs, Usage
-
-if TYPE_CHECKING:  # annotations only: endpoint_renderers imports this module
-    from smg_trio.core.endpoint_renderers import ChoiceProgress, Positions, RenderedLogprobs
 
 _encode = JSON_ENCODER.encode
 _DELTA: Final = b"content_block_delta"

@@ -1,11 +1,10 @@
-"""Pure. finalize's per-runtime rules for the request fields beyond stops: structured outputs
-(and whether they may start after the reasoning, only vLLM over ZMQ), logit_bias,
-allowed_token_ids, bad_words and min_tokens (docs/request-fields.md §1-§3).
+"""Pure. finalize's shaping of the request fields beyond stops: structured outputs, bad_words
+(docs/request-fields.md §2, §4), rewritten into a spelling the worker's engine takes.
 
-Each (runtime, wire) either carries a field to its engine, rewritten into a spelling the engine
-takes, or the request is a 400 `ClientError` naming the parameter as the client sent it. Nothing
-a client set is ever dropped. `finalize` calls `shape_engine_fields` once per request, before
-any task starts; the wire builders then only rename.
+What the engine cannot take at all was refused before (`core/unsupported.py`), both read the
+worker's row of `neutral/capabilities.py`; nothing a client set is ever dropped here.
+`finalize` calls `shape_engine_fields` once per request, before any task starts; the wire
+builders then only rename.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import msgspec
 
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
-from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.neutral.capabilities import BadWords, Capabilities
 from smg_trio.neutral.sampling import ConstraintKind, SamplingParams, StructuredConstraint
 
 # JSON mode for an engine with no JSON-object switch: the most permissive object schema (what
@@ -24,90 +23,36 @@ from smg_trio.neutral.sampling import ConstraintKind, SamplingParams, Structured
 JSON_OBJECT_SCHEMA: Final = '{"type":"object"}'
 _REGEX_SPECIALS: Final = frozenset("\\.^$|?*+()[]{}")
 
-# Which constraint kinds an engine spells natively; the others are rewritten (choice → regex,
-# JSON object → schema) and none at all means a 400.
-_NATIVE: Final[dict[Runtime, frozenset[ConstraintKind]]] = {
-    Runtime.VLLM: frozenset(ConstraintKind),
-    Runtime.SGLANG: frozenset(
-        {ConstraintKind.JSON_SCHEMA, ConstraintKind.REGEX, ConstraintKind.GRAMMAR}
-    ),
-    Runtime.TOKENSPEED: frozenset(
-        {ConstraintKind.JSON_SCHEMA, ConstraintKind.REGEX, ConstraintKind.GRAMMAR}
-    ),
-    Runtime.TRTLLM: frozenset(
-        {
-            ConstraintKind.JSON_SCHEMA,
-            ConstraintKind.JSON_OBJECT,
-            ConstraintKind.REGEX,
-            ConstraintKind.GRAMMAR,
-        }
-    ),
-}
-# logit_bias: every engine's sampling map except TRT-LLM's (it takes a dense embedding_bias).
-_LOGIT_BIAS: Final = frozenset({Runtime.VLLM, Runtime.SGLANG, Runtime.TOKENSPEED, Runtime.MLX})
-
 
 def shape_engine_fields(
-    sampling: SamplingParams, runtime: Runtime, wire: Wire, tokenizer: TokenizerLike | None
+    sampling: SamplingParams, caps: Capabilities, tokenizer: TokenizerLike | None
 ) -> SamplingParams:
-    """`sampling` as `runtime` over `wire` can take it, or a 400 naming what it cannot."""
-    vllm_zmq = runtime is Runtime.VLLM and wire is Wire.ZMQ
+    """`sampling` as the engine of `caps` takes it (`refuse_unsupported` passed it already)."""
     if sampling.constraint is not None:
-        if sampling.constraint.after_reasoning and not vllm_zmq:
-            _refuse_after_reasoning(sampling.constraint.param, runtime, wire)
         sampling = msgspec.structs.replace(
-            sampling, constraint=_constraint_for(sampling.constraint, runtime)
+            sampling, constraint=_constraint_for(sampling.constraint, caps)
         )
-    if sampling.logit_bias and runtime not in _LOGIT_BIAS:
-        _refuse("logit_bias", runtime, wire)
-    if sampling.allowed_token_ids is not None and not vllm_zmq:
-        _refuse("allowed_token_ids", runtime, wire)
-    if sampling.min_tokens and runtime is Runtime.MLX:
-        _refuse("min_tokens", runtime, wire)
     if sampling.bad_words:
-        if vllm_zmq:
-            sampling = msgspec.structs.replace(
-                sampling,
-                bad_words=(),
-                bad_words_token_ids=bad_words_token_ids(sampling.bad_words, tokenizer),
-            )
-        elif runtime is Runtime.TRTLLM:
-            # TRT-LLM tokenizes each `bad` word exactly as given: send the spellings vLLM bans.
-            sampling = msgspec.structs.replace(
-                sampling, bad_words=bad_word_spellings(sampling.bad_words, tokenizer)
-            )
-        else:
-            _refuse("bad_words", runtime, wire)
+        match caps.bad_words:
+            case BadWords.TOKEN_IDS:
+                sampling = msgspec.structs.replace(
+                    sampling,
+                    bad_words=(),
+                    bad_words_token_ids=bad_words_token_ids(sampling.bad_words, tokenizer),
+                )
+            case BadWords.SPELLINGS:
+                # The engine tokenizes each word exactly as given: send the spellings vLLM bans.
+                sampling = msgspec.structs.replace(
+                    sampling, bad_words=bad_word_spellings(sampling.bad_words, tokenizer)
+                )
+            case BadWords.REFUSED:  # pragma: no cover - refuse_unsupported raised already
+                raise AssertionError("bad_words reached an engine that cannot take them")
     return sampling
 
 
-def _refuse(param: str, runtime: Runtime, wire: Wire) -> None:
-    raise ClientError(
-        f"{param} is not supported by this model's engine ({runtime.value} over {wire.value})",
-        param=param,
-    )
-
-
-def _refuse_after_reasoning(param: str, runtime: Runtime, wire: Wire) -> None:
-    """Only vLLM's EngineCore request says where a grammar starts (`reasoning_ended`); on any
-    other wire the grammar would constrain the reasoning too (docs/request-fields.md §3)."""
-    raise ClientError(
-        f"{param} cannot start after the reasoning on this model's engine ({runtime.value} "
-        f"over {wire.value}: its wire cannot say where the grammar starts); turn thinking "
-        "off with chat_template_kwargs.enable_thinking false or separate_reasoning false",
-        param=param,
-    )
-
-
-def _constraint_for(constraint: StructuredConstraint, runtime: Runtime) -> StructuredConstraint:
-    native = _NATIVE.get(runtime)
-    if native is None:
-        raise ClientError(
-            f"{constraint.param}: structured outputs are not supported by this model's engine "
-            f"({runtime.value})",
-            param=constraint.param,
-        )
-    if constraint.kind in native:
+def _constraint_for(constraint: StructuredConstraint, caps: Capabilities) -> StructuredConstraint:
+    """The constraint in a kind the engine spells natively (choice → regex, JSON mode → schema)."""
+    if constraint.kind in caps.constraints:
         return constraint
     match constraint.kind:
         case ConstraintKind.CHOICE:
@@ -121,11 +66,8 @@ def _constraint_for(constraint: StructuredConstraint, runtime: Runtime) -> Struc
             return msgspec.structs.replace(
                 constraint, kind=ConstraintKind.JSON_SCHEMA, text=JSON_OBJECT_SCHEMA
             )
-        case _:  # pragma: no cover - every engine with grammar support takes the others
-            raise ClientError(
-                f"{constraint.param} is not supported by this model's engine",
-                param=constraint.param,
-            )
+        case _:  # pragma: no cover - refuse_unsupported raised already
+            raise AssertionError(f"{constraint.kind} reached an engine that cannot take it")
 
 
 def choice_regex(choices: tuple[str, ...]) -> str:

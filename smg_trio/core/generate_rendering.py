@@ -1,12 +1,11 @@
 """Pure. SGLang's /generate responses: the whole body, the streamed chunks (each carrying the
 cumulative text and `meta_info` counts, as SGLang streams), and the `EndpointRenderer` the
-response assembler uses for /generate (core/endpoint_renderers.py holds chat and completions).
+response assembler uses for /generate (core/openai_rendering.py holds chat and completions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -14,6 +13,7 @@ from msgspec import UNSET, UnsetType
 from smg_trio.core.logprobs import TokenStrings, sglang_logprobs
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice
+from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions, RenderedLogprobs
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import TokenLogprob
@@ -28,9 +28,6 @@ from smg_trio.wire.openai_responses import (
     PromptLogprobs,
     Usage,
 )
-
-if TYPE_CHECKING:  # annotations only: endpoint_renderers imports this module
-    from smg_trio.core.endpoint_renderers import ChoiceProgress, Positions, RenderedLogprobs
 
 _encode = JSON_ENCODER.encode
 

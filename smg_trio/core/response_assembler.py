@@ -39,10 +39,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
-from smg_trio.core.endpoint_renderers import MatchedStop, renderer_for, response_id
+from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice
+from smg_trio.core.renderer_vocabulary import MatchedStop
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
@@ -56,7 +57,7 @@ _Pending = tuple[TokenLogprob, int]
 
 
 class _Choice:
-    """One choice's progress (an `endpoint_renderers.ChoiceProgress`)."""
+    """One choice's progress (a `renderer_vocabulary.ChoiceProgress`)."""
 
     __slots__ = (
         "chars",

@@ -21,7 +21,6 @@ work is one spliced delta event (no struct), as chat's content chunks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -30,6 +29,7 @@ from smg_trio.core.parsers.events import Parsed, ToolCallArguments, ToolCallStar
 from smg_trio.core.parsers.registry import OutputParser, parse_whole
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice
+from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions
 from smg_trio.core.responses_items import ResponseItems
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
@@ -42,9 +42,6 @@ from smg_trio.wire.responses_objects import (
     ResponseUsage,
     event,
 )
-
-if TYPE_CHECKING:  # annotations only: endpoint_renderers imports this module
-    from smg_trio.core.endpoint_renderers import ChoiceProgress, Positions
 
 LENGTH_FINISH = "length"
 _encode = JSON_ENCODER.encode

@@ -1,5 +1,6 @@
-"""Pure. Engine runtimes, wires and client endpoints, and which (runtime, wire) pairs have an
-adapter.
+"""Pure. Engine runtimes, wires and client endpoints, and their names in a configuration.
+
+Which (runtime, wire) pairs have an adapter, and what each takes, is `neutral/capabilities.py`.
 
 A worker's runtime is always explicit. `UNSPECIFIED` exists so that a configuration that forgot
 it can be represented and rejected with a clear message, never silently defaulted.
@@ -36,18 +37,6 @@ class Endpoint(enum.Enum):
 
 _RUNTIME_ALIASES = {"tensorrt-llm": Runtime.TRTLLM, "tensorrt_llm": Runtime.TRTLLM}
 
-SUPPORTED_PAIRS: frozenset[tuple[Runtime, Wire]] = frozenset(
-    {
-        (Runtime.SGLANG, Wire.GRPC),
-        (Runtime.VLLM, Wire.GRPC),
-        (Runtime.VLLM, Wire.ZMQ),
-        (Runtime.TOKENSPEED, Wire.ZMQ),
-        (Runtime.TOKENSPEED, Wire.GRPC),
-        (Runtime.MLX, Wire.GRPC),
-        (Runtime.TRTLLM, Wire.GRPC),
-    }
-)
-
 
 def parse_runtime(name: str) -> Runtime:
     """Case-insensitive runtime name → Runtime; an unknown name is an error naming it."""
@@ -67,18 +56,3 @@ def parse_wire(name: str) -> Wire:
         if wire.value == key:
             return wire
     raise UnsupportedRuntime(f"unknown wire {name!r}; expected 'grpc' or 'zmq'")
-
-
-def require_adapter(runtime: Runtime, wire: Wire) -> None:
-    """Raise UnsupportedRuntime unless we have an adapter for this runtime over this wire."""
-    if runtime is Runtime.UNSPECIFIED:
-        raise UnsupportedRuntime(
-            f"the engine runtime of a {wire.value} worker must be declared "
-            "(sglang, vllm, tokenspeed, mlx or trtllm); it is never guessed"
-        )
-    if (runtime, wire) not in SUPPORTED_PAIRS:
-        supported = sorted(r.value for r, w in SUPPORTED_PAIRS if w is wire)
-        raise UnsupportedRuntime(
-            f"runtime {runtime.value!r} has no adapter for the {wire.value} wire; "
-            f"over {wire.value} we support: {', '.join(supported)}"
-        )

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from smg_trio.core.anthropic_rendering import AnthropicDialect, MessagesRenderer, stop_reason
 from smg_trio.core.api_dialect import split_named_events
-from smg_trio.core.endpoint_renderers import Positions
 from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.core.render import FinishedChoice
+from smg_trio.core.renderer_vocabulary import Positions
 from smg_trio.errors import BackendUnavailable, ClientError, Overloaded, RequestTimeout
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams

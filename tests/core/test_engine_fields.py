@@ -16,7 +16,8 @@ from smg_trio.core.engine_fields import (
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import ClientError
-from smg_trio.neutral.runtime import SUPPORTED_PAIRS, Endpoint, Runtime, Wire
+from smg_trio.neutral.capabilities import SUPPORTED_PAIRS
+from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import ConstraintKind, SamplingParams, StructuredConstraint
 from tests.core.mock_tokenizers import WordMockTokenizer
 
@@ -142,7 +143,7 @@ def test_min_tokens_keeps_single_token_stop_strings_off_the_engine(
         sampling=SamplingParams(max_tokens=8, stop=("Hello",), min_tokens=3, ignore_eos=True),
     )
     finalized = finalize(plan, WorkerTarget(runtime=runtime, wire=wire), T1)
-    assert finalized.router_stops == ("Hello",)
+    assert finalized.requests[0].sampling.stop == ()  # the router's scanner alone matches it
     assert 1 not in finalized.requests[0].sampling.stop_token_ids
     without = msgspec.structs.replace(plan.sampling, min_tokens=0)
     plan0 = msgspec.structs.replace(plan, sampling=without)

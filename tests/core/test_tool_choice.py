@@ -15,7 +15,8 @@ from smg_trio.core.parsers.registry import NAMED_CALL, REQUIRED_CALLS
 from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ClientError
-from smg_trio.neutral.runtime import SUPPORTED_PAIRS, Runtime, Wire
+from smg_trio.neutral.capabilities import SUPPORTED_PAIRS
+from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.neutral.sampling import ConstraintKind
 from tests.core.test_prepare import MODEL, chat
 

@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,7 +25,15 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import prepare_chat, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError
 from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.neutral.capabilities import (
+    SUPPORTED_PAIRS,
+    BadWords,
+    Capabilities,
+    StringStops,
+    capabilities_of,
+)
 from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire
+from smg_trio.neutral.sampling import ConstraintKind
 from smg_trio.wire import openai_decode as oad
 from smg_trio.wire import tokenspeed_zmq, vllm_zmq
 from smg_trio.wire.grpc_messages import build_generate
@@ -166,6 +175,61 @@ def test_the_table_covers_every_runtime_and_the_fields_of_this_issue() -> None:
     ):
         assert name in fields, name
     assert len(ROWS[0].cells) == 7
+
+
+def _accepts(kind: ConstraintKind) -> Callable[[Capabilities], bool]:
+    return lambda caps: caps.accepts(kind)
+
+
+# The capability (neutral/capabilities.py) that decides each row whose columns differ: its cell
+# is `yes` exactly where the capability holds. Any other row must read the same in every column.
+DECIDED_BY: Final[dict[str, Callable[[Capabilities], bool]]] = {
+    "n greedy": lambda caps: caps.greedy_n,
+    "top_k 128": lambda caps: caps.top_k_below is None or caps.top_k_below > 128,
+    "repetition_penalty 2.5": lambda caps: (
+        caps.max_repetition_penalty is None or caps.max_repetition_penalty >= 2.5
+    ),
+    "stop": lambda caps: caps.string_stops is not StringStops.REFUSED,
+    "sampling_params.stop": lambda caps: caps.string_stops is not StringStops.REFUSED,
+    "min_tokens": lambda caps: caps.min_tokens,
+    "logit_bias": lambda caps: caps.logit_bias,
+    "allowed_token_ids": lambda caps: caps.allowed_token_ids,
+    "bad_words": lambda caps: caps.bad_words is not BadWords.REFUSED,
+    "response_format json_object": _accepts(ConstraintKind.JSON_OBJECT),
+    "response_format json_schema": _accepts(ConstraintKind.JSON_SCHEMA),
+    "structured_outputs.json": _accepts(ConstraintKind.JSON_SCHEMA),
+    "structured_outputs.regex": _accepts(ConstraintKind.REGEX),
+    "structured_outputs.choice": _accepts(ConstraintKind.CHOICE),
+    "structured_outputs.grammar": _accepts(ConstraintKind.GRAMMAR),
+    "structured_outputs.json_object": _accepts(ConstraintKind.JSON_OBJECT),
+    "guided_json": _accepts(ConstraintKind.JSON_SCHEMA),
+    "guided_regex": _accepts(ConstraintKind.REGEX),
+    "guided_choice": _accepts(ConstraintKind.CHOICE),
+    "guided_grammar": _accepts(ConstraintKind.GRAMMAR),
+    # A forced tool choice is a JSON schema built from the tools (docs/request-fields.md §3).
+    "tool_choice required with tools": _accepts(ConstraintKind.JSON_SCHEMA),
+    "tool_choice named with tools": _accepts(ConstraintKind.JSON_SCHEMA),
+    "return_logprob + top_logprobs_num": lambda caps: caps.top_logprobs,
+    "prompt_logprobs": lambda caps: caps.prompt_logprobs,
+    "echo + logprobs": lambda caps: caps.prompt_logprobs,
+    "echo + logprobs, max_tokens 0": lambda caps: caps.prompt_logprobs,
+    "echo + logprobs (stream)": lambda caps: caps.prompt_logprobs,
+}
+
+
+def test_the_doc_table_agrees_with_the_capability_table() -> None:
+    """Doc and capabilities cannot drift: the columns are the table's pairs, every row that
+    differs across columns is decided by one capability, and each cell says what it says."""
+    assert set(ROWS[0].cells) == SUPPORTED_PAIRS
+    for row in ROWS:
+        decide = DECIDED_BY.get(row.field)
+        if decide is None:
+            assert len(set(row.cells.values())) == 1, f"{row.field}: no capability decides it"
+            continue
+        for pair, param in row.cells.items():
+            honoured = decide(capabilities_of(*pair))
+            assert (param is None) == honoured, (row.field, pair)
+    assert set(DECIDED_BY) <= {row.field for row in ROWS}
 
 
 @pytest.mark.parametrize(("row", "runtime", "wire"), CASES)

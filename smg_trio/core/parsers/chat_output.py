@@ -16,11 +16,12 @@ from collections.abc import Sequence
 import msgspec
 from msgspec import UNSET
 
-from smg_trio.core.endpoint_renderers import ChatRenderer, ChoiceProgress, Positions
+from smg_trio.core.openai_rendering import ChatRenderer
 from smg_trio.core.parsers.events import Parsed, ToolCallArguments, ToolCallStart
 from smg_trio.core.parsers.registry import OutputParser, parse_whole
 from smg_trio.core.plan import GeneratePlan, ParserSetup
 from smg_trio.core.render import FinishedChoice
+from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.wire.openai import FunctionCall, ToolCall

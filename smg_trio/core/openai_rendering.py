@@ -1,0 +1,236 @@
+"""Pure. The OpenAI chat and completions `EndpointRenderer`s: their chunks, finishes, usage and
+non-streaming bodies (spliced by `core.render`), and logprobs formatted by `core.logprobs`.
+
+With `stream_options.continuous_usage_stats` every chunk of a choice carries usage with that
+choice's tokens so far, as vLLM's server sends it. A chat plan with output parsers gets
+`parsers/chat_output.ParsingChatRenderer`, a `ChatRenderer` that parses first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from msgspec import UNSET, UnsetType
+
+from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
+from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.render import (
+    ChatStreamRenderer,
+    CompletionStreamRenderer,
+    FinishedChoice,
+    chat_completion,
+    completion,
+)
+from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions, RenderedLogprobs
+from smg_trio.core.stream_end import ChoiceFinish
+from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.wire.openai_responses import (
+    ChoiceLogprobs,
+    CompletionLogprobs,
+    PromptLogprobs,
+    Usage,
+)
+
+
+class _OpenAIRenderer:
+    """What chat and completions share: logprob formatting and continuous usage."""
+
+    __slots__ = (
+        "_contexts",
+        "_continuous",
+        "_created",
+        "_formatter",
+        "_id",
+        "_model",
+        "_prompt_strings",
+        "_prompt_tokens",
+    )
+
+    def __init__(
+        self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
+    ) -> None:
+        self._id, self._created, self._model = request_id, created, plan.model
+        self._prompt_tokens = len(plan.prompt_ids)
+        width = plan.sampling.logprobs
+        self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
+        self._continuous = plan.include_usage and plan.continuous_usage
+        asked = plan.sampling.prompt_logprobs is not None
+        self._prompt_strings = TokenStrings(tokenizer) if asked else None
+        # Per streamed choice, its last sampled ids: a byte-level token's logprob string is
+        # completed by the tokens before it (core/logprobs.py).
+        self._contexts: dict[int, list[int]] = {}
+
+    def closing(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        return ()
+
+    def prompt_logprobs(self, prompt: Positions | None) -> PromptLogprobs | UnsetType:
+        if self._prompt_strings is None or prompt is None:
+            return UNSET
+        return prompt_logprobs(self._prompt_strings, prompt)
+
+    def _context(self, index: int) -> list[int]:
+        context = self._contexts.get(index)
+        if context is None:
+            context = self._contexts[index] = []
+        return context
+
+    def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
+        """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
+        if not self._continuous:
+            return None
+        return Usage.of(self._prompt_tokens, 0 if choice is None else choice.tokens)
+
+
+class ChatRenderer(_OpenAIRenderer):
+    """`chat.completion.chunk`s: a role chunk, content chunks, a finish chunk per choice."""
+
+    keeps_output_ids = False
+    __slots__ = ("_chunks", "_echo")
+
+    def __init__(
+        self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
+    ) -> None:
+        super().__init__(plan, tokenizer, request_id, created)
+        self._echo = plan.echo_text
+        self._chunks = ChatStreamRenderer(
+            request_id=request_id,
+            created=created,
+            model=plan.model,
+            include_usage=plan.include_usage,
+        )
+
+    def _logprobs(self, index: int, positions: Positions) -> ChoiceLogprobs | None:
+        if self._formatter is None or not positions:
+            return None
+        return self._formatter.chat(positions, self._context(index))
+
+    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        usage = self._running_usage(None)
+        role = self._chunks.role(index, usage)
+        if not self._echo:
+            return (role,)
+        # vLLM streams the echoed last message as its own content chunk after the role.
+        return role, self._chunks.content(index, self._echo, None, usage)
+
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        logprobs = None
+        if self._formatter is not None and positions:
+            # The per-token path: spliced.
+            logprobs = self._formatter.chat_json(positions, self._context(index))
+        usage = self._running_usage(choice) if self._continuous else None
+        return self._chunks.content(index, text, logprobs, usage)
+
+    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
+        return self._chunks.finish(
+            index,
+            choice.finish_reason,
+            choice.streamed_match,
+            self._logprobs(index, positions),
+            self._running_usage(choice),
+            choice.stop_reason,
+        )
+
+    def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
+        return ChoiceFinish(index, choice.finish_reason, choice.streamed_match)
+
+    def usage_chunk(self, usage: Usage) -> bytes | None:
+        return self._chunks.usage(usage)
+
+    def reported_usage(self, usage: Usage) -> Usage | None:
+        return usage if self._chunks.include_usage else None
+
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        return None if self._formatter is None else self._formatter.chat(positions)
+
+    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
+        return chat_completion(
+            request_id=self._id,
+            created=self._created,
+            model=self._model,
+            usage=usage,
+            choices=choices,
+        )
+
+
+class CompletionRenderer(_OpenAIRenderer):
+    """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
+
+    keeps_output_ids = False
+    __slots__ = ("_chunks", "_echoes", "_first_ids", "_shifts")
+
+    def __init__(
+        self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
+    ) -> None:
+        super().__init__(plan, tokenizer, request_id, created)
+        # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
+        self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
+        self._first_ids = tuple(prompt.ids[0] for prompt in plan.prompts for _ in range(plan.n))
+        # Per choice: how far an echo's token strings run past its text (vLLM's offsets continue
+        # from the prompt's token strings, which can differ from the text, e.g. a BOS).
+        self._shifts = [0] * len(self._echoes)
+        self._chunks = CompletionStreamRenderer(
+            request_id=request_id,
+            created=created,
+            model=plan.model,
+            include_usage=plan.include_usage,
+        )
+
+    def _logprobs(self, index: int, positions: Positions, offset: int) -> CompletionLogprobs | None:
+        if self._formatter is None or not positions:
+            return None
+        return self._formatter.completion(positions, offset, self._context(index))
+
+    def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
+        echo = self._echoes[index]
+        if not echo:
+            return ()
+        logprobs = None
+        if self._formatter is not None and choice.prompt is not None:  # echo + logprobs
+            logprobs = self._formatter.echoed_completion(self._first_ids[index], choice.prompt, ())
+            last = logprobs.tokens[-1]
+            self._shifts[index] = logprobs.text_offset[-1] + len(last) - len(echo)
+        return (self._chunks.text(index, echo, logprobs, self._running_usage(None)),)
+
+    def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        offset = choice.chars - len(text) + self._shifts[index]
+        logprobs = self._logprobs(index, positions, offset)
+        return self._chunks.text(index, text, logprobs, self._running_usage(choice))
+
+    def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
+        return self._chunks.finish(
+            index,
+            choice.finish_reason,
+            logprobs=self._logprobs(index, positions, choice.chars + self._shifts[index]),
+            usage=self._running_usage(choice),
+            stop_reason=choice.stop_reason,
+        )
+
+    def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
+        return ChoiceFinish(index, choice.finish_reason, None)  # chunks carry no matched_stop
+
+    def usage_chunk(self, usage: Usage) -> bytes | None:
+        return self._chunks.usage(usage)
+
+    def reported_usage(self, usage: Usage) -> Usage | None:
+        return usage if self._chunks.include_usage else None
+
+    def final_logprobs(
+        self, index: int, positions: Positions, prompt: Positions | None
+    ) -> RenderedLogprobs | None:
+        if self._formatter is None:
+            return None
+        if self._echoes[index] is not None and prompt is not None:  # echo: the prompt's first
+            return self._formatter.echoed_completion(self._first_ids[index], prompt, positions)
+        # Offsets count from the start of the generated text (vLLM's non-streaming rule).
+        return self._formatter.completion(positions, 0)
+
+    def body(self, usage: Usage, choices: Sequence[FinishedChoice]) -> bytes:
+        return completion(
+            request_id=self._id,
+            created=self._created,
+            model=self._model,
+            usage=usage,
+            choices=choices,
+        )
