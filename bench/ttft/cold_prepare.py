@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
+from bench.reports.results_page import Section, command_line, load_average, publish
 from smg_trio.endpoint_requests import prepare_for_path
 from smg_trio.model import demo_model_path, load_model_dir
 
@@ -70,11 +71,27 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench cold_prepare", description=__doc__)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--gap-ms", type=float, default=5.0)
+    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     args = parser.parse_args(argv)
     if not 1 <= args.calls <= MAX_CALLS or not 0 <= args.gap_ms <= 100:
         parser.error(f"--calls is 1..{MAX_CALLS} and --gap-ms 0..100")
-    print(f"| work | back to back µs | after {args.gap_ms:g} ms idle µs | ratio |")
-    print("|---|---:|---:|---:|")
-    for name, hot, cold in rows(args.calls, args.gap_ms):
-        print(f"| {name} | {hot:.0f} | {cold:.0f} | {cold / hot:.1f} |")
+    load_before = load_average()
+    lines = [
+        f"Medians of {args.calls} calls per row.",
+        "",
+        f"| work | back to back µs | after {args.gap_ms:g} ms idle µs | ratio |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {name} | {hot:.0f} | {cold:.0f} | {cold / hot:.1f} |"
+            for name, hot, cold in rows(args.calls, args.gap_ms)
+        ),
+    ]
+    section = Section(
+        "cold_prepare",
+        "A request's prepare, hot and cold",
+        command_line(),
+        "\n".join(lines),
+        (load_before, load_average()),
+    )
+    publish(section, write=not args.no_write)
     return 0

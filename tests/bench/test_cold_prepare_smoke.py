@@ -9,7 +9,7 @@ TIMEOUT_S = 60.0
 
 async def test_both_works_are_timed_hot_and_after_a_gap() -> None:
     text = await command_output(
-        "cold_prepare", "--calls", "3", "--gap-ms", "1", timeout_s=TIMEOUT_S
+        "cold_prepare", "--calls", "3", "--gap-ms", "1", "--no-write", timeout_s=TIMEOUT_S
     )
     rows = table_rows(text, "")[2:]  # past the head and its rule
     assert [row[0] for row in rows] == ["prepare_for_path", "tokenizer encode"]
