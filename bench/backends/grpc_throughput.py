@@ -21,7 +21,6 @@ cores); the bridge's own cost is smg-trio minus native. Medians of `REPETITIONS`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import re
 import subprocess
@@ -34,7 +33,7 @@ from typing import Final
 import trio
 from grpclib.client import Channel
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
@@ -230,10 +229,9 @@ def report(runs: list[Run]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench grpc_throughput", description=__doc__)
-    parser.add_argument("--no-write", action="store_true", help="print, leave RESULTS.md alone")
+    parser = recording_parser("grpc_throughput", __doc__)
     arguments = parser.parse_args(argv)
-    load_before, clock = load_average(), time.perf_counter()
+    recording = Recording("grpc_throughput", "gRPC backend throughput")
     runs: list[Run] = []
     with reference_engine() as port:
         for _ in range(REPETITIONS):
@@ -246,13 +244,5 @@ def main(argv: Sequence[str]) -> int:
                         f"{run.tokens_per_s:>9,.0f} tok/s {run.cpu_us_per_message:6.1f} µs/msg",
                         flush=True,
                     )
-    section = Section(
-        "grpc_throughput",
-        "gRPC backend throughput",
-        command_line(),
-        report(runs),
-        (load_before, load_average()),
-        time.perf_counter() - clock,
-    )
-    publish(section, write=not arguments.no_write)
+    recording.publish(report(runs), write=not arguments.no_write)
     return 0

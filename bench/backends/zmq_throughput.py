@@ -21,7 +21,6 @@ run per pass at the largest stream count is profiled with cProfile.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import datetime as dt
 import os
@@ -48,7 +47,7 @@ from bench.backends.zmq_throughput_report import (
     pass_name,
     section_body,
 )
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
@@ -301,14 +300,13 @@ SETUP: Final = (
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench zmq_throughput", description=__doc__)
-    parser.add_argument("--no-write", action="store_true", help="print only; keep RESULTS.md")
+    parser = recording_parser("zmq_throughput", __doc__)
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
     parser.add_argument(
         "--quick", action="store_true", help="2 streams of 8 tokens, once; never written"
     )
     args = parser.parse_args(argv)
-    load_before, started = load_average(), time.perf_counter()
+    recording = Recording("zmq_throughput", "ZMQ backend throughput")
     profile_streams = None if args.no_profile else max(STREAM_COUNTS)
     if args.quick:
         run = partial(
@@ -323,13 +321,5 @@ def main(argv: Sequence[str]) -> int:
         run = partial(run_bench, profile_streams=profile_streams)
     report = trio.run(run)
     body = section_body(report, setup=SETUP, interpretation="" if args.quick else INTERPRETATION)
-    section = Section(
-        "zmq_throughput",
-        "ZMQ backend throughput",
-        command_line(),
-        body,
-        (load_before, load_average()),
-        time.perf_counter() - started,
-    )
-    publish(section, write=not (args.no_write or args.quick))
+    recording.publish(body, write=not (args.no_write or args.quick))
     return 0

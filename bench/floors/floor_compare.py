@@ -16,9 +16,7 @@ The table goes to stdout, `bench/results/floor-*.md` and (without --no-write) th
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,7 +33,7 @@ from bench.load.stats import RunSummary
 from bench.load.targets import Target, reference_engine, smg_trio_target
 from bench.load.transports import TransportName
 from bench.load.workload import LengthRange, prompt_words
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, publish, recording_parser
 from harness.ports import free_port
 from smg_trio.model import demo_model_path, load_model_dir
 
@@ -150,11 +148,10 @@ def section_body(runs: Sequence[RunSummary]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench floor_compare", description=__doc__)
+    parser = recording_parser("floor_compare", __doc__)
     parser.add_argument("--step-ms", type=float, default=20.0)
     parser.add_argument("--concurrency", default="1,64")
     parser.add_argument("--quick", action="store_true", help="tiny runs, to try the setup")
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     concurrencies = tuple(int(c) for c in args.concurrency.split(","))
@@ -171,19 +168,11 @@ def main(argv: Sequence[str]) -> int:
     if args.quick:
         plan = quick(plan, requests=4, output_tokens=16, time_cap_s=20)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    before = load_average()
+    recording = Recording("floor_compare", "HTTP layer floor")
     log_dir = args.out / "logs" / ("floor-" + started.replace(":", "").replace("-", "")[:15])
     log_dir.mkdir(parents=True, exist_ok=True)
-    clock = time.perf_counter()
     runs = trio.run(compare, args.step_ms, plan, log_dir, Progress())
-    section = Section(
-        "floor_compare",
-        "HTTP layer floor",
-        command_line(),
-        section_body(runs),
-        (before, load_average()),
-        time.perf_counter() - clock,
-    )
+    section = recording.section(section_body(runs))
     stamp = started.replace(":", "").replace("-", "")[:15]
     (args.out / f"floor-{stamp}.md").write_text(section.text(), encoding="utf-8")
     publish(section, write=not (args.no_write or args.quick))

@@ -35,7 +35,7 @@ from bench.load.servers import (
     started_process,
     wait_serving,
 )
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.hostile_corpus import hostile_bodies, hostile_frames
 from harness.ports import free_port
 from smg_trio.model import demo_model_path
@@ -298,22 +298,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=5_000, help="fuzzed WebSocket frames")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--time-cap", type=float, default=600.0, help="seconds per phase")
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench hostile_input", description=__doc__)
+    parser = recording_parser("hostile_input", __doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    load_before, started = load_average(), time.perf_counter()
+    recording = Recording("hostile_input", "Hostile input (issue 17)")
     body = trio.run(run, args)
-    section = Section(
-        "hostile_input",
-        "Hostile input (issue 17)",
-        command_line(),
-        body,
-        (load_before, load_average()),
-        time.perf_counter() - started,
-    )
-    publish(section, write=not args.no_write)
+    recording.publish(body, write=not args.no_write)
     return 0

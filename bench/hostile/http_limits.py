@@ -15,10 +15,8 @@ Its section of bench/RESULTS.md is rewritten unless `--no-write` or `--quick`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -32,7 +30,7 @@ from bench.load.servers import (
     started_process,
     wait_serving,
 )
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
 from smg_trio.model import demo_model_path
 
@@ -159,20 +157,11 @@ def section_body(results: list[tuple[str, checks.Figures]]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench http_limits", description=__doc__)
+    parser = recording_parser("http_limits", __doc__)
     parser.add_argument("--quick", action="store_true", help="a tenth of every count")
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     parser.add_argument("--rapid-reset-s", type=float, default=20.0)
     args = parser.parse_args(argv)
-    load_before, started = load_average(), time.monotonic()
+    recording = Recording("http_limits", "HTTP limits")
     results = trio.run(run_phases, args.quick, args.rapid_reset_s)
-    section = Section(
-        "http_limits",
-        "HTTP limits",
-        command_line(),
-        section_body(results),
-        (load_before, load_average()),
-        time.monotonic() - started,
-    )
-    publish(section, write=not (args.no_write or args.quick))
+    recording.publish(section_body(results), write=not (args.no_write or args.quick))
     return 0

@@ -34,7 +34,7 @@ from typing import Any, Final
 import httpx
 import trio
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.serve import Serving
@@ -186,22 +186,13 @@ async def run(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench routing", description=__doc__)
+    parser = recording_parser("routing", __doc__)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--prefix-requests", type=int, default=160)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--time-cap", type=float, default=240.0, help="seconds for all")
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     args = parser.parse_args(argv)
-    load_before, started = load_average(), time.perf_counter()
+    recording = Recording("routing", "Routing (issue 13)")
     rows = trio.run(run, args)
-    section = Section(
-        "routing",
-        "Routing (issue 13)",
-        command_line(),
-        "\n".join(rows),
-        (load_before, load_average()),
-        time.perf_counter() - started,
-    )
-    publish(section, write=not args.no_write)
+    recording.publish("\n".join(rows), write=not args.no_write)
     return 0

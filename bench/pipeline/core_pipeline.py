@@ -16,14 +16,13 @@ output parsers (qwen3 reasoning then a hermes tool call, docs/tools-and-reasonin
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.generations import (
     GENERATION_TOKENS,
     HARMONY_MODEL,
@@ -173,10 +172,9 @@ def measure(run: Pipeline, messages: Sequence[Sequence[int]]) -> tuple[list[floa
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench core_pipeline", description=__doc__)
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
+    parser = recording_parser("core_pipeline", __doc__)
     args = parser.parse_args(argv)
-    load_before = load_average()
+    recording = Recording("core_pipeline", "Pure core: per-token cost")
     model = load_model_dir(demo_model_path())
     tokenizer = model.tokenizer
     ids = long_generation(tokenizer, STOP_SETS[4])
@@ -185,7 +183,6 @@ def main(argv: Sequence[str]) -> int:
     parsed_messages = [[token_id] for token_id in parsed_ids]
     harmony_tokenizer = load_model_dir(HARMONY_MODEL).tokenizer
     harmony_messages = [[i] for i in harmony_generation(harmony_tokenizer, ids)]
-    started = time.perf_counter()
     rows: list[str] = []
     throughput: dict[tuple[int, str], float] = {}
     growth: dict[tuple[int, str], float] = {}
@@ -224,7 +221,6 @@ def main(argv: Sequence[str]) -> int:
             growth[count, stage] = ratio
             cells = " | ".join(f"{cost:,.0f}" for cost in costs)
             rows.append(f"| {stage} | {count} | {cells} | {ratio:.2f} | {1e9 / whole:,.0f} |")
-    elapsed = time.perf_counter() - started
     header = " | ".join(f"@{p}" for p in POSITIONS)
     table = "\n".join(
         [
@@ -283,13 +279,5 @@ def main(argv: Sequence[str]) -> int:
             "",
         ]
     )
-    section = Section(
-        "core_pipeline",
-        "Pure core: per-token cost",
-        command_line(),
-        body,
-        (load_before, load_average()),
-        elapsed,
-    )
-    publish(section, write=not args.no_write)
+    recording.publish(body, write=not args.no_write)
     return 0

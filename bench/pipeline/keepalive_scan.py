@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -17,7 +16,7 @@ from typing import Final, cast
 
 import trio
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from smg_trio.lifecycle import Lifecycle
 
 CHUNKS: Final = 1_000_000
@@ -64,11 +63,10 @@ async def _scan_us(streams: int) -> float:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench keepalive_scan", description=__doc__)
+    parser = recording_parser("keepalive_scan", __doc__)
     parser.add_argument("--streams", default="1000,10000")
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     args = parser.parse_args(argv)
-    load_before = load_average()
+    recording = Recording("keepalive_scan", "Keep-alive cost")
     flag, timer = trio.run(_per_chunk_ns)
     lines = [
         "| what | cost |",
@@ -82,12 +80,5 @@ def main(argv: Sequence[str]) -> int:
         lines.append(
             f"| one scan of {streams} streams (CPU per second) | {scan:.0f} µs ({per_s:.0f} µs) |"
         )
-    section = Section(
-        "keepalive_scan",
-        "Keep-alive cost",
-        command_line(),
-        "\n".join(lines),
-        (load_before, load_average()),
-    )
-    publish(section, write=not args.no_write)
+    recording.publish("\n".join(lines), write=not args.no_write)
     return 0

@@ -12,7 +12,6 @@ chat, since a text delta is one JSON string encode spliced into a prebuilt event
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import statistics
@@ -20,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.generations import PARSERS, STOP_SETS, long_generation, parsed_generation
 from smg_trio.core.anthropic_rendering import AnthropicDialect
 from smg_trio.core.api_dialect import OPENAI, split_named_events
@@ -147,23 +146,14 @@ def render(rows: list[tuple[str, float, float]]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench messages_cost", description=__doc__)
+    parser = recording_parser("messages_cost", __doc__)
     parser.add_argument("--repetitions", type=int, default=REPETITIONS)
     parser.add_argument("--tokens", type=int, help="time only the first N tokens (never written)")
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     args = parser.parse_args(argv)
     if not 1 <= args.repetitions <= 100 or (args.tokens is not None and args.tokens < 100):
         parser.error("bounded runs only: repetitions in 1..100, tokens >= 100")
-    load_before, started = load_average(), time.monotonic()
+    recording = Recording("messages_cost", "Anthropic Messages: per-token cost")
     check_messages_stream(load_model_dir(demo_model_path()).tokenizer)
     rows = table(args.repetitions, args.tokens)
-    section = Section(
-        "messages_cost",
-        "Anthropic Messages: per-token cost",
-        command_line(),
-        render(rows),
-        (load_before, load_average()),
-        time.monotonic() - started,
-    )
-    publish(section, write=not args.no_write and args.tokens is None)
+    recording.publish(render(rows), write=not args.no_write and args.tokens is None)
     return 0

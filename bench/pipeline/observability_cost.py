@@ -9,7 +9,6 @@ registry holding `ROUTES` routes. Bounded: `REQUESTS` requests, a few seconds in
 
 from __future__ import annotations
 
-import argparse
 import io
 import logging
 import statistics
@@ -17,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_log import (
@@ -76,10 +75,9 @@ def exposition_ms(metrics: GatewayMetrics) -> float:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench observability_cost", description=__doc__)
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
+    parser = recording_parser("observability_cost", __doc__)
     args = parser.parse_args(argv)
-    load_before = load_average()
+    recording = Recording("observability_cost", "Observability (issue 14)")
     handler = BufferedHandler()
     logger = logging.getLogger(REQUEST_LOGGER)
     logger.addHandler(handler)
@@ -97,12 +95,5 @@ def main(argv: Sequence[str]) -> int:
         f"| per output token | {request_us / BATCHES:.2f} µs |",
         f"| exposition with {ROUTES} routes | {render_ms:.2f} ms |",
     ]
-    section = Section(
-        "observability_cost",
-        "Observability (issue 14)",
-        command_line(),
-        "\n".join(lines),
-        (load_before, load_average()),
-    )
-    publish(section, write=not args.no_write)
+    recording.publish("\n".join(lines), write=not args.no_write)
     return 0

@@ -12,14 +12,13 @@ every span of every row.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import time
 from collections.abc import Sequence
 from typing import Final
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.generations import (
     HARMONY_MODEL,
     HARMONY_PARSERS,
@@ -89,10 +88,9 @@ def segment_costs(
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench parser_cpu", description=__doc__)
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
+    parser = recording_parser("parser_cpu", __doc__)
     args = parser.parse_args(argv)
-    load_before, started = load_average(), time.perf_counter()
+    recording = Recording("parser_cpu", "Output parsers: CPU per token")
     tokenizer = load_model_dir(demo_model_path()).tokenizer
     harmony_tokenizer = load_model_dir(HARMONY_MODEL).tokenizer
     ids = long_generation(tokenizer, STOP_SETS[4])
@@ -123,13 +121,5 @@ def main(argv: Sequence[str]) -> int:
         f"Dearest span with parsers: {worst:,.0f} ns/token = {1e9 / worst:,.0f} tokens/s "
         f"(goal >= 100,000 tokens/s: {verdict}).",
     ]
-    section = Section(
-        "parser_cpu",
-        "Output parsers: CPU per token",
-        command_line(),
-        "\n".join(body),
-        (load_before, load_average()),
-        time.perf_counter() - started,
-    )
-    publish(section, write=not args.no_write)
+    recording.publish("\n".join(body), write=not args.no_write)
     return 0

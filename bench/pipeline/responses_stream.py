@@ -15,7 +15,6 @@ about 20 s in all. Prints a Markdown table (bench/RESULTS.md, "Responses API").
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -26,7 +25,7 @@ from typing import Final
 import msgspec
 import trio
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from harness.generations import PARSERS, long_generation, parsed_generation
 from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.plan import GeneratePlan, StopSpec
@@ -111,12 +110,11 @@ async def store_round_trips(count: int) -> tuple[float, float]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench responses_stream", description=__doc__)
+    parser = recording_parser("responses_stream", __doc__)
     parser.add_argument("--repetitions", type=int, default=15)
     parser.add_argument("--stores", type=int, default=200)
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     args = parser.parse_args(argv)
-    load_before, started = load_average(), time.perf_counter()
+    recording = Recording("responses_stream", "Responses API")
     rows = per_token(max(1, min(args.repetitions, 100)))
     put_us, get_us = trio.run(store_round_trips, max(1, min(args.stores, 5000)))
     lines = [
@@ -126,13 +124,5 @@ def main(argv: Sequence[str]) -> int:
         "",
         f"SQLite store, {RESPONSE_BYTES} B response: put {put_us:,.0f} µs, get {get_us:,.0f} µs",
     ]
-    section = Section(
-        "responses_stream",
-        "Responses API",
-        command_line(),
-        "\n".join(lines),
-        (load_before, load_average()),
-        time.perf_counter() - started,
-    )
-    publish(section, write=not args.no_write)
+    recording.publish("\n".join(lines), write=not args.no_write)
     return 0

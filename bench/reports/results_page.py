@@ -9,11 +9,13 @@ average, then the figures: one current table per benchmark, older figures in git
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import platform
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -84,6 +86,33 @@ class Section:
             f"`{self.command}` ({self.date}{took}). Machine: {self.machine}{loads}.\n\n"
             f"{self.body.strip()}\n"
         )
+
+
+def recording_parser(name: str, description: str | None) -> argparse.ArgumentParser:
+    """The argument parser of a command that records figures: `--no-write` prints only."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench {name}", description=description)
+    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
+    return parser
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A command's run, from its start: its command line, load average and clock are read now;
+    `publish` reads them again and makes its section of what it measured."""
+
+    key: str
+    title: str
+    command: str = field(default_factory=command_line)
+    load_before: str = field(default_factory=load_average)
+    started: float = field(default_factory=time.perf_counter)
+
+    def section(self, body: str) -> Section:
+        elapsed_s = time.perf_counter() - self.started
+        loads = (self.load_before, load_average())
+        return Section(self.key, self.title, self.command, body, loads, elapsed_s)
+
+    def publish(self, body: str, *, write: bool) -> None:
+        publish(self.section(body), write=write)
 
 
 def replace_section(section: Section, path: Path = RESULTS_MD) -> None:

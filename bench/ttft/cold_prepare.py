@@ -12,14 +12,13 @@ Prints the medians in microseconds. Bounded: at most 2,000 calls per row.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from bench.reports.results_page import Section, command_line, load_average, publish
+from bench.reports.results_page import Recording, recording_parser
 from smg_trio.endpoint_requests import prepare_for_path
 from smg_trio.model import demo_model_path, load_model_dir
 
@@ -68,14 +67,13 @@ def rows(calls: int, gap_ms: float) -> list[tuple[str, float, float]]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench cold_prepare", description=__doc__)
+    parser = recording_parser("cold_prepare", __doc__)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--gap-ms", type=float, default=5.0)
-    parser.add_argument("--no-write", action="store_true", help="leave bench/RESULTS.md alone")
     args = parser.parse_args(argv)
     if not 1 <= args.calls <= MAX_CALLS or not 0 <= args.gap_ms <= 100:
         parser.error(f"--calls is 1..{MAX_CALLS} and --gap-ms 0..100")
-    load_before = load_average()
+    recording = Recording("cold_prepare", "A request's prepare, hot and cold")
     lines = [
         f"Medians of {args.calls} calls per row.",
         "",
@@ -86,12 +84,5 @@ def main(argv: Sequence[str]) -> int:
             for name, hot, cold in rows(args.calls, args.gap_ms)
         ),
     ]
-    section = Section(
-        "cold_prepare",
-        "A request's prepare, hot and cold",
-        command_line(),
-        "\n".join(lines),
-        (load_before, load_average()),
-    )
-    publish(section, write=not args.no_write)
+    recording.publish("\n".join(lines), write=not args.no_write)
     return 0

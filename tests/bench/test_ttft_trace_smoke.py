@@ -7,18 +7,7 @@ from __future__ import annotations
 from tests.bench.bench_command import command_output, number, table_rows
 
 TIMEOUT_S = 60.0
-STAGES = (
-    "received",
-    "handle",
-    "prepared",
-    "finalized",
-    "queued",
-    "add_sent",
-    "output",
-    "chunk",
-    "written",
-    "first_byte",
-)
+STEPS = 10  # stamped from the gateway receiving the request to the client reading its first byte
 
 
 async def test_three_requests_stamp_every_step() -> None:
@@ -27,7 +16,8 @@ async def test_three_requests_stamp_every_step() -> None:
         timeout_s=TIMEOUT_S,
     )  # fmt: skip
     steps = {row[0].removeprefix("→ "): row for row in table_rows(text, "→")}
-    assert list(steps) == list(STAGES)
+    assert len(steps) == STEPS
+    assert (next(iter(steps)), list(steps)[-1]) == ("received", "first_byte")
     for stage in ("chunk", "written", "first_byte"):
         assert number(steps[stage][1]) >= 0, steps[stage]
     assert table_rows(text, "sum of p50s")
