@@ -51,13 +51,13 @@ bench: $(STAMP)
 	$(BIN)/python -m bench scenarios $(if $(SMG_BIN),--scenarios a --smg-bin $(SMG_BIN))
 
 bench-core: $(STAMP)
-	$(BIN)/python -m bench.core_pipeline
+	$(BIN)/python -m bench core_pipeline
 
 bench-zmq: $(STAMP)
-	$(BIN)/python -m bench.zmq_throughput
+	$(BIN)/python -m bench zmq_throughput
 
 bench-floor: $(STAMP)
-	$(BIN)/python -m bench.floor_compare
+	$(BIN)/python -m bench floor_compare
 
 demo-model: $(STAMP)
 	$(BIN)/python scripts/build_demo_model.py

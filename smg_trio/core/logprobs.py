@@ -23,7 +23,7 @@ renders them.
   `logprobs` (the first with null logprob and top_logprobs), offsets counted from 0 over both.
 
 Token strings are decoded once per tokenizer and id: the per-token render must stay cheap with 20
-alternatives per position (bench/core_pipeline.py).
+alternatives per position (bench/pipeline/core_pipeline.py).
 """
 
 from __future__ import annotations

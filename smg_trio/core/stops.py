@@ -35,7 +35,7 @@ Invariants (what the tests check):
 Cost: per token, two `str.find` calls per stop over `held + new` (and none to detect a stop
 longer than that text). A regex alternation was measured ~2.5x faster per token with 4 stops but
 costs ~0.2 ms to compile per new stop set, as much as a few hundred tokens of scanning; a handful
-of stops is the common case, so plain `find` it is (bench/core_pipeline.py).
+of stops is the common case, so plain `find` it is (bench/pipeline/core_pipeline.py).
 
 End of stream (`finish`): the held partial stop (e.g. "EN" of "END") is ordinary text and is
 emitted, followed by the detokenizer's incomplete bytes as U+FFFD (smg drops them silently).

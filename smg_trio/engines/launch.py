@@ -58,7 +58,7 @@ class EngineCommand:
         return [sys.executable, "-m", "smg_trio.engines", self.kind, *self.flags()]
 
     def flags(self) -> list[str]:
-        """The flags after the engine's name (also what bench/counted_engine.py takes)."""
+        """The flags after the engine's name (also what bench/load/counted_engine.py takes)."""
         mode = Mode.REPLAY if self.replay_file is not None else self.mode
         options: list[tuple[str, object | None]] = [
             ("--handshake", self.handshake),

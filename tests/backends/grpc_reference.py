@@ -20,7 +20,7 @@ from typing import IO, Final
 import trio
 from grpclib.client import Channel
 
-from bench.served_gateway import served_gateway
+from harness.served_gateway import served_gateway
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel

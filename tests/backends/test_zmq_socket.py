@@ -250,7 +250,7 @@ async def test_router_dealer_echo_with_64_in_flight_completes(
     """A sender and a receiver task share the ROUTER; each send can swallow the POLLIN edge
     the receiver sleeps on. A naive adapter stalls after about a thousand replies: 5,000 is
     five times that (it was 20,000, 1.5 s of CPU a run; the sustained volume is
-    `python -m bench.zmq_throughput`'s, through the same socket adapter)."""
+    `python -m bench zmq_throughput`'s, through the same socket adapter)."""
     count, window = 5_000, 64
     with trio.fail_after(BULK_TIMEOUT_S), TrioZmqSocket(context.socket(zmq.ROUTER)) as router:
         router.socket.router_mandatory = 1

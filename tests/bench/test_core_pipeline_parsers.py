@@ -1,4 +1,4 @@
-"""The parsed row of `python -m bench.core_pipeline`, scaled down: a qwen3-style answer with a
+"""The parsed row of `python -m bench core_pipeline`, scaled down: a qwen3-style answer with a
 hermes tool call through the assembler yields the right reasoning, content and call, at a
 per-token cost within a loose bound (the bench's goal is 100,000 tokens/s; this checks a tenth
 of it, min of three runs, so a loaded machine does not fail it while a per-token regression
@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Sequence
 
-from bench.core_pipeline import (
+from harness.generations import (
     HARMONY_MODEL,
     HARMONY_PARSERS,
     PARSERS,

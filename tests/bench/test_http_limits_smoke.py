@@ -1,52 +1,48 @@
-"""`python -m bench http_limits`'s checks still work, tiny, against an in-process gateway with
-the reference engine (the full-size run is bench/RESULTS.md "HTTP limits"): each check returns
-the figures its section prints, and they show the behaviour docs/http.md promises."""
+"""`python -m bench http_limits --quick` still runs every check against `smg-trio serve` and the
+counted reference engine (the full-size run is bench/RESULTS.md "HTTP limits"), and its table
+shows the behaviour docs/http.md promises."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import ast
+import re
 from typing import Final
 
 import pytest
-import trio
 
-from bench import http_limit_checks as checks
-from bench.http_limits import section
-from tests.e2e.live_server import MODEL, live_server
+from tests.bench.bench_command import command_output, table_rows
 
-TEST_TIMEOUT_S: Final = 15.0
-LIMITS: Final = {
-    "idle_timeout_s": 0.3,
-    "body_timeout_s": 0.6,
-    "body_idle_s": 0.5,
-    "max_websockets": 2,
-}
+TIMEOUT_S: Final = 90.0
+
+
+def figures(text: str, check: str) -> dict[str, str]:
+    [row] = table_rows(text, check)
+    return dict(part.split(": ", 1) for part in row[1].split("; "))
 
 
 @pytest.mark.serial
-async def test_the_http_limit_checks_run_and_show_the_behaviour(tmp_path: Path) -> None:
-    async with live_server(tmp_path, step_ms=20, api_key=None, http_limits=LIMITS) as server:
-        port = server.port
-        with trio.fail_after(TEST_TIMEOUT_S):
-            closing = await checks.connection_close(port, MODEL, requests=2)
-            idle = await checks.keep_alive_after_generation(
-                port, MODEL, connections=3, idle_timeout_s=0.3
-            )
-            dribbling, _ = await checks.body_dribblers(port, count=3, gap_s=0.2, deadline_s=3)
-            streams = await checks.h2_streams(
-                port, MODEL, connections=2, per_connection=3, max_tokens=2
-            )
-            resets = await checks.rapid_reset(port, MODEL, duration_s=0.3)
-            storm = await checks.websocket_storm(port, sockets=4, concurrency=4)
-    assert closing["failures"] == 0
-    assert isinstance(closing["max_s"], float)
-    assert closing["max_s"] < 0.1
-    assert idle["closed by the keep-alive timer"] == 3
-    assert dribbling["answers"] == {"408": 3}
-    assert (streams["ok"], streams["errors"]) == (6, {})
-    ends = resets["how connections ended"]
-    assert isinstance(ends, dict)
-    assert set(ends) == {"GOAWAY ENHANCE_YOUR_CALM"}
-    assert storm["outcomes"] == {"closed 1013": 2, "served": 2}
-    text = section([("Connection: close", closing)], "python -m bench http_limits", 1.0)
-    assert "| Connection: close | requests: 2; failures: 0; close after response end: p50" in text
+async def test_the_http_limit_checks_run_and_show_the_behaviour() -> None:
+    text = await command_output(
+        "http_limits", "--quick", "--no-write", "--rapid-reset-s", "0.3", timeout_s=TIMEOUT_S
+    )
+    closing = figures(text, "HTTP/1.1 Connection: close")
+    assert closing["failures"] == "0"
+    close_max = re.search(r"max ([\d.]+) ms", closing["close after response end"])
+    assert close_max is not None
+    assert float(close_max.group(1)) < 100
+    idle = figures(text, "HTTP/1.1 keep-alive")
+    assert idle["closed by the keep-alive timer"] == idle["connections"]
+    dribbling = figures(text, "500 body dribblers")
+    assert ast.literal_eval(dribbling["answers"]) == {"408": int(dribbling["dribblers"])}
+    assert dribbling["still open at the deadline"] == "0"
+    at_cap = figures(text, "control requests at the connection cap")
+    assert ast.literal_eval(at_cap["answers"]) == {"503": int(at_cap["control requests"])}
+    storm = figures(text, "2,000 WebSocket opens")
+    assert ast.literal_eval(storm["outcomes"]) == {"served": int(storm["WebSocket opens"])}
+    streams = figures(text, "h2c: 1,000 concurrent")
+    assert (streams["ok"], streams["errors"]) == (streams["streams"], "{}")
+    many = figures(text, "h2c: 5,000 chats")
+    assert (many["ok"], many["errors"]) == (many["requests"], "{}")
+    resets = figures(text, "h2c rapid reset")
+    assert set(ast.literal_eval(resets["how connections ended"])) == {"GOAWAY ENHANCE_YOUR_CALM"}
+    assert "<!-- bench: http_limits -->\n## HTTP limits\n" in text

@@ -6,29 +6,27 @@ SQLite store round-trips through its pool."""
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
-import trio
-
-from bench.responses_stream import per_token, store_round_trips
+from tests.bench.bench_command import command_output, number, table_rows
 
 FLOOR_TOKENS_PER_S: Final = 10_000
 RESPONSES_OVER_CHAT: Final = 3.0
+TIMEOUT_S: Final = 60.0
 
 
-def test_responses_streams_within_a_bound_of_chat() -> None:
-    best: dict[str, float] = {}
-    for _ in range(3):
-        for name, ns in per_token(1):
-            best[name] = min(ns, best.get(name, ns))
+async def test_responses_streams_within_a_bound_of_chat_and_the_store_round_trips() -> None:
+    text = await command_output(
+        "responses_stream", "--repetitions", "3", "--stores", "5", "--no-write", timeout_s=TIMEOUT_S
+    )
+    best = {row[0]: number(row[1]) for row in table_rows(text, "chat,")}
+    best |= {row[0]: number(row[1]) for row in table_rows(text, "Responses,")}
     assert len(best) == 4
     for name, ns in best.items():
         assert 1e9 / ns > FLOOR_TOKENS_PER_S, (name, ns)
     for kind in ("plain text", "reasoning + tool call"):
         assert best[f"Responses, {kind}"] < RESPONSES_OVER_CHAT * best[f"chat, {kind}"], best
-
-
-def test_the_store_round_trips() -> None:
-    put_us, get_us = trio.run(store_round_trips, 5)
-    assert put_us > 0
-    assert get_us > 0
+    store = re.search(r"put ([\d,]+) µs, get ([\d,]+) µs", text)
+    assert store is not None
+    assert all(float(value.replace(",", "")) > 0 for value in store.groups())

@@ -1,34 +1,28 @@
 """`python -m bench ttft_paired` runs end to end at a tiny size (two gateways from this checkout,
-so the paired difference is of a target with its twin; the first token's floors beside one),
-its report pairs rounds as measured, and each floor streams whole completions over the
-transports it serves."""
+so the paired difference is of a target with its twin; the first token's floors beside one, over
+each transport they serve), and refuses out-of-bounds arguments."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
-import msgspec
 import pytest
-import trio
 
-from bench import ttft_paired
-from bench.h2c_client import open_h2c_connection
-from bench.http1_client import Http1Connection
-from bench.load_servers import LOOPBACK
+from tests.bench.bench_command import CHECKOUT, REFUSED, command_output, command_status, table_rows
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 120.0
+TINY = ("--rounds", "3", "--output-tokens", "4", "--gap-ms", "0")
+GATEWAY = f"smg-trio {CHECKOUT.name}"
 
 
 @pytest.mark.parametrize("transport", ["h2c", "http1"])
 async def test_two_gateways_from_one_tree_are_measured_round_by_round(transport: str) -> None:
-    with trio.fail_after(120):
-        lines = await ttft_paired.run([CHECKOUT, CHECKOUT], None, 3, 4, 0.0, transport)
-    rows = [line.split("|")[1:-1] for line in lines[2:]]
-    name = f"smg-trio {CHECKOUT.name}"
-    assert [row[0].strip() for row in rows] == [name, f"{name} #2"]
+    trees = ("--tree", str(CHECKOUT), "--tree", str(CHECKOUT))
+    text = await command_output(
+        "ttft_paired", *trees, *TINY, "--transport", transport, timeout_s=TIMEOUT_S
+    )
+    rows = table_rows(text, "smg-trio")
+    assert [row[0] for row in rows] == [GATEWAY, f"{GATEWAY} #2"]
     assert all(float(row[1]) > 0 for row in rows)
-    assert rows[0][3].strip() == "—"
+    assert rows[0][3] == "—"
     float(rows[1][3])  # a paired difference
 
 
@@ -42,56 +36,14 @@ async def test_two_gateways_from_one_tree_are_measured_round_by_round(transport:
 async def test_floors_are_measured_beside_a_gateway(
     transport: str, floors: tuple[str, ...]
 ) -> None:
-    with trio.fail_after(120):
-        lines = await ttft_paired.run([CHECKOUT], None, 3, 4, 0.0, transport, floors)
-    rows = [line.split("|")[1:-1] for line in lines[2:]]
-    names = [f"smg-trio {CHECKOUT.name}", *(f"floor {server}" for server in floors)]
-    assert [row[0].strip() for row in rows] == names
-    assert all(float(row[1]) > 0 for row in rows[1:])
-
-
-def _events(body: bytes) -> list[bytes]:
-    return [event.removeprefix(b"data: ") for event in body.split(b"\n\n") if event]
-
-
-@pytest.mark.parametrize("server", ["hypercorn", "sansio"])
-async def test_a_floor_streams_a_chunk_per_output_then_the_end(server: str) -> None:
-    with trio.fail_after(60), tempfile.TemporaryDirectory() as log_dir:
-        async with ttft_paired.floor_served(server, Path(log_dir)) as floor:
-            request = {"model": floor.model, "prompt": "one two", "max_tokens": 5}
-            request["ignore_eos"] = True
-            body = msgspec.json.encode(request)
-            received = bytearray()
-            connection = await Http1Connection.connect(LOOPBACK, floor.port)
-            try:
-                status = await connection.post(
-                    "/v1/completions", body, on_data=lambda _, data: received.extend(data)
-                )
-            finally:
-                await connection.aclose()
-            assert status == 200
-            http1 = _events(bytes(received))
-            async with (
-                open_h2c_connection(LOOPBACK, floor.port) as h2c,
-                h2c.post("/v1/completions", body) as response,
-            ):
-                assert await response.status() == 200
-                h2 = _events(b"".join([data async for data in response]))
-    for events in (http1, h2):
-        assert events[-1] == b"[DONE]"
-        chunks = [msgspec.json.decode(event) for event in events[:-1]]
-        texts = [chunk["choices"][0]["text"] for chunk in chunks]
-        assert texts[-1] == ""  # a chunk per output, then the end
-        assert 1 <= len(texts) - 1 <= 5
-        assert set(texts[:-1]) == {" w"}
-        assert chunks[-1]["usage"]["completion_tokens"] == 5
-
-
-def test_the_report_pairs_each_target_with_the_first_round_by_round() -> None:
-    lines = ttft_paired.report({"a": [1.0, 5.0, 2.0], "b": [2.0, 5.5, 2.2]})
-    assert lines[2].startswith("| a | 2.000 |")
-    assert lines[3].startswith("| b | 2.200 |")
-    assert lines[3].endswith("| +0.500 |")  # b - a per round: 1.0, 0.5, 0.2
+    chosen = [part for floor in floors for part in ("--floor", floor)]
+    text = await command_output(
+        "ttft_paired", *chosen, *TINY, "--transport", transport, timeout_s=TIMEOUT_S
+    )
+    rows = table_rows(text, "smg-trio") + table_rows(text, "floor")
+    assert [row[0] for row in rows] == [GATEWAY, *(f"floor {server}" for server in floors)]
+    assert all(float(row[1]) > 0 for row in rows)
+    assert all(float(row[3]) or True for row in rows[1:])  # each paired with the gateway
 
 
 @pytest.mark.parametrize(
@@ -103,6 +55,5 @@ def test_the_report_pairs_each_target_with_the_first_round_by_round() -> None:
         ["--floor", "raw"],  # HTTP/1.1 only, and the default transport is h2c
     ],
 )
-def test_out_of_bounds_arguments_are_refused(argv: list[str]) -> None:
-    with pytest.raises(SystemExit):
-        ttft_paired.main(argv)
+async def test_out_of_bounds_arguments_are_refused(argv: list[str]) -> None:
+    assert await command_status("ttft_paired", *argv, timeout_s=TIMEOUT_S) == REFUSED

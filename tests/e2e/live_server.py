@@ -21,7 +21,7 @@ from openai import OpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionFunctionToolParam
 
-from bench.served_gateway import served_gateway, zmq_gateway_config
+from harness.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path

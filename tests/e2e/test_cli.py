@@ -17,7 +17,7 @@ import httpx
 import pytest
 import trio
 
-from bench.load_servers import free_port
+from harness.ports import free_port
 from smg_trio.cli import main
 from smg_trio.model import demo_model_path
 

@@ -16,7 +16,7 @@ import trio
 import trio.testing
 import trio_websocket
 
-from bench.hostile_corpus import GET_PATHS, hostile_bodies, hostile_frames
+from harness.hostile_corpus import GET_PATHS, hostile_bodies, hostile_frames
 from smg_trio.memory_budget import MemoryBudget
 from tests.e2e.live_server import LiveServer, chat_body, live_server
 

@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio_websocket
 
-from bench.load_servers import free_port
+from harness.ports import free_port
 from smg_trio.backends.zmq_liveness import PROBE_PERIOD_S
 from smg_trio.errors import BackendUnavailable
 from smg_trio.neutral.runtime import Runtime

@@ -16,7 +16,7 @@ import pytest
 import trio
 from openai import OpenAI
 
-from bench.load_servers import free_port
+from harness.ports import free_port
 from tests.e2e.live_server import (
     MODEL,
     REPLAY_HEAD,

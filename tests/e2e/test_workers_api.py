@@ -10,7 +10,7 @@ from typing import Final
 import httpx
 import trio
 
-from bench.load_servers import free_port
+from harness.ports import free_port
 from tests.e2e.live_server import MODEL, parse_sse
 from tests.e2e.routed_server import ADMIN_KEY, RoutedServer, routed_server
 

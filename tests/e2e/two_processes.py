@@ -18,7 +18,7 @@ from typing import BinaryIO, Final
 import msgspec
 import trio
 
-from bench.load_servers import free_port
+from harness.ports import free_port
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.backends.zmq_clients import answer_handshakes, client_addresses
 from smg_trio.backends.zmq_socket import private_ipc_dir

@@ -23,7 +23,7 @@ from h2.events import ConnectionTerminated
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import CloseConnection, Request
 
-from bench.http_limit_checks import response_complete
+from harness.http1_framing import response_complete
 from smg_trio.frontends import hypercorn_seam
 from smg_trio.frontends.http_limits import HttpLimits, default_max_connections
 from tests.e2e.live_server import API_KEY, chat_body, chat_outcome, live_server, parse_sse

@@ -18,7 +18,7 @@ from typing import Final
 
 import trio
 
-from bench.load_servers import free_port
+from harness.ports import free_port
 
 READY_S: Final = 20.0
 STOP_S: Final = 10.0

@@ -1,0 +1,101 @@
+"""Pure. The bench's one command registry: every benchmark (and every helper process a
+benchmark starts) is `python -m bench NAME [args]`, found here by name. Each entry names the
+function that runs it, `main(argv) -> exit status`, imported only when that command runs, so
+listing the commands imports none of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, cast
+
+Main = Callable[[Sequence[str]], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    entry: str  # "package.module:function"
+    summary: str  # one line, for the list
+    group: str
+
+    def load(self) -> Main:
+        module_name, _, function = self.entry.partition(":")
+        return cast(Main, getattr(importlib.import_module(module_name), function))
+
+
+def _group(group: str, *rows: tuple[str, str, str]) -> tuple[Command, ...]:
+    return tuple(Command(name, entry, summary, group) for name, entry, summary in rows)
+
+
+COMMANDS: Final = (
+    *_group(
+        "load (bench/load/)",
+        ("scenarios", "bench.load.cli:scenarios", "side-by-side scenarios (a) (b) (c): make bench"),
+        ("run", "bench.load.cli:run", "load one running server; its /metrics beside our view"),
+        ("render", "bench.load.cli:render", "rewrite the load sections from results JSON"),
+        ("routing", "bench.load.routing:main", "routing policies against round robin, full size"),
+        ("vllm_serve_compare", "bench.load.vllm_serve_compare:main", "vllm bench serve, both"),
+        ("counted_engine", "bench.load.counted_engine:main", "(helper) engine with a tally"),
+    ),
+    *_group(
+        "first token (bench/ttft/)",
+        ("ttft_trace", "bench.ttft.trace:main", "one stream's first token, step by step"),
+        ("ttft_paired", "bench.ttft.paired:main", "first token, gateways and floors interleaved"),
+        ("cold_prepare", "bench.ttft.cold_prepare:main", "one request's prepare, hot and cold"),
+        ("request_instructions", "bench.ttft.request_instructions:main", "callgrind counts"),
+    ),
+    *_group(
+        "engine backends (bench/backends/)",
+        (
+            "zmq_throughput",
+            "bench.backends.zmq_throughput:main",
+            "ZMQ backend client: make bench-zmq",
+        ),
+        ("grpc_throughput", "bench.backends.grpc_throughput:main", "gRPC client and its bridge"),
+    ),
+    *_group(
+        "per-token pipeline, in process (bench/pipeline/)",
+        (
+            "core_pipeline",
+            "bench.pipeline.core_pipeline:main",
+            "pure core per token: make bench-core",
+        ),
+        ("parser_cpu", "bench.pipeline.parser_cpu:main", "CPU per token with output parsers"),
+        ("messages_cost", "bench.pipeline.messages_cost:main", "Anthropic Messages against chat"),
+        ("responses_stream", "bench.pipeline.responses_stream:main", "Responses against chat"),
+        ("observability_cost", "bench.pipeline.observability_cost:main", "metrics and logs"),
+        ("keepalive_scan", "bench.pipeline.keepalive_scan:main", "what keep-alives cost"),
+    ),
+    *_group(
+        "HTTP floors (bench/floors/)",
+        ("floor_compare", "bench.floors.floor_compare:main", "CPU per token: make bench-floor"),
+        ("http_floor", "bench.floors.http_floor:main", "(helper) a floor server"),
+        ("ttft_floor", "bench.floors.ttft_floor:main", "(helper) a first-token floor relay"),
+    ),
+    *_group(
+        "hostile clients (bench/hostile/)",
+        ("hostile_input", "bench.hostile.hostile_input:main", "big prompts, fuzzed bodies"),
+        ("http_limits", "bench.hostile.http_limits:main", "the HTTP hardening checks"),
+        (
+            "disconnect_storm",
+            "bench.hostile.disconnect_storm:main",
+            "no request outlives its client",
+        ),
+    ),
+)
+BY_NAME: Final = {command.name: command for command in COMMANDS}
+
+
+def command_list() -> str:
+    """Every command with its one-line summary, by group."""
+    lines = ["usage: python -m bench NAME [args]   (python -m bench NAME --help: its flags)"]
+    group = ""
+    for command in COMMANDS:
+        if command.group != group:
+            group = command.group
+            lines += ["", f"{group}:"]
+        lines.append(f"  {command.name:<22}{command.summary}")
+    return "\n".join(lines)
