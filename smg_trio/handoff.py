@@ -8,7 +8,8 @@ takes everything that accumulated since its last batch in one `get_batch`, so an
 falls behind sees fewer, larger batches instead of slowing its producers.
 
 `offer(item, take_now)` is the "send it now if the owner is idle" step, written once: when the
-owner is idle (nothing queued, and it is not handling a batch: parked, or not started yet), the
+owner is idle (nothing queued, and it is parked waiting for the next item or not started yet;
+not while it handles a batch, nor once cancelled out of its wait), the
 producer calls `take_now(item)`, a call that cannot wait, and queues for the owner whatever it
 did not take; otherwise the item is queued as it is. Nothing is ever overtaken: a producer acts
 only when everything handed over before it has been handled. One answer, `Taken`, says what
@@ -78,14 +79,14 @@ class Mailbox(Generic[T]):
     demultiplexing bug, never a consequence of a slow consumer.
     """
 
-    __slots__ = ("_closed", "_error", "_handling", "_items", "_waiting_consumer")
+    __slots__ = ("_closed", "_error", "_items", "_owner_started", "_waiting_consumer")
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
         self._waiting_consumer = trio.lowlevel.ParkingLot()
         self._closed = False
         self._error: BaseException | None = None
-        self._handling = False  # the owner took a batch and has not asked for the next one
+        self._owner_started = False  # the owner has asked for a batch
 
     def put_nowait(self, item: T) -> None:
         """Append `item` and wake the consumer if it is parked. O(1), never blocks."""
@@ -98,7 +99,7 @@ class Mailbox(Generic[T]):
     def offer(self, item: T, take_now: TakeNow[T]) -> Taken:
         """`take_now(item)` by the caller while the owner is idle, the rest queued for the
         owner; else `item` queued as it is (see the module doc). Never waits."""
-        if self._items or self._handling:
+        if not self.idle():
             self.put_nowait(item)
             return Taken.REFUSED
         taken, rest = take_now(item)
@@ -111,14 +112,14 @@ class Mailbox(Generic[T]):
         return not self._items
 
     def idle(self) -> bool:
-        """Nothing queued and the owner not handling a batch: everything put was handled (a
-        producer may then act in its place without overtaking anything)."""
-        return not self._items and not self._handling
+        """Nothing queued and the owner parked in `get_batch` or not started yet: everything
+        put was handled (a producer may then act in its place without overtaking anything)."""
+        return not self._items and (bool(self._waiting_consumer) or not self._owner_started)
 
     def owner_parked(self) -> bool:
         """Nothing queued and the owner parked in `get_batch`: idle, and known to be waiting
-        for the next item (a step run for it in its context then reaches a live owner, where
-        `idle` also holds for an owner not started yet or cancelled out of its wait)."""
+        in its own context (a step run for it there reaches a live owner; `idle` also holds
+        for an owner not started yet)."""
         return not self._items and bool(self._waiting_consumer)
 
     def close(self, error: BaseException | None = None) -> None:
@@ -136,10 +137,9 @@ class Mailbox(Generic[T]):
         """Everything queued since the last call, oldest first; waits while empty.
 
         Never returns an empty list. Cancelled while waiting, no item is lost: the next call
-        returns it. From its return until the next call the owner counts as handling the
-        batch (not idle).
+        returns it. The owner counts as idle only while parked here (or before its first call).
         """
-        self._handling = False
+        self._owner_started = True
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._items:
             # Yield once per batch so a busy stream cannot starve other tasks.
@@ -152,7 +152,6 @@ class Mailbox(Generic[T]):
             await self._waiting_consumer.park()
         batch = list(self._items)
         self._items.clear()
-        self._handling = True
         return batch
 
     def statistics(self) -> MailboxStatistics:

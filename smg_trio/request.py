@@ -195,12 +195,12 @@ class ChunkWriter:
         self._sink = sink
         self._chunks: Mailbox[list[bytes]] = Mailbox()
 
-    def hand_over(self, payloads: list[bytes]) -> Taken:
+    def hand_over(self, payloads: list[bytes]) -> None:
         """Payloads to the client: sent by the calling task when the writer is idle (nothing
         of this request queued before them, no send of the writer's under way, or not started
         yet) and the sink takes them at once, else queued for the writer (docs/performance.md
         §2: one task hop less per chunk). Never waits."""
-        return self._chunks.offer(payloads, self._send_now)
+        self._chunks.offer(payloads, self._send_now)
 
     def _send_now(self, payloads: list[bytes]) -> tuple[Taken, list[bytes]]:
         taken = self._sink.send_chunks_now(payloads)

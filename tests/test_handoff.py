@@ -284,3 +284,19 @@ def test_offered_bytes_arrive_once_and_in_order(offers: list[bytes], rooms: list
     queued = list(mailbox._items)  # the owner's share, in order
     out = b"".join(sent_now) + b"".join(queued)
     assert out == b"".join(offers)
+
+
+async def test_an_owner_cancelled_out_of_its_wait_is_not_idle() -> None:
+    # Nobody will take what a producer sends "in its place" after the owner left: it is queued.
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[bytes] = Mailbox()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(mailbox.get_batch)
+            await trio.testing.wait_all_tasks_blocked()
+            assert mailbox.idle()
+            nursery.cancel_scope.cancel()
+        assert not mailbox.idle()
+        written, take_now = _kernel([100])
+        assert mailbox.offer(b"a", take_now) is Taken.REFUSED
+        assert written == []
+        assert mailbox.statistics().queued == 1
