@@ -39,6 +39,7 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 from smg_trio.core.api_dialect import ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends import websocket_sender
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
@@ -54,6 +55,7 @@ from smg_trio.frontends.websocket_frames import (
     error_frame,
     response_frame,
 )
+from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.handoff import Taken
 from smg_trio.request_ids import request_id_from_header
@@ -62,8 +64,6 @@ from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exc
 logger = logging.getLogger(__name__)
 
 MAX_STREAMS_PER_SOCKET: Final = 256
-# Frames waiting for the sender; small, so backpressure reaches the requests quickly.
-FRAME_BUFFER: Final = 16
 WEBSOCKET_TRANSPORT: Final = "ws"
 
 
@@ -71,36 +71,6 @@ def _protocol_error(
     message: str, code: str, *, status: int = 400, param: str | None = None
 ) -> ClientError:
     return ClientError(message, status=status, code=code, param=param)
-
-
-class FrameOutbox:
-    """The way to one socket's sender task: whole frames through its small bounded channel."""
-
-    __slots__ = ("_frames_send",)
-
-    def __init__(self, frames_send: trio.MemorySendChannel[bytes]) -> None:
-        self._frames_send = frames_send
-
-    async def send_frame(self, frame: bytes) -> None:
-        try:
-            await self._frames_send.send(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise ClientGone from None
-
-    def take_frames_now(self, frames: list[bytes]) -> tuple[Taken, list[bytes]]:
-        """As many of `frames` as the sender's buffer has room for, in order, without waiting;
-        the rest back (all of them when the socket is going: `send_frame` then says so)."""
-        send_nowait = self._frames_send.send_nowait
-        taken = 0
-        try:
-            for frame in frames:  # no checkpoint in between
-                send_nowait(frame)
-                taken += 1
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        if taken == len(frames):
-            return Taken.ALL, []
-        return (Taken.PART if taken else Taken.REFUSED), frames[taken:]
 
 
 class _StreamSink:
@@ -211,9 +181,6 @@ class _Socket:
         self._streams: dict[str | int, trio.CancelScope] = {}
         self.largest_frame = 0
 
-    async def send_frame(self, frame: bytes) -> None:
-        await self.outbox.send_frame(frame)
-
     def release(self, stream_id: str | int, scope: trio.CancelScope) -> None:
         if self._streams.get(stream_id) is scope:
             del self._streams[stream_id]
@@ -230,7 +197,7 @@ class _Socket:
                 binary = _protocol_error(
                     "binary frames are not part of this protocol; send text", "unsupported_frame"
                 )
-                await self.send_frame(error_frame(None, binary))
+                await self.outbox.send_frame(error_frame(None, binary))
             else:
                 await self._on_text(text)
 
@@ -259,7 +226,7 @@ class _Socket:
             envelope = decode_envelope(shallow_json(text))
         except msgspec.DecodeError:
             envelope = Envelope()
-        await self.send_frame(
+        await self.outbox.send_frame(
             error_frame(self._unlive_request_id(envelope), JsonTooDeep(MAX_JSON_DEPTH))
         )
 
@@ -274,7 +241,7 @@ class _Socket:
     async def _reject_malformed(self, text: str, exc: msgspec.DecodeError) -> None:
         if not isinstance(exc, msgspec.ValidationError):
             err = _protocol_error(f"the frame is not valid JSON: {exc}", "invalid_json")
-            await self.send_frame(error_frame(None, err))
+            await self.outbox.send_frame(error_frame(None, err))
             return
         err = _protocol_error(f"invalid message: {exc}", "invalid_message")
         try:
@@ -282,7 +249,7 @@ class _Socket:
         except msgspec.DecodeError:
             envelope = Envelope()
         # A malformed request still ends its id, unless that id belongs to a live request.
-        await self.send_frame(error_frame(self._unlive_request_id(envelope), err))
+        await self.outbox.send_frame(error_frame(self._unlive_request_id(envelope), err))
 
     async def _start(
         self, stream_id: str | int, path: str, body: bytes, client_request_id: str | None
@@ -291,7 +258,7 @@ class _Socket:
             err = _protocol_error(
                 f"id {stream_id!r} is already in use by a live request", "duplicate_id", param="id"
             )
-            await self.send_frame(error_frame(None, err))
+            await self.outbox.send_frame(error_frame(None, err))
             return
         if len(self._streams) >= MAX_STREAMS_PER_SOCKET:
             err = _protocol_error(
@@ -299,12 +266,12 @@ class _Socket:
                 "too_many_streams",
                 status=429,
             )
-            await self.send_frame(error_frame(stream_id, err))
+            await self.outbox.send_frame(error_frame(stream_id, err))
             return
         try:
             request_id = request_id_from_header(client_request_id, param="request_id")
         except ClientError as err:
-            await self.send_frame(error_frame(stream_id, err))
+            await self.outbox.send_frame(error_frame(stream_id, err))
             return
         scope = trio.CancelScope()
         self._streams[stream_id] = scope
@@ -319,7 +286,7 @@ class _Socket:
                 status=404,
                 param="id",
             )
-            await self.send_frame(error_frame(None, err))
+            await self.outbox.send_frame(error_frame(None, err))
             return
         scope.cancel()
 
@@ -359,29 +326,12 @@ class _Socket:
                     logger.exception("request %r on a WebSocket failed", stream_id)
                     await sink.fail(GatewayError("internal error"))
             if scope.cancelled_caught and not sink.ended:
-                await self.send_frame(cancelled_frame(stream_id, request_id))
+                await self.outbox.send_frame(cancelled_frame(stream_id, request_id))
         except ClientGone:
             pass
         finally:
             streams.dec()
             self.release(stream_id, scope)
-
-
-async def _send_frames(
-    frames_receive: trio.MemoryReceiveChannel[bytes], send: ASGISendCallable
-) -> None:
-    # Up to a buffer's worth of queued frames is sent before the next checkpoint, so the
-    # connection's writer puts them in one socket write (docs/performance.md §2); bounded, so
-    # the streams' own tasks (and new requests' first chunks) get their turn in between.
-    async with frames_receive:
-        async for first in frames_receive:
-            await send({"type": "websocket.send", "bytes": None, "text": first.decode()})
-            for _ in range(FRAME_BUFFER - 1):
-                try:
-                    frame = frames_receive.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                await send({"type": "websocket.send", "bytes": None, "text": frame.decode()})
 
 
 async def handle_websocket(
@@ -398,12 +348,12 @@ async def handle_websocket(
     if connect["type"] != "websocket.connect":
         return
     await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
-    frames_send, frames_receive = trio.open_memory_channel[bytes](FRAME_BUFFER)
+    frames_send, frames_receive = trio.open_memory_channel[bytes](websocket_sender.FRAME_BUFFER)
     connections = gateway.metrics.websocket_connections
     connections.inc()
     try:
         async with trio.open_nursery() as nursery, frames_send:
-            nursery.start_soon(_send_frames, frames_receive, send)
+            nursery.start_soon(send_frames, frames_receive, send)
             socket = _Socket(gateway, nursery, frames_send, client_address(scope))
             await socket.receive_until_disconnect(receive)
             nursery.cancel_scope.cancel()

@@ -16,7 +16,7 @@ import trio_websocket
 from openai import DefaultHttpxClient, OpenAI
 from openai.types.responses import Response
 
-from smg_trio.frontends import websocket
+from smg_trio.frontends import websocket_sender
 from tests.e2e.live_server import (
     API_KEY,
     MODEL,
@@ -144,7 +144,7 @@ async def test_websocket_events_stay_numbered_when_the_senders_buffer_is_full(
     # socket's sender buffer at one or two frames, a batch handed over at once finds it full or
     # takes it in part: what was framed and not taken goes later as it was framed, never
     # framed (and numbered) again (smg_trio/handoff.py; the frames once skipped 1 here).
-    monkeypatch.setattr(websocket, "FRAME_BUFFER", frame_buffer)
+    monkeypatch.setattr(websocket_sender, "FRAME_BUFFER", frame_buffer)
     body = {"model": MODEL, "input": QUESTION, "stream": True, "max_output_tokens": 24}
     with trio.fail_after(TEST_TIMEOUT_S):
         streamed = await ws_responses(server, {**body, "store": False})

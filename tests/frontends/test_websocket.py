@@ -20,7 +20,7 @@ from smg_trio.core.api_dialect import named_event
 from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
-from smg_trio.frontends import websocket, websocket_frames
+from smg_trio.frontends import websocket, websocket_frames, websocket_sender
 from smg_trio.frontends.websocket import handle_websocket
 from smg_trio.handoff import Taken
 from smg_trio.wire.openai_responses import Usage, error_body
@@ -612,7 +612,7 @@ async def test_responses_frames_refused_by_a_full_sender_go_later_as_they_were_n
     ]
     with trio.fail_after(TEST_S):
         async with trio.open_nursery() as nursery:
-            outbox = websocket.FrameOutbox(frames_send)
+            outbox = websocket_sender.FrameOutbox(frames_send)
             scope = trio.CancelScope()
             dialect = ResponsesDialect()
             sink = websocket._StreamSink(outbox, 7, scope, "r", dialect, lambda *_: None)
