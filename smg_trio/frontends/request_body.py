@@ -12,10 +12,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from smg_trio.errors import ClientError, ClientGone
 from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.hypercorn_seam import memory_channel_of
 from smg_trio.frontends.responses import Message, Receive
 from smg_trio.memory_budget import Reservation
 
@@ -35,6 +38,12 @@ async def read_body(
             raise body_too_large(max_body_bytes)
         reservation.grow(int(declared))
     body = _Body(reservation, max_body_bytes)
+    # A small body is usually queued whole before the app runs (it came in the request's
+    # packet): taken without waiting, it costs no cancel scope and no scheduling round.
+    queued = _queued_reader(receive)
+    while queued is not None and (message := queued()) is not None:
+        if body.add(message):
+            return body.whole()
     # One cancel scope for both bounds: before each read its deadline is the nearer of the
     # whole body's and this read's.
     whole_body_by = trio.current_time() + limits.body_timeout_s
@@ -74,6 +83,24 @@ class _Body:
 
     def whole(self) -> bytes:
         return b"".join(self._chunks)
+
+
+def _queued_reader(receive: Receive) -> Callable[[], Message | None] | None:
+    """A reader of what is already queued on `receive` (None once nothing is), when `receive`
+    is a trio memory channel's, as hypercorn's trio worker hands every app (found through the
+    seam, frontends/hypercorn_seam.py); else None."""
+    channel = memory_channel_of(receive)
+    if not isinstance(channel, trio.MemoryReceiveChannel):
+        return None
+
+    def read_queued() -> Message | None:
+        try:
+            message: Message = channel.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return None
+        return message
+
+    return read_queued
 
 
 def body_too_large(limit: int) -> ClientError:
