@@ -1,0 +1,112 @@
+"""The figures a bench report prints are the ones its runs measured: the pairing of first-token
+times round by round, `vllm bench serve`'s summary and its medians and ratios, and the floor
+comparison's split of a token's CPU between the gateway, hypercorn and trio."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.floors.floor_compare import cpu_table, shares
+from bench.load.stats import Percentiles, ProcessUsage, RunSummary
+from bench.load.vllm_serve_compare import RunResult, parse_bench_output
+from bench.load.vllm_serve_compare import report as serve_report
+from bench.ttft.paired import report as paired_report
+
+SUMMARY = """\
+============ Serving Benchmark Result ============
+Successful requests:                     256
+Maximum request concurrency:             64
+Benchmark duration (s):                  9.36
+Output token throughput (tok/s):         3501.26
+"""
+
+
+def test_each_target_is_paired_with_the_first_round_by_round() -> None:
+    lines = paired_report({"a": [1.0, 5.0, 2.0], "b": [2.0, 5.5, 2.2]})
+    assert lines[2].startswith("| a | 2.000 |")
+    assert lines[2].endswith("| — |")
+    assert lines[3].startswith("| b | 2.200 |")
+    assert lines[3].endswith("| +0.500 |")  # b - a per round: 1.0, 0.5, 0.2; median 0.5
+
+
+def test_pairing_is_by_round_not_by_median() -> None:
+    # Same medians (3.0), but b is 1 ms slower in every round: the pairing sees it.
+    lines = paired_report({"a": [1.0, 3.0, 9.0], "b": [2.0, 4.0, 3.0]})
+    assert lines[3].endswith("| +1.000 |")
+
+
+def test_the_serve_summary_gives_throughput_and_completed_requests() -> None:
+    assert parse_bench_output(SUMMARY) == (3501.26, 256)
+
+
+def test_a_serve_run_without_a_summary_is_an_error_not_a_zero() -> None:
+    with pytest.raises(ValueError, match="no summary"):
+        parse_bench_output("Traceback (most recent call last): ...")
+
+
+def test_the_serve_report_gives_medians_and_ratios_per_gateway() -> None:
+    lines = serve_report(
+        [
+            RunResult("smg-trio", 3000.0, 256, 50.0),
+            RunResult("smg", 4000.0, 256, 30.0),
+            RunResult("smg", 2000.0, 256, 40.0),
+            RunResult("smg-trio", 4000.0, 256, 60.0),
+        ]
+    )
+    assert lines[2] == "| smg-trio | 3,000 / 4,000 | 3,500 | 50.0 / 60.0 | 55.0 |"
+    assert lines[3] == "| smg | 4,000 / 2,000 | 3,000 | 30.0 / 40.0 | 35.0 |"
+    assert lines[-1] == "smg-trio / smg: output tok/s 1.167x, CPU per 1k output tokens 1.57x"
+
+
+def test_a_serve_run_that_completed_nothing_is_counted() -> None:
+    lines = serve_report([RunResult("smg-trio", 0.0, 0, 0.0)])
+    assert lines[-1] == "runs that completed nothing: 1"
+
+
+def _summary(target: str, streams: int, cpu_s: float, tokens: int = 10_000) -> RunSummary:
+    none = Percentiles(None, None, None)
+    return RunSummary(
+        target=target,
+        scenario="floor",
+        load=f"c={streams}",
+        streams=streams,
+        sent=10,
+        completed=10,
+        errors=0,
+        cancelled=0,
+        wall_s=1.0,
+        output_tokens=tokens,
+        tokens_per_s=float(tokens),
+        ttft=none,
+        itl=none,
+        e2e=none,
+        server=ProcessUsage(cpu_s=cpu_s, peak_rss_mb=30.0),
+        client_cpu_s=0.1,
+    )
+
+
+def test_a_token_splits_into_gateway_http_library_and_trio_floor() -> None:
+    runs = [
+        _summary("smg-trio http1", 1, 9.0),
+        _summary("smg-trio http1", 64, 1.8),
+        _summary("smg-trio h2c", 64, 2.2),
+        _summary("hypercorn floor http1", 64, 1.3),
+        _summary("hypercorn floor h2c", 64, 1.8),
+        _summary("raw trio floor http1", 64, 0.5),
+    ]
+    assert shares(runs) == [
+        "- http1, 64 streams: smg-trio 180 µs = its own work 50 µs + hypercorn 80 µs (vs raw "
+        "HTTP/1.1 on trio) + trio, sockets and wake-ups 50 µs",
+        "- h2c, 64 streams: smg-trio 220 µs = its own work 40 µs + hypercorn 130 µs (vs raw "
+        "HTTP/1.1 on trio) + trio, sockets and wake-ups 50 µs",
+    ]
+    table = cpu_table(runs)
+    assert "| smg-trio h2c | c=64 | 10,000 | 2.20 | 220 | 1.22x |" in table
+    assert "| smg-trio http1 | c=1 | 10,000 | 9.00 | 900 | — |" in table  # no floor at c=1
+
+
+def test_without_the_raw_floor_the_split_stops_at_hypercorn() -> None:
+    runs = [_summary("smg-trio h2c", 8, 2.0), _summary("hypercorn floor h2c", 8, 1.5)]
+    assert shares(runs) == [
+        "- h2c, 8 streams: smg-trio 200 µs = its own work 50 µs + hypercorn and below 150 µs"
+    ]
