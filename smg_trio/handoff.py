@@ -27,7 +27,14 @@ twice or skipped.
 Memory is NOT bounded here, on purpose: the caller bounds it. One engine request produces at
 most `max_tokens` outputs (plus a final one), so a mailbox fed by a request holds at most that
 many items; a mailbox fed by anything unbounded (a connection's bytes) has its own limit in
-front of it (`frontends/connection_writer.py`'s high water mark).
+front of it (`frontends/connection_writer.py`'s high water mark), for which the mailbox keeps
+the queued items' total size (`Mailbox(size_of=len)`, `queued_size`): put adds an item's size,
+a batch taken resets it.
+
+An owner whose resource outlives its task (a connection's writer: bytes pushed after the task
+ended must still go out before the socket closes) has its queue taken without waiting,
+`get_batch_nowait`, by whichever task then does its job; that task counts as the owner from
+then on (it is not parked, so nobody offers in its place).
 """
 
 from __future__ import annotations
@@ -79,20 +86,32 @@ class Mailbox(Generic[T]):
     demultiplexing bug, never a consequence of a slow consumer.
     """
 
-    __slots__ = ("_closed", "_error", "_items", "_owner_started", "_waiting_consumer")
+    __slots__ = (
+        "_closed",
+        "_error",
+        "_items",
+        "_owner_started",
+        "_size",
+        "_size_of",
+        "_waiting_consumer",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, size_of: Callable[[T], int] | None = None) -> None:
         self._items: deque[T] = deque()
         self._waiting_consumer = trio.lowlevel.ParkingLot()
         self._closed = False
         self._error: BaseException | None = None
         self._owner_started = False  # the owner has asked for a batch
+        self._size_of = size_of
+        self._size = 0  # the queued items' total `size_of`
 
     def put_nowait(self, item: T) -> None:
         """Append `item` and wake the consumer if it is parked. O(1), never blocks."""
         if self._closed:
             raise trio.ClosedResourceError("put_nowait on a closed mailbox")
         self._items.append(item)
+        if self._size_of is not None:
+            self._size += self._size_of(item)
         if self._waiting_consumer:
             self._waiting_consumer.unpark()
 
@@ -110,6 +129,10 @@ class Mailbox(Generic[T]):
     def empty(self) -> bool:
         """Nothing queued (the consumer may still be handling its last batch)."""
         return not self._items
+
+    def queued_size(self) -> int:
+        """The queued items' total size by the mailbox's `size_of` (0 without one)."""
+        return self._size
 
     def idle(self) -> bool:
         """Nothing queued and the owner parked in `get_batch` or not started yet: everything
@@ -152,6 +175,24 @@ class Mailbox(Generic[T]):
             await self._waiting_consumer.park()
         batch = list(self._items)
         self._items.clear()
+        self._size = 0
+        return batch
+
+    def get_batch_nowait(self) -> list[T]:
+        """`get_batch` without waiting, for a task doing the owner's job in its place (the
+        owner task ended); from then on the owner counts as started and not parked, so never
+        idle. Raises `trio.WouldBlock` when nothing is queued (once closed, what `get_batch`
+        raises)."""
+        self._owner_started = True
+        if not self._items:
+            if self._closed:
+                if self._error is not None:
+                    raise self._error
+                raise trio.EndOfChannel
+            raise trio.WouldBlock
+        batch = list(self._items)
+        self._items.clear()
+        self._size = 0
         return batch
 
     def statistics(self) -> MailboxStatistics:
