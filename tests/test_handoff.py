@@ -300,3 +300,48 @@ async def test_an_owner_cancelled_out_of_its_wait_is_not_idle() -> None:
         assert mailbox.offer(b"a", take_now) is Taken.REFUSED
         assert written == []
         assert mailbox.statistics().queued == 1
+
+
+async def test_size_of_counts_what_is_queued_and_a_taken_batch_resets_it() -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        mailbox: Mailbox[bytes] = Mailbox(size_of=len)
+        assert mailbox.queued_size() == 0
+        written, take_now = _kernel([2])
+        assert mailbox.offer(b"fghij", take_now) is Taken.PART  # the rest, b"hij", is queued
+        assert written == [b"fg"]
+        assert mailbox.queued_size() == 3
+        mailbox.put_nowait(b"abc")
+        assert mailbox.offer(b"de", take_now) is Taken.REFUSED  # queued whole
+        assert mailbox.queued_size() == 8
+        assert await mailbox.get_batch() == [b"hij", b"abc", b"de"]
+        assert mailbox.queued_size() == 0
+        mailbox.put_nowait(b"k")
+        assert mailbox.get_batch_nowait() == [b"k"]
+        assert mailbox.queued_size() == 0
+        unsized: Mailbox[bytes] = Mailbox()
+        unsized.put_nowait(b"abc")
+        assert unsized.queued_size() == 0
+
+
+def test_get_batch_nowait_takes_the_queue_in_the_owners_place() -> None:
+    # The owner task ended (cancelled out of its wait); another task does its job from then on.
+    mailbox: Mailbox[bytes] = Mailbox()
+    with pytest.raises(trio.WouldBlock):
+        mailbox.get_batch_nowait()
+    assert not mailbox.idle()  # the caller is the owner now, and not parked
+    written, take_now = _kernel([100])
+    assert mailbox.offer(b"a", take_now) is Taken.REFUSED  # queued for whoever takes it
+    mailbox.put_nowait(b"b")
+    assert mailbox.get_batch_nowait() == [b"a", b"b"]
+    assert written == []
+    with pytest.raises(trio.WouldBlock):
+        mailbox.get_batch_nowait()
+    mailbox.put_nowait(b"c")
+    mailbox.close(EngineDead("gone"))
+    assert mailbox.get_batch_nowait() == [b"c"]  # queued items first, then the close's error
+    with pytest.raises(EngineDead):
+        mailbox.get_batch_nowait()
+    ended: Mailbox[int] = Mailbox()
+    ended.close()
+    with pytest.raises(trio.EndOfChannel):
+        ended.get_batch_nowait()

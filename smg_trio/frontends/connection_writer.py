@@ -1,4 +1,5 @@
-"""I/O. One socket write per scheduling round for everything an h2 connection has pending.
+"""I/O. One socket write per scheduling round for everything an h2 connection (or a WebSocket)
+has pending.
 
 hypercorn's protocols write each piece of output as it is made: over h2 its one send task
 frames a stream's DATA and awaits the socket write (a lock, a syscall, two checkpoints) before

@@ -213,9 +213,9 @@ class GatewayConnection:
 
     def _write_h2_now(self, protocol: GatewayH2Protocol, stream_id: int, data: bytes) -> bool:
         """`data` framed as the stream's DATA, now: written at once when the stream is the
-        connection's only one (`ConnectionWriter.write_through`), else queued for the writer's
-        round; False (nothing done) when it must wait (window, queued bytes) or the protocol
-        switched."""
+        connection's only one and the writer is idle (`ConnectionWriter.write_through`, the
+        hand-off's `offer`), else queued for the writer's round; False (nothing done) when it
+        must wait (window, queued bytes) or the protocol switched."""
         if not self._h2_takes_now(protocol) or not protocol.frame_data_now(stream_id, data):
             return False
         self._hand_h2_output(protocol)
@@ -243,7 +243,7 @@ class GatewayConnection:
     def _hand_h2_output(self, protocol: GatewayH2Protocol) -> None:
         framed = protocol.connection.data_to_send()
         if len(protocol.streams) == 1:  # nothing to batch with: out now (performance.md §2)
-            self._writer.write_through(framed)
+            self._writer.write_through(framed)  # whatever it answers, the writer has the rest
         else:
             self._writer.push_nowait(framed)
 

@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from smg_trio.frontends.connection_writer import HIGH_WATER_BYTES, ConnectionWriter
+from smg_trio.handoff import Taken
 
 TEST_TIMEOUT_S: Final = 5.0
 
@@ -80,9 +81,11 @@ async def test_a_producer_past_the_high_water_mark_waits_for_the_writer() -> Non
             nursery.start_soon(third_push)
             await trio.testing.wait_all_tasks_blocked()
             assert not pushed.is_set()
+            assert not writer.takes_now  # queued bytes count, past the mark: h2 DATA waits too
             nursery.start_soon(writer.run)
             await pushed.wait()
             await writer.drain()
+            assert writer.takes_now
             writer.stop()
     assert stream.get_data_nowait() == big * 2
 
@@ -141,10 +144,10 @@ async def test_what_the_kernel_takes_at_once_skips_the_stream_and_the_rest_follo
     assert stream.writes == 2  # the third went out whole at once
 
 
-async def test_write_through_writes_what_is_queued_then_its_bytes_without_the_writer() -> None:
-    # A connection with one stream: a response's first bytes leave in the caller's task, with
-    # what was queued before them (its head) in front, in one write; the writer task, woken by
-    # the earlier push, finds nothing left.
+async def test_write_through_writes_at_once_without_the_writer_while_it_is_idle() -> None:
+    # A connection with one stream: a response's first bytes (its head and first DATA) leave in
+    # the caller's task, in one write, while the writer is parked with nothing queued; the
+    # writer task writes nothing.
     stream = CountedStream()
     taken: list[bytes] = []
 
@@ -157,9 +160,33 @@ async def test_write_through_writes_what_is_queued_then_its_bytes_without_the_wr
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
             await trio.testing.wait_all_tasks_blocked()
-            await writer.push(b"head;")  # queued: the writer would take it next round
-            writer.write_through(b"first chunk;")
+            assert writer.write_through(b"head;first chunk;") is Taken.ALL
             assert taken == [b"head;first chunk;"]  # before any other task ran
+            await writer.drain()
+            writer.stop()
+    assert stream.writes == 0
+    assert taken == [b"head;first chunk;"]
+
+
+async def test_write_through_behind_queued_bytes_queues_and_the_writer_sends_both_at_once() -> None:
+    # Bytes pushed earlier and not yet taken (the writer was woken, it has not run): the hand-off
+    # never overtakes them, and never writes them from the caller's task either (docs/
+    # performance.md §2): the writer's next round writes both, in order, in one write.
+    stream = CountedStream()
+    taken: list[bytes] = []
+
+    def write_now(data: bytes) -> bytes:
+        taken.append(data)
+        return b""
+
+    writer = ConnectionWriter(stream, not_broken, write_now)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            await writer.push(b"head;")  # queued: the writer takes it next round
+            assert writer.write_through(b"first chunk;") is Taken.REFUSED
+            assert taken == []
             await writer.drain()
             writer.stop()
     assert stream.writes == 0
@@ -179,8 +206,9 @@ async def test_write_through_leaves_what_the_kernel_did_not_take_to_the_writer_i
         async with trio.open_nursery() as nursery:
             nursery.start_soon(writer.run)
             await trio.testing.wait_all_tasks_blocked()
-            writer.write_through(b"12345rest;")
-            writer.write_through(b"after;")  # the rest is still queued: this queues behind it
+            assert writer.write_through(b"12345rest;") is Taken.PART  # the rest: the writer's
+            # The rest is still queued: this queues behind it.
+            assert writer.write_through(b"after;") is Taken.REFUSED
             await writer.drain()
             writer.stop()
     assert stream.get_data_nowait() == b"rest;after;"
@@ -212,9 +240,55 @@ async def test_write_through_never_cuts_into_a_write_under_way() -> None:
             nursery.start_soon(writer.run)
             await writer.push(b"big write;")
             await trio.testing.wait_all_tasks_blocked()  # the writer is inside send_all
-            writer.write_through(b"later;")
+            assert writer.write_through(b"later;") is Taken.REFUSED
             assert direct == [b"big write;"]  # only the writer's own attempt
             stream.release.set()
             await writer.drain()
             writer.stop()
     assert stream.get_data_nowait() == b"big write;later;"
+
+
+async def test_write_through_answers_what_went_out_at_once() -> None:
+    # ALL: the kernel took it all; PART: some, the rest queued for the writer; REFUSED: none
+    # (a full kernel buffer, TLS with no direct write, or the writer busy); once the peer is
+    # gone, ALL: dropped, nothing left to do.
+    stream = CountedStream()
+    room = [100, 3, 100, 0]  # bytes the "kernel" takes per direct write, then all
+    direct: list[bytes] = []
+
+    def write_now(data: bytes) -> bytes:
+        took = room.pop(0) if room else len(data)
+        direct.append(data[:took])
+        return data[took:]
+
+    writer = ConnectionWriter(stream, not_broken, write_now)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            assert writer.write_through(b"all;") is Taken.ALL
+            assert writer.write_through(b"part;") is Taken.PART
+            await writer.drain()  # the writer wrote the rest, b"t;"
+            assert writer.write_through(b"none;") is Taken.REFUSED
+            await writer.drain()
+            writer.stop()
+    assert direct == [b"all;", b"par", b"t;", b"", b"none;"]  # the writer's: "t;", "none;"
+    assert stream.writes == 0
+
+    tls = ConnectionWriter(CountedStream(), not_broken)  # no direct write: the writer's only
+    assert tls.write_through(b"x") is Taken.REFUSED
+
+    closed = CountedStream()
+    await closed.aclose()
+    broken: list[bool] = []
+
+    async def on_broken() -> None:
+        broken.append(True)
+
+    gone = ConnectionWriter(closed, on_broken)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        await gone.push(b"lost")
+        await gone.drain()
+    assert broken == [True]
+    assert gone.write_through(b"dropped") is Taken.ALL
+    assert not gone.takes_now
