@@ -167,10 +167,11 @@ class ConnectionWriter:
             self._broken = True
             with contextlib.suppress(trio.WouldBlock):
                 self._mailbox.get_batch_nowait()  # dropped: nobody reads them any more
-            self._mailbox.put_nowait(b"")  # wakes the writer task, if `drain` was writing
+            if self._mailbox.owner_parked():  # `drain` was writing: the writer task ends too
+                self._mailbox.put_nowait(b"")
             self._taken.unpark_all()
             await self._on_broken()
         finally:
             self._writing = False
-            if self._mailbox.empty():
+            if self._broken or self._mailbox.empty():
                 self._written.unpark_all()
