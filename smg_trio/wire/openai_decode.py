@@ -134,7 +134,9 @@ def _structured_outputs(so: StructuredOutputs) -> list[StructuredConstraint]:
         found.append(_choice(so.choice, prefix + "choice"))
     if so.grammar is not None:
         found.append(_text(ConstraintKind.GRAMMAR, so.grammar, prefix + "grammar"))
-    if so.json_object:
+    if so.json_object is not None:
+        if not so.json_object:  # vLLM's rule: omit structured_outputs instead
+            raise _reject(prefix + "json_object", "structured_outputs.json_object must be true")
         found.append(
             StructuredConstraint(kind=ConstraintKind.JSON_OBJECT, param=prefix + "json_object")
         )

@@ -625,6 +625,10 @@ def test_every_structured_output_spelling_is_one_constraint(
         ({"guided_regex": "(unclosed"}, "guided_regex"),
         ({"guided_choice": []}, "guided_choice"),
         ({"guided_grammar": " "}, "guided_grammar"),
+        # vLLM 0.32's front-end checks (docs/request-fields.md §2).
+        ({"structured_outputs": {"regex": "a\x00"}}, "structured_outputs.regex"),
+        ({"structured_outputs": {"json_object": False}}, "structured_outputs.json_object"),
+        ({"structured_outputs": {"json": ""}}, "structured_outputs.json"),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"logit_bias": {"1": 101}}, "logit_bias"),
         ({"allowed_token_ids": []}, "allowed_token_ids"),
