@@ -99,7 +99,10 @@ def learn_facts(vllm_url: str, model: ModelDir) -> Facts:
 def check_schema(body: Any) -> None:
     """Exactly SCHEMA's constraints (no jsonschema in our venv): a JSON string, an allowed one."""
     for choice in body["choices"]:
-        content = choice["message"]["content"] if "message" in choice else choice["content"]
+        if "message" in choice:
+            content = choice["message"]["content"]
+        else:  # a folded stream's chat choice, or a completion's
+            content = choice["content"] if "content" in choice else choice["text"]
         assert json.loads(content) in ALLOWED_COLORS, content
 
 
@@ -220,30 +223,36 @@ def tool_schema(choice: str) -> dict[str, Any]:
 
 def forced_calls(vllm: Any, ours: Any) -> list[Divergence]:
     """vLLM without a tool parser leaves a forced tool_choice unconstrained, so it was asked for
-    the same schema as structured_outputs: its text, read as calls, must be our tool_calls."""
-    found: list[Divergence] = []
+    the same schema as structured_outputs: its text, read as calls, must be our tool_calls; a
+    text cut short (max_tokens) is not JSON, so it must be ours verbatim (a named call's
+    arguments, or the content the required-calls parser could not read)."""
     if vllm.get("error") is not None or ours.get("error") is not None:
         return diff(vllm, ours)
     (vllm_choice,), (our_choice,) = vllm["choices"], ours["choices"]
     text = (vllm_choice.get("message") or vllm_choice).get("content") or ""
+    found = diff(vllm.get("usage"), ours.get("usage"), "$.usage")
     try:
         said = json.loads(text)
     except ValueError:
-        return [Divergence("$.choices[0].content (not JSON)", text, our_choice)]
-    expected = (
-        [("pick", said)]
-        if isinstance(said, dict)
-        else [(call["name"], call["parameters"]) for call in said]
-    )
-    calls = _calls(our_choice)
+        mine = (our_choice.get("message") or our_choice).get("content") or ""
+        merged = _merged_calls(our_choice)
+        if merged:
+            mine = merged[0]["arguments"]
+        if mine != text:
+            found.append(Divergence("$.choices[0] generated text", text, mine))
+        return found
+    if isinstance(said, dict):
+        expected = [("pick", said)]
+    else:
+        expected = [(call["name"], call["parameters"]) for call in said]
+    calls = [(c["name"], json.loads(c["arguments"])) for c in _merged_calls(our_choice)]
     if calls != expected:
         found.append(Divergence("$.choices[0].tool_calls", expected, calls))
-    found.extend(diff(vllm.get("usage"), ours.get("usage"), "$.usage"))
     return found
 
 
-def _calls(choice: dict[str, Any]) -> list[tuple[str, Any]]:
-    """A choice's tool calls as (name, arguments), streamed deltas merged by index."""
+def _merged_calls(choice: dict[str, Any]) -> list[dict[str, str]]:
+    """A choice's tool calls as {name, arguments}, streamed deltas merged by index."""
     merged: dict[int, dict[str, str]] = {}
     deltas = (choice.get("message") or choice).get("tool_calls") or []
     for position, delta in enumerate(deltas):
@@ -251,7 +260,7 @@ def _calls(choice: dict[str, Any]) -> list[tuple[str, Any]]:
         function = delta.get("function") or {}
         into["name"] += function.get("name") or ""
         into["arguments"] += function.get("arguments") or ""
-    return [(c["name"], json.loads(c["arguments"])) for _, c in sorted(merged.items())]
+    return [call for _, call in sorted(merged.items())]
 
 
 def _with(extra: dict[str, Any], path: str, facts: Facts) -> dict[str, Any]:
@@ -276,6 +285,11 @@ SCHEMA_FORMS: Final = frozenset(
     {"so_json", "so_json_string", "response_format_json_schema", "guided_json"}
 )
 STRUCTURED_CASES: Final[list[Case]] = [
+    Case(  # json_object-chat (above) is the same on chat
+        "response_format_json_object-completions",
+        COMPLETIONS,
+        completions(response_format={"type": "json_object"}, max_tokens=24),
+    ),
     *[
         case
         for name, extra in STRUCTURED_FORMS
