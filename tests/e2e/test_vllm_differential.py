@@ -28,6 +28,7 @@ from tests.e2e.differential import Answer, Divergence, diff, fold_stream
 from tests.e2e.real_vllm import MODEL, SERVED_NAME
 from tests.e2e.vllm_cases import CASES, CHAT, COMPLETIONS, Case, Facts, learn_facts
 from tests.e2e.vllm_kept import split_kept
+from tests.e2e.vllm_structured_cases import STRUCTURED_CASES
 
 REQUEST_S: Final = 120.0
 CONCURRENT: Final = 8
@@ -137,7 +138,9 @@ def case_id(case: Case, stream: bool) -> str:
 
 
 CASE_MODES: Final = [
-    pytest.param(case, stream, id=case_id(case, stream)) for case in CASES for stream in case.modes
+    pytest.param(case, stream, id=case_id(case, stream))
+    for case in [*CASES, *STRUCTURED_CASES]
+    for stream in case.modes
 ]
 
 
