@@ -10,6 +10,7 @@ import json
 import uuid
 from typing import Any, Final
 
+import httpx
 import pytest
 import trio
 from openai import OpenAI
@@ -132,3 +133,25 @@ async def test_a_forced_tool_choice_is_vllms_schema_for_it(server: LiveServer) -
         },
     }
     assert {key: structured[key] for key in AUTO} == AUTO
+
+
+async def test_generates_sglang_constraints_reach_enginecore_the_same_way(
+    server: LiveServer,
+) -> None:
+    """/generate (no SDK speaks it: httpx): SGLang's `regex` and `ebnf` arrive as vLLM's keys."""
+    async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as client:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            for sampling, received in (
+                ({"regex": "[0-9]+"}, {"regex": "[0-9]+"}),
+                ({"ebnf": GRAMMAR}, {"grammar": GRAMMAR}),
+                ({"json_schema": SCHEMA_TEXT}, {"json": SCHEMA_TEXT}),
+            ):
+                request_id = f"generate-{uuid.uuid4().hex}"
+                body = {"text": "hi", "sampling_params": {"max_new_tokens": 4, **sampling}}
+                response = await client.post(
+                    "/generate", json=body, headers={"x-request-id": request_id}
+                )
+                assert response.status_code == 200, response.text
+                fields = await server.backend.call_utility("smg_trio_received", request_id)
+                assert fields is not None
+                assert dict(fields)["structured_outputs"] == {**received, **AUTO}

@@ -29,6 +29,7 @@ from smg_trio.wire.openai_decode import (
     decode_completion_request,
     decode_generate_request,
     requested_constraint,
+    requested_generate_constraint,
 )
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
@@ -607,6 +608,30 @@ def test_every_structured_output_spelling_is_one_constraint(
         found = requested_constraint(decode(body))
         assert found is not None
         assert (found.kind, found.param) == (kind, param)
+
+
+@pytest.mark.parametrize(
+    ("sampling", "kind", "param"),
+    [
+        ({"json_schema": '{"type":"object"}'}, ConstraintKind.JSON_SCHEMA, "json_schema"),
+        ({"regex": "[0-9]+"}, ConstraintKind.REGEX, "regex"),
+        ({"ebnf": 'root ::= "a"'}, ConstraintKind.GRAMMAR, "ebnf"),
+    ],
+)
+def test_generates_sglang_constraints_are_one_constraint(
+    sampling: dict[str, Any], kind: ConstraintKind, param: str
+) -> None:
+    req = decode_generate_request(generate(sampling_params=sampling))
+    found = requested_generate_constraint(req.sampling_params)
+    assert found is not None
+    assert (found.kind, found.param) == (kind, f"sampling_params.{param}")
+    for bad, named in (
+        ({"regex": "a", "ebnf": 'root ::= "a"'}, "regex"),
+        ({"structural_tag": "{}"}, "structural_tag"),
+        ({"json_schema": "[1]"}, "json_schema"),
+    ):
+        error = rejected(decode_generate_request, generate(sampling_params=bad))
+        assert error.param == f"sampling_params.{named}"
 
 
 @pytest.mark.parametrize(
