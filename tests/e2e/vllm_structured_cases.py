@@ -107,10 +107,10 @@ def forced_calls(vllm: Any, ours: Any) -> list[Divergence]:
         if mine != text:
             found.append(Divergence("$.choices[0] generated text", text, mine))
         return found
-    if isinstance(said, dict):
-        expected = [("pick", said)]
-    else:
+    if isinstance(said, list):  # "required": an array of {name, parameters}
         expected = [(call["name"], call["parameters"]) for call in said]
+    else:  # a named function: its arguments
+        expected = [("pick", said)]
     calls = [(c["name"], json.loads(c["arguments"])) for c in _merged_calls(our_choice)]
     if calls != expected:
         found.append(Divergence("$.choices[0].tool_calls", expected, calls))
