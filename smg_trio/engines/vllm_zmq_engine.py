@@ -338,8 +338,15 @@ def structured_outputs_problem(constraint: VllmStructuredOutputs | None) -> str 
     """
     if constraint is None:
         return None
-    keys = (constraint.json, constraint.regex, constraint.choice, constraint.grammar)
-    given = sum(value is not None for value in keys) + (constraint.json_object is not None)
+    keys = (
+        constraint.json,
+        constraint.regex,
+        constraint.choice,
+        constraint.grammar,
+        constraint.json_object,
+        constraint.structural_tag,
+    )
+    given = sum(value is not None for value in keys)
     if given != 1:
         return f"structured outputs need exactly one constraint, got {given}"
     if constraint.choice is not None:

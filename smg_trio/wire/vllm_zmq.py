@@ -38,7 +38,8 @@ class VllmStructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defa
     """vLLM's StructuredOutputsParams map (wire.md §A.6.2): exactly one constraint key set.
 
     `choice` is decoded only: EngineCore's grammar backends compile no choice, so vLLM's front
-    end (and finalize, `core/constraint_forms.py`) sends it as a `grammar`.
+    end (and finalize, `core/constraint_forms.py`) sends it as a `grammar`. `structural_tag` is
+    decoded only too: the gateway refuses it (docs/request-fields.md §2).
     """
 
     json: str | None = None  # the JSON schema, serialized
@@ -46,6 +47,7 @@ class VllmStructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defa
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    structural_tag: str | None = None
     backend: str | None = msgspec.field(default=None, name="_backend")
     backend_was_auto: bool = msgspec.field(default=False, name="_backend_was_auto")
 
