@@ -1,5 +1,6 @@
-"""Pure. finalize's shaping of the request fields beyond stops: structured outputs, bad_words
-(docs/request-fields.md §2, §4), rewritten into a spelling the worker's engine takes.
+"""Pure. finalize's shaping of the request fields beyond stops: structured outputs
+(`core/constraint_forms.py`) and bad_words (docs/request-fields.md §2, §4), rewritten into a
+spelling the worker's engine takes.
 
 What the engine cannot take at all was refused before (`core/unsupported.py`), both read the
 worker's row of `neutral/capabilities.py`; nothing a client set is ever dropped here.
@@ -9,19 +10,13 @@ builders then only rename.
 
 from __future__ import annotations
 
-from typing import Final
-
 import msgspec
 
+from smg_trio.core.constraint_forms import engine_constraint
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
 from smg_trio.neutral.capabilities import BadWords, Capabilities
-from smg_trio.neutral.sampling import ConstraintKind, SamplingParams, StructuredConstraint
-
-# JSON mode for an engine with no JSON-object switch: the most permissive object schema (what
-# SGLang's own server sends its grammar backend for response_format json_object).
-JSON_OBJECT_SCHEMA: Final = '{"type":"object"}'
-_REGEX_SPECIALS: Final = frozenset("\\.^$|?*+()[]{}")
+from smg_trio.neutral.sampling import SamplingParams
 
 
 def shape_engine_fields(
@@ -30,7 +25,7 @@ def shape_engine_fields(
     """`sampling` as the engine of `caps` takes it (`refuse_unsupported` passed it already)."""
     if sampling.constraint is not None:
         sampling = msgspec.structs.replace(
-            sampling, constraint=_constraint_for(sampling.constraint, caps)
+            sampling, constraint=engine_constraint(sampling.constraint, caps)
         )
     if sampling.bad_words:
         match caps.bad_words:
@@ -48,36 +43,6 @@ def shape_engine_fields(
             case BadWords.REFUSED:  # pragma: no cover - refuse_unsupported raised already
                 raise AssertionError("bad_words reached an engine that cannot take them")
     return sampling
-
-
-def _constraint_for(constraint: StructuredConstraint, caps: Capabilities) -> StructuredConstraint:
-    """The constraint in a kind the engine spells natively (choice → regex, JSON mode → schema)."""
-    if constraint.kind in caps.constraints:
-        return constraint
-    match constraint.kind:
-        case ConstraintKind.CHOICE:
-            return msgspec.structs.replace(
-                constraint,
-                kind=ConstraintKind.REGEX,
-                text=choice_regex(constraint.choices),
-                choices=(),
-            )
-        case ConstraintKind.JSON_OBJECT:
-            return msgspec.structs.replace(
-                constraint, kind=ConstraintKind.JSON_SCHEMA, text=JSON_OBJECT_SCHEMA
-            )
-        case _:  # pragma: no cover - refuse_unsupported raised already
-            raise AssertionError(f"{constraint.kind} reached an engine that cannot take it")
-
-
-def choice_regex(choices: tuple[str, ...]) -> str:
-    """A regex matching exactly one of `choices` (vLLM's guided_choice as an alternation).
-
-    Only regex metacharacters are escaped: grammar engines' regex dialects differ on escapes of
-    ordinary characters (`\\ `), so none are written.
-    """
-    escaped = ("".join("\\" + c if c in _REGEX_SPECIALS else c for c in x) for x in choices)
-    return "(" + "|".join(escaped) + ")"
 
 
 def bad_words_token_ids(

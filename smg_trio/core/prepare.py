@@ -29,7 +29,7 @@ from smg_trio.neutral.validation import (
     checked_logit_bias,
 )
 from smg_trio.wire import openai as oa
-from smg_trio.wire.openai_decode import requested_constraint
+from smg_trio.wire.openai_decode import requested_constraint, requested_generate_constraint
 
 
 class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -245,6 +245,7 @@ def prepare_generate(
         no_stop_trim=params.no_stop_trim,
         stop=params.stop_strings,
         stop_token_ids=tuple(params.stop_token_ids or ()),
+        constraint=requested_generate_constraint(params),
     )
     return GeneratePlan(
         request_id=request_id,

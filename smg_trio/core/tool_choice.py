@@ -153,24 +153,46 @@ def _parameters(tool: oa.Tool) -> dict[str, Any]:
 
 def _schema(req: oa.ChatCompletionRequest) -> str:
     """The JSON schema a forced call is generated under, as vLLM builds it: a named function's
-    parameters; for "required", an array of at least one `{"name", "parameters"}` object."""
+    parameters; for "required", an array of at least one `{"name", "parameters"}` object (at
+    most one with `parallel_tool_calls: false`), the tools' `$defs` gathered at its top."""
     tools = req.tools or ()
     choice = req.tool_choice
     if isinstance(choice, oa.ToolChoiceFunction):
         schema = next(_parameters(t) for t in tools if t.function.name == choice.function.name)
     else:
-        variants = [
-            {
-                "properties": {
-                    "name": {"type": "string", "enum": [t.function.name]},
-                    "parameters": _parameters(t),
-                },
-                "required": ["name", "parameters"],
-            }
-            for t in tools
-        ]
+        variants: list[dict[str, Any]] = []
+        definitions: dict[str, Any] = {}
+        for tool in tools:
+            parameters = dict(_parameters(tool))
+            _gather_defs(tool.function.name, parameters.pop("$defs", {}), definitions)
+            variants.append(
+                {
+                    "properties": {
+                        "name": {"type": "string", "enum": [tool.function.name]},
+                        "parameters": parameters,
+                    },
+                    "required": ["name", "parameters"],
+                }
+            )
         schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": variants}}
+        if req.parallel_tool_calls is False:
+            schema["maxItems"] = 1
+        if definitions:
+            schema["$defs"] = definitions
     return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+def _gather_defs(name: str, defs: object, into: dict[str, Any]) -> None:
+    """A tool's `$defs`, moved to the array schema's top as vLLM does: each name one schema."""
+    if not isinstance(defs, dict):
+        raise ClientError(
+            f"`$defs` in the parameters of tool {name!r} must be an object", param="tools"
+        )
+    for def_name, definition in defs.items():
+        if into.setdefault(def_name, definition) != definition:
+            raise ClientError(
+                f"tool definition {def_name!r} has more than one schema", param="tools"
+            )
 
 
 def _thinking(req: oa.ChatCompletionRequest) -> bool:

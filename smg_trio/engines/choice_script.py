@@ -1,19 +1,26 @@
 """Pure. The one grammar the reference engines follow: a choice among fixed strings. A request
-constrained to `choice` (vLLM) or to a regex that is only an alternation of literal strings
-(what the gateway makes of a choice for SGLang, TokenSpeed and TRT-LLM, docs/request-fields.md
-§2) says its first choice, then EOS, as a grammar-guided model must say one of them and stop.
-Any other constraint (JSON schema, general regex, grammar) is reported, not followed
-(docs/request-fields.md §5).
+constrained to `choice` (vLLM gRPC), to vLLM's grammar for a choice (`root ::= "a" | "b"`, what
+vLLM's front end and the gateway send its EngineCore) or to a regex that is only an alternation
+of literal strings (what the gateway makes of a choice for SGLang, TokenSpeed and TRT-LLM,
+docs/request-fields.md §2) says its first choice, then EOS, as a grammar-guided model must say
+one of them and stop. Any other constraint (JSON schema, general regex, grammar) is reported,
+not followed (docs/request-fields.md §5).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
 from smg_trio.core.tokenizer import TokenizerLike
 
 _SPECIALS: Final = frozenset("\\.^$|?*+()[]{}")
+# `root ::= "a" | "b"`: string literals (escapes inside) joined by `|`, nothing else.
+_CHOICE_GRAMMAR: Final = re.compile(r'root ::= ("(?:[^"\\]|\\.)*")(?: \| ("(?:[^"\\]|\\.)*"))*')
+_LITERAL: Final = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_EBNF_ESCAPE: Final = re.compile(r"\\(u[0-9a-fA-F]{4}|.)")
+_EBNF_CHARS: Final = {"n": "\n", "r": "\r", "t": "\t"}
 
 
 def regex_alternatives(regex: str) -> tuple[str, ...] | None:
@@ -61,8 +68,27 @@ def choice_script(
     return (*tokenizer.encode(first, add_special_tokens=False), end_ids[0])
 
 
-def constraint_choices(choice: Sequence[str] | None, regex: str | None) -> tuple[str, ...] | None:
-    """The strings a constraint allows, if it is a choice or a regex of literal alternatives."""
+def grammar_alternatives(grammar: str) -> tuple[str, ...] | None:
+    """The strings vLLM's choice grammar `root ::= "a" | "b"` allows, or None for any other."""
+    if _CHOICE_GRAMMAR.fullmatch(grammar) is None:
+        return None
+    return tuple(_EBNF_ESCAPE.sub(_unescaped, literal) for literal in _LITERAL.findall(grammar))
+
+
+def _unescaped(escape: re.Match[str]) -> str:
+    code = escape.group(1)
+    if code.startswith("u") and len(code) == 5:
+        return chr(int(code[1:], 16))
+    return _EBNF_CHARS.get(code, code)
+
+
+def constraint_choices(
+    choice: Sequence[str] | None, regex: str | None, grammar: str | None = None
+) -> tuple[str, ...] | None:
+    """The strings a constraint allows, if it is a choice, vLLM's grammar for a choice or a
+    regex of literal alternatives."""
     if choice:
         return tuple(choice)
+    if grammar:
+        return grammar_alternatives(grammar)
     return None if not regex else regex_alternatives(regex)

@@ -16,7 +16,9 @@ crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20, as does
 `prompt_logprobs=-1`. Prompt logprobs (`wire_adapter.prompt_position_logprobs`) go whole with a
 request's first output, as vLLM sends them once its prefill is done. `logit_bias`,
 `allowed_token_ids` and `_bad_words_token_ids` steer the fake model (`engines.token_rules`);
-`structured_outputs` is followed only for a choice (`engines.choice_script`), after the
+`structured_outputs` is refused as the real EngineCore refuses it (a `choice`, which only
+vLLM's front end turns into a grammar, or no `_backend`: `structured_outputs_problem`) and
+followed only for a choice's grammar (`engines.choice_script`), after the
 reasoning when launched with `--reasoning-parser` and the ADD's `reasoning_ended` says so
 (`engines.reasoning_gate`), and reported, with the rest of the decoded SamplingParams (and
 `reasoning_ended` when set), by the test-only `smg_trio_received` utility (`engines.batching`).
@@ -72,6 +74,7 @@ from smg_trio.wire.vllm_zmq import (
     EngineCoreRequest,
     ReadyResponse,
     VllmSamplingParams,
+    VllmStructuredOutputs,
     decode_request,
     decode_utility_call,
     encode_ready_response,
@@ -99,6 +102,8 @@ from smg_trio.wire.zmq_transport import (
 VLLM_VERSION: Final = "0.33.0"  # the layouts we speak (22-element request, 19-element output)
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 MAX_LOGPROBS: Final = 20
+# The backends vLLM's EngineCore can build (its front end writes one into `_backend`).
+GRAMMAR_BACKENDS: Final = frozenset({"xgrammar", "guidance", "outlines", "lm-format-enforcer"})
 HANDSHAKE_TIMEOUT_SECONDS: Final = 300.0  # HANDSHAKE_TIMEOUT_MINS = 5
 _GENERIC: Final = msgspec.msgpack.Decoder()
 
@@ -189,6 +194,9 @@ class VllmWire:
             )
         except ValueError as exc:
             return Reject(request.request_id, request.client_index, str(exc))
+        problem = structured_outputs_problem(params.structured_outputs)
+        if problem is not None:
+            return Reject(request.request_id, request.client_index, problem)
         key: SamplingKey
         if params.temperature < GREEDY_BELOW or params.top_k == 1:
             key = Greedy()
@@ -223,7 +231,7 @@ class VllmWire:
         if constraint is None:
             return ()
         end = () if params.eos_token_id is None else (params.eos_token_id,)
-        choices = constraint_choices(constraint.choice, constraint.regex)
+        choices = constraint_choices(None, constraint.regex, constraint.grammar)
         return choice_script(choices, self.model.tokenizer, end)
 
     def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
@@ -319,6 +327,33 @@ def _finish_fields(outcome: Outcome | None) -> tuple[int | None, int | None, Req
             return FinishReason.ERROR, None, RequestError("validation_error", message, False)
         case _:
             assert_never(outcome)
+
+
+def structured_outputs_problem(constraint: VllmStructuredOutputs | None) -> str | None:
+    """Why the real EngineCore fails a request's grammar (a terminal ERROR output), or None.
+
+    Its grammar backends compile a JSON schema, JSON mode, a regex, a grammar or a structural
+    tag, never a `choice` (vLLM's front end turns one into a grammar first), and it builds its
+    backend from `_backend`, which only the front end sets (docs/wire.md §A.6.2).
+    """
+    if constraint is None:
+        return None
+    keys = (
+        constraint.json,
+        constraint.regex,
+        constraint.choice,
+        constraint.grammar,
+        constraint.json_object,
+        constraint.structural_tag,
+    )
+    given = sum(value is not None for value in keys)
+    if given != 1:
+        return f"structured outputs need exactly one constraint, got {given}"
+    if constraint.choice is not None:
+        return "grammar is not of valid supported types. (StructuredOutputOptions.CHOICE)"
+    if constraint.backend not in GRAMMAR_BACKENDS:
+        return f"Unsupported structured output backend: {constraint.backend}"
+    return None
 
 
 def _reject_undecodable(payload: bytes, reason: str) -> Command:

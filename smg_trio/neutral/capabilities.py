@@ -60,9 +60,12 @@ class Capabilities:
     chat_skips_special_tokens: bool  # chat-templated endpoints force skip_special_tokens on
     stop_text_only_on_completion: bool  # no_stop_trim reaches the engine on completions only
     default_max_tokens: DefaultMaxTokens | None  # None: an unset max_tokens stays unset
-    # Structured outputs (docs/request-fields.md §2): the kinds the engine spells natively. A
-    # choice becomes a regex, JSON mode a schema, where those are native; none at all is a 400.
+    # Structured outputs (docs/request-fields.md §2): the kinds the engine spells natively. JSON
+    # mode becomes a schema where it is not native; none at all is a 400.
     constraints: frozenset[ConstraintKind]
+    # What a choice becomes (core/constraint_forms.py): CHOICE where the engine's own front end
+    # converts it, GRAMMAR (vLLM's EBNF) for vLLM's EngineCore, REGEX (an alternation) elsewhere.
+    choice_as: ConstraintKind
     constraint_after_reasoning: bool  # the wire says where a grammar starts (`reasoning_ended`)
     # Logprobs and sampling limits.
     top_logprobs: bool  # False: only the sampled token's logprob (`logprobs` 0)
@@ -84,7 +87,7 @@ class Capabilities:
         native = self.constraints
         match kind:
             case ConstraintKind.CHOICE:
-                return kind in native or ConstraintKind.REGEX in native
+                return self.choice_as in native
             case ConstraintKind.JSON_OBJECT:
                 return kind in native or ConstraintKind.JSON_SCHEMA in native
             case _:
@@ -107,7 +110,8 @@ _ROWS: Final = (
         chat_skips_special_tokens=False,
         stop_text_only_on_completion=False,
         default_max_tokens=None,
-        constraints=frozenset(ConstraintKind),
+        constraints=frozenset(ConstraintKind) - {ConstraintKind.CHOICE},  # its backends: none
+        choice_as=ConstraintKind.GRAMMAR,  # as vLLM's front end writes it
         constraint_after_reasoning=True,
         top_logprobs=True,
         prompt_logprobs=True,
@@ -132,6 +136,7 @@ _ROWS: Final = (
         stop_text_only_on_completion=True,
         default_max_tokens=None,
         constraints=frozenset(ConstraintKind),
+        choice_as=ConstraintKind.CHOICE,  # the servicer runs vLLM's input processor
         constraint_after_reasoning=False,
         top_logprobs=True,
         prompt_logprobs=False,
@@ -156,6 +161,7 @@ _ROWS: Final = (
         stop_text_only_on_completion=False,
         default_max_tokens=None,
         constraints=_GRAMMARS,
+        choice_as=ConstraintKind.REGEX,
         constraint_after_reasoning=False,
         top_logprobs=True,
         prompt_logprobs=False,
@@ -180,6 +186,7 @@ _ROWS: Final = (
         stop_text_only_on_completion=False,
         default_max_tokens=None,
         constraints=_GRAMMARS,
+        choice_as=ConstraintKind.REGEX,
         constraint_after_reasoning=False,
         top_logprobs=False,
         prompt_logprobs=False,
@@ -204,6 +211,7 @@ _ROWS: Final = (
         stop_text_only_on_completion=False,
         default_max_tokens=None,
         constraints=_GRAMMARS,
+        choice_as=ConstraintKind.REGEX,
         constraint_after_reasoning=False,
         top_logprobs=True,
         prompt_logprobs=False,
@@ -228,6 +236,7 @@ _ROWS: Final = (
         stop_text_only_on_completion=True,
         default_max_tokens=DefaultMaxTokens(completion=16, other=2048),
         constraints=_GRAMMARS | {ConstraintKind.JSON_OBJECT},
+        choice_as=ConstraintKind.REGEX,
         constraint_after_reasoning=False,
         top_logprobs=True,
         prompt_logprobs=False,
@@ -252,6 +261,7 @@ _ROWS: Final = (
         stop_text_only_on_completion=False,
         default_max_tokens=None,
         constraints=frozenset(),
+        choice_as=ConstraintKind.REGEX,
         constraint_after_reasoning=False,
         top_logprobs=True,
         prompt_logprobs=False,

@@ -269,6 +269,10 @@ def checked_constraint(
         case ConstraintKind.JSON_SCHEMA:
             _check_schema(constraint.text, constraint.param)
         case ConstraintKind.REGEX:
+            if "\x00" in constraint.text:  # vLLM's rule: no grammar backend takes one
+                raise ClientError(
+                    f"{constraint.param} must not contain a NUL character", param=constraint.param
+                )
             try:
                 re.compile(constraint.text)
             except re.error as exc:

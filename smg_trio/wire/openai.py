@@ -300,6 +300,11 @@ class GenerateSamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     n: int = 1
     seed: int | None = None
     sampling_seed: int | None = None  # SGLang's own name for the seed
+    # SGLang's structured outputs: at most one (docs/request-fields.md §2).
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

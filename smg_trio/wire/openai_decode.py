@@ -48,6 +48,7 @@ from smg_trio.wire.openai import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequest,
+    GenerateSamplingParams,
     JsonObjectFormat,
     JsonSchemaFormat,
     StructuredOutputs,
@@ -112,6 +113,21 @@ def requested_constraint(req: _SamplingFields) -> StructuredConstraint | None:
     return checked_constraint(found)
 
 
+def requested_generate_constraint(sp: GenerateSamplingParams) -> StructuredConstraint | None:
+    """/generate's one constraint: SGLang's `json_schema` (text), `regex` or `ebnf`."""
+    prefix = "sampling_params."
+    if sp.structural_tag is not None:
+        raise _reject(prefix + "structural_tag", "structural_tag is not supported")
+    found: list[StructuredConstraint] = []
+    if sp.json_schema is not None:
+        found.append(_json_schema(sp.json_schema, prefix + "json_schema"))
+    if sp.regex is not None:
+        found.append(_text(ConstraintKind.REGEX, sp.regex, prefix + "regex"))
+    if sp.ebnf is not None:
+        found.append(_text(ConstraintKind.GRAMMAR, sp.ebnf, prefix + "ebnf"))
+    return checked_constraint(found)
+
+
 def _structured_outputs(so: StructuredOutputs) -> list[StructuredConstraint]:
     prefix = "structured_outputs."
     if so.structural_tag is not None:
@@ -134,7 +150,9 @@ def _structured_outputs(so: StructuredOutputs) -> list[StructuredConstraint]:
         found.append(_choice(so.choice, prefix + "choice"))
     if so.grammar is not None:
         found.append(_text(ConstraintKind.GRAMMAR, so.grammar, prefix + "grammar"))
-    if so.json_object:
+    if so.json_object is not None:
+        if not so.json_object:  # vLLM's rule: omit structured_outputs instead
+            raise _reject(prefix + "json_object", "structured_outputs.json_object must be true")
         found.append(
             StructuredConstraint(kind=ConstraintKind.JSON_OBJECT, param=prefix + "json_object")
         )
@@ -226,6 +244,7 @@ def validate_generate(req: GenerateRequest) -> None:
     # SGLang sets no limit on the number of stop strings; ours keeps the stop scan per chunk
     # cheap (docs/request-fields.md §6). Empty ones would match at once.
     check_stops(sp.stop, "sampling_params.stop", max_count=MAX_GENERATE_STOP_STRINGS)
+    requested_generate_constraint(sp)
     check_between(req.top_logprobs_num, "top_logprobs_num", 0, MAX_TOP_LOGPROBS)
     if req.logprob_start_len not in (None, -1):
         # SGLang's input (prompt) logprobs: no /generate path here returns them.

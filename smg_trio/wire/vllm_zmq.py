@@ -29,19 +29,27 @@ from smg_trio.wire.zmq_transport import decode_message
 
 VLLM_DEFAULT_MAX_TOKENS: Final = 16  # what EngineCore assumes when the key is absent
 # The grammar backend EngineCore compiles a constraint with. vLLM's frontend resolves its
-# default "auto" to xgrammar and writes the result here; EngineCore never resolves it itself.
+# default "auto" to xgrammar, writes the result here and marks it automatic; EngineCore never
+# resolves it itself (it builds its one backend from the first constrained request's).
 VLLM_GRAMMAR_BACKEND: Final = "xgrammar"
 
 
 class VllmStructuredOutputs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """vLLM's StructuredOutputsParams map (wire.md §A.6.2): exactly one constraint key set."""
+    """vLLM's StructuredOutputsParams map (wire.md §A.6.2): exactly one constraint key set.
+
+    `choice` is decoded only: EngineCore's grammar backends compile no choice, so vLLM's front
+    end (and finalize, `core/constraint_forms.py`) sends it as a `grammar`. `structural_tag` is
+    decoded only too: the gateway refuses it (docs/request-fields.md §2).
+    """
 
     json: str | None = None  # the JSON schema, serialized
     regex: str | None = None
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    structural_tag: str | None = None
     backend: str | None = msgspec.field(default=None, name="_backend")
+    backend_was_auto: bool = msgspec.field(default=False, name="_backend_was_auto")
 
 
 class VllmSamplingParams(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -200,23 +208,25 @@ def _reasoning_ended(constraint: StructuredConstraint | None) -> bool | None:
 
 
 def _structured_outputs(constraint: StructuredConstraint | None) -> VllmStructuredOutputs | None:
-    """The neutral constraint under vLLM's key for its kind, with the backend set."""
+    """The neutral constraint under vLLM's key for its kind, with the backend vLLM's front end
+    resolves `auto` to."""
     if constraint is None:
         return None
-    kind, backend = constraint.kind, VLLM_GRAMMAR_BACKEND
+    kind = constraint.kind
     match kind:
         case ConstraintKind.JSON_SCHEMA:
-            return VllmStructuredOutputs(json=constraint.text, backend=backend)
+            keyed = VllmStructuredOutputs(json=constraint.text)
         case ConstraintKind.REGEX:
-            return VllmStructuredOutputs(regex=constraint.text, backend=backend)
-        case ConstraintKind.CHOICE:
-            return VllmStructuredOutputs(choice=constraint.choices, backend=backend)
+            keyed = VllmStructuredOutputs(regex=constraint.text)
         case ConstraintKind.GRAMMAR:
-            return VllmStructuredOutputs(grammar=constraint.text, backend=backend)
+            keyed = VllmStructuredOutputs(grammar=constraint.text)
         case ConstraintKind.JSON_OBJECT:
-            return VllmStructuredOutputs(json_object=True, backend=backend)
+            keyed = VllmStructuredOutputs(json_object=True)
+        case ConstraintKind.CHOICE:  # pragma: no cover - finalize made it a grammar
+            raise AssertionError("EngineCore takes a choice only as vLLM's grammar")
         case _:  # pragma: no cover - exhaustive
             assert_never(kind)
+    return msgspec.structs.replace(keyed, backend=VLLM_GRAMMAR_BACKEND, backend_was_auto=True)
 
 
 def _logit_bias(

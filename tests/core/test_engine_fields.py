@@ -7,12 +7,8 @@ import re
 import msgspec
 import pytest
 
-from smg_trio.core.engine_fields import (
-    JSON_OBJECT_SCHEMA,
-    bad_word_spellings,
-    bad_words_token_ids,
-    choice_regex,
-)
+from smg_trio.core.constraint_forms import JSON_OBJECT_SCHEMA, choice_regex
+from smg_trio.core.engine_fields import bad_word_spellings, bad_words_token_ids
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import ClientError
@@ -61,9 +57,13 @@ def test_a_constraint_reaches_every_engine_with_grammar_support_or_is_a_400(
     json_mode = engine_sampling(runtime, wire, constraint=JSON_MODE).constraint
     assert choice is not None
     assert json_mode is not None
-    if runtime is Runtime.VLLM:  # native choice and JSON mode
-        assert (choice.kind, choice.choices) == (ConstraintKind.CHOICE, ("yes", "a.b"))
+    if runtime is Runtime.VLLM:  # JSON mode is native
         assert json_mode.kind is ConstraintKind.JSON_OBJECT
+    if (runtime, wire) == (Runtime.VLLM, Wire.ZMQ):  # vLLM's front end: a grammar
+        assert (choice.kind, choice.text) == (ConstraintKind.GRAMMAR, 'root ::= "yes" | "a.b"')
+        return
+    if (runtime, wire) == (Runtime.VLLM, Wire.GRPC):  # the servicer's vLLM converts it
+        assert (choice.kind, choice.choices) == (ConstraintKind.CHOICE, ("yes", "a.b"))
         return
     assert (choice.kind, choice.text) == (ConstraintKind.REGEX, r"(yes|a\.b)")
     if runtime is Runtime.TRTLLM:  # GUIDE_TYPE_JSON

@@ -126,6 +126,33 @@ def test_required_constrains_the_engine_to_an_array_of_calls_of_the_tools() -> N
     }
 
 
+def test_required_schema_is_vllms_one_call_bound_and_gathered_defs() -> None:
+    """As vLLM builds it: `maxItems: 1` only for an explicit `parallel_tool_calls: false`, each
+    tool's `$defs` moved to the array schema's top; two schemas under one name are a 400."""
+    point = {"type": "object", "properties": {"x": {"type": "number"}}}
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "parameters": {"type": "object", "$defs": {"P": point}, "properties": {}},
+            },
+        }
+        for name in ("f", "g")
+    ]
+    planned = plan(MODEL, tools=tools, tool_choice="required", parallel_tool_calls=False)
+    assert planned.sampling.constraint is not None
+    schema = json.loads(planned.sampling.constraint.text)
+    assert (schema["maxItems"], schema["$defs"]) == (1, {"P": point})
+    for variant in schema["items"]["anyOf"]:
+        assert variant["properties"]["parameters"] == {"type": "object", "properties": {}}
+    parallel = plan(MODEL, tools=tools, tool_choice="required").sampling.constraint
+    assert parallel is not None
+    assert "maxItems" not in json.loads(parallel.text)
+    tools[1]["function"]["parameters"]["$defs"] = {"P": {"type": "string"}}  # type: ignore[index]
+    assert refused(MODEL, tools=tools, tool_choice="required").param == "tools"
+
+
 def test_a_named_function_constrains_the_engine_to_its_parameters() -> None:
     named = {"type": "function", "function": {"name": "f"}}
     planned = plan(MODEL, tools=TOOLS, tool_choice=named)

@@ -180,11 +180,13 @@ def schema_text(fields: dict[str, Any] | None, runtime: Runtime, wire: Wire) -> 
 
 
 def check_choice(fields: dict[str, Any] | None, runtime: Runtime, wire: Wire) -> None:
-    """vLLM carries the choices; the others a regex that must match exactly them."""
+    """vLLM's EngineCore gets vLLM's grammar for them, vLLM's gRPC servicer the choices; the
+    others a regex that must match exactly them."""
     assert fields is not None
     match runtime, wire:
         case Runtime.VLLM, Wire.ZMQ:
-            assert fields["structured_outputs"]["choice"] == ["yes", "no"]
+            assert fields["structured_outputs"]["grammar"] == 'root ::= "yes" | "no"'
+            assert "choice" not in fields["structured_outputs"]
             return
         case Runtime.VLLM, Wire.GRPC:
             assert fields["sampling_params"]["choice"]["choices"] == ["yes", "no"]

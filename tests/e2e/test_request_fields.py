@@ -206,6 +206,9 @@ DECIDED_BY: Final[dict[str, Callable[[Capabilities], bool]]] = {
     "guided_regex": _accepts(ConstraintKind.REGEX),
     "guided_choice": _accepts(ConstraintKind.CHOICE),
     "guided_grammar": _accepts(ConstraintKind.GRAMMAR),
+    "sampling_params.json_schema": _accepts(ConstraintKind.JSON_SCHEMA),
+    "sampling_params.regex": _accepts(ConstraintKind.REGEX),
+    "sampling_params.ebnf": _accepts(ConstraintKind.GRAMMAR),
     # A forced tool choice is a JSON schema built from the tools (docs/request-fields.md §3).
     "tool_choice required with tools": _accepts(ConstraintKind.JSON_SCHEMA),
     "tool_choice named with tools": _accepts(ConstraintKind.JSON_SCHEMA),

@@ -14,6 +14,7 @@ from typing import Any, Final
 import httpx
 
 from smg_trio.model import ModelDir
+from tests.e2e.differential import Divergence
 from tests.e2e.real_vllm import MAX_MODEL_LEN, SERVED_NAME
 
 CHAT: Final = "/v1/chat/completions"
@@ -98,18 +99,28 @@ def learn_facts(vllm_url: str, model: ModelDir) -> Facts:
 def check_schema(body: Any) -> None:
     """Exactly SCHEMA's constraints (no jsonschema in our venv): a JSON string, an allowed one."""
     for choice in body["choices"]:
-        content = choice["message"]["content"] if "message" in choice else choice["content"]
+        if "message" in choice:
+            content = choice["message"]["content"]
+        else:  # a folded stream's chat choice, or a completion's
+            content = choice["content"] if "content" in choice else choice["text"]
         assert json.loads(content) in ALLOWED_COLORS, content
 
 
 @dataclass(frozen=True)
 class Case:
+    """One request. `vllm_body`, when set, is what vLLM's server is sent instead: the same
+    request in vLLM 0.32's spelling, for a form it ignores or answers differently on purpose
+    (docs/request-fields.md §2); `compare` then replaces the field-by-field diff with one of
+    the two answers' meaning (vLLM's answer first)."""
+
     name: str
     path: str
     body: Callable[[Facts], dict[str, Any]]
     vllm_status: int = 200
     modes: tuple[bool, ...] = (False, True)  # stream
     check: Callable[[Any], None] | None = None
+    vllm_body: Callable[[Facts], dict[str, Any]] | None = None
+    compare: Callable[[Any, Any], list[Divergence]] | None = None
 
 
 def both(name: str, build: Callable[[str, Facts], dict[str, Any]], **options: Any) -> list[Case]:

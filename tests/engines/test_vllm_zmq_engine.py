@@ -218,6 +218,36 @@ def test_requests_the_engine_cannot_take_end_in_error() -> None:
         assert frontend.counters()["requests_rejected"] == 3
 
 
+def test_structured_outputs_only_as_vllms_front_end_sends_them() -> None:
+    """As the real EngineCore: a raw `choice` (its grammar backends compile none: vLLM's front
+    end makes it a grammar) or a map without `_backend` fails the request; the grammar finalize
+    writes for a choice is followed (the first choice, then EOS)."""
+    choice = {"kind": "choice", "param": "structured_outputs.choice", "choices": ["yes", "no"]}
+    good = request("good", PROMPT_A, max_tokens=20, constraint=choice)
+    sent = good.sampling_params
+    assert sent is not None
+    assert sent.structured_outputs is not None
+    assert sent.structured_outputs.grammar == 'root ::= "yes" | "no"'
+    raw_choice = vllm_zmq.VllmStructuredOutputs(choice=("yes", "no"), backend="xgrammar")
+    no_backend = msgspec.structs.replace(sent.structured_outputs, backend=None)
+    with running_engine("vllm-zmq", "--step-ms", "10") as (frontend, _, _process):
+        for request_id, structured in (("raw", raw_choice), ("bare", no_backend)):
+            params = msgspec.structs.replace(sent, structured_outputs=structured)
+            frontend.add_vllm(
+                msgspec.structs.replace(good, request_id=request_id, sampling_params=params)
+            )
+        frontend.add_vllm(good)
+        messages = collect_until(frontend.receive_vllm, finished("raw", "bare", "good"))
+        for request_id in ("raw", "bare"):
+            (output,) = outputs_of(messages, request_id)
+            assert output.finish_reason == FinishReason.ERROR
+        assert "CHOICE" in str(outputs_of(messages, "raw")[0].error)
+        assert MODEL.tokenizer is not None
+        yes = MODEL.tokenizer.encode("yes", add_special_tokens=False)
+        assert tokens_of(messages, "good") == [*yes, DEMO_EOS.primary]
+        assert outputs_of(messages, "good")[-1].finish_reason == FinishReason.STOP
+
+
 def test_sigterm_aborts_in_flight_requests_and_exits() -> None:
     with running_engine("vllm-zmq", "--step-ms", "10", "--max-batch", "1") as (fe, _, process):
         fe.add_vllm(request("running", PROMPT_A, ignore_eos=True, max_tokens=1000))

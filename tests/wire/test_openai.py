@@ -29,6 +29,7 @@ from smg_trio.wire.openai_decode import (
     decode_completion_request,
     decode_generate_request,
     requested_constraint,
+    requested_generate_constraint,
 )
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
@@ -610,6 +611,30 @@ def test_every_structured_output_spelling_is_one_constraint(
 
 
 @pytest.mark.parametrize(
+    ("sampling", "kind", "param"),
+    [
+        ({"json_schema": '{"type":"object"}'}, ConstraintKind.JSON_SCHEMA, "json_schema"),
+        ({"regex": "[0-9]+"}, ConstraintKind.REGEX, "regex"),
+        ({"ebnf": 'root ::= "a"'}, ConstraintKind.GRAMMAR, "ebnf"),
+    ],
+)
+def test_generates_sglang_constraints_are_one_constraint(
+    sampling: dict[str, Any], kind: ConstraintKind, param: str
+) -> None:
+    req = decode_generate_request(generate(sampling_params=sampling))
+    found = requested_generate_constraint(req.sampling_params)
+    assert found is not None
+    assert (found.kind, found.param) == (kind, f"sampling_params.{param}")
+    for bad, named in (
+        ({"regex": "a", "ebnf": 'root ::= "a"'}, "regex"),
+        ({"structural_tag": "{}"}, "structural_tag"),
+        ({"json_schema": "[1]"}, "json_schema"),
+    ):
+        error = rejected(decode_generate_request, generate(sampling_params=bad))
+        assert error.param == f"sampling_params.{named}"
+
+
+@pytest.mark.parametrize(
     ("fields", "param"),
     [
         ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_regex"),
@@ -625,6 +650,10 @@ def test_every_structured_output_spelling_is_one_constraint(
         ({"guided_regex": "(unclosed"}, "guided_regex"),
         ({"guided_choice": []}, "guided_choice"),
         ({"guided_grammar": " "}, "guided_grammar"),
+        # vLLM 0.32's front-end checks (docs/request-fields.md §2).
+        ({"structured_outputs": {"regex": "a\x00"}}, "structured_outputs.regex"),
+        ({"structured_outputs": {"json_object": False}}, "structured_outputs.json_object"),
+        ({"structured_outputs": {"json": ""}}, "structured_outputs.json"),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"logit_bias": {"1": 101}}, "logit_bias"),
         ({"allowed_token_ids": []}, "allowed_token_ids"),

@@ -3,7 +3,7 @@ constraints, logit_bias, allowed_token_ids, bad words. Encoded, then decoded fro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import pytest
@@ -63,22 +63,51 @@ def vllm_zmq_params(**fields: object) -> v.VllmSamplingParams:
     return params
 
 
+# What vLLM 0.32's front end sends its EngineCore for each form (its StructuredOutputsParams after
+# `_validate_structured_outputs` with the default backend `auto`, msgpack-encoded by vLLM's
+# MsgpackEncoder), less the keys at their defaults, which the engine fills back the same.
+VLLM_AUTO: Final = {"_backend": "xgrammar", "_backend_was_auto": True}
+
+
 @pytest.mark.parametrize(
     ("kind", "text", "choices", "expected"),
     [
         (ConstraintKind.JSON_SCHEMA, SCHEMA, (), {"json": SCHEMA}),
         (ConstraintKind.REGEX, "a+", (), {"regex": "a+"}),
-        (ConstraintKind.CHOICE, "", ("x", "y"), {"choice": ["x", "y"]}),
+        (ConstraintKind.CHOICE, "", ("x", "y"), {"grammar": 'root ::= "x" | "y"'}),
+        (
+            ConstraintKind.CHOICE,
+            "",
+            ('a"b', "c\\d", "e\nf", "\x01", "ü"),
+            {"grammar": 'root ::= "a\\"b" | "c\\\\d" | "e\\nf" | "\\u0001" | "ü"'},
+        ),
         (ConstraintKind.GRAMMAR, 'root ::= "a"', (), {"grammar": 'root ::= "a"'}),
         (ConstraintKind.JSON_OBJECT, "", (), {"json_object": True}),
     ],
 )
-def test_vllm_zmq_structured_outputs_map_has_one_key_and_the_backend(
+def test_vllm_zmq_structured_outputs_map_is_what_vllms_front_end_sends(
     kind: ConstraintKind, text: str, choices: tuple[str, ...], expected: dict[str, object]
 ) -> None:
     params = vllm_zmq_params(constraint=constraint(kind, text, *choices))
     raw = msgspec.msgpack.decode(msgspec.msgpack.encode(params.structured_outputs))
-    assert raw == {**expected, "_backend": v.VLLM_GRAMMAR_BACKEND}
+    assert raw == {**expected, **VLLM_AUTO}
+
+
+def test_vllm_zmq_choice_bytes_in_the_add_request() -> None:
+    """Golden bytes: a choice reaches EngineCore as vLLM's grammar, never as `choice`."""
+    request = finalized(
+        Runtime.VLLM, Wire.ZMQ, constraint=constraint(ConstraintKind.CHOICE, "", "x", "y")
+    )
+    built = v.build_request(request, engine_request_id="e1", max_model_len=64, arrival_time=0.0)
+    payload = v.encode_request(built)
+    sampling = msgspec.msgpack.decode(payload)[3]
+    golden = bytes.fromhex(
+        "83a76772616d6d6172b2726f6f74203a3a3d20227822207c20227922a85f6261636b656e64a8786772616d"
+        "6d6172b15f6261636b656e645f7761735f6175746fc3"
+    )
+    assert golden in payload  # the map's own bytes, inside the ADD's sampling map
+    assert msgspec.msgpack.encode(sampling["structured_outputs"]) == golden
+    assert "choice" not in sampling["structured_outputs"]
 
 
 def test_vllm_zmq_logit_bias_allowed_ids_and_bad_words_token_ids() -> None:

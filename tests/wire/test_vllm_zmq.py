@@ -222,7 +222,7 @@ GATED_ADD_LAYOUT: list[Any] = [
         "temperature": 0.5,
         "stop_token_ids": [7],
         "max_tokens": 97,
-        "structured_outputs": {"regex": "a+", "_backend": "xgrammar"},
+        "structured_outputs": {"regex": "a+", "_backend": "xgrammar", "_backend_was_auto": True},
         "_eos_token_id": 5,
         "_all_stop_token_ids": [5, 7],
     },
@@ -237,9 +237,10 @@ GATED_ADD_LAYOUT: list[Any] = [
 ]
 GATED_ADD = bytes.fromhex(
     "dc0016a2723193010203c0de0006ab74656d7065726174757265cb3fe0000000000000ae73746f705f746f6b"
-    "656e5f6964739107aa6d61785f746f6b656e7361b2737472756374757265645f6f75747075747382a5726567"
-    "6578a2612ba85f6261636b656e64a8786772616d6d6172ad5f656f735f746f6b656e5f696405b35f616c6c5f"
-    "73746f705f746f6b656e5f696473920507c0cb3ff8000000000000c0c0c0c0c0000000c0c2c0c2c0c2c0c0"
+    "656e5f6964739107aa6d61785f746f6b656e7361b2737472756374757265645f6f75747075747383a5726567"
+    "6578a2612ba85f6261636b656e64a8786772616d6d6172b15f6261636b656e645f7761735f6175746fc3ad5f"
+    "656f735f746f6b656e5f696405b35f616c6c5f73746f705f746f6b656e5f696473920507c0cb3ff800000000"
+    "0000c0c0c0c0c0000000c0c2c0c2c0c2c0c0"
 )
 
 
