@@ -67,6 +67,7 @@ class _Choice:
         "emitted",
         "finish_reason",
         "matched",
+        "new_ids",
         "output_ids",
         "parts",
         "pending",
@@ -84,7 +85,8 @@ class _Choice:
         self.scanner = scanner
         self.parts: list[str] = [echo] if echo else []  # the echoed prompt/message first
         self.chars = len(echo) if echo else 0
-        self.output_ids: list[int] = []
+        self.output_ids: list[int] = []  # counted ids, when the renderer keeps them
+        self.new_ids: list[int] = []  # a stream's counted ids not yet in a chunk (same condition)
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False
@@ -121,6 +123,7 @@ class ResponseAssembler:
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids
+        self._streams_ids = self._keeps_ids and plan.stream
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
@@ -176,25 +179,21 @@ class ResponseAssembler:
                     if choice.done:
                         continue
                     if self._echo_only:  # the engine's one token is never the client's text
-                        choice.tokens += len(token_ids)
+                        self._count(choice, token_ids)
                         continue
-                    before = choice.tokens
                     if self._logprobs and event.logprobs is not None:
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
                     else:
                         outcome = choice.scanner.feed(token_ids)
                         if type(outcome) is Emit:  # the common case, ahead of the general match
-                            choice.tokens += len(token_ids)
+                            self._count(choice, token_ids)
                             self._text(index, choice, outcome.text, out)
                         else:
                             # Usage counts up to the stopping token, not the rest of the batch.
-                            used = choice.scanner.consumed if type(outcome) is Stop else None
-                            choice.tokens += len(token_ids) if used is None else used
+                            if type(outcome) is Stop:
+                                token_ids = token_ids[: choice.scanner.consumed]
+                            self._count(choice, token_ids)
                             self._apply(index, choice, outcome, None, out)
-                    if self._keeps_ids:  # the ids usage counts: none after a router stop
-                        used = choice.tokens - before
-                        ids = token_ids if used == len(token_ids) else token_ids[:used]
-                        choice.output_ids.extend(ids)
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
                     choice = choices[index]
@@ -239,6 +238,15 @@ class ResponseAssembler:
         ]
         return renderer.body(self.usage, choices)
 
+    def _count(self, choice: _Choice, token_ids: Sequence[int]) -> None:
+        """Count ids toward usage; keep them when the renderer shows them (`return_token_ids`,
+        /generate's `output_ids`): the ids usage counts, so none after a router stop."""
+        choice.tokens += len(token_ids)
+        if self._keeps_ids:
+            choice.output_ids.extend(token_ids)
+            if self._streams_ids:
+                choice.new_ids.extend(token_ids)
+
     def _feed_positions(
         self,
         index: int,
@@ -252,7 +260,7 @@ class ResponseAssembler:
         text = ""
         for token_id, position in zip(token_ids, positions, strict=True):
             outcome = scanner.feed((token_id,))
-            choice.tokens += 1
+            self._count(choice, (token_id,))
             if type(outcome) is Stop:
                 text += outcome.text
                 emitted = choice.emitted + len(text)
@@ -356,6 +364,8 @@ class ResponseAssembler:
         chunk = self._renderer.text(index, text, choice, released)
         if chunk:  # b"": an output parser holds the text for now
             out.append(chunk)
+            if choice.new_ids:  # the chunk carried them
+                choice.new_ids = []
         if released:  # renderers never keep the list: an empty one is reused, not replaced
             choice.released = []
 
@@ -391,3 +401,4 @@ class ResponseAssembler:
         out.extend(self._renderer.closing(index, choice))
         out.append(self._renderer.finish(index, choice, choice.released))
         choice.released = []
+        choice.new_ids = []
