@@ -181,9 +181,10 @@ class CompletionRenderer(_OpenAIRenderer):
         # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
         self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
         self._first_ids = tuple(prompt.ids[0] for prompt in plan.prompts for _ in range(plan.n))
-        # `return_token_ids`: per choice its prompt's ids; a stream sends them once (then None).
+        # Per choice its prompt's ids, sent once by a stream (then None): with `return_token_ids`,
+        # and on a streamed echo whether asked or not, as vLLM's server sends them.
         self._prompt_ids: list[TokenIds] | None = None
-        if plan.return_token_ids:
+        if plan.return_token_ids or (plan.stream and plan.echo_text is not None):
             self._prompt_ids = [prompt.ids for prompt in plan.prompts for _ in range(plan.n)]
         # Per choice: how far an echo's token strings run past its text (vLLM's offsets continue
         # from the prompt's token strings, which can differ from the text, e.g. a BOS).
@@ -223,6 +224,8 @@ class CompletionRenderer(_OpenAIRenderer):
         if self._prompt_ids is None:
             return None, None
         prompt, self._prompt_ids[index] = self._prompt_ids[index], None
+        if not self.keeps_output_ids:
+            return prompt, None
         return prompt, () if choice is None else choice.new_ids
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
@@ -261,5 +264,5 @@ class CompletionRenderer(_OpenAIRenderer):
             model=self._model,
             usage=usage,
             choices=choices,
-            prompt_token_ids=self._prompt_ids,
+            prompt_token_ids=self._prompt_ids if self.keeps_output_ids else None,
         )

@@ -256,7 +256,7 @@ class CompletionStreamRenderer:
     ) -> bytes:
         """A text chunk; `ids`: vLLM's `prompt_token_ids` (a choice's first chunk) and
         `token_ids` (this chunk's), when asked."""
-        if logprobs is not None or usage is not None or ids[1] is not None:
+        if logprobs is not None or usage is not None or ids != (None, None):
             choice = CompletionChoice(
                 text=text,
                 index=index,
