@@ -15,7 +15,7 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
 - Usage counts the engine's tokens up to and including the token that stopped a choice (not the
   rest of a coalesced batch: what the engine made before the abort landed is not the client's),
   or the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10,
-  as vLLM counts).
+  as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones.
 - Logprobs (when asked) are held with their tokens: a token's position is released with the
   text that completes it, so tokens held back by the stop scanner carry their logprobs when
   their text goes out. At a hidden stop only tokens whose whole text went out are released: a
@@ -85,8 +85,8 @@ class _Choice:
         self.scanner = scanner
         self.parts: list[str] = [echo] if echo else []  # the echoed prompt/message first
         self.chars = len(echo) if echo else 0
-        self.output_ids: list[int] = []  # counted ids, when the renderer keeps them
-        self.new_ids: list[int] = []  # a stream's counted ids not yet in a chunk (same condition)
+        self.output_ids: list[int] = []  # counted ids, when the renderer shows them
+        self.new_ids: list[int] = []  # and, streaming, those not in a chunk yet
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False
@@ -123,7 +123,6 @@ class ResponseAssembler:
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids
-        self._streams_ids = self._keeps_ids and plan.stream
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
@@ -163,11 +162,9 @@ class ResponseAssembler:
         return tuple(c.full_text() for c in self._choices)
 
     def on_events(self, events: Sequence[EngineEvent]) -> list[bytes]:
-        """Take one batch of engine events; return the chunk payloads to send, in order.
-
-        A non-streaming request gets no payloads (its body is `response_body()`). Events of a
-        choice that already finished are ignored.
-        """
+        """Take one batch of engine events; return the chunk payloads to send, in order. A
+        non-streaming request gets none (its body is `response_body()`); events of a choice
+        that already finished are ignored."""
         out: list[bytes] = []
         choices = self._choices
         for event in events:
@@ -185,8 +182,8 @@ class ResponseAssembler:
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
                     else:
                         outcome = choice.scanner.feed(token_ids)
-                        if type(outcome) is Emit:  # the common case, ahead of the general match
-                            self._count(choice, token_ids)
+                        if type(outcome) is Emit and not self._keeps_ids:  # the common case
+                            choice.tokens += len(token_ids)
                             self._text(index, choice, outcome.text, out)
                         else:
                             # Usage counts up to the stopping token, not the rest of the batch.
@@ -239,12 +236,11 @@ class ResponseAssembler:
         return renderer.body(self.usage, choices)
 
     def _count(self, choice: _Choice, token_ids: Sequence[int]) -> None:
-        """Count ids toward usage; keep them when the renderer shows them (`return_token_ids`,
-        /generate's `output_ids`): the ids usage counts, so none after a router stop."""
+        """Usage counts these ids; a renderer that shows ids keeps them (none after a stop)."""
         choice.tokens += len(token_ids)
         if self._keeps_ids:
             choice.output_ids.extend(token_ids)
-            if self._streams_ids:
+            if self._stream:
                 choice.new_ids.extend(token_ids)
 
     def _feed_positions(

@@ -240,6 +240,14 @@ def token_ids(client: OpenAI, http: httpx.Client) -> None:
         seen_ids[choice.index] += extra(choice, "token_ids")
     assert [seen_prompt[0], seen_prompt[1]] == expected
     assert list(seen_ids.values()) == full_ids
+    # vLLM's server puts the prompt's ids on a streamed echo even unasked (no generated ids).
+    echoed = list(
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, echo=True, stream=True)
+    )
+    assert echoed[0].choices[0].text == PROMPT
+    assert extra(echoed[0].choices[0], "prompt_token_ids") == expected[0]
+    assert all(extra(chunk.choices[0], "token_ids") is None for chunk in echoed)
+    assert all(extra(chunk.choices[0], "prompt_token_ids") is None for chunk in echoed[1:])
 
 
 async def test_return_token_ids_streaming_and_not(server: LiveServer) -> None:
