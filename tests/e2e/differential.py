@@ -107,7 +107,8 @@ def _is_float_pair(left: Any, right: Any) -> bool:
 def fold_stream(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The non-streamed shape of a stream: per choice index the concatenated text (or content),
     logprobs and `token_ids`, the last finish_reason and stop_reason, its prompt's
-    `prompt_token_ids` (completions) and the usage on its first and last chunks; the
+    `prompt_token_ids` (completions), the usage on its last chunk and on chat's role chunk
+    (the count on a first text chunk depends on how tokens coalesced, as chunk boundaries); the
     `prompt_token_ids` of chat's role chunks; the last usage; and whether every chunk carried
     usage (continuous_usage_stats puts it on every one). Not how many chunks did: that counts
     chunk boundaries, which differ with how tokens coalesce under load and with vLLM sending the
@@ -126,7 +127,8 @@ def fold_stream(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for choice in chunk.get("choices") or []:
             into = folded["choices"].setdefault(choice["index"], {})
             if usage is not None:  # continuous usage: the choice's running count
-                into.setdefault("first_usage", usage)
+                if (choice.get("delta") or {}).get("role") is not None:
+                    into["role_usage"] = usage  # chat's role chunk: no completion tokens yet
                 into["last_usage"] = usage
             _fold_choice(into, choice)
     folded["choices"] = [folded["choices"][index] for index in sorted(folded["choices"])]
