@@ -21,7 +21,12 @@ from smg_trio.core.anthropic_request import (
     prepare_messages,
 )
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
+from smg_trio.core.prepare import (
+    PromptModel,
+    prepare_chat_completion,
+    prepare_completion,
+    prepare_generate,
+)
 from smg_trio.core.responses_request import prepare_responses
 from smg_trio.core.tokenize import TokenNames, detokenize_body, tokenize_body
 from smg_trio.errors import ClientError
@@ -46,8 +51,11 @@ GENERATE_PATHS: Final = (
 )
 TOKENIZE_PATH: Final = "/v1/tokenize"
 DETOKENIZE_PATH: Final = "/v1/detokenize"
+# vLLM's server has them without the /v1: both names, one handler (docs/client-apis.md §4).
+TOKENIZE_PATHS: Final = (TOKENIZE_PATH, "/tokenize")
+DETOKENIZE_PATHS: Final = (DETOKENIZE_PATH, "/detokenize")
 # Paths answered with a whole body, no engine: the prompt's tokens (docs/client-apis.md §2.6).
-TOKEN_PATHS: Final = (TOKENIZE_PATH, DETOKENIZE_PATH, COUNT_TOKENS_PATH)
+TOKEN_PATHS: Final = (*TOKENIZE_PATHS, *DETOKENIZE_PATHS, COUNT_TOKENS_PATH)
 # Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
 HANDLED_PATHS: Final = (*GENERATE_PATHS, *TOKEN_PATHS)
 
@@ -82,7 +90,7 @@ def prepare_for_path(
         chat = decode_chat_request(body)
         check_model(chat.model)
         now = dt.datetime.now(dt.UTC)
-        return prepare_chat(chat, model, request_id=request_id, now=now), chat.user
+        return prepare_chat_completion(chat, model, request_id=request_id, now=now), chat.user
     if path == "/v1/completions":
         completion = decode_completion_request(body)
         check_model(completion.model)
@@ -115,10 +123,12 @@ def token_answer(
         count = decode_count_tokens_request(body)
         check_model(count.model)
         return count_tokens_body(count, model, now=dt.datetime.now(dt.UTC))
-    if path == TOKENIZE_PATH:
+    if path in TOKENIZE_PATHS:
         tokenize = decode_tokenize_request(body)
         check_model(tokenize.model)
         return tokenize_body(tokenize, model, tokenizer, now=dt.datetime.now(dt.UTC))
-    detokenize = decode_detokenize_request(body)
-    check_model(detokenize.model)
-    return detokenize_body(detokenize, model)
+    if path in DETOKENIZE_PATHS:
+        detokenize = decode_detokenize_request(body)
+        check_model(detokenize.model)
+        return detokenize_body(detokenize, model)
+    raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")

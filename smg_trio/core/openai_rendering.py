@@ -2,8 +2,12 @@
 non-streaming bodies (spliced by `core.render`), and logprobs formatted by `core.logprobs`.
 
 With `stream_options.continuous_usage_stats` every chunk of a choice carries usage with that
-choice's tokens so far, as vLLM's server sends it. A chat plan with output parsers gets
-`parsers/chat_output.ParsingChatRenderer`, a `ChatRenderer` that parses first.
+choice's tokens so far (and its own prompt's length), as vLLM's server sends it. With vLLM's
+`return_token_ids` the prompt's ids go on a choice's first chunk (chat: its role chunk, at the
+top level; completions: in the choice) and each later chunk carries the ids it stands for; a
+full response has them once per choice (chat: the prompt's at the top level). A chat plan with
+output parsers gets `parsers/chat_output.ParsingChatRenderer`, a `ChatRenderer` that parses
+first; as vLLM's, it shows no generated ids when `include_reasoning: false` hides reasoning.
 """
 
 from __future__ import annotations
@@ -13,13 +17,13 @@ from collections.abc import Sequence
 from msgspec import UNSET, UnsetType
 
 from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
+from smg_trio.core.openai_bodies import chat_completion, completion
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import (
     ChatStreamRenderer,
     CompletionStreamRenderer,
     FinishedChoice,
-    chat_completion,
-    completion,
+    TokenIds,
 )
 from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions, RenderedLogprobs
 from smg_trio.core.stream_end import ChoiceFinish
@@ -44,13 +48,16 @@ class _OpenAIRenderer:
         "_model",
         "_prompt_strings",
         "_prompt_tokens",
+        "keeps_output_ids",
     )
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
     ) -> None:
         self._id, self._created, self._model = request_id, created, plan.model
-        self._prompt_tokens = len(plan.prompt_ids)
+        # Per choice, its prompt's length (choice i * n + j answers prompt i).
+        self._prompt_tokens = tuple(len(p.ids) for p in plan.prompts for _ in range(plan.n))
+        self.keeps_output_ids = plan.return_token_ids  # the generated ids are shown
         width = plan.sampling.logprobs
         self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
         self._continuous = plan.include_usage and plan.continuous_usage
@@ -74,24 +81,30 @@ class _OpenAIRenderer:
             context = self._contexts[index] = []
         return context
 
-    def _running_usage(self, choice: ChoiceProgress | None) -> Usage | None:
+    def _running_usage(self, index: int, choice: ChoiceProgress | None) -> Usage | None:
         """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
         if not self._continuous:
             return None
-        return Usage.of(self._prompt_tokens, 0 if choice is None else choice.tokens)
+        return Usage.of(self._prompt_tokens[index], 0 if choice is None else choice.tokens)
+
+    def _new_ids(self, choice: ChoiceProgress) -> TokenIds:
+        """A chunk's `token_ids`: the choice's ids since its last chunk, when shown."""
+        return choice.new_ids if self.keeps_output_ids else None
 
 
 class ChatRenderer(_OpenAIRenderer):
     """`chat.completion.chunk`s: a role chunk, content chunks, a finish chunk per choice."""
 
-    keeps_output_ids = False
-    __slots__ = ("_chunks", "_echo")
+    __slots__ = ("_chunks", "_echo", "_prompt_ids")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
     ) -> None:
         super().__init__(plan, tokenizer, request_id, created)
         self._echo = plan.echo_text
+        self._prompt_ids = plan.prompt_ids if plan.return_token_ids else None
+        if plan.parsers is not None and not plan.parsers.include_reasoning:
+            self.keeps_output_ids = False  # vLLM's: the ids would show the hidden reasoning
         self._chunks = ChatStreamRenderer(
             request_id=request_id,
             created=created,
@@ -105,8 +118,8 @@ class ChatRenderer(_OpenAIRenderer):
         return self._formatter.chat(positions, self._context(index))
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
-        usage = self._running_usage(None)
-        role = self._chunks.role(index, usage)
+        usage = self._running_usage(index, None)
+        role = self._chunks.role(index, usage, self._prompt_ids)
         if not self._echo:
             return (role,)
         # vLLM streams the echoed last message as its own content chunk after the role.
@@ -117,8 +130,8 @@ class ChatRenderer(_OpenAIRenderer):
         if self._formatter is not None and positions:
             # The per-token path: spliced.
             logprobs = self._formatter.chat_json(positions, self._context(index))
-        usage = self._running_usage(choice) if self._continuous else None
-        return self._chunks.content(index, text, logprobs, usage)
+        usage = self._running_usage(index, choice) if self._continuous else None
+        return self._chunks.content(index, text, logprobs, usage, self._new_ids(choice))
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(
@@ -126,8 +139,9 @@ class ChatRenderer(_OpenAIRenderer):
             choice.finish_reason,
             choice.streamed_match,
             self._logprobs(index, positions),
-            self._running_usage(choice),
+            self._running_usage(index, choice),
             choice.stop_reason,
+            self._new_ids(choice),
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
@@ -151,14 +165,14 @@ class ChatRenderer(_OpenAIRenderer):
             model=self._model,
             usage=usage,
             choices=choices,
+            prompt_token_ids=self._prompt_ids,
         )
 
 
 class CompletionRenderer(_OpenAIRenderer):
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
-    keeps_output_ids = False
-    __slots__ = ("_chunks", "_echoes", "_first_ids", "_shifts")
+    __slots__ = ("_chunks", "_echoes", "_first_ids", "_prompt_ids", "_shifts")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -167,6 +181,11 @@ class CompletionRenderer(_OpenAIRenderer):
         # Each choice opens with its own prompt's echo (choice i * n + j echoes prompt i).
         self._echoes = tuple(prompt.echo_text for prompt in plan.prompts for _ in range(plan.n))
         self._first_ids = tuple(prompt.ids[0] for prompt in plan.prompts for _ in range(plan.n))
+        # Per choice its prompt's ids, sent once by a stream (then None): with `return_token_ids`,
+        # and on a streamed echo whether asked or not, as vLLM's server sends them.
+        self._prompt_ids: list[TokenIds] | None = None
+        if plan.return_token_ids or (plan.stream and plan.echo_text is not None):
+            self._prompt_ids = [prompt.ids for prompt in plan.prompts for _ in range(plan.n)]
         # Per choice: how far an echo's token strings run past its text (vLLM's offsets continue
         # from the prompt's token strings, which can differ from the text, e.g. a BOS).
         self._shifts = [0] * len(self._echoes)
@@ -191,20 +210,32 @@ class CompletionRenderer(_OpenAIRenderer):
             logprobs = self._formatter.echoed_completion(self._first_ids[index], choice.prompt, ())
             last = logprobs.tokens[-1]
             self._shifts[index] = logprobs.text_offset[-1] + len(last) - len(echo)
-        return (self._chunks.text(index, echo, logprobs, self._running_usage(None)),)
+        usage = self._running_usage(index, None)
+        return (self._chunks.text(index, echo, logprobs, usage, self._stream_ids(index, None)),)
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
         offset = choice.chars - len(text) + self._shifts[index]
         logprobs = self._logprobs(index, positions, offset)
-        return self._chunks.text(index, text, logprobs, self._running_usage(choice))
+        usage = self._running_usage(index, choice)
+        return self._chunks.text(index, text, logprobs, usage, self._stream_ids(index, choice))
+
+    def _stream_ids(self, index: int, choice: ChoiceProgress | None) -> tuple[TokenIds, TokenIds]:
+        """A chunk's (`prompt_token_ids`, `token_ids`): the prompt's on the choice's first."""
+        if self._prompt_ids is None:
+            return None, None
+        prompt, self._prompt_ids[index] = self._prompt_ids[index], None
+        if not self.keeps_output_ids:
+            return prompt, None
+        return prompt, () if choice is None else choice.new_ids
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
         return self._chunks.finish(
             index,
             choice.finish_reason,
             logprobs=self._logprobs(index, positions, choice.chars + self._shifts[index]),
-            usage=self._running_usage(choice),
+            usage=self._running_usage(index, choice),
             stop_reason=choice.stop_reason,
+            ids=self._stream_ids(index, choice),
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
@@ -233,4 +264,5 @@ class CompletionRenderer(_OpenAIRenderer):
             model=self._model,
             usage=usage,
             choices=choices,
+            prompt_token_ids=self._prompt_ids if self.keeps_output_ids else None,
         )

@@ -90,6 +90,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     # Streaming: tokens per chunk after a choice's first text chunk (--stream-interval, as
     # vLLM's: the first text and the finish are never held; docs/performance.md §4).
     stream_interval: int = 1
+    # vLLM's `return_token_ids` (chat, completions): the prompt's and the generated ids shown.
+    return_token_ids: bool = False
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

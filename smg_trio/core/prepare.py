@@ -25,6 +25,7 @@ from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.neutral.validation import (
     check_context_length,
+    check_output_length,
     checked_allowed_token_ids,
     checked_logit_bias,
 )
@@ -58,6 +59,16 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
             keep=kept_tokens(truncate_prompt_tokens, self.context_length),
             param=param,
         )
+
+
+def prepare_chat_completion(
+    req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
+) -> GeneratePlan:
+    """/v1/chat/completions: vLLM's bound on `max_completion_tokens` (else `max_tokens`) before
+    anything is tokenized, then `prepare_chat` (which Messages and Responses share; they cap)."""
+    param = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
+    check_output_length(req.max_new_tokens, param, model.context_length)
+    return prepare_chat(req, model, request_id=request_id, now=now)
 
 
 def prepare_chat(
@@ -152,6 +163,7 @@ def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
 def prepare_completion(
     req: oa.CompletionRequest, model: PromptModel, *, request_id: str
 ) -> GeneratePlan:
+    check_output_length(req.max_tokens, "max_tokens", model.context_length)  # vLLM's, first
     limit = model.prompt_limit(req.truncate_prompt_tokens, "prompt")
     parts = tuple(
         msgspec.structs.replace(
@@ -342,6 +354,7 @@ def _plan(
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
         # vLLM's rule: a request's stream_interval can only raise the server's.
         stream_interval=max(req.stream_interval or 1, model.stream_interval),
+        return_token_ids=bool(req.return_token_ids),
     )
 
 

@@ -1,14 +1,11 @@
-"""Pure. Renders results as client bytes: OpenAI JSON, SSE events, WebSocket frames (SGLang's
-/generate bodies and chunks: core/generate_rendering.py).
+"""Pure. Renders results as client bytes: OpenAI stream chunks, SSE events, WebSocket frames
+(the non-streaming OpenAI bodies: core/openai_bodies.py; SGLang's /generate bodies and chunks:
+core/generate_rendering.py).
 
 Streaming renderers return the chunk *payload* (one JSON object); `sse` and `websocket_chunk`
 frame it, so both transports carry byte-identical chunks. The per-token paths (`content`, `text`)
 splice the JSON-encoded text between pre-encoded constant bytes instead of building structs:
 tests pin that the result equals the struct encoding byte for byte.
-
-Chat `message.content` is the choice's text, `""` when it produced none (vLLM's server answers
-`""` too, e.g. for a stop matched inside the first token; smg turns whitespace-only text into
-null; we do not throw away what the model generated).
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from smg_trio.errors import GatewayError
 from smg_trio.wire.openai import ToolCall
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
-    ChatChoice,
-    ChatCompletion,
     ChatCompletionChunk,
     ChoiceDelta,
     ChoiceLogprobs,
@@ -33,7 +28,6 @@ from smg_trio.wire.openai_responses import (
     GenerateLogprobs,
     MatchedStop,
     PromptLogprobs,
-    ResponseMessage,
     Usage,
     error_body,
 )
@@ -41,6 +35,12 @@ from smg_trio.wire.openai_responses import (
 SSE_DONE = b"data: [DONE]\n\n"
 
 _encode = JSON_ENCODER.encode
+# vLLM's `return_token_ids` fields: None (not asked) is left out of the JSON.
+TokenIds = Sequence[int] | None
+
+
+def token_ids_field(ids: TokenIds) -> tuple[int, ...] | msgspec.UnsetType:
+    return msgspec.UNSET if ids is None else tuple(ids)
 
 
 def sse(payload: bytes) -> bytes:
@@ -94,20 +94,29 @@ class ChatStreamRenderer:
         self._head = _head(request_id, "chat.completion.chunk", created, model)
         self._content: dict[int, bytes] = {}
 
-    def _chunk(self, choices: tuple[ChunkChoice, ...], usage: Usage | None = None) -> bytes:
+    def _chunk(
+        self,
+        choices: tuple[ChunkChoice, ...],
+        usage: Usage | None = None,
+        prompt_token_ids: TokenIds = None,
+    ) -> bytes:
         chunk = ChatCompletionChunk(
             id=self._id,
             created=self._created,
             model=self._model,
             choices=choices,
             usage=msgspec.UNSET if usage is None else usage,
+            prompt_token_ids=token_ids_field(prompt_token_ids),
         )
         return _encode(chunk)
 
-    def role(self, index: int, usage: Usage | None = None) -> bytes:
-        """The first chunk of a choice: role "assistant" and empty content."""
+    def role(
+        self, index: int, usage: Usage | None = None, prompt_token_ids: TokenIds = None
+    ) -> bytes:
+        """The first chunk of a choice: role "assistant" and empty content (and vLLM's
+        `prompt_token_ids` when asked, on every choice's role chunk as vLLM sends them)."""
         delta = ChoiceDelta(role="assistant", content="")
-        return self._chunk((ChunkChoice(index=index, delta=delta),), usage)
+        return self._chunk((ChunkChoice(index=index, delta=delta),), usage, prompt_token_ids)
 
     def content(
         self,
@@ -115,12 +124,18 @@ class ChatStreamRenderer:
         text: str,
         logprobs: ChoiceLogprobs | bytes | None = None,
         usage: Usage | None = None,
+        token_ids: TokenIds = None,
     ) -> bytes:
         """A content chunk; `logprobs` as the struct or already JSON-encoded (spliced in)."""
-        if usage is not None:
+        if usage is not None or token_ids is not None:
             raw = msgspec.Raw(logprobs) if isinstance(logprobs, bytes) else logprobs
-            delta = ChoiceDelta(content=text)
-            return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=raw),), usage)
+            choice = ChunkChoice(
+                index=index,
+                delta=ChoiceDelta(content=text),
+                logprobs=raw,
+                token_ids=token_ids_field(token_ids),
+            )
+            return self._chunk((choice,), usage)
         prefix = self._content.get(index)
         if prefix is None:
             prefix = self._content[index] = self._head + b'{"index":%d' % index + _CHAT_CONTENT
@@ -163,9 +178,13 @@ class ChatStreamRenderer:
         delta: ChoiceDelta,
         logprobs: ChoiceLogprobs | None = None,
         usage: Usage | None = None,
+        token_ids: TokenIds = None,
     ) -> bytes:
         """A chunk with any delta (an output parser's: reasoning, tool calls)."""
-        return self._chunk((ChunkChoice(index=index, delta=delta, logprobs=logprobs),), usage)
+        choice = ChunkChoice(
+            index=index, delta=delta, logprobs=logprobs, token_ids=token_ids_field(token_ids)
+        )
+        return self._chunk((choice,), usage)
 
     def finish(
         self,
@@ -175,6 +194,7 @@ class ChatStreamRenderer:
         logprobs: ChoiceLogprobs | None = None,
         usage: Usage | None = None,
         stop_reason: MatchedStop | None = None,
+        token_ids: TokenIds = None,
     ) -> bytes:
         """The last chunk of a choice: empty delta, `finish_reason`, vLLM's `stop_reason`, and
         `matched_stop` if any; `logprobs` of tokens released without text of their own (their
@@ -186,6 +206,7 @@ class ChatStreamRenderer:
             finish_reason=reason,
             stop_reason=stop_reason,
             matched_stop=msgspec.UNSET if matched_stop is None else matched_stop,
+            token_ids=token_ids_field(token_ids),
         )
         return self._chunk((choice,), usage)
 
@@ -231,9 +252,18 @@ class CompletionStreamRenderer:
         text: str,
         logprobs: CompletionLogprobs | None = None,
         usage: Usage | None = None,
+        ids: tuple[TokenIds, TokenIds] = (None, None),
     ) -> bytes:
-        if logprobs is not None or usage is not None:
-            choice = CompletionChoice(text=text, index=index, logprobs=logprobs)
+        """A text chunk; `ids`: vLLM's `prompt_token_ids` (a choice's first chunk) and
+        `token_ids` (this chunk's), when asked."""
+        if logprobs is not None or usage is not None or ids != (None, None):
+            choice = CompletionChoice(
+                text=text,
+                index=index,
+                logprobs=logprobs,
+                prompt_token_ids=token_ids_field(ids[0]),
+                token_ids=token_ids_field(ids[1]),
+            )
             return self._chunk((choice,), usage)
         return b"".join(
             (self._text_prefix, _encode(text), b',"index":%d' % index, _COMPLETION_TAIL)
@@ -247,6 +277,7 @@ class CompletionStreamRenderer:
         logprobs: CompletionLogprobs | None = None,
         usage: Usage | None = None,
         stop_reason: MatchedStop | None = None,
+        ids: tuple[TokenIds, TokenIds] = (None, None),
     ) -> bytes:
         choice = CompletionChoice(
             text=text,
@@ -254,6 +285,8 @@ class CompletionStreamRenderer:
             logprobs=logprobs,
             finish_reason=reason,
             stop_reason=stop_reason,
+            prompt_token_ids=token_ids_field(ids[0]),
+            token_ids=token_ids_field(ids[1]),
         )
         return self._chunk((choice,), usage)
 
@@ -286,69 +319,3 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs | None = None
     prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # when asked (vLLM's shape)
     """Chat's or completions' logprobs of the released tokens, when the client asked."""
-
-
-def _matched(choice: FinishedChoice) -> MatchedStop | msgspec.UnsetType:
-    return msgspec.UNSET if choice.matched_stop is None else choice.matched_stop
-
-
-def chat_completion(
-    *,
-    request_id: str,
-    created: int,
-    model: str,
-    usage: Usage,
-    choices: Sequence[FinishedChoice],
-) -> bytes:
-    """A non-streaming `chat.completion`."""
-    rendered = tuple(
-        ChatChoice(
-            index=c.index,
-            message=ResponseMessage(
-                content=(c.text or None) if c.parsed else c.text,
-                reasoning_content=msgspec.UNSET if c.reasoning is None else c.reasoning,
-                reasoning=msgspec.UNSET if c.reasoning is None else c.reasoning,
-                tool_calls=msgspec.UNSET if c.tool_calls is None else c.tool_calls,
-            ),
-            logprobs=c.logprobs if isinstance(c.logprobs, ChoiceLogprobs) else None,
-            finish_reason=c.finish_reason,
-            stop_reason=c.stop_reason,
-            matched_stop=_matched(c),
-        )
-        for c in choices
-    )
-    # Every choice shares the prompt: vLLM puts its logprobs once, at the top level.
-    prompt_logprobs = choices[0].prompt_logprobs if choices else msgspec.UNSET
-    response = ChatCompletion(
-        id=request_id, created=created, model=model, choices=rendered, usage=usage
-    )
-    if prompt_logprobs is not msgspec.UNSET:
-        response = msgspec.structs.replace(response, prompt_logprobs=prompt_logprobs)
-    return _encode(response)
-
-
-def completion(
-    *,
-    request_id: str,
-    created: int,
-    model: str,
-    usage: Usage,
-    choices: Sequence[FinishedChoice],
-) -> bytes:
-    """A non-streaming `text_completion`."""
-    rendered = tuple(
-        CompletionChoice(
-            text=c.text,
-            index=c.index,
-            logprobs=c.logprobs if isinstance(c.logprobs, CompletionLogprobs) else None,
-            finish_reason=c.finish_reason,
-            stop_reason=c.stop_reason,
-            matched_stop=_matched(c),
-            prompt_logprobs=c.prompt_logprobs,
-        )
-        for c in choices
-    )
-    response = Completion(
-        id=request_id, created=created, model=model, choices=rendered, usage=usage
-    )
-    return _encode(response)

@@ -38,6 +38,9 @@ class ChoiceProgress(Protocol):
     """Engine tokens counted for the choice so far (usage)."""
     chars: int
     """Characters of text sent so far, echo included."""
+    new_ids: list[int]
+    """A stream's counted ids since its last text or finish chunk, when the renderer keeps
+    ids (`keeps_output_ids`): the ids that chunk carries (vLLM's `return_token_ids`)."""
     finish_reason: str
     matched: MatchedStop
     """What a full response reports: the stop string, or the stop token id."""
@@ -58,7 +61,7 @@ class ChoiceProgress(Protocol):
 class EndpointRenderer(Protocol):
     @property
     def keeps_output_ids(self) -> bool:
-        """Non-streaming bodies carry the generated ids (/generate)."""
+        """The answer carries the generated ids (/generate's bodies, `return_token_ids`)."""
         ...
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:

@@ -15,7 +15,7 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
 - Usage counts the engine's tokens up to and including the token that stopped a choice (not the
   rest of a coalesced batch: what the engine made before the abort landed is not the client's),
   or the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10,
-  as vLLM counts).
+  as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones.
 - Logprobs (when asked) are held with their tokens: a token's position is released with the
   text that completes it, so tokens held back by the stop scanner carry their logprobs when
   their text goes out. At a hidden stop only tokens whose whole text went out are released: a
@@ -67,6 +67,7 @@ class _Choice:
         "emitted",
         "finish_reason",
         "matched",
+        "new_ids",
         "output_ids",
         "parts",
         "pending",
@@ -84,7 +85,8 @@ class _Choice:
         self.scanner = scanner
         self.parts: list[str] = [echo] if echo else []  # the echoed prompt/message first
         self.chars = len(echo) if echo else 0
-        self.output_ids: list[int] = []
+        self.output_ids: list[int] = []  # counted ids, when the renderer shows them
+        self.new_ids: list[int] = []  # and, streaming, those not in a chunk yet
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False
@@ -160,11 +162,9 @@ class ResponseAssembler:
         return tuple(c.full_text() for c in self._choices)
 
     def on_events(self, events: Sequence[EngineEvent]) -> list[bytes]:
-        """Take one batch of engine events; return the chunk payloads to send, in order.
-
-        A non-streaming request gets no payloads (its body is `response_body()`). Events of a
-        choice that already finished are ignored.
-        """
+        """Take one batch of engine events; return the chunk payloads to send, in order. A
+        non-streaming request gets none (its body is `response_body()`); events of a choice
+        that already finished are ignored."""
         out: list[bytes] = []
         choices = self._choices
         for event in events:
@@ -176,25 +176,21 @@ class ResponseAssembler:
                     if choice.done:
                         continue
                     if self._echo_only:  # the engine's one token is never the client's text
-                        choice.tokens += len(token_ids)
+                        self._count(choice, token_ids)
                         continue
-                    before = choice.tokens
                     if self._logprobs and event.logprobs is not None:
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
                     else:
                         outcome = choice.scanner.feed(token_ids)
-                        if type(outcome) is Emit:  # the common case, ahead of the general match
+                        if type(outcome) is Emit and not self._keeps_ids:  # the common case
                             choice.tokens += len(token_ids)
                             self._text(index, choice, outcome.text, out)
                         else:
                             # Usage counts up to the stopping token, not the rest of the batch.
-                            used = choice.scanner.consumed if type(outcome) is Stop else None
-                            choice.tokens += len(token_ids) if used is None else used
+                            if type(outcome) is Stop:
+                                token_ids = token_ids[: choice.scanner.consumed]
+                            self._count(choice, token_ids)
                             self._apply(index, choice, outcome, None, out)
-                    if self._keeps_ids:  # the ids usage counts: none after a router stop
-                        used = choice.tokens - before
-                        ids = token_ids if used == len(token_ids) else token_ids[:used]
-                        choice.output_ids.extend(ids)
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
                     choice = choices[index]
@@ -239,6 +235,14 @@ class ResponseAssembler:
         ]
         return renderer.body(self.usage, choices)
 
+    def _count(self, choice: _Choice, token_ids: Sequence[int]) -> None:
+        """Usage counts these ids; a renderer that shows ids keeps them (none after a stop)."""
+        choice.tokens += len(token_ids)
+        if self._keeps_ids:
+            choice.output_ids.extend(token_ids)
+            if self._stream:
+                choice.new_ids.extend(token_ids)
+
     def _feed_positions(
         self,
         index: int,
@@ -252,7 +256,7 @@ class ResponseAssembler:
         text = ""
         for token_id, position in zip(token_ids, positions, strict=True):
             outcome = scanner.feed((token_id,))
-            choice.tokens += 1
+            self._count(choice, (token_id,))
             if type(outcome) is Stop:
                 text += outcome.text
                 emitted = choice.emitted + len(text)
@@ -356,6 +360,8 @@ class ResponseAssembler:
         chunk = self._renderer.text(index, text, choice, released)
         if chunk:  # b"": an output parser holds the text for now
             out.append(chunk)
+            if choice.new_ids:  # the chunk carried them
+                choice.new_ids = []
         if released:  # renderers never keep the list: an empty one is reused, not replaced
             choice.released = []
 
@@ -391,3 +397,4 @@ class ResponseAssembler:
         out.extend(self._renderer.closing(index, choice))
         out.append(self._renderer.finish(index, choice, choice.released))
         choice.released = []
+        choice.new_ids = []

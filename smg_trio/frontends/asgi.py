@@ -2,7 +2,9 @@
 
     POST /v1/chat/completions, /v1/completions, /generate   → Gateway.handle (SSE or JSON)
     POST /v1/tokenize, /v1/detokenize                      → Gateway.handle (JSON)
+    POST /tokenize, /detokenize                            → the same, under vLLM's names
     GET  /v1/models                                        → the served model names
+    GET  /version                                          → `{"version": smg-trio's}`, as vLLM's
     GET  /health, /readiness                               → 200 while ready to take requests
                                                              (a worker ready, not draining), else 503
     GET  /liveness                                         → 200 while the process serves at all
@@ -42,6 +44,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
+import smg_trio
 from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.endpoint_requests import HANDLED_PATHS
 from smg_trio.errors import ClientError, ClientGone, GatewayError
@@ -89,9 +92,14 @@ LIVENESS_PATH: Final = "/liveness"
 # Orchestrators' probes (docs/resilience.md §4): never behind the API key.
 PROBE_PATHS: Final = (HEALTH_PATH, READINESS_PATH, LIVENESS_PATH)
 MODELS_PATH: Final = "/v1/models"
+# vLLM's `GET /version` shape, with our own version: the server answering is smg-trio, whatever
+# engine runs behind it (docs/client-apis.md §4).
+VERSION_PATH: Final = "/version"
+VERSION_BODY: Final = b'{"version":"' + smg_trio.__version__.encode() + b'"}'
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
     **dict.fromkeys(HANDLED_PATHS, ("POST",)),
     MODELS_PATH: ("GET", "HEAD"),
+    VERSION_PATH: ("GET", "HEAD"),
     **dict.fromkeys(PROBE_PATHS, ("GET", "HEAD")),
     METRICS_PATH: ("GET", "HEAD"),
     WEBSOCKET_PATH: ("GET",),
@@ -200,6 +208,8 @@ class GatewayApp:
             await send_metrics(send, self.gateway.metrics)
         elif path == MODELS_PATH:
             await send_json(send, 200, self.gateway.models_body())
+        elif path == VERSION_PATH:
+            await send_json(send, 200, VERSION_BODY)
         elif path == WEBSOCKET_PATH:
             raise ClientError(
                 f"{WEBSOCKET_PATH} speaks WebSocket: send an Upgrade request",

@@ -158,6 +158,18 @@ def check_context_length(
         )
 
 
+def check_output_length(max_tokens: int | None, param: str, max_model_len: int | None) -> None:
+    """vLLM 0.32's first length check, made before the prompt is tokenized: `max_tokens` alone
+    may not exceed the context (docs/request-fields.md §4). Its message, word for word."""
+    if max_tokens is None or max_model_len is None or max_tokens <= max_model_len:
+        return
+    raise ClientError(
+        f"{param}={max_tokens} cannot be greater than max_model_len={max_model_len}. Please "
+        f"request fewer output tokens. (parameter={param}, value={max_tokens})",
+        param=param,
+    )
+
+
 def checked_ids(ids: Sequence[int], param: str, vocab_size: int | None) -> tuple[int, ...]:
     """Token ids, each in [0, vocab_size) (or [0, 2**32) when the vocab size is unknown)."""
     end = _TOKEN_ID_END if vocab_size is None else vocab_size

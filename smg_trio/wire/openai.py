@@ -193,6 +193,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     guided_choice: tuple[str, ...] | None = None
     guided_grammar: str | None = None
     prompt_logprobs: int | None = None  # vLLM: top-k logprobs of each prompt position
+    return_token_ids: bool | None = None  # vLLM: prompt and generated token ids in the answer
 
     @property
     def num_choices(self) -> int:

@@ -87,6 +87,7 @@ class ChunkChoice(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: str | None = None
     stop_reason: MatchedStop | UnsetType | None = UNSET
     matched_stop: MatchedStop | UnsetType = UNSET
+    token_ids: tuple[int, ...] | UnsetType = UNSET  # vLLM `return_token_ids`: this chunk's ids
 
 
 class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +97,7 @@ class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     choices: tuple[ChunkChoice, ...]
     usage: Usage | UnsetType = UNSET
+    prompt_token_ids: tuple[int, ...] | UnsetType = UNSET  # vLLM's, on each role chunk
 
 
 class ResponseMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +115,7 @@ class ChatChoice(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: str | None = None
     stop_reason: MatchedStop | UnsetType | None = UNSET
     matched_stop: MatchedStop | UnsetType = UNSET
+    token_ids: tuple[int, ...] | UnsetType = UNSET  # vLLM `return_token_ids`: generated ids
 
 
 class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +126,7 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
     choices: tuple[ChatChoice, ...]
     usage: Usage
     prompt_logprobs: PromptLogprobs | UnsetType = UNSET  # vLLM: top level in chat
+    prompt_token_ids: tuple[int, ...] | UnsetType = UNSET  # vLLM `return_token_ids`, top level
 
 
 class PromptLogprob(msgspec.Struct, frozen=True):
@@ -152,6 +156,10 @@ class CompletionChoice(msgspec.Struct, frozen=True, kw_only=True):
     stop_reason: MatchedStop | UnsetType | None = UNSET
     matched_stop: MatchedStop | UnsetType = UNSET
     prompt_logprobs: PromptLogprobs | UnsetType = UNSET
+    # vLLM `return_token_ids`: the choice's prompt's ids (a stream: on its first chunk) and the
+    # generated ids (a stream: each chunk's own).
+    prompt_token_ids: tuple[int, ...] | UnsetType = UNSET
+    token_ids: tuple[int, ...] | UnsetType = UNSET
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):

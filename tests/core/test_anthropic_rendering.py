@@ -5,7 +5,7 @@ blocks; events come in Anthropic's order; errors are Anthropic's shape and statu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -44,6 +44,7 @@ class Progress:
     streamed_match: str | int | None = None
     stop_reason: str | int | None = None
     prompt: Positions | None = None
+    new_ids: list[int] = field(default_factory=list)
 
     def full_text(self) -> str:
         return ""

@@ -13,13 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smg_trio.core.generate_rendering import GenerateStreamRenderer, generate_response
+from smg_trio.core.openai_bodies import chat_completion, completion
 from smg_trio.core.render import (
     SSE_DONE,
     ChatStreamRenderer,
     CompletionStreamRenderer,
     FinishedChoice,
-    chat_completion,
-    completion,
     sse,
     sse_error,
     websocket_chunk,

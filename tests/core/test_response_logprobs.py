@@ -192,7 +192,9 @@ def test_completion_stream_offsets_continue_after_the_echo_and_earlier_chunks() 
     out = a.on_events([delta([1])]) + a.on_events([delta([2])])
     out += a.on_events([ChoiceFinished(0, "length", None, 3, 2)])
     chunks = [c["choices"][0] for c in objs(out)]
-    assert chunks[0] == {"text": "Say:", "index": 0, "logprobs": None, "finish_reason": None}
+    # vLLM's server puts the prompt's ids on a streamed echo, asked for or not.
+    echo = {"text": "Say:", "index": 0, "logprobs": None, "finish_reason": None}
+    assert chunks[0] == {**echo, "prompt_token_ids": [1, 2, 3]}
     assert chunks[1]["logprobs"]["text_offset"] == [4]
     assert chunks[2]["text"] == " world"
     assert chunks[2]["logprobs"]["text_offset"] == [9]

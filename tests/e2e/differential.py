@@ -105,21 +105,32 @@ def _is_float_pair(left: Any, right: Any) -> bool:
 
 
 def fold_stream(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The non-streamed shape of a stream: per choice index the concatenated text (or content)
-    and logprobs, the last finish_reason and stop_reason; the last usage; and whether every
-    chunk carried usage (continuous_usage_stats puts it on every one). Not how many chunks did:
-    that counts chunk boundaries, which differ with how tokens coalesce under load and with
-    vLLM sending the last token's text in its finish chunk."""
+    """The non-streamed shape of a stream: per choice index the concatenated text (or content),
+    logprobs and `token_ids`, the last finish_reason and stop_reason, its prompt's
+    `prompt_token_ids` (completions), the usage on its last chunk and on chat's role chunk
+    (the count on a first text chunk depends on how tokens coalesced, as chunk boundaries); the
+    `prompt_token_ids` of chat's role chunks; the last usage; and whether every chunk carried
+    usage (continuous_usage_stats puts it on every one). Not how many chunks did: that counts
+    chunk boundaries, which differ with how tokens coalesce under load and with vLLM sending the
+    last token's text in its finish chunk."""
     folded: dict[str, Any] = {"choices": {}, "usage": None, "usage_on_every_chunk": bool(chunks)}
     for chunk in chunks:
         for key in ("object", "model"):
             folded.setdefault(key, chunk.get(key))
-        if chunk.get("usage") is not None:
-            folded["usage"] = chunk["usage"]
+        if chunk.get("prompt_token_ids") is not None:  # chat: on every role chunk
+            folded.setdefault("prompt_token_ids", chunk["prompt_token_ids"])
+        usage = chunk.get("usage")
+        if usage is not None:
+            folded["usage"] = usage
         else:
             folded["usage_on_every_chunk"] = False
         for choice in chunk.get("choices") or []:
-            _fold_choice(folded["choices"].setdefault(choice["index"], {}), choice)
+            into = folded["choices"].setdefault(choice["index"], {})
+            if usage is not None:  # continuous usage: the choice's running count
+                if (choice.get("delta") or {}).get("role") is not None:
+                    into["role_usage"] = usage  # chat's role chunk: no completion tokens yet
+                into["last_usage"] = usage
+            _fold_choice(into, choice)
     folded["choices"] = [folded["choices"][index] for index in sorted(folded["choices"])]
     return folded
 
@@ -128,6 +139,10 @@ def _fold_choice(into: dict[str, Any], choice: Mapping[str, Any]) -> None:
     for key in ("finish_reason", "stop_reason"):
         if choice.get(key) is not None:
             into[key] = choice[key]
+    if choice.get("prompt_token_ids") is not None:  # completions: on a choice's first chunk
+        into.setdefault("prompt_token_ids", choice["prompt_token_ids"])
+    if choice.get("token_ids") is not None:
+        into["token_ids"] = into.get("token_ids", []) + choice["token_ids"]
     delta = choice.get("delta")
     if delta is not None:  # chat
         if delta.get("role") is not None:

@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from smg_trio.client import GatewayClientError, open_gateway_client
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.prepare import prepare_chat, prepare_completion, prepare_generate
+from smg_trio.core.prepare import prepare_chat_completion, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError
 from smg_trio.model import demo_model_path, load_model_dir
 from smg_trio.neutral.capabilities import (
@@ -105,7 +105,7 @@ def plan_for(row: Row) -> GeneratePlan:
     match row.endpoint:
         case "chat":
             chat = oad.decode_chat_request(raw)
-            return prepare_chat(chat, PROMPT_MODEL, request_id="r", now=NOW)
+            return prepare_chat_completion(chat, PROMPT_MODEL, request_id="r", now=NOW)
         case "completions":
             completion = oad.decode_completion_request(raw)
             return prepare_completion(completion, PROMPT_MODEL, request_id="r")

@@ -162,6 +162,8 @@ async def test_same_answer_as_vllm(
         if ours.status == 200:
             case.check(ours.body)
     assert_same(divergences)
+    if case.same_message:  # `diff` leaves error wording out; these cases pin it
+        assert ours.body["error"]["message"] == vllm.body["error"]["message"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -192,6 +194,31 @@ async def test_multi_token_stop_usage_under_concurrent_load(
         name = f"{request.node.name}-{index}"
         divergences.extend(compare(name, vllm, ours, body, case="multi_token_stop", wire=wire))
     assert_same(divergences)
+
+
+@pytest.mark.parametrize("prefix", ["", "/v1"], ids=["vllm-path", "v1-path"])
+async def test_token_paths_answer_as_vllms(prefix: str, vllm_url: str, ours_url: str) -> None:
+    """vLLM's /tokenize and /detokenize (ours also under /v1: the same handler) give vLLM's
+    answers; /version has vLLM's shape (the value is ours, docs/client-apis.md §4)."""
+    bodies: list[tuple[str, dict[str, Any]]] = [
+        ("/tokenize", {"model": SERVED_NAME, "prompt": "def hello(world):"}),
+        ("/tokenize", {"model": SERVED_NAME, "prompt": "hi", "add_special_tokens": False}),
+        ("/tokenize", {"model": SERVED_NAME, "messages": [{"role": "user", "content": "hi"}]}),
+    ]
+    async with httpx.AsyncClient(timeout=REQUEST_S) as client:
+        for path, body in bodies:
+            vllm = await client.post(f"{vllm_url}{path}", json=body)
+            ours = await client.post(f"{ours_url}{prefix}{path}", json=body)
+            assert vllm.status_code == ours.status_code == 200, ours.text
+            assert_same(diff(vllm.json(), ours.json()))
+            if path == "/tokenize":  # and back: the ids vLLM gave
+                bodies.append(
+                    ("/detokenize", {"model": SERVED_NAME, "tokens": vllm.json()["tokens"]})
+                )
+        vllm_version = (await client.get(f"{vllm_url}/version")).json()
+        ours_version = (await client.get(f"{ours_url}/version")).json()
+    assert set(vllm_version) == set(ours_version) == {"version"}
+    assert isinstance(ours_version["version"], str)
 
 
 async def test_models_list_names_the_served_model(vllm_url: str, ours_url: str) -> None:

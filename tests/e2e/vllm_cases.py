@@ -24,6 +24,7 @@ USER: Final = [{"role": "user", "content": PROMPT}]
 PROBE_TOKENS: Final = 16
 MIN_TOKENS: Final = 6
 LONG_PROMPT_TOKENS: Final = MAX_MODEL_LEN - 20  # leaves less room than max_tokens asks
+OVER_CONTEXT: Final = MAX_MODEL_LEN + 1  # max_tokens the context alone cannot hold
 ALLOWED_COLORS: Final = ["red", "green"]
 # A top-level string enum: with an object schema vLLM's grammar allows unbounded whitespace, which
 # a random-weight model picks until max_tokens (seen: `{ "color": "red"` + 1000 spaces).
@@ -121,6 +122,7 @@ class Case:
     check: Callable[[Any], None] | None = None
     vllm_body: Callable[[Facts], dict[str, Any]] | None = None
     compare: Callable[[Any, Any], list[Divergence]] | None = None
+    same_message: bool = False  # an error whose message must be vLLM's word for word
 
 
 def both(name: str, build: Callable[[str, Facts], dict[str, Any]], **options: Any) -> list[Case]:
@@ -270,10 +272,75 @@ CASES: Final[list[Case]] = [
     Case("tool_choice_auto_no_parser-chat", CHAT, chat(tools=[TOOL], tool_choice="auto"), 400),
     Case("tool_choice_none-chat", CHAT, chat(tools=[TOOL], tool_choice="none")),
     Case("tools_without_tool_choice-chat", CHAT, chat(tools=[TOOL]), 400),  # vLLM: "auto"
+    *both(
+        "continuous_usage_stats",
+        lambda path, facts: base(
+            path, stream_options={"include_usage": True, "continuous_usage_stats": True}
+        ),
+        modes=(True,),
+    ),
     Case(
-        "continuous_usage_stats-chat",
+        "continuous_usage_stats_batch-completions",
+        COMPLETIONS,
+        completions(
+            prompt=[PROMPT, "import os"],
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        ),
+        modes=(True,),
+    ),
+    # vLLM: continuous usage only with include_usage; without it no chunk carries usage.
+    Case(
+        "continuous_usage_stats_without_include_usage-chat",
         CHAT,
-        chat(stream_options={"include_usage": True, "continuous_usage_stats": True}),
+        chat(stream_options={"include_usage": False, "continuous_usage_stats": True}),
+        modes=(True,),
+    ),
+    # vLLM 0.32: "max_tokens=N cannot be greater than max_model_len=M. ...", before the prompt
+    # is tokenized (so ahead of a prompt too long as well).
+    *both(
+        "max_tokens_over_context",
+        lambda path, facts: base(path, max_tokens=OVER_CONTEXT),
+        vllm_status=400,
+        same_message=True,
+    ),
+    Case(
+        "max_completion_tokens_over_context-chat",
+        CHAT,
+        chat(max_tokens=4, max_completion_tokens=OVER_CONTEXT),
+        vllm_status=400,
+        same_message=True,
+    ),
+    Case(
+        "max_tokens_over_context_long_prompt-completions",
+        COMPLETIONS,
+        lambda facts: base(COMPLETIONS, prompt=facts.long_text * 2, max_tokens=OVER_CONTEXT),
+        vllm_status=400,
+        same_message=True,
+    ),
+    *both("return_token_ids", lambda path, facts: base(path, return_token_ids=True)),
+    *both(
+        "return_token_ids_stop",
+        lambda path, facts: {
+            **facts.multi_token_stop_body(path, max_tokens=64),
+            "return_token_ids": True,
+        },
+    ),
+    *both(
+        "return_token_ids_n2_seed",
+        lambda path, facts: base(path, n=2, temperature=1.0, seed=1234, return_token_ids=True),
+    ),
+    Case(
+        "return_token_ids_batch-completions",
+        COMPLETIONS,
+        completions(prompt=[PROMPT, "import os"], return_token_ids=True),
+    ),
+    Case(
+        "return_token_ids_continuous_usage-chat",
+        CHAT,
+        chat(
+            return_token_ids=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        ),
         modes=(True,),
     ),
 ]

@@ -20,7 +20,7 @@ from smg_trio.core.openai_rendering import ChatRenderer
 from smg_trio.core.parsers.events import Parsed, ToolCallArguments, ToolCallStart
 from smg_trio.core.parsers.registry import OutputParser, parse_whole
 from smg_trio.core.plan import GeneratePlan, ParserSetup
-from smg_trio.core.render import FinishedChoice
+from smg_trio.core.render import FinishedChoice, TokenIds
 from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions
 from smg_trio.core.stream_end import ChoiceFinish
 from smg_trio.core.tokenizer import TokenizerLike
@@ -104,9 +104,14 @@ class ParsingChatRenderer(ChatRenderer):
         return parser
 
     def _chunk(
-        self, index: int, parsed: Parsed, choice: ChoiceProgress, positions: Positions
+        self,
+        index: int,
+        parsed: Parsed,
+        choice: ChoiceProgress,
+        positions: Positions,
+        token_ids: TokenIds = None,
     ) -> bytes:
-        if not positions and not self._continuous:  # the per-token shapes, spliced
+        if not positions and not self._continuous and token_ids is None:  # spliced shapes
             calls = parsed.calls
             if not calls:
                 if not parsed.reasoning:
@@ -118,8 +123,8 @@ class ParsingChatRenderer(ChatRenderer):
                 if type(piece) is ToolCallArguments:
                     return self._chunks.arguments(index, piece.index, piece.fragment)
         logprobs = self._logprobs(index, positions)
-        usage = self._running_usage(choice) if self._continuous else None
-        return self._chunks.delta(index, delta_of(parsed), logprobs, usage)
+        usage = self._running_usage(index, choice) if self._continuous else None
+        return self._chunks.delta(index, delta_of(parsed), logprobs, usage, token_ids)
 
     def _feed(self, index: int, text: str) -> Parsed:
         parsed = self._parser(index).feed(text)
@@ -131,7 +136,7 @@ class ParsingChatRenderer(ChatRenderer):
         parsed = self._feed(index, text)
         if not parsed and not positions:
             return b""  # held: the parser waits for more text to know what this is
-        return self._chunk(index, parsed, choice, positions)
+        return self._chunk(index, parsed, choice, positions, self._new_ids(choice))
 
     def closing(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         parsed = self._parser(index).finish()
@@ -148,8 +153,9 @@ class ParsingChatRenderer(ChatRenderer):
             self._reason(index, choice),
             choice.streamed_match,
             self._logprobs(index, positions),
-            self._running_usage(choice),
+            self._running_usage(index, choice),
             choice.stop_reason,
+            self._new_ids(choice),
         )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
