@@ -21,9 +21,22 @@ COMPLETIONS: Final = "/v1/completions"
 GENERATE: Final = "/generate"
 TOKENIZE: Final = "/v1/tokenize"
 DETOKENIZE: Final = "/v1/detokenize"
-POST_PATHS: Final = (CHAT, COMPLETIONS, GENERATE, TOKENIZE, DETOKENIZE)
+RESPONSES: Final = "/v1/responses"
+MESSAGES: Final = "/v1/messages"
+COUNT_TOKENS: Final = "/v1/messages/count_tokens"
+POST_PATHS: Final = (
+    CHAT,
+    COMPLETIONS,
+    GENERATE,
+    TOKENIZE,
+    DETOKENIZE,
+    RESPONSES,
+    MESSAGES,
+    COUNT_TOKENS,
+)
 GET_PATHS: Final = ("/v1/models", "/health", "/v1/ws", "/nowhere")
 DEEP: Final = 5000
+_LENGTHS: Final = frozenset({"max_tokens", "max_output_tokens"})
 
 VALID: Final[dict[str, tuple[dict[str, Any], ...]]] = {
     CHAT: (
@@ -52,6 +65,28 @@ VALID: Final[dict[str, tuple[dict[str, Any], ...]]] = {
         {"messages": [{"role": "user", "content": "hi"}], "return_token_strs": True},
     ),
     DETOKENIZE: ({"tokens": [5, 6, 7]},),
+    RESPONSES: (
+        {"input": "hi", "max_output_tokens": 2},
+        {
+            "input": [{"role": "user", "content": "hi"}],
+            "instructions": "be brief",
+            "max_output_tokens": 2,
+            "stream": True,
+            "store": False,
+            "temperature": 0.5,
+        },
+    ),
+    MESSAGES: (
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        {
+            "system": "s",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "u"}]}],
+            "max_tokens": 2,
+            "stream": True,
+            "stop_sequences": ["x"],
+        },
+    ),
+    COUNT_TOKENS: ({"messages": [{"role": "user", "content": "hi"}]},),
 }
 
 _ODD_VALUES: Final[tuple[Any, ...]] = (
@@ -88,8 +123,8 @@ def _deep(rng: random.Random) -> str:
 
 def _mutate_value(value: dict[str, Any], rng: random.Random) -> str:
     value = json.loads(json.dumps(value))
-    # Never max_tokens: a null one asks for the whole context, a long (valid) generation.
-    key = rng.choice([*(k for k in value if k != "max_tokens"), "unknown_field", "prompt", "n"])
+    # Never a length: a null one asks for the whole context, a long (valid) generation.
+    key = rng.choice([*(k for k in value if k not in _LENGTHS), "unknown_field", "prompt", "n"])
     value[key] = rng.choice(_ODD_VALUES)
     return json.dumps(value)
 
