@@ -175,13 +175,35 @@ def hostile_bodies(seed: int, count: int) -> Iterator[HostileBody]:
         yield HostileBody(path, hostile_text(path, rng).encode("utf-8", "surrogatepass"))
 
 
+def frame_id(index: int) -> str:
+    """The id `hostile_frames` gives its frame number `index`."""
+    return f"f{index}"
+
+
+def expected_id(frame: str, index: int) -> str | None:
+    """The id frame number `index` still names after its mutations, which the server must end
+    with exactly one terminal frame (README.md "WebSocket protocol"): the frame is a JSON object
+    with that id and is no cancel, or its text still opens with the request's type and id."""
+    stream_id = frame_id(index)
+    if frame.startswith(f'{{"type":"request","id":"{stream_id}"'):
+        return stream_id
+    try:
+        message = json.loads(frame)
+    except (ValueError, RecursionError):  # not JSON, or too deep for Python's decoder
+        return None
+    if isinstance(message, dict) and message.get("id") == stream_id:
+        return None if message.get("type") == "cancel" else stream_id
+    return None
+
+
 def hostile_frames(seed: int, count: int) -> Iterator[str]:
     """WebSocket text frames: a mutated request envelope, or a request with a mutated body."""
     rng = random.Random(seed)
     for index in range(count):
         path = rng.choice(POST_PATHS)
         body = hostile_text(path, rng)
-        frame = f'{{"type":"request","id":"f{index}","path":{json.dumps(path)},"body":{body}}}'
+        head = f'{{"type":"request","id":"{frame_id(index)}","path":{json.dumps(path)}'
+        frame = f'{head},"body":{body}}}'
         if rng.random() < 0.3:
             frame = rng.choice(_MUTATIONS)(frame, rng)
         yield frame.encode("utf-8", "replace").decode("utf-8")

@@ -54,6 +54,7 @@ from smg_trio.frontends.websocket_frames import (
     done_frame,
     error_frame,
     response_frame,
+    salvaged_envelope,
 )
 from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
@@ -222,34 +223,27 @@ class _Socket:
                 assert_never(message)
 
     async def _reject_too_deep(self, text: str) -> None:
-        try:
-            envelope = decode_envelope(shallow_json(text))
-        except msgspec.DecodeError:
-            envelope = Envelope()
+        envelope = _envelope_of(shallow_json(text))
         await self.outbox.send_frame(
             error_frame(self._unlive_request_id(envelope), JsonTooDeep(MAX_JSON_DEPTH))
         )
 
     def _unlive_request_id(self, envelope: Envelope) -> str | int | None:
-        """The id a malformed frame's error goes under: its own, if it is a request whose id
-        names no live request (so the error ends it); else null."""
+        """The id a refused frame's error goes under: the id it names, unless it is a cancel
+        (which never opens an id) or that id belongs to a live request (whose terminal frame
+        is still to come); else null. So every id a client sends in a frame that could start
+        a request ends in exactly one terminal frame, however malformed the frame."""
         stream_id = envelope.id
-        if envelope.type != "request" or stream_id in self._streams:
+        if envelope.type == "cancel" or stream_id in self._streams:
             return None
         return stream_id
 
     async def _reject_malformed(self, text: str, exc: msgspec.DecodeError) -> None:
-        if not isinstance(exc, msgspec.ValidationError):
+        if isinstance(exc, msgspec.ValidationError):
+            err = _protocol_error(f"invalid message: {exc}", "invalid_message")
+        else:
             err = _protocol_error(f"the frame is not valid JSON: {exc}", "invalid_json")
-            await self.outbox.send_frame(error_frame(None, err))
-            return
-        err = _protocol_error(f"invalid message: {exc}", "invalid_message")
-        try:
-            envelope = decode_envelope(text)
-        except msgspec.DecodeError:
-            envelope = Envelope()
-        # A malformed request still ends its id, unless that id belongs to a live request.
-        await self.outbox.send_frame(error_frame(self._unlive_request_id(envelope), err))
+        await self.outbox.send_frame(error_frame(self._unlive_request_id(_envelope_of(text)), err))
 
     async def _start(
         self, stream_id: str | int, path: str, body: bytes, client_request_id: str | None
@@ -332,6 +326,16 @@ class _Socket:
         finally:
             streams.dec()
             self.release(stream_id, scope)
+
+
+def _envelope_of(text: str) -> Envelope:
+    """A refused frame's `type` and `id`: decoded when it is JSON with a usable `type` and
+    `id`, else what can be read from the top level of the object it opens
+    (`salvaged_envelope`)."""
+    try:
+        return decode_envelope(text)
+    except msgspec.DecodeError:
+        return salvaged_envelope(text)
 
 
 async def handle_websocket(

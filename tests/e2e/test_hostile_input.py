@@ -16,7 +16,13 @@ import trio
 import trio.testing
 import trio_websocket
 
-from harness.hostile_corpus import GET_PATHS, POST_PATHS, hostile_bodies, hostile_frames
+from harness.hostile_corpus import (
+    GET_PATHS,
+    POST_PATHS,
+    expected_id,
+    hostile_bodies,
+    hostile_frames,
+)
 from smg_trio.memory_budget import MemoryBudget
 from tests.e2e.live_server import LiveServer, chat_body, live_server
 
@@ -71,34 +77,51 @@ async def next_frame(ws: trio_websocket.WebSocketConnection) -> dict[str, Any]:
     return frame
 
 
-async def test_fuzzed_frames_never_close_the_socket_or_stop_other_streams(
+async def test_fuzzed_frames_never_close_the_socket_and_every_id_ends_once(
     server: LiveServer,
 ) -> None:
+    """Every id a fuzzed frame still names (however malformed the frame) ends in exactly one
+    terminal frame; the socket stays open and a stream beside them finishes (issue 33: a
+    malformed request frame used to be answered under a null id, so its id never ended)."""
     url = f"ws://127.0.0.1:{server.port}/v1/ws"
     live = {"type": "request", "id": "live", "path": CHAT, "body": chat_body(max_tokens=200)}
     last = {"type": "request", "id": "last", "path": CHAT, "body": chat_body(max_tokens=3)}
+    frames = list(hostile_frames(SEED, FRAMES))
+    expected = {"live", "last"} | {
+        stream_id
+        for index, frame in enumerate(frames)
+        if (stream_id := expected_id(frame, index)) is not None
+    }
+    assert len(expected) > FRAMES // 2  # the corpus keeps most ids readable
+    terminals: dict[object, int] = {}
     with trio.fail_after(TEST_S):
         async with trio_websocket.open_websocket_url(url) as ws:
 
-            async def read_until_both_ended() -> None:
-                ended: set[object] = set()
-                while not {"live", "last"} <= ended:
+            async def read_until_all_ended() -> None:
+                while not expected <= terminals.keys():
                     frame = await next_frame(ws)
                     if frame["type"] == "error":
                         error = frame["error"]  # OpenAI's error object, or Anthropic's
                         assert "internal_error" not in (error.get("code"), error["type"]), frame
                         assert error["type"] != "api_error", frame
-                    if frame["type"] in ("done", "response", "error"):
-                        ended.add(frame["id"])
+                    if frame["type"] in ("done", "response", "error") and frame["id"] is not None:
+                        terminals[frame["id"]] = terminals.get(frame["id"], 0) + 1
 
             # Read while sending: the server holds back a socket whose client does not read.
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(read_until_both_ended)
+                nursery.start_soon(read_until_all_ended)
                 await ws.send_message(json.dumps(live))
-                for hostile in hostile_frames(SEED, FRAMES):
+                for hostile in frames:
                     await ws.send_message(hostile)
                 await ws.send_message(json.dumps(last))
+            # Anything still in flight would come now: no id may end twice.
+            with trio.move_on_after(0.3):
+                while True:
+                    frame = await next_frame(ws)
+                    if frame["type"] in ("done", "response", "error") and frame["id"] is not None:
+                        terminals[frame["id"]] = terminals.get(frame["id"], 0) + 1
             assert not ws.closed
+    assert {i: n for i, n in terminals.items() if n != 1} == {}
 
 
 async def test_prompts_that_cannot_fit_are_refused_over_http_and_websocket(
