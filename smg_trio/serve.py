@@ -74,8 +74,11 @@ if TYPE_CHECKING:
     from smg_trio.gateway_process import ProcessRole
     from smg_trio.observability.tracing import RequestTracer
 
-GRACEFUL_SHUTDOWN_S: Final = 1.0
-"""After the drain (lifecycle.py): how long the server lets connections flush before cancelling."""
+GRACEFUL_SHUTDOWN_S: Final = 5.0
+"""After the drain (lifecycle.py): how long the server lets connections flush before cancelling.
+An idle connection closes at once; one still sending its streams' last frames to a client that
+reads slowly gets this long, so its terminal frames arrive (docs/resilience.md §4: at 1 s, a
+slow reader's queued `draining` events and `done` frames were cut off with the connection)."""
 UNLIMITED_REQUESTS: Final = 2**62
 """Requests per connection: unlimited. hypercorn's default (1,000) ends an h2 connection with a
 GOAWAY whose in-flight streams then hang (docs/http.md §3)."""

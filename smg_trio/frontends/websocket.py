@@ -65,6 +65,8 @@ from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exc
 logger = logging.getLogger(__name__)
 
 MAX_STREAMS_PER_SOCKET: Final = 256
+TERMINAL_GRACE_S: Final = 1.0
+"""How long an id's end may wait for room in the socket's outbox once it began, shielded."""
 WEBSOCKET_TRANSPORT: Final = "ws"
 
 
@@ -138,13 +140,19 @@ class _StreamSink:
     async def end_stream(self, end: StreamEnd) -> None:
         if self._lifecycle.end() is Step.NOTHING:
             return
-        await self._send_framed()
-        for frame in self._dialect.websocket_frames(self._id, end.payloads):
-            await self._outbox.send_frame(frame)
-        await self._end(done_frame(self._id, end, self.request_id))
+        # Once begun, the id's end goes out whole: a cancel arriving meanwhile (the drain's,
+        # the deadline's) must not leave the id without its terminal frame (docs/resilience.md
+        # §4). Bounded: a socket whose client stopped reading gets its end from `fail`.
+        with trio.move_on_after(TERMINAL_GRACE_S, shield=True):
+            await self._send_framed()
+            for frame in self._dialect.websocket_frames(self._id, end.payloads):
+                await self._outbox.send_frame(frame)
+            await self._end(done_frame(self._id, end, self.request_id))
 
     async def fail(self, error: GatewayError) -> None:
         form = self._lifecycle.fail()
+        if form is ErrorForm.DROPPED and not self.ended:
+            form = ErrorForm.FINAL_EVENT  # an end cut short: the id still needs its terminal
         match form:
             case ErrorForm.WHOLE_RESPONSE | ErrorForm.FINAL_EVENT:
                 await self._send_framed()
