@@ -78,6 +78,7 @@ COMMANDS: Final = (
     *_group(
         "hostile clients (bench/hostile/)",
         ("hostile_input", "bench.hostile.hostile_input:main", "big prompts, fuzzed bodies"),
+        ("stream_load", "bench.hostile.stream_load:main", "1,000 streams per transport: errors"),
         ("http_limits", "bench.hostile.http_limits:main", "the HTTP hardening checks"),
         (
             "disconnect_storm",
