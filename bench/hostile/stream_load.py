@@ -42,7 +42,7 @@ def run_args(args: argparse.Namespace, port: int, transport: str) -> argparse.Na
         transport=transport,
         concurrency=(args.streams,),
         rate=None,
-        requests=10_000_000,  # bounded by the time cap
+        requests=args.streams * 60,  # more than a run gets through: bounded by the time cap
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
         stop=[],
