@@ -78,6 +78,12 @@ COMMANDS: Final = (
     *_group(
         "hostile clients (bench/hostile/)",
         ("hostile_input", "bench.hostile.hostile_input:main", "big prompts, fuzzed bodies"),
+        ("stream_load", "bench.hostile.stream_load:main", "1,000 streams per transport: errors"),
+        (
+            "drain_sigterm",
+            "bench.hostile.drain_sigterm:main",
+            "SIGTERM with streams on 3 transports",
+        ),
         ("http_limits", "bench.hostile.http_limits:main", "the HTTP hardening checks"),
         (
             "disconnect_storm",

@@ -21,9 +21,22 @@ COMPLETIONS: Final = "/v1/completions"
 GENERATE: Final = "/generate"
 TOKENIZE: Final = "/v1/tokenize"
 DETOKENIZE: Final = "/v1/detokenize"
-POST_PATHS: Final = (CHAT, COMPLETIONS, GENERATE, TOKENIZE, DETOKENIZE)
+RESPONSES: Final = "/v1/responses"
+MESSAGES: Final = "/v1/messages"
+COUNT_TOKENS: Final = "/v1/messages/count_tokens"
+POST_PATHS: Final = (
+    CHAT,
+    COMPLETIONS,
+    GENERATE,
+    TOKENIZE,
+    DETOKENIZE,
+    RESPONSES,
+    MESSAGES,
+    COUNT_TOKENS,
+)
 GET_PATHS: Final = ("/v1/models", "/health", "/v1/ws", "/nowhere")
 DEEP: Final = 5000
+_LENGTHS: Final = frozenset({"max_tokens", "max_output_tokens"})
 
 VALID: Final[dict[str, tuple[dict[str, Any], ...]]] = {
     CHAT: (
@@ -52,6 +65,28 @@ VALID: Final[dict[str, tuple[dict[str, Any], ...]]] = {
         {"messages": [{"role": "user", "content": "hi"}], "return_token_strs": True},
     ),
     DETOKENIZE: ({"tokens": [5, 6, 7]},),
+    RESPONSES: (
+        {"input": "hi", "max_output_tokens": 2},
+        {
+            "input": [{"role": "user", "content": "hi"}],
+            "instructions": "be brief",
+            "max_output_tokens": 2,
+            "stream": True,
+            "store": False,
+            "temperature": 0.5,
+        },
+    ),
+    MESSAGES: (
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        {
+            "system": "s",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "u"}]}],
+            "max_tokens": 2,
+            "stream": True,
+            "stop_sequences": ["x"],
+        },
+    ),
+    COUNT_TOKENS: ({"messages": [{"role": "user", "content": "hi"}]},),
 }
 
 _ODD_VALUES: Final[tuple[Any, ...]] = (
@@ -88,8 +123,8 @@ def _deep(rng: random.Random) -> str:
 
 def _mutate_value(value: dict[str, Any], rng: random.Random) -> str:
     value = json.loads(json.dumps(value))
-    # Never max_tokens: a null one asks for the whole context, a long (valid) generation.
-    key = rng.choice([*(k for k in value if k != "max_tokens"), "unknown_field", "prompt", "n"])
+    # Never a length: a null one asks for the whole context, a long (valid) generation.
+    key = rng.choice([*(k for k in value if k not in _LENGTHS), "unknown_field", "prompt", "n"])
     value[key] = rng.choice(_ODD_VALUES)
     return json.dumps(value)
 
@@ -140,13 +175,35 @@ def hostile_bodies(seed: int, count: int) -> Iterator[HostileBody]:
         yield HostileBody(path, hostile_text(path, rng).encode("utf-8", "surrogatepass"))
 
 
+def frame_id(index: int) -> str:
+    """The id `hostile_frames` gives its frame number `index`."""
+    return f"f{index}"
+
+
+def expected_id(frame: str, index: int) -> str | None:
+    """The id frame number `index` still names after its mutations, which the server must end
+    with exactly one terminal frame (README.md "WebSocket protocol"): the frame is a JSON object
+    with that id and is no cancel, or its text still opens with the request's type and id."""
+    stream_id = frame_id(index)
+    if frame.startswith(f'{{"type":"request","id":"{stream_id}"'):
+        return stream_id
+    try:
+        message = json.loads(frame)
+    except (ValueError, RecursionError):  # not JSON, or too deep for Python's decoder
+        return None
+    if isinstance(message, dict) and message.get("id") == stream_id:
+        return None if message.get("type") == "cancel" else stream_id
+    return None
+
+
 def hostile_frames(seed: int, count: int) -> Iterator[str]:
     """WebSocket text frames: a mutated request envelope, or a request with a mutated body."""
     rng = random.Random(seed)
     for index in range(count):
         path = rng.choice(POST_PATHS)
         body = hostile_text(path, rng)
-        frame = f'{{"type":"request","id":"f{index}","path":{json.dumps(path)},"body":{body}}}'
+        head = f'{{"type":"request","id":"{frame_id(index)}","path":{json.dumps(path)}'
+        frame = f'{head},"body":{body}}}'
         if rng.random() < 0.3:
             frame = rng.choice(_MUTATIONS)(frame, rng)
         yield frame.encode("utf-8", "replace").decode("utf-8")

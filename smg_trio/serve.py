@@ -74,12 +74,19 @@ if TYPE_CHECKING:
     from smg_trio.gateway_process import ProcessRole
     from smg_trio.observability.tracing import RequestTracer
 
-GRACEFUL_SHUTDOWN_S: Final = 1.0
-"""After the drain (lifecycle.py): how long the server lets connections flush before cancelling."""
+GRACEFUL_SHUTDOWN_S: Final = 5.0
+"""After the drain (lifecycle.py): how long the server lets connections flush before cancelling.
+An idle connection closes at once; one still sending its streams' last frames to a client that
+reads slowly gets this long, so its terminal frames arrive (docs/resilience.md §4: at 1 s, a
+slow reader's queued `draining` events and `done` frames were cut off with the connection)."""
 UNLIMITED_REQUESTS: Final = 2**62
 """Requests per connection: unlimited. hypercorn's default (1,000) ends an h2 connection with a
 GOAWAY whose in-flight streams then hang (docs/http.md §3)."""
 LIFESPAN_TIMEOUT_S: Final = 5.0
+LISTEN_BACKLOG: Final = 2048  # as the supervisor's listener (supervisor.py)
+"""Connections the kernel queues for accept (it caps this at `net.core.somaxconn`). hypercorn's
+default, 100, overflowed when 1,000 clients connected at once to a busy loop: the kernel
+dropped their handshakes' last ACK and some came back as resets (issue 33's HTTP/1.1 load)."""
 HTTP_LOGGER: Final = "smg_trio.http"
 logger = logging.getLogger(__name__)
 
@@ -342,6 +349,7 @@ def hypercorn_config(
     http.keep_alive_max_requests = UNLIMITED_REQUESTS
     http.h2_max_concurrent_streams = config.h2_max_streams
     http.graceful_timeout = GRACEFUL_SHUTDOWN_S
+    http.backlog = LISTEN_BACKLOG
     http.startup_timeout = LIFESPAN_TIMEOUT_S
     http.shutdown_timeout = LIFESPAN_TIMEOUT_S
     http.accesslog = None  # one line per request is noise at token-streaming rates

@@ -20,6 +20,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from bench.load.servers import (
     wait_serving,
 )
 from bench.reports.results_page import Recording, recording_parser
-from harness.hostile_corpus import hostile_bodies, hostile_frames
+from harness.hostile_corpus import expected_id, hostile_bodies, hostile_frames
 from harness.ports import free_port
 from smg_trio.model import demo_model_path
 
@@ -47,6 +48,7 @@ SETTLE_S: Final = 10.0
 SAMPLE_S: Final = 0.02
 CHAT: Final = "/v1/chat/completions"
 SOCKETS: Final = 4
+FUZZ_RSS_BACK_MB: Final = 64  # issue 33: RSS back within 64 MB of the start after the fuzz
 
 
 def rss_mb(pid: int) -> float:
@@ -166,6 +168,10 @@ class FuzzResult:
     frames: int = 0
     server_errors: int = 0
     sockets_closed: int = 0
+    statuses: Counter[int] = field(default_factory=Counter)
+    ids_expected: int = 0
+    ids_without_terminal: int = 0
+    ids_ended_twice: int = 0
     baseline_mb: float = 0.0
     peak_mb: float = 0.0
     after_mb: float = 0.0
@@ -184,36 +190,68 @@ async def fuzz(args: argparse.Namespace, base_url: str, watch: RssWatch) -> Fuzz
                 for item in bodies[offset::8]:
                     response = await client.post(item.path, content=item.body)
                     result.bodies += 1
+                    result.statuses[response.status_code] += 1
                     result.server_errors += response.status_code >= 500
 
             async with trio.open_nursery() as nursery:
                 for offset in range(8):
                     nursery.start_soon(post_every, offset)
 
-        async def read_answers(ws: trio_websocket.WebSocketConnection) -> None:
-            while True:  # every frame's answer, then the end marker's
-                answer = json.loads(await ws.get_message())
-                code = answer.get("error", {}).get("code")
-                result.server_errors += code == "internal_error"
-                if code == "unknown_id" and "end-of-fuzz" in answer["error"]["message"]:
-                    return
-
         async def send_every(offset: int) -> None:
+            """One socket: its share of the frames, read while sent; then every id a frame
+            still names must have ended exactly once (README.md "WebSocket protocol")."""
             ws_url = base_url.replace("http://", "ws://") + "/v1/ws"
+            indexes = range(offset, len(frames), SOCKETS)
+            expected = {i for i in indexes if expected_id(frames[i], i) is not None}
+            waiting = {expected_id(frames[i], i) for i in expected}
+            result.ids_expected += len(waiting)
+            ends: Counter[object] = Counter()
+            sent = trio.Event()
+
+            async def read_answers(ws: trio_websocket.WebSocketConnection) -> None:
+                while True:  # every answer, until each expected id ended and all were sent
+                    answer = json.loads(await ws.get_message())
+                    error = answer.get("error") or {}
+                    result.server_errors += "internal_error" in (
+                        error.get("code"),
+                        error.get("type"),
+                    )
+                    result.server_errors += error.get("type") == "api_error"
+                    if (
+                        answer.get("type") in ("done", "response", "error")
+                        and answer["id"] is not None
+                    ):
+                        ends[answer["id"]] += 1
+                        waiting.discard(answer["id"])
+                    if sent.is_set() and not waiting:
+                        return
+
             try:
                 # Answers are read while frames are sent: the server holds back a socket
                 # whose client does not read (docs/limits.md §5).
-                async with (
-                    trio_websocket.open_websocket_url(ws_url) as ws,
-                    trio.open_nursery() as readers,
-                ):
-                    readers.start_soon(read_answers, ws)
-                    for frame in frames[offset::SOCKETS]:
-                        await ws.send_message(frame)
-                        result.frames += 1
-                    await ws.send_message('{"type":"cancel","id":"end-of-fuzz"}')
+                async with trio_websocket.open_websocket_url(ws_url) as ws:
+                    with trio.move_on_after(args.time_cap):
+                        async with trio.open_nursery() as readers:
+                            readers.start_soon(read_answers, ws)
+                            for index in indexes:
+                                await ws.send_message(frames[index])
+                                result.frames += 1
+                            sent.set()
+                            # An answer for an id nobody waits for wakes no one: a last frame.
+                            await ws.send_message('{"type":"cancel","id":"end-of-fuzz"}')
+                    # Anything queued behind the last end: no id may end twice.
+                    with trio.move_on_after(0.5):
+                        while True:
+                            answer = json.loads(await ws.get_message())
+                            if (
+                                answer.get("type") in ("done", "response", "error")
+                                and answer["id"] is not None
+                            ):
+                                ends[answer["id"]] += 1
             except* trio_websocket.ConnectionClosed:  # the reader's or the sender's
                 result.sockets_closed += 1
+            result.ids_without_terminal += len(waiting)
+            result.ids_ended_twice += sum(count > 1 for count in ends.values())
 
         async with trio.open_nursery() as nursery:
             for offset in range(SOCKETS):
@@ -232,7 +270,7 @@ def _within(value: float, baseline: float) -> str:
 
 def report(big: list[BigResult], fuzzed: FuzzResult, args: argparse.Namespace) -> str:
     lines = [
-        "2 shared cores, other engineers running. Gateway and reference vLLM engine as separate processes on "
+        "2 shared cores, other helpers running (load average in the header). Gateway and reference vLLM engine as separate processes on "
         "loopback; RSS is the gateway's VmRSS, sampled every 20 ms.",
         "",
         f"| {args.big} concurrent {args.big_mb:g} MB prompts | all 400 | slowest answer | peak RSS "
@@ -248,14 +286,19 @@ def report(big: list[BigResult], fuzzed: FuzzResult, args: argparse.Namespace) -
             f"{_within(result.settled_mb, result.baseline_mb)} from {result.baseline_mb:.0f} MB | "
             f"{'completed' if result.beside_ok else 'FAILED'} |"
         )
+    back = fuzzed.after_mb - fuzzed.baseline_mb
+    statuses = ", ".join(f"{status}: {n}" for status, n in sorted(fuzzed.statuses.items()))
     lines += [
         "",
-        f"| fuzz (seed {args.seed}) | sent | 5xx / internal_error | sockets closed | peak RSS "
-        f"| RSS {SETTLE_S:g} s later (vs baseline) | time |",
-        "|---|---|---|---|---|---|---|",
+        f"| fuzz (seed {args.seed}) | sent | statuses | 5xx / internal_error | ids named "
+        f"| ids without a terminal | ids ended twice | sockets closed | peak RSS "
+        f"| RSS {SETTLE_S:g} s later (vs start) | time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {args.bodies} bodies + {args.frames} WS frames | {fuzzed.bodies} + {fuzzed.frames} | "
-        f"{fuzzed.server_errors} | {fuzzed.sockets_closed} | {fuzzed.peak_mb:.0f} MB | "
-        f"{_within(fuzzed.after_mb, fuzzed.baseline_mb)} from {fuzzed.baseline_mb:.0f} MB | "
+        f"{statuses} | {fuzzed.server_errors} | {fuzzed.ids_expected} | "
+        f"{fuzzed.ids_without_terminal} | {fuzzed.ids_ended_twice} | {fuzzed.sockets_closed} | "
+        f"{fuzzed.peak_mb:.0f} MB | {fuzzed.after_mb:.0f} MB ({back:+.0f} MB, "
+        f"{'ok' if back <= FUZZ_RSS_BACK_MB else 'FAIL'}) from {fuzzed.baseline_mb:.0f} MB | "
         f"{fuzzed.seconds:.1f} s |",
     ]
     return "\n".join(lines) + "\n"
@@ -285,7 +328,11 @@ async def run(args: argparse.Namespace) -> str:
             watch = RssWatch(gateway.process.pid)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch.run)
-                big = [await big_prompts(args, base_url, watch, t) for t in ("http", "websocket")]
+                big = (
+                    [await big_prompts(args, base_url, watch, t) for t in ("http", "websocket")]
+                    if "big" in args.phases.split(",")
+                    else []
+                )
                 fuzzed = await fuzz(args, base_url, watch)
                 nursery.cancel_scope.cancel()
     return report(big, fuzzed, args)
@@ -297,6 +344,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bodies", type=int, default=20_000, help="fuzzed HTTP bodies")
     parser.add_argument("--frames", type=int, default=5_000, help="fuzzed WebSocket frames")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--phases", default="big,fuzz", help="big,fuzz or one of them")
     parser.add_argument("--time-cap", type=float, default=600.0, help="seconds per phase")
 
 

@@ -212,7 +212,9 @@ def _write(report: RunReport, args: argparse.Namespace) -> None:
         publish(section, write=not (args.no_write or args.quick))
 
 
-async def _run(args: argparse.Namespace) -> list[tuple[RunSummary, str | None]]:
+async def run_against(args: argparse.Namespace) -> list[tuple[RunSummary, str | None]]:
+    """`run`'s loads on the server at `args.url` (its flags as parsed); with the gateway's
+    view of each when asked."""
     host, port = check_loopback(args.url)
     model = args.model or await fetch_model_name(host, port)
     target = Target("server", model, port, ProcessProbe(args.pid) if args.pid else None)
@@ -351,8 +353,11 @@ def run(argv: Sequence[str]) -> int:
         "--no-gateway-view", action="store_true", help="do not read the server's /metrics"
     )
     args = run.parse_args(argv)
-    results = trio.run(_run, args)
+    results = trio.run(run_against, args)
     print(runs_table([summary for summary, _ in results]))
+    for summary, _ in results:
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in sorted(summary.error_kinds.items()))
+        print(f"errors by kind at {summary.load}: {kinds or 'none'}")
     for summary, gateway in results:
         if gateway is not None:
             print(f"\nThe gateway's view of {summary.load} (its /metrics, over the run):\n")

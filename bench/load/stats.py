@@ -16,6 +16,7 @@ Definitions (those of `vllm bench serve`, so the anchor rows compare):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,9 +95,17 @@ class StreamMeter:
 
 
 def _error_text(error: object) -> str:
+    """An error event's `code: message` (its kind first, for `error_kinds`)."""
     if isinstance(error, dict):
-        return str(error.get("message") or error)
+        code = error.get("code") or error.get("type") or "error event"
+        return f"{code}: {error.get('message') or error}"
     return str(error)
+
+
+def error_kind(text: str) -> str:
+    """What an error record counts as: an error event's code, or the exception's name (the
+    text before its first colon)."""
+    return text.split(":", 1)[0].strip() or "unknown"
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -151,6 +160,8 @@ class RunSummary:
     server: ProcessUsage | None
     client_cpu_s: float  # the load generator's own process (for `direct`: the backend too)
     first_error: str | None = None
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    """Errors by kind (`error_kind`): an error event's code, or the client's exception."""
 
     @property
     def tokens_per_server_cpu_s(self) -> float | None:
@@ -191,6 +202,7 @@ def summarize(
         server=server,
         client_cpu_s=client_cpu_s,
         first_error=errors[0].error if errors else None,
+        error_kinds=dict(Counter(error_kind(r.error) for r in errors if r.error is not None)),
     )
 
 

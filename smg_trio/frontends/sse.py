@@ -61,6 +61,8 @@ SSE_HEADERS: Final = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # reverse proxies must not buffer a token stream
 ]
+TERMINAL_GRACE_S: Final = 1.0
+"""How long a stream's end may take once begun, shielded (`end_stream`)."""
 RESPONSE_START_GRACE_S: Final = 300.0
 """How long sending the response head may take, shielded (see the module doc). Long on purpose:
 the head waits for the connection's send lock, behind every other stream's writes, and a head
@@ -229,8 +231,12 @@ class SseResponse:
                 assert_never(step)
         framed, self._framed = self._framed, b""
         tail = framed + self._dialect.end(end.payloads)
-        await self._finish_unsent()
-        await self._send({"type": "http.response.body", "body": tail, "more_body": False})
+        # Once begun, the stream's end goes out whole: a cancel arriving meanwhile (the
+        # drain's, the deadline's) must not cut its last events and `[DONE]` off
+        # (docs/resilience.md §4). Bounded for a client that stopped reading.
+        with trio.move_on_after(TERMINAL_GRACE_S, shield=True):
+            await self._finish_unsent()
+            await self._send({"type": "http.response.body", "body": tail, "more_body": False})
 
     async def fail(self, error: GatewayError) -> None:
         """End the response with `error` in whatever form the current state allows."""

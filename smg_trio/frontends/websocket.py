@@ -54,6 +54,7 @@ from smg_trio.frontends.websocket_frames import (
     done_frame,
     error_frame,
     response_frame,
+    salvaged_envelope,
 )
 from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
@@ -64,6 +65,8 @@ from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exc
 logger = logging.getLogger(__name__)
 
 MAX_STREAMS_PER_SOCKET: Final = 256
+TERMINAL_GRACE_S: Final = 1.0
+"""How long an id's end may wait for room in the socket's outbox once it began, shielded."""
 WEBSOCKET_TRANSPORT: Final = "ws"
 
 
@@ -137,13 +140,19 @@ class _StreamSink:
     async def end_stream(self, end: StreamEnd) -> None:
         if self._lifecycle.end() is Step.NOTHING:
             return
-        await self._send_framed()
-        for frame in self._dialect.websocket_frames(self._id, end.payloads):
-            await self._outbox.send_frame(frame)
-        await self._end(done_frame(self._id, end, self.request_id))
+        # Once begun, the id's end goes out whole: a cancel arriving meanwhile (the drain's,
+        # the deadline's) must not leave the id without its terminal frame (docs/resilience.md
+        # §4). Bounded: a socket whose client stopped reading gets its end from `fail`.
+        with trio.move_on_after(TERMINAL_GRACE_S, shield=True):
+            await self._send_framed()
+            for frame in self._dialect.websocket_frames(self._id, end.payloads):
+                await self._outbox.send_frame(frame)
+            await self._end(done_frame(self._id, end, self.request_id))
 
     async def fail(self, error: GatewayError) -> None:
         form = self._lifecycle.fail()
+        if form is ErrorForm.DROPPED and not self.ended:
+            form = ErrorForm.FINAL_EVENT  # an end cut short: the id still needs its terminal
         match form:
             case ErrorForm.WHOLE_RESPONSE | ErrorForm.FINAL_EVENT:
                 await self._send_framed()
@@ -222,34 +231,27 @@ class _Socket:
                 assert_never(message)
 
     async def _reject_too_deep(self, text: str) -> None:
-        try:
-            envelope = decode_envelope(shallow_json(text))
-        except msgspec.DecodeError:
-            envelope = Envelope()
+        envelope = _envelope_of(shallow_json(text))
         await self.outbox.send_frame(
             error_frame(self._unlive_request_id(envelope), JsonTooDeep(MAX_JSON_DEPTH))
         )
 
     def _unlive_request_id(self, envelope: Envelope) -> str | int | None:
-        """The id a malformed frame's error goes under: its own, if it is a request whose id
-        names no live request (so the error ends it); else null."""
+        """The id a refused frame's error goes under: the id it names, unless it is a cancel
+        (which never opens an id) or that id belongs to a live request (whose terminal frame
+        is still to come); else null. So every id a client sends in a frame that could start
+        a request ends in exactly one terminal frame, however malformed the frame."""
         stream_id = envelope.id
-        if envelope.type != "request" or stream_id in self._streams:
+        if envelope.type == "cancel" or stream_id in self._streams:
             return None
         return stream_id
 
     async def _reject_malformed(self, text: str, exc: msgspec.DecodeError) -> None:
-        if not isinstance(exc, msgspec.ValidationError):
+        if isinstance(exc, msgspec.ValidationError):
+            err = _protocol_error(f"invalid message: {exc}", "invalid_message")
+        else:
             err = _protocol_error(f"the frame is not valid JSON: {exc}", "invalid_json")
-            await self.outbox.send_frame(error_frame(None, err))
-            return
-        err = _protocol_error(f"invalid message: {exc}", "invalid_message")
-        try:
-            envelope = decode_envelope(text)
-        except msgspec.DecodeError:
-            envelope = Envelope()
-        # A malformed request still ends its id, unless that id belongs to a live request.
-        await self.outbox.send_frame(error_frame(self._unlive_request_id(envelope), err))
+        await self.outbox.send_frame(error_frame(self._unlive_request_id(_envelope_of(text)), err))
 
     async def _start(
         self, stream_id: str | int, path: str, body: bytes, client_request_id: str | None
@@ -332,6 +334,16 @@ class _Socket:
         finally:
             streams.dec()
             self.release(stream_id, scope)
+
+
+def _envelope_of(text: str) -> Envelope:
+    """A refused frame's `type` and `id`: decoded when it is JSON with a usable `type` and
+    `id`, else what can be read from the top level of the object it opens
+    (`salvaged_envelope`)."""
+    try:
+        return decode_envelope(text)
+    except msgspec.DecodeError:
+        return salvaged_envelope(text)
 
 
 async def handle_websocket(

@@ -5,7 +5,9 @@ as bytes. `frontends/websocket.py` runs the protocol; this module only spells it
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+import re
+from collections.abc import Callable
+from typing import Annotated, Final, TypeVar
 
 import msgspec
 
@@ -42,6 +44,53 @@ class Envelope(msgspec.Struct, frozen=True):
 
 decode_message = msgspec.json.Decoder(RequestMessage | CancelMessage).decode
 decode_envelope = msgspec.json.Decoder(Envelope).decode
+_Value = TypeVar("_Value")
+_decode_id = msgspec.json.Decoder(StreamId).decode
+_decode_type = msgspec.json.Decoder(str).decode
+
+# A string (escapes included) or one bracket: the tokens that decide the nesting.
+_NESTING_TOKENS: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+# What follows a member's key: the colon and a whole string or integer (a number must be
+# followed by a delimiter, so a frame cut inside it yields no id).
+_MEMBER_VALUE: Final = re.compile(r'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+(?=[\s,}]))', re.DOTALL)
+
+
+def salvaged_envelope(text: str) -> Envelope:
+    """The `type` and `id` members of a frame that is not valid JSON, read from the top level
+    of the object it opens: a whole string or integer value following its key. What cannot be
+    read so is None. A malformed frame is answered under the id read here (README.md
+    "WebSocket protocol"); nothing else of the frame is trusted."""
+    if not text.lstrip().startswith("{"):
+        return Envelope()
+    found: dict[str, str] = {}
+    depth = 0
+    for match in _NESTING_TOKENS.finditer(text):
+        token = match.group()
+        if token in ("{", "["):
+            depth += 1
+        elif token in ("}", "]"):
+            depth -= 1
+            if depth <= 0:
+                break  # the top-level object ended
+        elif depth == 1 and token in ('"id"', '"type"') and token not in found:
+            value = _MEMBER_VALUE.match(text, match.end())
+            if value is not None:
+                found[token] = value.group(1)
+                if len(found) == 2:
+                    break
+    kind, stream_id = found.get('"type"'), found.get('"id"')
+    return Envelope(type=_read(_decode_type, kind), id=_read(_decode_id, stream_id))
+
+
+def _read(decode: Callable[[str], _Value], value: str | None) -> _Value | None:
+    if value is None:
+        return None
+    try:
+        return decode(value)
+    except msgspec.DecodeError:
+        return None
+
+
 _encode = JSON_ENCODER.encode
 
 

@@ -20,6 +20,7 @@ from msgspec import UNSET, UnsetType
 
 from smg_trio.errors import ClientError
 from smg_trio.wire.decode_errors import decode_body, read_decode_error
+from smg_trio.wire.json_depth import check_json_depth
 
 # OpenAI's limits on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
 MAX_METADATA_PAIRS: Final = 16
@@ -179,7 +180,11 @@ def _decode_error(exc: msgspec.DecodeError, prefix: str = "") -> ClientError:
 
 
 def decode_head(body: bytes) -> ResponsesHead:
-    """`previous_response_id` and `store` of a body (a bad body fails later, fully named)."""
+    """`previous_response_id` and `store` of a body (a bad body fails later, fully named).
+
+    A body nesting past the limit is refused here, before msgspec recurses into it (it is the
+    first decoder a `/v1/responses` body meets; docs/limits.md §3)."""
+    check_json_depth(body)
     try:
         return _HEAD_DECODER.decode(body)
     except msgspec.DecodeError:

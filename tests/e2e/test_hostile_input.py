@@ -16,7 +16,13 @@ import trio
 import trio.testing
 import trio_websocket
 
-from harness.hostile_corpus import GET_PATHS, hostile_bodies, hostile_frames
+from harness.hostile_corpus import (
+    GET_PATHS,
+    POST_PATHS,
+    expected_id,
+    hostile_bodies,
+    hostile_frames,
+)
 from smg_trio.memory_budget import MemoryBudget
 from tests.e2e.live_server import LiveServer, chat_body, live_server
 
@@ -37,12 +43,12 @@ async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
 
 
 def assert_api_answer(response: httpx.Response, what: object) -> None:
-    """A success, or OpenAI's error JSON with a 4xx status: never a 5xx, never a traceback."""
+    """A success, or the API's error JSON with a 4xx status: never a 5xx, never a traceback."""
     assert response.status_code < 500, (what, response.status_code, response.text[:300])
     if response.status_code >= 400:
         error = response.json()["error"]
         assert isinstance(error["message"], str), (what, error)
-        assert error["code"], (what, error)
+        assert error.get("code") or error.get("type"), (what, error)  # OpenAI's or Anthropic's
         assert "Traceback" not in response.text
 
 
@@ -71,32 +77,51 @@ async def next_frame(ws: trio_websocket.WebSocketConnection) -> dict[str, Any]:
     return frame
 
 
-async def test_fuzzed_frames_never_close_the_socket_or_stop_other_streams(
+async def test_fuzzed_frames_never_close_the_socket_and_every_id_ends_once(
     server: LiveServer,
 ) -> None:
+    """Every id a fuzzed frame still names (however malformed the frame) ends in exactly one
+    terminal frame; the socket stays open and a stream beside them finishes (issue 33: a
+    malformed request frame used to be answered under a null id, so its id never ended)."""
     url = f"ws://127.0.0.1:{server.port}/v1/ws"
     live = {"type": "request", "id": "live", "path": CHAT, "body": chat_body(max_tokens=200)}
     last = {"type": "request", "id": "last", "path": CHAT, "body": chat_body(max_tokens=3)}
+    frames = list(hostile_frames(SEED, FRAMES))
+    expected = {"live", "last"} | {
+        stream_id
+        for index, frame in enumerate(frames)
+        if (stream_id := expected_id(frame, index)) is not None
+    }
+    assert len(expected) > FRAMES // 2  # the corpus keeps most ids readable
+    terminals: dict[object, int] = {}
     with trio.fail_after(TEST_S):
         async with trio_websocket.open_websocket_url(url) as ws:
 
-            async def read_until_both_ended() -> None:
-                ended: set[object] = set()
-                while not {"live", "last"} <= ended:
+            async def read_until_all_ended() -> None:
+                while not expected <= terminals.keys():
                     frame = await next_frame(ws)
                     if frame["type"] == "error":
-                        assert frame["error"]["code"] != "internal_error", frame
-                    if frame["type"] in ("done", "response", "error"):
-                        ended.add(frame["id"])
+                        error = frame["error"]  # OpenAI's error object, or Anthropic's
+                        assert "internal_error" not in (error.get("code"), error["type"]), frame
+                        assert error["type"] != "api_error", frame
+                    if frame["type"] in ("done", "response", "error") and frame["id"] is not None:
+                        terminals[frame["id"]] = terminals.get(frame["id"], 0) + 1
 
             # Read while sending: the server holds back a socket whose client does not read.
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(read_until_both_ended)
+                nursery.start_soon(read_until_all_ended)
                 await ws.send_message(json.dumps(live))
-                for hostile in hostile_frames(SEED, FRAMES):
+                for hostile in frames:
                     await ws.send_message(hostile)
                 await ws.send_message(json.dumps(last))
+            # Anything still in flight would come now: no id may end twice.
+            with trio.move_on_after(0.3):
+                while True:
+                    frame = await next_frame(ws)
+                    if frame["type"] in ("done", "response", "error") and frame["id"] is not None:
+                        terminals[frame["id"]] = terminals.get(frame["id"], 0) + 1
             assert not ws.closed
+    assert {i: n for i, n in terminals.items() if n != 1} == {}
 
 
 async def test_prompts_that_cannot_fit_are_refused_over_http_and_websocket(
@@ -130,6 +155,31 @@ async def test_prompts_that_cannot_fit_are_refused_over_http_and_websocket(
     for error in answers:
         assert error["code"] == "context_length_exceeded", error
         assert error["message"].startswith("This model's maximum context length is 4096 tokens.")
+
+
+async def test_deep_json_is_a_400_on_every_endpoint_and_over_websocket(
+    server: LiveServer,
+) -> None:
+    # /v1/responses decoded its `previous_response_id` before any depth check: msgspec's
+    # RecursionError was a 500 (issue 33's fuzz). Every POST path, a known and an unknown field.
+    deep = "[" * 5000 + "]" * 5000
+    bodies = [f'{{"{field}":{deep},"max_tokens":2}}' for field in ("input", "messages", "zz")]
+    with trio.fail_after(TEST_S):
+        async with (
+            httpx.AsyncClient(base_url=server.base_url, timeout=TEST_S) as client,
+            trio_websocket.open_websocket_url(f"ws://127.0.0.1:{server.port}/v1/ws") as ws,
+        ):
+            for path in POST_PATHS:
+                for index, body in enumerate(bodies):
+                    response = await client.post(path, content=body)
+                    assert response.status_code == 400, (path, response.text[:300])
+                    assert "deeper than 128" in response.text, (path, response.text[:300])
+                    frame = f'{{"type":"request","id":{index},"path":"{path}","body":{body}}}'
+                    await ws.send_message(frame)
+                    answer = await next_frame(ws)
+                    assert answer["id"] == index, (path, answer)
+                    assert "deeper than 128" in json.dumps(answer), (path, answer)
+            await assert_serves(client)
 
 
 async def test_past_the_memory_budget_a_request_gets_429_and_retry_after(

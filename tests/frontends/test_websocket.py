@@ -283,7 +283,11 @@ async def test_protocol_errors_get_error_frames_and_the_socket_stays_usable(
             await expect_error(
                 '{"type":"request","path":"/generate","body":{}}', None, "invalid_message"
             )
-            await expect_error('{"type":"subscribe","id":3}', None, "invalid_message")
+            await expect_error('{"type":"subscribe","id":3}', 3, "invalid_message")
+            await expect_error(
+                '{"type":"request","id":9,"path":"/generate","body":{', 9, "invalid_json"
+            )
+            await expect_error('{"type":"cancel","id":4,"x":[', None, "invalid_json")
             await expect_error(
                 '{"type":"request","id":true,"path":"/generate","body":{}}', None, "invalid_message"
             )
