@@ -71,6 +71,7 @@ class _Choice:
         "parts",
         "pending",
         "prompt",
+        "received",
         "released",
         "scanner",
         "started",
@@ -85,6 +86,7 @@ class _Choice:
         self.parts: list[str] = [echo] if echo else []  # the echoed prompt/message first
         self.chars = len(echo) if echo else 0
         self.output_ids: list[int] = []
+        self.received: list[int] = []  # every id the engine sent it (what a migration re-sends)
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False
@@ -144,7 +146,9 @@ class ResponseAssembler:
 
     @property
     def usage(self) -> Usage:
-        return Usage.of(self._prompt_tokens, self.completion_tokens, self._cached_tokens)
+        # A migrated request's engine saw a longer prompt: cached tokens never exceed ours.
+        cached = min(self._cached_tokens, self._prompt_tokens)
+        return Usage.of(self._prompt_tokens, self.completion_tokens, cached)
 
     @property
     def choice_count(self) -> int:
@@ -154,6 +158,11 @@ class ResponseAssembler:
     def finish_reasons(self) -> tuple[str, ...]:
         """The finish reason of every choice that finished, in choice order."""
         return tuple(c.finish_reason for c in self._choices if c.done)
+
+    def received_ids(self) -> list[tuple[int, ...] | None]:
+        """Per choice, every token id received so far, or None once the choice is over: what a
+        migration continues from (core/continuation.py)."""
+        return [None if c.done else tuple(c.received) for c in self._choices]
 
     def texts(self) -> tuple[str, ...]:
         """Every choice's text so far (echo included), in choice order."""
@@ -178,6 +187,7 @@ class ResponseAssembler:
                     if self._echo_only:  # the engine's one token is never the client's text
                         choice.tokens += len(token_ids)
                         continue
+                    choice.received.extend(token_ids)
                     before = choice.tokens
                     if self._logprobs and event.logprobs is not None:
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
