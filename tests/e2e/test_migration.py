@@ -6,15 +6,27 @@ gets when nothing fails, byte for byte, with one finish and the exact usage."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import pytest
 import trio
+import trio_websocket
 
-from tests.e2e.live_server import LiveServer, live_server, parse_sse
+from harness.served_gateway import served_gateway
+from smg_trio.config import GatewayConfig, WorkerSpec
+from smg_trio.engines.generation import Mode
+from smg_trio.model import demo_model_path
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serve import Serving
+from tests.backends.grpc_reference import start_engine, stop_engine
+from tests.e2e.live_server import LiveServer, chat_outcome, live_server, parse_sse
 
 TEST_TIMEOUT_S: Final = 40.0
 REQUESTS: Final = 120  # round robin: half on the engine that is killed
@@ -174,3 +186,143 @@ async def test_a_killed_engine_costs_its_streams_nothing(tmp_path: Path) -> None
             # Nothing is left running on the surviving engine.
             counters = await server.backend_of(1).call_utility("smg_trio_counters")
             assert counters["requests_active"] == 0
+
+
+# --- every endpoint and transport, over ZMQ and gRPC -------------------------------------------
+
+# (transport, path, body): each endpoint whole, and streams over HTTP/1.1, h2 and WebSocket.
+CHAT_MESSAGES: Final = [{"role": "user", "content": "Tell me a story."}]
+SHAPES: Final[tuple[tuple[str, str, dict[str, Any]], ...]] = (
+    ("http1", "/v1/chat/completions", {"messages": CHAT_MESSAGES, "stream": True}),
+    ("h2", "/v1/chat/completions", {"messages": CHAT_MESSAGES, "stream": True}),
+    ("ws", "/v1/chat/completions", {"messages": CHAT_MESSAGES, "stream": True}),
+    (
+        "http1",
+        "/v1/chat/completions",
+        {"messages": CHAT_MESSAGES, "n": 2, "temperature": 1, "seed": 7},
+    ),
+    ("http1", "/v1/completions", {"prompt": "Once upon a time"}),
+    ("http1", "/generate", {"text": "Once upon a time"}),
+    ("http1", "/v1/messages", {"messages": CHAT_MESSAGES}),
+    ("http1", "/v1/responses", {"input": "Tell me a story.", "store": False}),
+)
+# Whatever differs between two runs of the same request.
+VOLATILE: Final = frozenset({"id", "created", "created_at", "completed_at", "system_fingerprint"})
+
+
+def shaped(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The request body with the sampling every endpoint spells its own way."""
+    if path == "/generate":
+        sampling = {"temperature": 0, "max_new_tokens": 60, "ignore_eos": True}
+        return {**body, "sampling_params": sampling}
+    tokens = {"/v1/responses": "max_output_tokens"}.get(path, "max_tokens")
+    extra = {} if path in ("/v1/messages", "/v1/responses") else {"ignore_eos": True}
+    return {"model": "demo_model", "temperature": 0, tokens: 60, **extra, **body}
+
+
+def normalized(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: normalized(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [normalized(v) for v in value]
+    return value
+
+
+def stream_text(raw: bytes) -> tuple[str, list[object], object]:
+    """A chat stream's text, its finish reasons and its usage."""
+    outcome = chat_outcome(parse_sse(raw))
+    return outcome.texts[0], list(outcome.finishes.values()), outcome.usage
+
+
+async def one_shape(
+    base_url: str, port: int, headers: dict[str, str], shape: tuple[str, str, dict[str, Any]]
+) -> object:
+    """One request of `shape`: a whole answer normalized, or a stream's text, finish and usage."""
+    transport, path, body = shape
+    body = shaped(path, body)
+    if transport == "ws":
+        wire = [(k.encode(), v.encode()) for k, v in headers.items()]
+        async with trio_websocket.open_websocket_url(
+            f"ws://127.0.0.1:{port}/v1/ws", extra_headers=wire
+        ) as socket:
+            request = {"type": "request", "id": 1, "path": path, "body": body}
+            await socket.send_message(json.dumps(request))
+            frames: list[dict[str, Any]] = []
+            while not frames or frames[-1]["type"] == "chunk":
+                frames.append(json.loads(await socket.get_message()))
+        assert frames[-1]["type"] == "done", frames[-1]
+        data = [f"data: {json.dumps(f['data'])}\n\n".encode() for f in frames[:-1]]
+        return stream_text(b"".join(data) + b"data: [DONE]\n\n")
+    h2 = transport == "h2"
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, http1=not h2, http2=h2, timeout=30
+    ) as client:
+        response = await client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    return stream_text(response.content) if body.get("stream") else normalized(response.json())
+
+
+@asynccontextmanager
+async def two_workers(wire: str, tmp_path: Path) -> AsyncIterator[tuple[Serving, trio.Process]]:
+    """The gateway with two reference vLLM workers in random mode over `wire`, and the process
+    of the first worker's engine."""
+    if wire == "zmq":
+        async with live_server(
+            tmp_path, workers=2, step_ms=STEP_MS, random_engines=True, api_key=None
+        ) as server:
+            yield server.serving, server.processes[0]
+        return
+    with (tmp_path / "engines.log").open("wb") as log:
+        engines = [
+            await start_engine(Runtime.VLLM, log, step_ms=STEP_MS, mode=Mode.RANDOM)
+            for _ in range(2)
+        ]
+        try:
+            specs = tuple(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{p}") for _, p in engines)
+            config = GatewayConfig(model_path=demo_model_path(), workers=specs, port=0)
+            async with served_gateway(config) as served:
+                await served.wait_ready(served.serving.gateway.pool.workers)
+                yield served.serving, engines[0][0]
+        finally:
+            for process, _ in engines:
+                await stop_engine(process)
+
+
+@pytest.mark.parametrize("wire", ["zmq", "grpc"])
+async def test_every_endpoint_and_transport_goes_on_after_a_kill(wire: str, tmp_path: Path) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with two_workers(wire, tmp_path) as (serving, victim):
+            base_url, headers = f"http://127.0.0.1:{serving.port}", dict[str, str]()
+            expected = [await one_shape(base_url, serving.port, headers, s) for s in SHAPES]
+            got: list[list[object]] = [[] for _ in SHAPES]
+
+            async def run(index: int) -> None:
+                got[index].append(await one_shape(base_url, serving.port, headers, SHAPES[index]))
+
+            victim.send_signal(signal.SIGSTOP)
+            async with trio.open_nursery() as nursery:
+                # Each shape twice, one after the other: round robin puts one of the two on
+                # the engine that is killed.
+                for index in (i for i in range(len(SHAPES)) for _ in range(2)):
+                    before = routed_by(serving)
+                    nursery.start_soon(run, index)
+                    while routed_by(serving) == before:  # noqa: ASYNC110 (polls the pool)
+                        await trio.sleep(0.002)
+                victim.send_signal(signal.SIGCONT)
+                await trio.sleep(0.05)
+                victim.kill()
+            for index, shape in enumerate(SHAPES):
+                assert got[index] == [expected[index]] * 2, shape
+            registry = serving.gateway.metrics.registry
+            moved = registry.get_sample_value(
+                "smg_trio_migrations_total", {"reason": "engine_dead"}
+            )
+            retried = sum(worker.retries for worker in serving.gateway.pool.snapshot())
+            assert moved is not None
+            assert moved + retried == len(SHAPES)
+            assert moved is not None
+            assert moved >= 1
+
+
+def routed_by(serving: Serving) -> int:
+    return sum(worker.requests for worker in serving.gateway.pool.snapshot())
