@@ -26,7 +26,7 @@ from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serve import Serving
 from tests.backends.grpc_reference import start_engine, stop_engine
-from tests.e2e.live_server import LiveServer, chat_outcome, live_server, parse_sse
+from tests.e2e.live_server import LiveServer, SseEvent, chat_outcome, live_server, parse_sse
 
 TEST_TIMEOUT_S: Final = 40.0
 REQUESTS: Final = 120  # round robin: half on the engine that is killed
@@ -326,3 +326,39 @@ async def test_every_endpoint_and_transport_goes_on_after_a_kill(wire: str, tmp_
 
 def routed_by(serving: Serving) -> int:
     return sum(worker.requests for worker in serving.gateway.pool.snapshot())
+
+
+async def test_a_request_that_cannot_go_on_exactly_ends_with_the_error_as_before(
+    tmp_path: Path,
+) -> None:
+    # presence_penalty counts output tokens only: moved into the prompt they would not count.
+    shape = ("http1", "/v1/chat/completions", {"messages": CHAT_MESSAGES, "stream": True})
+    body = {**shaped(shape[1], shape[2]), "presence_penalty": 0.5}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with two_workers("zmq", tmp_path) as (serving, victim):
+            base_url = f"http://127.0.0.1:{serving.port}"
+            outcomes: list[list[SseEvent]] = []
+
+            async def run() -> None:
+                async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+                    response = await client.post(shape[1], json=body)
+                outcomes.append(parse_sse(response.content))
+
+            victim.send_signal(signal.SIGSTOP)
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):  # one on each worker
+                    before = routed_by(serving)
+                    nursery.start_soon(run)
+                    while routed_by(serving) == before:  # noqa: ASYNC110 (polls the pool)
+                        await trio.sleep(0.002)
+                victim.send_signal(signal.SIGCONT)
+                await trio.sleep(0.05)
+                victim.kill()
+            failed = [events for events in outcomes if "error" in events[-2]]
+            assert len(failed) == 1
+            assert failed[0][-1] == "[DONE]"
+            assert failed[0][-2]["error"]["code"] == "engine_dead"  # type: ignore[index]
+            registry = serving.gateway.metrics.registry
+            assert not registry.get_sample_value(
+                "smg_trio_migrations_total", {"reason": "engine_dead"}
+            )
