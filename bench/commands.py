@@ -76,6 +76,10 @@ COMMANDS: Final = (
         ("ttft_floor", "bench.floors.ttft_floor:main", "(helper) a first-token floor relay"),
     ),
     *_group(
+        "resilience (bench/resilience/)",
+        ("migration_gap", "bench.resilience.migration_gap:main", "a killed engine's resume gap"),
+    ),
+    *_group(
         "hostile clients (bench/hostile/)",
         ("hostile_input", "bench.hostile.hostile_input:main", "big prompts, fuzzed bodies"),
         ("http_limits", "bench.hostile.http_limits:main", "the HTTP hardening checks"),
