@@ -182,6 +182,17 @@ async def _run_tasks(
     writer = ChunkWriter(sink) if plan.stream else None
     steps: list[InlineStep] = []  # the request's one step, made with its assembler
     async with trio.open_nursery() as nursery:
+
+        def step_now() -> InlineStep:
+            # Made once the first ADD is out: what the first output needs is set up while the
+            # engine works.
+            if not steps:
+                record.engine_sent()
+                steps.append(_step_for(assembler_now(), writer, record))
+                if writer is not None:
+                    nursery.start_soon(writer.run)
+            return steps[0]
+
         # A client already gone costs no ADD and no ABORT. The frontends see to it that a
         # reset or cancel sent with the request has been read by now (rapid reset): HTTP's
         # `respond` waits until its packet went through the server, a WebSocket stream yields
@@ -191,14 +202,7 @@ async def _run_tasks(
         while True:
             try:
                 async with backend.open_stream(finalized) as events:
-                    if not steps:
-                        # The ADD is out: what the first output needs is set up while the
-                        # engine works.
-                        record.engine_sent()
-                        steps.append(_step_for(assembler_now(), writer, record))
-                        if writer is not None:
-                            nursery.start_soon(writer.run)
-                    step = steps[0]
+                    step = step_now()
                     # The reader may run `step` for us while we wait (event_stream.py's doc).
                     events.consume_inline(step)
                     async for batch in events.batches():
@@ -218,9 +222,7 @@ async def _run_tasks(
                     raise
                 backend, finalized = following.backend, following.finalized
                 if following.at_length:
-                    if not steps:
-                        steps.append(_step_for(assembler, writer, record))
-                    steps[0](tuple(_length_finish(assembler, i) for i in following.at_length))
+                    step_now()(tuple(_length_finish(assembler, i) for i in following.at_length))
                 if assembler.done:
                     break
         if writer is not None:
