@@ -29,10 +29,12 @@ from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.live_server import LiveServer, SseEvent, chat_outcome, live_server, parse_sse
 
 TEST_TIMEOUT_S: Final = 40.0
-REQUESTS: Final = 120  # round robin: half on the engine that is killed
+REQUESTS: Final = 130  # round robin: half on the engine that is killed
 POSITIONS: Final = 50  # requests killed mid-stream, each at its own token position
 GROUP: Final = 12  # requests started together (six on the engine that is killed)
-MOMENT_S: Final = 0.03  # engine 0 runs up to this long after each group: 10 x 30 ms < 80 steps
+MOMENT_S: Final = 0.03  # engine 0 runs up to this long after each group
+LAST_MOMENT_S: Final = 0.1  # and this long after the last: each request there has tokens
+# 11 x 30 ms + 100 ms = 108 steps of 4 ms at most: fewer than any request's max_tokens.
 STEP_MS: Final = 4.0
 # Mostly whole answers, which cost the client least; every kind of stream among them.
 KINDS: Final = (
@@ -55,7 +57,7 @@ def request_body(index: int, rng: random.Random) -> dict[str, Any]:
         "temperature": 0,
         "ignore_eos": True,
         # Long enough that no request ends before the kill (the last starts after STAGGER_S).
-        "max_tokens": rng.randint(80, 120),
+        "max_tokens": rng.randint(150, 200),
     }
     if kind.startswith("chat"):
         body["messages"] = [{"role": "user", "content": f"Tell me story number {index}."}]
@@ -68,7 +70,7 @@ def request_body(index: int, rng: random.Random) -> dict[str, Any]:
         body["logprobs"] = True
         body["top_logprobs"] = 2
     if index % 10 == 3:
-        body["min_tokens"] = 60  # continued as min_tokens less what was received
+        body["min_tokens"] = 120  # continued as min_tokens less what was received
     return body
 
 
@@ -142,7 +144,8 @@ async def run_all(
                 while routed(server) < before + group.stop:  # noqa: ASYNC110 (polls the pool)
                     await trio.sleep(0.002)
                 victim.send_signal(signal.SIGCONT)
-                await trio.sleep(kill_with.uniform(0.0, MOMENT_S))
+                last = group.stop == len(bodies)
+                await trio.sleep(LAST_MOMENT_S if last else kill_with.uniform(0.0, MOMENT_S))
                 victim.send_signal(signal.SIGSTOP)
             killed = server.backend_of(0).statistics().in_flight
             victim.kill()
