@@ -26,6 +26,9 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   list goes in full responses, and a streamed completions echo carries the prompt's positions
   in its echo chunk. `echo` with max_tokens 0 (`plan.echo_only`) counts the engine's token for
   usage but shows only the prompt, as vLLM does.
+- Every token id a choice received is kept (`received_ids`): a request whose worker failed
+  mid-stream goes on from them on another worker, into this same assembler, whose scanners,
+  detokenizers and counts simply continue (docs/resilience.md §9).
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
 - Chat with output parsers (tool calls, reasoning) gets the parsing renderer

@@ -100,8 +100,9 @@ class RequestRecord:
         self.texts: tuple[str, ...] | None = None
         # Mid-stream migrations (docs/resilience.md §9): the failures' codes, and for each the
         # time from the failure to the new worker's first token.
-        self.migrations: list[str] = []
-        self.resume_s: list[float] = []
+        # (Tuples: the empty one costs a request nothing.)
+        self.migrations: tuple[str, ...] = ()
+        self.resume_s: tuple[float, ...] = ()
         self.migrated_at: float | None = None  # a migration waits for its first token
         self.migration_refused: str | None = None
 
@@ -124,7 +125,7 @@ class RequestRecord:
             return
         now = time.perf_counter()
         if self.migrated_at is not None:
-            self.resume_s.append(now - self.migrated_at)
+            self.resume_s += (now - self.migrated_at,)
             self.migrated_at = None
         if self.last_token is None:
             self.first_token = now
@@ -145,7 +146,7 @@ class RequestRecord:
 
     def migrating(self, error: GatewayError, worker: str, runtime: str) -> None:
         """The request's worker failed with `error`; it goes on on `worker`."""
-        self.migrations.append(error.code)
+        self.migrations += (error.code,)
         self.migrated_at = time.perf_counter()
         self.worker, self.runtime = worker, runtime
 
