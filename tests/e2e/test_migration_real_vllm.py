@@ -23,7 +23,7 @@ from tests.e2e.live_server import chat_outcome, parse_sse
 from tests.e2e.real_vllm import SERVED_NAME, Launched
 
 STREAMS: Final = 12  # round robin: six on the engine that is killed
-TOKENS: Final = 64
+TOKENS: Final = 400  # a tiny model on CPU is fast: long enough that the kill comes mid-way
 REQUEST_S: Final = 300.0
 
 pytestmark = list(real_vllm.MARKS)
@@ -81,8 +81,8 @@ async def test_greedy_streams_go_on_byte_for_byte_when_an_engine_is_killed(
     url, engines = two_engines
     async with httpx.AsyncClient(base_url=url, timeout=REQUEST_S) as client:
         expected = await run_streams(client, None, None)
-        # Each stream at its own position (2..24 chunks) when the engine dies.
-        positions = [2 + (index * 7) % 23 for index in range(STREAMS)]
+        # Each stream at its own position (2..16 chunks) when the engine dies.
+        positions = [2 + (index * 5) % 15 for index in range(STREAMS)]
         got = await run_streams(client, positions, engines[0])
         for index, (want, have) in enumerate(zip(expected, got, strict=True)):
             assert have == want, index
@@ -93,4 +93,4 @@ async def test_greedy_streams_go_on_byte_for_byte_when_an_engine_is_killed(
         for line in metrics.splitlines()
         if line.startswith("smg_trio_migrations_total{")
     )
-    assert moved >= STREAMS // 2 - 1  # a stream may have ended on its way to the kill
+    assert moved == STREAMS // 2  # every stream of the killed engine, each at its position
