@@ -76,6 +76,10 @@ COMMANDS: Final = (
         ("ttft_floor", "bench.floors.ttft_floor:main", "(helper) a first-token floor relay"),
     ),
     *_group(
+        "resilience (bench/resilience/)",
+        ("migration_gap", "bench.resilience.migration_gap:main", "a killed engine's resume gap"),
+    ),
+    *_group(
         "hostile clients (bench/hostile/)",
         ("hostile_input", "bench.hostile.hostile_input:main", "big prompts, fuzzed bodies"),
         ("stream_load", "bench.hostile.stream_load:main", "1,000 streams per transport: errors"),

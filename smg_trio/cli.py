@@ -4,7 +4,8 @@
         [--port P] [--served-model-name N ...] [--config FILE.toml] [--api-key KEY]
         [--certfile F --keyfile F] [--request-timeout S] [--max-body-bytes N]
         [--engine-silence-s S] [--drain-timeout-s S] [--keepalive-s S]
-        [--policy P] [--max-retries N] [--max-concurrent-requests N] [--max-queue N]
+        [--policy P] [--max-retries N] [--migration-limit N] [--max-concurrent-requests N]
+        [--max-queue N]
         [--queue-timeout-s S] [--session-header NAME] [--admin-api-key KEY]
         [--tool-call-parser NAME] [--reasoning-parser NAME]
         [--memory-budget-mb MB] [--stream-interval K]
@@ -53,6 +54,7 @@ _CONFIG_FLAGS = (
     "policy",
     "session_header",
     "max_retries",
+    "migration_limit",
     "max_concurrent_requests",
     "max_queue",
     "queue_timeout_s",
@@ -297,6 +299,13 @@ def add_routing_flags(serve: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="other workers tried when one fails before the first byte (default 2)",
+    )
+    routing.add_argument(
+        "--migration-limit",
+        type=int,
+        metavar="N",
+        help="moves of a stream to another worker when its worker fails mid-stream "
+        "(default 1; 0: the stream ends with an error event; docs/resilience.md §9)",
     )
     routing.add_argument(
         "--max-concurrent-requests",

@@ -21,7 +21,7 @@ from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire
 from smg_trio.response_store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
-from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
+from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
@@ -67,6 +67,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     model_policies: dict[str, str] = msgspec.field(default_factory=dict)
     session_header: str = DEFAULT_SESSION_HEADER
     max_retries: int = DEFAULT_MAX_RETRIES
+    # Moves of a request to another worker after output began (docs/resilience.md §9); 0: none.
+    migration_limit: int = DEFAULT_MIGRATION_LIMIT
     max_concurrent_requests: int | None = None
     max_queue: int = DEFAULT_MAX_QUEUE
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
@@ -223,6 +225,8 @@ def validate_routing(config: GatewayConfig) -> None:
         raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")
     if config.max_retries < 0:
         raise ConfigError(f"max_retries must be 0 or more, got {config.max_retries}")
+    if config.migration_limit < 0:
+        raise ConfigError(f"migration_limit must be 0 or more, got {config.migration_limit}")
     limit = config.max_concurrent_requests
     if limit is not None and limit < 1:
         raise ConfigError(f"max_concurrent_requests must be at least 1, got {limit}")

@@ -68,7 +68,7 @@ from smg_trio.response_store.service import ResponsesService
 from smg_trio.response_store.stores import ResponseStore
 from smg_trio.retrying import run_with_retries
 from smg_trio.routing.admission import Admission
-from smg_trio.routing.retry import DEFAULT_MAX_RETRIES
+from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
@@ -101,6 +101,7 @@ class Gateway:
         served_model_names: tuple[str, ...] = (),
         admission: Admission | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        migration_limit: int = DEFAULT_MIGRATION_LIMIT,
         rng: random.Random | None = None,
         tool_call_parser: str | None = None,
         reasoning_parser: str | None = None,
@@ -127,6 +128,7 @@ class Gateway:
         self.request_timeout_s = request_timeout_s
         self.admission = admission or Admission()
         self.max_retries = max_retries
+        self.migration_limit = migration_limit  # docs/resilience.md §9
         self._rng = rng or random.Random()
         self.served_model_names = served_model_names or (model.served_name,)
         self.lifecycle = Lifecycle()
@@ -315,6 +317,7 @@ class Gateway:
                 self.prompt_model.tokenizer,
                 sink,
                 max_retries=self.max_retries,
+                migration_limit=self.migration_limit,
                 deadline=deadline,
                 rng=self._rng,
                 record=record,

@@ -30,6 +30,10 @@
   mailbox, so the writer never mistakes a failure for an end.
 - A stream ends with the assembler's `StreamEnd` (closing chunks, finish and usage as data); a
   non-streaming request has no writer and its body goes out once the nursery ended.
+- A worker failure mid-request (its engine died, went silent, or its stream broke) may be
+  followed by another worker's stream: `Failover.next_stream` (smg_trio/migration.py) picks it
+  and builds the continuation; the same assembler, scanners and writer go on with it, so the
+  client's stream has no seam (docs/resilience.md §9).
 - Deadlines are the caller's (gateway.py: the deadline of the request's live scope).
 - The request's `RequestRecord` is updated once per engine batch, never per token, and gets the
   usage and finish reasons once the request ended (docs/observability.md §2).
@@ -40,9 +44,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import msgspec
 import trio
 
 from smg_trio.backends.base import Backend
+from smg_trio.backends.event_stream import InlineStep
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_assembler import ResponseAssembler
@@ -50,8 +56,29 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientGone, GatewayError
 from smg_trio.handoff import Mailbox, Taken
-from smg_trio.neutral.events import EngineEvent
+from smg_trio.neutral.events import ChoiceFinished, EngineEvent
 from smg_trio.observability.request_record import CLIENT_GONE, ROUTER_STOP, RequestRecord
+
+
+class NextStream(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a migrated request goes on: `finalized` (the continuation, for `backend`), and
+    the choices that had all their tokens and finish with "length" without an engine."""
+
+    backend: Backend
+    finalized: Finalized
+    at_length: tuple[int, ...] = ()
+
+
+class Failover(Protocol):
+    """Mid-stream migration (smg_trio/migration.py, docs/resilience.md §9)."""
+
+    async def next_stream(
+        self, error: GatewayError, received: list[tuple[int, ...] | None]
+    ) -> NextStream | None:
+        """After the request's stream failed with `error`, having received `received` (per
+        choice, the ids so far; None: the choice is over): where it goes on, or None to let
+        the failure stand."""
+        ...
 
 
 class ClientSink(Protocol):
@@ -96,8 +123,10 @@ async def run_request(
     *,
     created: int,
     record: RequestRecord,
+    failover: Failover | None = None,
 ) -> None:
-    """Serve one request to `sink`, its failures included (through `sink.fail`)."""
+    """Serve one request to `sink`, its failures included (through `sink.fail`); a failure of
+    its worker may move it to another through `failover`."""
     made: list[ResponseAssembler] = []
 
     def assembler_now() -> ResponseAssembler:
@@ -110,7 +139,7 @@ async def run_request(
     failure: GatewayError | None = None
     client_gone = False
     try:
-        await _run_tasks(plan, finalized, backend, assembler_now, sink, record)
+        await _run_tasks(plan, finalized, backend, assembler_now, sink, record, failover)
     except* ClientGone:
         client_gone = True
     except* GatewayError as group:
@@ -148,41 +177,90 @@ async def _run_tasks(
     assembler_now: Callable[[], ResponseAssembler],
     sink: ClientSink,
     record: RequestRecord,
+    failover: Failover | None,
 ) -> None:
     writer = ChunkWriter(sink) if plan.stream else None
+    steps: list[InlineStep] = []  # the request's one step, made with its assembler
     async with trio.open_nursery() as nursery:
+
+        def step_now() -> InlineStep:
+            # Made once the first ADD is out: what the first output needs is set up while the
+            # engine works.
+            if not steps:
+                record.engine_sent()
+                steps.append(_step_for(assembler_now(), writer, record))
+                if writer is not None:
+                    nursery.start_soon(writer.run)
+            return steps[0]
+
         # A client already gone costs no ADD and no ABORT. The frontends see to it that a
         # reset or cancel sent with the request has been read by now (rapid reset): HTTP's
         # `respond` waits until its packet went through the server, a WebSocket stream yields
         # once to the socket's reader first (docs/architecture.md §3.1).
         if sink.gone_before_engine():
             raise ClientGone
-        async with backend.open_stream(finalized) as events:
-            # The ADD is out: what the first output needs is set up while the engine works.
-            record.engine_sent()
-            assembler = assembler_now()
-            if writer is not None:
-                nursery.start_soon(writer.run)
-
-            def step(batch: Sequence[EngineEvent]) -> bool:
-                record.on_batch(batch)
-                payloads = assembler.on_events(batch)
-                if writer is not None and payloads:
-                    writer.hand_over(payloads)
+        while True:
+            try:
+                async with backend.open_stream(finalized) as events:
+                    step = step_now()
+                    # The reader may run `step` for us while we wait (event_stream.py's doc).
+                    events.consume_inline(step)
+                    async for batch in events.batches():
+                        if not step(batch):
+                            break
+                break
+            except GatewayError as error:
+                # Mid-stream migration (docs/resilience.md §9): the same assembler, scanner
+                # and writer go on with another worker's stream, or the failure stands.
+                assembler = assembler_now()
+                following = (
+                    None
+                    if failover is None
+                    else await failover.next_stream(error, assembler.received_ids())
+                )
+                if following is None:
+                    raise
+                backend, finalized = following.backend, following.finalized
+                if following.at_length:
+                    step_now()(tuple(_length_finish(assembler, i) for i in following.at_length))
                 if assembler.done:
-                    # Every choice is over: leaving the stream aborts the engine's rest.
-                    if record.engine_finishes < assembler.choice_count:
-                        record.aborted(ROUTER_STOP)
-                    return False
-                return True
-
-            # The reader may run `step` for us while we wait (event_stream.py's module doc).
-            events.consume_inline(step)
-            async for batch in events.batches():
-                if not step(batch):
                     break
         if writer is not None:
             writer.close()
+
+
+def _step_for(
+    assembler: ResponseAssembler, writer: ChunkWriter | None, record: RequestRecord
+) -> InlineStep:
+    """The request's handling of one engine batch (the module doc's scanner)."""
+
+    def step(batch: Sequence[EngineEvent]) -> bool:
+        record.on_batch(batch)
+        payloads = assembler.on_events(batch)
+        if writer is not None and payloads:
+            writer.hand_over(payloads)
+        if assembler.done:
+            # Every choice is over: leaving the stream aborts the engine's rest.
+            if record.engine_finishes < assembler.choice_count:
+                record.aborted(ROUTER_STOP)
+            return False
+        return True
+
+    return step
+
+
+def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFinished:
+    """A choice that had all its `max_tokens` when its worker failed ends as the engine would
+    have ended it (docs/resilience.md §9)."""
+    received = assembler.received_ids()[choice_index]
+    tokens = 0 if received is None else len(received)
+    return ChoiceFinished(
+        choice_index=choice_index,
+        finish_reason="length",
+        stop_reason=None,
+        prompt_tokens=0,
+        completion_tokens=tokens,
+    )
 
 
 class ChunkWriter:

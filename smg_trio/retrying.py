@@ -14,6 +14,9 @@ the client, try another worker after a failure that says the first could not tak
   the worker's circuit breaker; the lease is released on every exit, cancellation included.
 - A retry that would end after the deadline, or finds no other candidate, ends the request with
   the held failure instead.
+- After output began, a worker failure is no longer retried but may be migrated: the attempt's
+  `Migration` moves the request to another worker, from where it was (migration.py); the
+  attempt then releases the worker it holds last.
 """
 
 from __future__ import annotations
@@ -30,9 +33,15 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
 from smg_trio.handoff import Taken
+from smg_trio.migration import Migration, WorkerLease
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.request import ClientSink, run_request
-from smg_trio.routing.retry import backoff_s, counts_against_worker, retryable
+from smg_trio.routing.retry import (
+    DEFAULT_MIGRATION_LIMIT,
+    backoff_s,
+    counts_against_worker,
+    retryable,
+)
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import Outcome, WorkerPool
 
@@ -84,6 +93,10 @@ class FirstByteGuard:
             return
         await self._sink.fail(error)
 
+    def has_sent(self) -> bool:
+        """Whether anything reached the client's sink (a migration's test, migration.py)."""
+        return self.sent
+
     def outcome(self) -> Outcome:
         if self.failure is not None:
             return Outcome.FAILURE if counts_against_worker(self.failure) else Outcome.NEUTRAL
@@ -98,11 +111,13 @@ async def run_with_retries(
     sink: ClientSink,
     *,
     max_retries: int,
+    migration_limit: int = DEFAULT_MIGRATION_LIMIT,
     deadline: float,
     rng: random.Random,
     record: RequestRecord,
 ) -> None:
-    """Serve `plan` to `sink` on up to 1 + `max_retries` workers (see the module doc).
+    """Serve `plan` to `sink` on up to 1 + `max_retries` workers (see the module doc), each
+    attempt moving mid-stream at most `migration_limit` times (migration.py).
 
     Raises GatewayError only when nothing was routed at all (no ready worker: 503, or the
     request does not fit the picked worker's runtime: 400)."""
@@ -124,6 +139,22 @@ async def run_with_retries(
         finalized = finalize(plan, worker.target, tokenizer)
         guard = FirstByteGuard(sink, may_hold=attempt < max_retries)
         pool.on_routed(worker, trio.current_time())
+        lease = WorkerLease(worker)  # a migration moves it (migration.py)
+        failover = (
+            None
+            if migration_limit <= 0
+            else Migration(
+                plan,
+                context,
+                pool,
+                tokenizer,
+                lease,
+                limit=migration_limit,
+                tried=tried,
+                sent=guard.has_sent,
+                record=record,
+            )
+        )
         outcome = Outcome.NEUTRAL  # cut short (deadline, shutdown): nothing learnt
         try:
             await run_request(
@@ -134,14 +165,17 @@ async def run_with_retries(
                 guard,
                 created=int(time.time()),
                 record=record,
+                failover=failover,
             )
             outcome = guard.outcome()
         finally:
-            pool.release(worker, outcome, trio.current_time(), retried=guard.held)
+            pool.release(lease.worker, outcome, trio.current_time(), retried=guard.held)
         if not guard.held:
             return
         held = guard.failure
         record.retrying()  # the held failure is not the request's outcome (yet)
         tried.append(worker.name)
+        if lease.worker is not worker:
+            tried.append(lease.worker.name)
     assert held is not None
     await sink.fail(held)

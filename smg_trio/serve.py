@@ -159,6 +159,7 @@ async def serve(
                 queue_timeout_s=config.queue_timeout_s,
             ),
             max_retries=config.max_retries,
+            migration_limit=config.migration_limit,
             tool_call_parser=config.tool_call_parser,
             reasoning_parser=config.reasoning_parser,
             memory_budget=memory_budget(config.memory_budget_mb),

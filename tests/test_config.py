@@ -150,6 +150,13 @@ def test_routing_flags_and_per_model_policies_in_toml(tmp_path: Path) -> None:
     assert (config.max_retries, config.admin_api_key, config.session_header) == (0, "adm", "x-user")
     flagged = build_parser().parse_args(["serve", "--config", str(path), "--policy", "random"])
     assert config_from_args(flagged).policy == "random"
+    assert config.migration_limit == 1  # docs/resilience.md §9
+    path.write_text(
+        path.read_text(encoding="utf-8").replace("[model", "migration_limit = 0\n[model")
+    )
+    assert config_from_toml(path).migration_limit == 0
+    flagged = build_parser().parse_args(["serve", "--config", str(path), "--migration-limit", "3"])
+    assert config_from_args(flagged).migration_limit == 3
 
 
 @pytest.mark.parametrize(
@@ -159,6 +166,7 @@ def test_routing_flags_and_per_model_policies_in_toml(tmp_path: Path) -> None:
         ('model_policies = {other = "random"}', "not served"),
         ('model_policies = {a = "sticky"}', "unknown routing policy 'sticky'"),
         ("max_retries = -1", "max_retries"),
+        ("migration_limit = -1", "migration_limit"),
         ("max_concurrent_requests = 0", "max_concurrent_requests"),
         ("queue_timeout_s = 0", "queue_timeout_s"),
     ],

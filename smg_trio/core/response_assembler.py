@@ -26,6 +26,9 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   list goes in full responses, and a streamed completions echo carries the prompt's positions
   in its echo chunk. `echo` with max_tokens 0 (`plan.echo_only`) counts the engine's token for
   usage but shows only the prompt, as vLLM does.
+- Every token id a choice received is kept (`received_ids`): a request whose worker failed
+  mid-stream goes on from them on another worker, into this same assembler, whose scanners,
+  detokenizers and counts simply continue (docs/resilience.md §9).
 - A stream ends with `stream_end()`: the closing chunks plus each choice's finish and the usage
   as data, so no front end has to read its own chunks back.
 - Chat with output parsers (tool calls, reasoning) gets the parsing renderer
@@ -72,6 +75,7 @@ class _Choice:
         "parts",
         "pending",
         "prompt",
+        "received",
         "released",
         "scanner",
         "started",
@@ -87,6 +91,7 @@ class _Choice:
         self.chars = len(echo) if echo else 0
         self.output_ids: list[int] = []  # counted ids, when the renderer shows them
         self.new_ids: list[int] = []  # and, streaming, those not in a chunk yet
+        self.received: list[int] = []  # every id the engine sent it (what a migration re-sends)
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False
@@ -146,7 +151,9 @@ class ResponseAssembler:
 
     @property
     def usage(self) -> Usage:
-        return Usage.of(self._prompt_tokens, self.completion_tokens, self._cached_tokens)
+        # A migrated request's engine saw a longer prompt: cached tokens never exceed ours.
+        cached = min(self._cached_tokens, self._prompt_tokens)
+        return Usage.of(self._prompt_tokens, self.completion_tokens, cached)
 
     @property
     def choice_count(self) -> int:
@@ -156,6 +163,11 @@ class ResponseAssembler:
     def finish_reasons(self) -> tuple[str, ...]:
         """The finish reason of every choice that finished, in choice order."""
         return tuple(c.finish_reason for c in self._choices if c.done)
+
+    def received_ids(self) -> list[tuple[int, ...] | None]:
+        """Per choice, every token id received so far, or None once the choice is over: what a
+        migration continues from (core/continuation.py)."""
+        return [None if c.done else tuple(c.received) for c in self._choices]
 
     def texts(self) -> tuple[str, ...]:
         """Every choice's text so far (echo included), in choice order."""
@@ -178,6 +190,7 @@ class ResponseAssembler:
                     if self._echo_only:  # the engine's one token is never the client's text
                         self._count(choice, token_ids)
                         continue
+                    choice.received.extend(token_ids)
                     if self._logprobs and event.logprobs is not None:
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
                     else:

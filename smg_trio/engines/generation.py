@@ -2,12 +2,15 @@
 stops. Shared by every reference engine (ZMQ today, gRPC later); it knows no wire.
 
 A request's tokens depend only on its prompt ids, its sampling key (greedy, or a seed) and the
-engine-wide `TokenSource`: each `Generation` owns a `random.Random` seeded from a blake2b hash of
-(sampling key, prompt ids), so concurrent requests, batch composition and step timing never
+engine-wide `TokenSource`, so concurrent requests, batch composition and step timing never
 change what a request generates. Modes:
 
 - `random`: a uniformly drawn ordinary token (no special or added tokens) per position; with
   probability `eos_probability` one of the model's EOS ids instead, so EOS stops get exercised.
+  Each draw is a function of the sampling key and every id before it (prompt and output), as a
+  real model's greedy choice is of its context: a request re-sent with its output so far
+  appended to its prompt goes on exactly as it would have (mid-stream migration,
+  docs/resilience.md §9). The context is kept as a polynomial hash updated once per token.
 - `echo`: the prompt's ordinary tokens back, cycling (a chat prompt's template tokens, EOS among
   them, are skipped so an echo does not stop on the first `<|im_end|>`); never emits EOS.
 - `replay`: a text's token ids, then the model's first EOS id, cycling. Useful for stop strings.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import random
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +35,10 @@ from typing import Final, Protocol, assert_never
 from smg_trio.engines.token_rules import NO_TOKEN_RULES, TokenRules
 
 DEFAULT_EOS_PROBABILITY: Final = 0.02
+# The context hash: ids as digits of base 2**32, modulo the Mersenne prime 2**61 - 1, so hashing a
+# whole prompt at once (`context_hash`) equals extending it one id at a time (`extend_hash`).
+_HASH_MODULUS: Final = (1 << 61) - 1
+_MASK_64: Final = (1 << 64) - 1
 
 
 class Mode(enum.StrEnum):
@@ -191,6 +199,27 @@ def stream_seed(prompt_ids: Sequence[int], key: SamplingKey) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
+def context_hash(ids: Sequence[int]) -> int:
+    """The polynomial hash of `ids` (see `_HASH_MODULUS`), computed in one pass of C code."""
+    packed = array("I", ids)
+    if sys.byteorder == "little":
+        packed.byteswap()
+    return int.from_bytes(packed.tobytes(), "big") % _HASH_MODULUS
+
+
+def extend_hash(state: int, token_id: int) -> int:
+    """`context_hash(ids + [token_id])` from `context_hash(ids)`."""
+    return ((state << 32) + token_id) % _HASH_MODULUS
+
+
+def mix64(value: int) -> int:
+    """A 64-bit avalanche of `value` (the splitmix64 finalizer)."""
+    value &= _MASK_64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK_64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK_64
+    return value ^ (value >> 31)
+
+
 class Generation:
     """One request's generation state. Call `step()` until it returns a finish."""
 
@@ -208,7 +237,8 @@ class Generation:
         self.token_rules = token_rules
         self.output_ids: list[int] = []
         self.finish: Finish | None = None
-        self._rng = random.Random(stream_seed(prompt_ids, key))
+        self._key = stream_seed((), key)
+        self._context = context_hash(prompt_ids)  # prompt and output so far (random mode)
         self._script = self._script_for(prompt_ids)
 
     def _script_for(self, prompt_ids: Sequence[int]) -> tuple[int, ...]:
@@ -227,15 +257,17 @@ class Generation:
         if self.finish is not None:
             raise RuntimeError("step() after the generation finished")
         position = len(self.output_ids)
-        token_id = self._next_token(position)
+        draw = mix64(self._context ^ self._key)
+        token_id = self._next_token(position, draw)
         masked = self.rules.min_tokens_mask if position < self.rules.min_tokens else frozenset()
         if not self.token_rules.trivial:
             token_id = self.token_rules.choose(
-                token_id, self.output_ids, masked, self._rng, self.source.ordinary_ids
+                token_id, self.output_ids, masked, random.Random(draw), self.source.ordinary_ids
             )
         elif token_id in masked:
-            token_id = self._unmasked_token(masked)
+            token_id = self._unmasked_token(masked, random.Random(draw))
         self.output_ids.append(token_id)
+        self._context = extend_hash(self._context, token_id)
         self.finish = check_stop(
             self.rules,
             token_id,
@@ -244,21 +276,22 @@ class Generation:
         )
         return Step(token_id, self.finish)
 
-    def _next_token(self, position: int) -> int:
+    def _next_token(self, position: int, draw: int) -> int:
+        """Echo and replay: the script's next id; random: from `draw` (64 bits of the context)."""
         if self._script:
             return self._script[position % len(self._script)]
         source = self.source
-        if source.eos_ids and self._rng.random() < source.eos_probability:
-            return self._rng.choice(source.eos_ids)
-        return self._rng.choice(source.ordinary_ids)
+        if source.eos_ids and (draw >> 11) * 2.0**-53 < source.eos_probability:
+            return source.eos_ids[mix64(draw + 1) % len(source.eos_ids)]
+        return source.ordinary_ids[mix64(draw + 2) % len(source.ordinary_ids)]
 
-    def _unmasked_token(self, masked: frozenset[int]) -> int:
+    def _unmasked_token(self, masked: frozenset[int], rng: random.Random) -> int:
         ordinary = self.source.ordinary_ids
         for _ in range(16):  # masks are tiny next to a vocabulary: this almost never loops
-            token_id = self._rng.choice(ordinary)
+            token_id = rng.choice(ordinary)
             if token_id not in masked:
                 return token_id
         allowed = [t for t in ordinary if t not in masked]
         if not allowed:
             raise ValueError("min_tokens masks every ordinary token")
-        return self._rng.choice(allowed)
+        return rng.choice(allowed)

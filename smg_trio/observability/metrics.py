@@ -122,6 +122,19 @@ class GatewayMetrics:
             ("cause",),
             registry=r,
         )
+        self.migrations = Counter(
+            "smg_trio_migrations",
+            "Requests moved to another worker mid-stream, by the failure's code "
+            "(docs/resilience.md §9)",
+            ("reason",),
+            registry=r,
+        )
+        self.migration_resume = Histogram(
+            "smg_trio_migration_resume_seconds",
+            "From a worker's failure to the first token of the worker the request moved to",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.websocket_connections = Gauge(
             "smg_trio_websocket_connections",
             "WebSocket connections open",
@@ -191,6 +204,11 @@ class GatewayMetrics:
             route.ttft.observe(record.first_token - record.arrived)
         if record.inter_token_gaps:
             observe_all(route.inter_token, record.inter_token_gaps)
+        if record.migrations:
+            for reason in record.migrations:
+                self.migrations.labels(reason).inc()
+            for seconds in record.resume_s:
+                self.migration_resume.observe(seconds)
         if record.error_code is None and record.abort_cause in (None, ROUTER_STOP):
             route.e2e.observe(ended - record.arrived)
 

@@ -48,7 +48,7 @@ request_logger: Final = logging.getLogger(REQUEST_LOGGER)
 
 def request_fields(record: RequestRecord, ended: float) -> dict[str, Any]:
     """What one request's line says (docs/observability.md §2); times in seconds."""
-    return {
+    fields = {
         "request_id": record.request_id,
         "endpoint": record.endpoint,
         "transport": record.transport,
@@ -64,6 +64,12 @@ def request_fields(record: RequestRecord, ended: float) -> dict[str, Any]:
         "ttft_s": _rounded(record.seconds(record.arrived, record.first_token)),
         "total_s": _rounded(ended - record.arrived),
     }
+    if record.migrations:  # docs/resilience.md §9
+        fields["migrations"] = list(record.migrations)
+        fields["resume_s"] = [_rounded(seconds) for seconds in record.resume_s]
+    if record.migration_refused is not None:
+        fields["migration_refused"] = record.migration_refused
+    return fields
 
 
 def log_request(

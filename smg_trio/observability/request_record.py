@@ -48,9 +48,13 @@ class RequestRecord:
         "inter_token_gaps",
         "keeps_text",
         "last_token",
+        "migrated_at",
+        "migration_refused",
+        "migrations",
         "picked",
         "prompt_tokens",
         "request_id",
+        "resume_s",
         "runtime",
         "sent",
         "status",
@@ -94,6 +98,13 @@ class RequestRecord:
         self.answered = False  # the whole answer was built and is being handed to the transport
         self.keeps_text = keeps_text  # --log-requests: the completion texts are kept for the log
         self.texts: tuple[str, ...] | None = None
+        # Mid-stream migrations (docs/resilience.md §9): the failures' codes, and for each the
+        # time from the failure to the new worker's first token.
+        # (Tuples: the empty one costs a request nothing.)
+        self.migrations: tuple[str, ...] = ()
+        self.resume_s: tuple[float, ...] = ()
+        self.migrated_at: float | None = None  # a migration waits for its first token
+        self.migration_refused: str | None = None
 
     def worker_picked(self, worker: str, runtime: str) -> None:
         self.worker, self.runtime = worker, runtime
@@ -113,6 +124,9 @@ class RequestRecord:
         if not tokens:
             return
         now = time.perf_counter()
+        if self.migrated_at is not None:
+            self.resume_s += (now - self.migrated_at,)
+            self.migrated_at = None
         if self.last_token is None:
             self.first_token = now
         else:
@@ -129,6 +143,12 @@ class RequestRecord:
         self.completion_tokens = usage.completion_tokens
         self.finish_reasons = finish_reasons
         self.texts = texts
+
+    def migrating(self, error: GatewayError, worker: str, runtime: str) -> None:
+        """The request's worker failed with `error`; it goes on on `worker`."""
+        self.migrations += (error.code,)
+        self.migrated_at = time.perf_counter()
+        self.worker, self.runtime = worker, runtime
 
     def failed(self, error: GatewayError) -> None:
         self.error_code = error.code

@@ -22,6 +22,7 @@ from smg_trio.errors import (
 )
 
 DEFAULT_MAX_RETRIES: Final = 2
+DEFAULT_MIGRATION_LIMIT: Final = 1  # moves after output began (docs/resilience.md §9)
 BACKOFF_BASE_S: Final = 0.02
 BACKOFF_CAP_S: Final = 0.5
 RETRYABLE_REJECTIONS: Final = frozenset({429, 503})

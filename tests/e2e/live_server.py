@@ -23,6 +23,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletio
 
 from harness.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
+from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model import demo_model_path
 from smg_trio.neutral.runtime import Runtime
@@ -124,12 +125,15 @@ async def live_server(
     response_store: str | None = None,
     model_path: Path | None = None,
     stream_interval: int = 1,
+    random_engines: bool = False,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
     `http_limits`: GatewayConfig's HTTP server fields (`idle_timeout_s`, `max_connections`...);
     `response_store`: /v1/responses' store URL (default: a SQLite file in `tmp_path`);
-    `model_path`: a model folder instead of the demo model, for the gateway and its engines."""
+    `model_path`: a model folder instead of the demo model, for the gateway and its engines;
+    `random_engines`: the engines in random mode (each token drawn from its whole context)
+    instead of replaying `replay_text`."""
     config = zmq_gateway_config(
         workers,
         runtime,
@@ -151,7 +155,7 @@ async def live_server(
     if model_path is not None:  # the gateway and its engines serve another model folder
         config = msgspec.structs.replace(config, model_path=model_path)
         engine_args = ("--model-path", str(model_path), *engine_args)
-    replay = write_replay(tmp_path, replay_text)
+    replay = None if random_engines else write_replay(tmp_path, replay_text)
     with engine_log(tmp_path / "engine.log") as log:
         async with served_gateway(config, log) as served:
             if with_engine:
@@ -233,10 +237,12 @@ def engine_log(path: Path) -> Iterator[BinaryIO]:
 
 
 def engine_command(
-    handshake_address: str, replay: Path, step_ms: float, engine: str = "vllm-zmq"
+    handshake_address: str, replay: Path | None, step_ms: float, engine: str = "vllm-zmq"
 ) -> list[str]:
+    """The reference engine's command line: replaying `replay`, or in random mode without one."""
+    mode = Mode.RANDOM if replay is None else None
     return EngineCommand(
-        engine, handshake=handshake_address, replay_file=replay, step_ms=step_ms
+        engine, handshake=handshake_address, replay_file=replay, step_ms=step_ms, mode=mode
     ).argv()
 
 

@@ -105,12 +105,22 @@ def vllm_command(*arguments: str) -> list[str]:
     return [str(Path(VENV) / "bin" / "vllm"), "serve", MODEL, *arguments, *COMMON_FLAGS]
 
 
-def gateway_command(port: int, worker: str) -> list[str]:
+def gateway_command(port: int, *workers: str) -> list[str]:
     return [
         *(sys.executable, "-m", "smg_trio", "serve"),
         *("--model-path", MODEL, "--served-model-name", SERVED_NAME),
-        *("--worker", worker, "--host", "127.0.0.1", "--port", str(port)),
+        *(flag for worker in workers for flag in ("--worker", worker)),
+        *("--host", "127.0.0.1", "--port", str(port)),
     ]
+
+
+def headless_engine(engine_port: int) -> list[str]:
+    """A headless vLLM EngineCore that dials the gateway's handshake port (wire.md §A.14)."""
+    return vllm_command(
+        *("--headless", "--data-parallel-size", "1", "--data-parallel-size-local", "1"),
+        *("--data-parallel-address", "127.0.0.1"),
+        *("--data-parallel-rpc-port", str(engine_port)),
+    )
 
 
 @contextlib.contextmanager
@@ -144,12 +154,7 @@ def smg_trio_in_front_of_vllm(wire: str, log_dir: Path) -> Iterator[str]:
             # The gateway binds the handshake port; the headless engine dials it (wire.md §A.14).
             gateway_worker = f"vllm+zmq://127.0.0.1:{engine_port}"
             launched.append(launch("gateway-zmq", gateway_command(port, gateway_worker), log_dir))
-            engine = vllm_command(
-                *("--headless", "--data-parallel-size", "1", "--data-parallel-size-local", "1"),
-                *("--data-parallel-address", "127.0.0.1"),
-                *("--data-parallel-rpc-port", str(engine_port)),
-            )
-            launched.append(launch("vllm-headless", engine, log_dir))
+            launched.append(launch("vllm-headless", headless_engine(engine_port), log_dir))
         else:
             kv_events = {
                 "enable_kv_cache_events": True,
@@ -166,3 +171,33 @@ def smg_trio_in_front_of_vllm(wire: str, log_dir: Path) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
         print(f"smg-trio over {wire} ready after {wait_healthy(launched, url):.1f} s")
         yield url
+
+
+@contextlib.contextmanager
+def smg_trio_in_front_of_two_vllm_zmq(log_dir: Path) -> Iterator[tuple[str, list[Launched]]]:
+    """smg-trio with two vllm+zmq workers, each a headless EngineCore: the gateway's URL and
+    the two engines (for a test that kills one, by its process group)."""
+    port, engine_ports = free_port(), (free_port(), free_port())
+    launched: list[Launched] = []
+    with running(launched):
+        workers = [f"vllm+zmq://127.0.0.1:{engine_port}" for engine_port in engine_ports]
+        launched.append(launch("gateway-zmq", gateway_command(port, *workers), log_dir))
+        engines = [
+            launch(f"vllm-headless-{index}", headless_engine(engine_port), log_dir)
+            for index, engine_port in enumerate(engine_ports)
+        ]
+        launched.extend(engines)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(launched, url)
+        # /health is 200 with one ready worker: wait for both.
+        with httpx.Client(base_url=url, timeout=5.0) as client:
+            deadline = time.monotonic() + STARTUP_S
+            while time.monotonic() < deadline:
+                text = client.get("/metrics").text
+                ready = [
+                    line for line in text.splitlines() if line.startswith("smg_trio_worker_ready")
+                ]
+                if len(ready) == 2 and all(line.endswith(" 1.0") for line in ready):
+                    break
+                time.sleep(POLL_S)
+        yield url, engines

@@ -65,9 +65,12 @@ async def seconds_until(predicate_url: str, status: int, client: httpx.AsyncClie
 async def test_kill_9_mid_stream_ends_its_streams_within_1s_and_health_stays_200(
     tmp_path: Path,
 ) -> None:
+    # Without migration (`--migration-limit 0`; with it, tests/e2e/test_migration.py).
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (
-            live_server(tmp_path, workers=2, step_ms=5.0) as server,
+            live_server(
+                tmp_path, workers=2, step_ms=5.0, resilience={"migration_limit": 0}
+            ) as server,
             httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as client,
         ):
             results: list[tuple[list[object], float]] = []

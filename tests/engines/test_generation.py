@@ -57,6 +57,24 @@ def test_a_stream_depends_only_on_prompt_and_key(
     assert first.output_ids == alone
 
 
+@given(prompt=prompts, key=keys, cut=st.integers(min_value=0, max_value=40))
+def test_a_prompt_extended_by_its_output_goes_on_as_the_stream_would(
+    prompt: list[int], key: SamplingKey, cut: int
+) -> None:
+    # What a migrated request relies on (docs/resilience.md §9): prompt + the first `cut` output
+    # ids, sent anew, says the rest of the same stream, min_tokens' masking included.
+    rules = StopRules(max_tokens=60, max_model_len=10_000, min_tokens=5, masked_ids=frozenset(EOS))
+    whole = run(SOURCE, prompt, key, rules, 60)
+    cut = min(cut, len(whole) - 1)
+    rest = StopRules(
+        max_tokens=60 - cut,
+        max_model_len=10_000,
+        min_tokens=max(0, 5 - cut),
+        masked_ids=frozenset(EOS),
+    )
+    assert whole[:cut] + run(SOURCE, [*prompt, *whole[:cut]], key, rest, 60) == whole
+
+
 def test_streams_differ_by_prompt_and_by_key() -> None:
     prompt = [5, 6, 7]
     greedy = run(SOURCE, prompt, Greedy(), OPEN_ENDED, 30)
