@@ -178,7 +178,10 @@ async def test_engine_error_mid_stream_is_an_error_event_then_done(server: LiveS
         assert events[-1] == "[DONE]"
         final = events[-2]
         assert isinstance(final, dict)
-        assert final["error"]["code"] == "worker_stream_failed"  # type: ignore[index]
+        # The engine's ABORT fails the stream; with migration on (docs/resilience.md §9) the
+        # gateway may first look for another worker and find this one, the only one, dead.
+        code = final["error"]["code"]  # type: ignore[index]
+        assert code in ("worker_stream_failed", "engine_dead")
         assert all(isinstance(e, dict) and "choices" in e for e in events[:-2])
 
 
