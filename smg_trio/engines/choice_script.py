@@ -3,8 +3,9 @@ constrained to `choice` (vLLM gRPC), to vLLM's grammar for a choice (`root ::= "
 vLLM's front end and the gateway send its EngineCore) or to a regex that is only an alternation
 of literal strings (what the gateway makes of a choice for SGLang, TokenSpeed and TRT-LLM,
 docs/request-fields.md §2) says its first choice, then EOS, as a grammar-guided model must say
-one of them and stop. Any other constraint (JSON schema, general regex, grammar) is reported,
-not followed (docs/request-fields.md §5).
+one of them and stop. A JSON schema is followed by saying its smallest instance
+(`engines.schema_instance`); any other constraint (general regex, grammar) is reported, not
+followed (docs/request-fields.md §5).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.engines.schema_instance import schema_text
 
 _SPECIALS: Final = frozenset("\\.^$|?*+()[]{}")
 # `root ::= "a" | "b"`: string literals (escapes inside) joined by `|`, nothing else.
@@ -83,12 +85,27 @@ def _unescaped(escape: re.Match[str]) -> str:
 
 
 def constraint_choices(
-    choice: Sequence[str] | None, regex: str | None, grammar: str | None = None
+    choice: Sequence[str] | None,
+    regex: str | None,
+    grammar: str | None = None,
+    *,
+    json_schema: str | None = None,
+    json_object: bool = False,
+    answers_in_json: bool = False,
 ) -> tuple[str, ...] | None:
     """The strings a constraint allows, if it is a choice, vLLM's grammar for a choice or a
-    regex of literal alternatives."""
+    regex of literal alternatives; for a JSON schema (or any JSON object), the one instance
+    the fake model writes (`engines.schema_instance`), unless the model's own answer is JSON
+    already (`answers_in_json`: a replay that answers in JSON keeps its answer)."""
     if choice:
         return tuple(choice)
+    if answers_in_json and (json_schema or json_object):
+        return None
+    if json_schema:
+        text = schema_text(json_schema)
+        return None if text is None else (text,)
+    if json_object:
+        return ("{}",)
     if grammar:
         return grammar_alternatives(grammar)
     return None if not regex else regex_alternatives(regex)

@@ -31,6 +31,7 @@ from smg_trio.engines.generation import (
     ordinary_token_ids,
 )
 from smg_trio.engines.reasoning_gate import REASONING_END_MARKERS, reasoning_end_ids
+from smg_trio.engines.schema_instance import answers_in_json
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
 from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
@@ -117,6 +118,7 @@ def _engine_model(
             eos_ids=eos_ids,
             eos_probability=eos_probability,
             replay_ids=replay_ids,
+            answers_in_json=replay_text is not None and answers_in_json(replay_text),
         )
     except ValueError as exc:
         raise ConfigError(f"{model_dir.path}: {exc}") from exc

@@ -90,6 +90,9 @@ class TokenSource:
     eos_ids: tuple[int, ...] = ()
     eos_probability: float = DEFAULT_EOS_PROBABILITY
     replay_ids: tuple[int, ...] = ()
+    # The replay's answer (after any reasoning block) is JSON: under a JSON constraint the
+    # scripted model keeps it, as a model already answering in JSON would (engines.choice_script).
+    answers_in_json: bool = False
     _ordinary_set: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

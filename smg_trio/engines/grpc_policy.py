@@ -202,11 +202,24 @@ def stop_rules(
 
 
 def choice_tokens(
-    model: ServedModel, choice: Sequence[str] | None, regex: str | None, *, ignore_eos: bool
+    model: ServedModel,
+    choice: Sequence[str] | None,
+    regex: str | None,
+    *,
+    ignore_eos: bool,
+    json_schema: str | None = None,
+    json_object: bool = False,
 ) -> tuple[int, ...]:
-    """What a choice constraint makes the fake model say (engines.choice_script)."""
+    """What a choice or JSON constraint makes the fake model say (engines.choice_script)."""
     end = () if ignore_eos else model.engine.eos_ids[:1]
-    return choice_script(constraint_choices(choice, regex), model.tokenizer, end)
+    allowed = constraint_choices(
+        choice,
+        regex,
+        json_schema=json_schema,
+        json_object=json_object,
+        answers_in_json=model.engine.source.answers_in_json,
+    )
+    return choice_script(allowed, model.tokenizer, end)
 
 
 def int_keyed(logit_bias: Mapping[str, float]) -> dict[int, float]:
@@ -219,10 +232,16 @@ def int_keyed(logit_bias: Mapping[str, float]) -> dict[int, float]:
 
 def sglang_family_rules(model: ServedModel, params: Any) -> TokenRules:
     """SGLang and its fork TokenSpeed: string-keyed logit_bias and a `constraint` oneof."""
-    regex = params.regex if params.WhichOneof("constraint") == "regex" else None
+    kind = params.WhichOneof("constraint")
     return TokenRules.of(
         logit_bias=int_keyed(params.logit_bias),
-        script=choice_tokens(model, None, regex, ignore_eos=params.ignore_eos),
+        script=choice_tokens(
+            model,
+            None,
+            params.regex if kind == "regex" else None,
+            ignore_eos=params.ignore_eos,
+            json_schema=params.json_schema if kind == "json_schema" else None,
+        ),
     )
 
 

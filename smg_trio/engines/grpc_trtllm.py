@@ -80,7 +80,12 @@ def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
         token_rules=TokenRules.of(
             bad_words=bad_words(request, model),
             script=grpc_policy.choice_tokens(
-                model, None, guided_regex(request), ignore_eos=request.ignore_eos
+                model,
+                None,
+                guided_regex(request),
+                ignore_eos=request.ignore_eos,
+                json_schema=guided_json_schema(request),
+                json_object=guided_json(request),
             ),
         ),
     )
@@ -92,6 +97,19 @@ def guided_regex(request: trtllm.GenerateRequest) -> str | None:
     if request.HasField("guided_decoding") and guided.guide_type == regex_type:
         return guided.guide
     return None
+
+
+def guided_json_schema(request: trtllm.GenerateRequest) -> str | None:
+    guided = request.guided_decoding
+    schema_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_JSON_SCHEMA
+    if request.HasField("guided_decoding") and guided.guide_type == schema_type:
+        return guided.guide
+    return None
+
+
+def guided_json(request: trtllm.GenerateRequest) -> bool:
+    json_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_JSON
+    return request.HasField("guided_decoding") and request.guided_decoding.guide_type == json_type
 
 
 def bad_words(request: trtllm.GenerateRequest, model: ServedModel) -> list[list[int]]:

@@ -88,6 +88,8 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
                 p.choice.choices if p.WhichOneof("constraint") == "choice" else None,
                 p.regex if p.WhichOneof("constraint") == "regex" else None,
                 ignore_eos=p.ignore_eos,
+                json_schema=p.json_schema if p.WhichOneof("constraint") == "json_schema" else None,
+                json_object=p.WhichOneof("constraint") == "json_object",
             ),
         ),
     )

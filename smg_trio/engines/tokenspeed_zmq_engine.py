@@ -185,7 +185,12 @@ class TokenSpeedWire:
                     TokenRules.of(
                         logit_bias=bias,
                         script=choice_script(
-                            constraint_choices(None, params.regex),
+                            constraint_choices(
+                                None,
+                                params.regex,
+                                json_schema=params.json_schema,
+                                answers_in_json=self.model.source.answers_in_json,
+                            ),
                             self.model.tokenizer,
                             () if params.ignore_eos else self.model.eos_ids,
                         ),

@@ -231,7 +231,14 @@ class VllmWire:
         if constraint is None:
             return ()
         end = () if params.eos_token_id is None else (params.eos_token_id,)
-        choices = constraint_choices(None, constraint.regex, constraint.grammar)
+        choices = constraint_choices(
+            None,
+            constraint.regex,
+            constraint.grammar,
+            json_schema=constraint.json,
+            json_object=bool(constraint.json_object),
+            answers_in_json=self.model.source.answers_in_json,
+        )
         return choice_script(choices, self.model.tokenizer, end)
 
     def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
