@@ -16,12 +16,9 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
   rest of a coalesced batch: what the engine made before the abort landed is not the client's),
   or the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10,
   as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones.
-- Logprobs (when asked) are held with their tokens: a token's position is released with the
-  text that completes it, so tokens held back by the stop scanner carry their logprobs when
-  their text goes out. At a hidden stop only tokens whose whole text went out are released: a
-  stop string's own tokens never appear (nor the token where it began), nor a hidden stop
-  token; a visible stop's tokens do. Each token is then fed to the scanner alone, to know
-  where its text ends.
+- Logprobs (when asked) are held with their tokens and released with the text that completes
+  them (`core/assembled_choice.py`); each token is then fed to the scanner alone, to know where
+  its text ends.
 - Prompt logprobs ride on a choice's first delta and never pass the scanner: the `prompt_logprobs`
   list goes in full responses, and a streamed completions echo carries the prompt's positions
   in its echo chunk. `echo` with max_tokens 0 (`plan.echo_only`) counts the engine's token for
@@ -42,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
+from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
@@ -53,64 +51,6 @@ from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire.openai_responses import Usage
-
-# A token position waiting for its text: its logprobs, and where its text ends in the choice's
-# decoded output (characters, echo excluded).
-_Pending = tuple[TokenLogprob, int]
-
-
-class _Choice:
-    """One choice's progress (a `renderer_vocabulary.ChoiceProgress`)."""
-
-    __slots__ = (
-        "chars",
-        "chunked_tokens",
-        "decoded",
-        "done",
-        "emitted",
-        "finish_reason",
-        "matched",
-        "new_ids",
-        "output_ids",
-        "parts",
-        "pending",
-        "prompt",
-        "received",
-        "released",
-        "scanner",
-        "started",
-        "stop_reason",
-        "streamed_match",
-        "tokens",
-        "unsent",
-    )
-
-    def __init__(self, scanner: StopScanner, echo: str | None, *, stream: bool) -> None:
-        self.scanner = scanner
-        self.parts: list[str] = [echo] if echo else []  # the echoed prompt/message first
-        self.chars = len(echo) if echo else 0
-        self.output_ids: list[int] = []  # counted ids, when the renderer shows them
-        self.new_ids: list[int] = []  # and, streaming, those not in a chunk yet
-        self.received: list[int] = []  # every id the engine sent it (what a migration re-sends)
-        self.tokens = 0
-        self.started = not stream  # only a stream opens its choices with a chunk
-        self.done = False
-        self.finish_reason = ""
-        self.matched: MatchedStop = None
-        self.streamed_match: MatchedStop = None
-        self.stop_reason: MatchedStop = None
-        self.emitted = 0  # generated characters sent (echo excluded)
-        self.decoded = 0  # generated characters decoded (sent + held by the scanner)
-        self.pending: list[_Pending] = []
-        self.released: list[TokenLogprob] = []  # released positions not yet in a chunk
-        self.prompt: tuple[TokenLogprob, ...] | None = None  # the engine's prompt logprobs
-        # --stream-interval: text held for the next chunk, and `tokens` when the last text
-        # chunk went out (None: none yet, so the first text is never held).
-        self.unsent: list[str] = []
-        self.chunked_tokens: int | None = None
-
-    def full_text(self) -> str:
-        return "".join(self.parts)
 
 
 class ResponseAssembler:
@@ -134,7 +74,9 @@ class ResponseAssembler:
         self._eos_token_id = plan.stop_spec.eos_token_id
         self._interval = plan.stream_interval if plan.stream else 1
         self._choices = [
-            _Choice(StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream)
+            AssembledChoice(
+                StopScanner(plan.stop_spec, tokenizer), prompt.echo_text, stream=plan.stream
+            )
             for prompt in plan.prompts
             for _ in range(plan.n)
         ]
@@ -248,7 +190,7 @@ class ResponseAssembler:
         ]
         return renderer.body(self.usage, choices)
 
-    def _count(self, choice: _Choice, token_ids: Sequence[int]) -> None:
+    def _count(self, choice: AssembledChoice, token_ids: Sequence[int]) -> None:
         """Usage counts these ids; a renderer that shows ids keeps them (none after a stop)."""
         choice.tokens += len(token_ids)
         if self._keeps_ids:
@@ -259,7 +201,7 @@ class ResponseAssembler:
     def _feed_positions(
         self,
         index: int,
-        choice: _Choice,
+        choice: AssembledChoice,
         token_ids: Sequence[int],
         positions: Sequence[TokenLogprob],
         out: list[bytes],
@@ -273,7 +215,7 @@ class ResponseAssembler:
             if type(outcome) is Stop:
                 text += outcome.text
                 emitted = choice.emitted + len(text)
-                self._release(choice, emitted, final=True)
+                choice.release(emitted, final=True)
                 if self._visible_stop:  # the stop's text (or token) is part of the output
                     choice.released.append(position)
                 stop = Stop(text=text, matched=outcome.matched, token_id=outcome.token_id)
@@ -287,35 +229,13 @@ class ResponseAssembler:
                 choice.released.append(position)  # the common case: its text is out
             else:
                 choice.pending.append((position, decoded))
-                self._release(choice, emitted, final=False)
+                choice.release(emitted, final=False)
         self._text(index, choice, text, out)
-
-    @staticmethod
-    def _release(choice: _Choice, emitted: int, *, final: bool) -> None:
-        """Move pending positions whose whole text is out (`emitted` characters) to `released`.
-
-        Ends never decrease, so those are a prefix. At a stop or finish (`final`) the rest are
-        dropped: they are a hidden stop's tokens (one whose text only partly went out began
-        the stop).
-        """
-        pending = choice.pending
-        if not pending:
-            return
-        count = len(pending)
-        if pending[-1][1] > emitted:
-            count = 0
-            while pending[count][1] <= emitted:
-                count += 1
-        choice.released.extend([p[0] for p in pending[:count]])
-        if final:
-            pending.clear()
-        else:
-            del pending[:count]
 
     def _apply(
         self,
         index: int,
-        choice: _Choice,
+        choice: AssembledChoice,
         outcome: ScanOutcome,
         engine_finish: ChoiceFinished | None,
         out: list[bytes],
@@ -342,7 +262,7 @@ class ResponseAssembler:
             case _:
                 assert_never(outcome)
 
-    def _text(self, index: int, choice: _Choice, text: str, out: list[bytes]) -> None:
+    def _text(self, index: int, choice: AssembledChoice, text: str, out: list[bytes]) -> None:
         if not choice.started:
             self._open_choice(index, choice, out)
         if not text:
@@ -351,7 +271,7 @@ class ResponseAssembler:
         choice.chars += len(text)
         choice.emitted += len(text)
         if choice.pending:  # e.g. held text flushed at the engine's finish: its tokens go with it
-            self._release(choice, choice.emitted, final=False)
+            choice.release(choice.emitted, final=False)
         if not self._stream:
             return
         if self._interval > 1:
@@ -368,7 +288,9 @@ class ResponseAssembler:
                 choice.unsent = []
         self._render_text(index, choice, text, out)
 
-    def _render_text(self, index: int, choice: _Choice, text: str, out: list[bytes]) -> None:
+    def _render_text(
+        self, index: int, choice: AssembledChoice, text: str, out: list[bytes]
+    ) -> None:
         released = choice.released
         chunk = self._renderer.text(index, text, choice, released)
         if chunk:  # b"": an output parser holds the text for now
@@ -378,14 +300,14 @@ class ResponseAssembler:
         if released:  # renderers never keep the list: an empty one is reused, not replaced
             choice.released = []
 
-    def _open_choice(self, index: int, choice: _Choice, out: list[bytes]) -> None:
+    def _open_choice(self, index: int, choice: AssembledChoice, out: list[bytes]) -> None:
         choice.started = True
         out.extend(self._renderer.opening(index, choice))
 
     def _finish(
         self,
         index: int,
-        choice: _Choice,
+        choice: AssembledChoice,
         reason: str,
         streamed_match: MatchedStop,
         final_match: MatchedStop,
@@ -399,7 +321,7 @@ class ResponseAssembler:
         choice.stop_reason = stop_reason
         self._open -= 1
         # Everything decoded has gone out now (flushed, or cut at a stop).
-        self._release(choice, choice.emitted, final=True)
+        choice.release(choice.emitted, final=True)
         if not self._stream:
             return
         if not choice.started:

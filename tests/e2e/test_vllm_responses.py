@@ -1,7 +1,9 @@
 """Opt-in: OpenAI Responses in front of a real vLLM engine (headless EngineCore over ZMQ, the
 tiny model): greedy text through `/v1/responses`, whole and streamed, equals the text of the
-equivalent chat completion, with `max_output_tokens` 200 and 8 (then surely incomplete)
-(docs/client-apis.md §3, docs/real-engines.md).
+equivalent chat completion, with `max_output_tokens` 200 and 8 (then surely incomplete); the
+openai SDK's parse helpers (`responses.parse`, `responses.stream(text_format=...)`) complete
+with the engine's grammar-guided JSON parsed into the model (docs/client-apis.md §3,
+docs/real-engines.md).
 
     SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
         .venv/bin/pytest -m real_engine tests/e2e/test_vllm_responses.py
@@ -9,11 +11,12 @@ equivalent chat completion, with `max_output_tokens` 200 and 8 (then surely inco
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import pytest
 import trio
 from openai import OpenAI
+from pydantic import BaseModel
 
 from tests.e2e import real_vllm
 from tests.e2e.real_vllm import SERVED_NAME
@@ -71,3 +74,31 @@ async def test_greedy_text_equals_the_chat_completion(
     # The tiny model may ramble past 200 tokens: the statuses follow chat's finish either way.
     assert finish == "length" or max_tokens > 8
     assert statuses == ("incomplete/incomplete" if finish == "length" else "completed/completed")
+
+
+class Verdict(BaseModel):
+    """Bounded: a random-weight model under a grammar ends it in a few tokens (a free string
+    could ramble to the token limit, and then no JSON would parse)."""
+
+    answer: Literal["yes", "no"]
+    sure: bool
+
+
+def parse_both_ways(base_url: str) -> tuple[Verdict | None, Verdict | None, str]:
+    client = OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0, timeout=REQUEST_S)
+    common: dict[str, Any] = {"model": SERVED_NAME, "temperature": 0, "store": False}
+    with client:
+        parsed = client.responses.parse(input=QUESTION, text_format=Verdict, **common)
+        with client.responses.stream(input=QUESTION, text_format=Verdict, **common) as stream:
+            final = stream.get_final_response()
+    return parsed.output_parsed, final.output_parsed, f"{parsed.status}/{final.status}"
+
+
+async def test_the_sdk_parse_helpers_complete(vllm_zmq_gateway_url: str) -> None:
+    with trio.fail_after(REQUEST_S):
+        parsed, streamed, statuses = await trio.to_thread.run_sync(
+            parse_both_ways, vllm_zmq_gateway_url
+        )
+    assert statuses == "completed/completed"
+    assert isinstance(parsed, Verdict)
+    assert parsed == streamed
