@@ -10,6 +10,8 @@ The gateway and the reference vLLM engine run as processes of their own, so the 
 2. Fuzz: `--bodies` seeded hostile bodies over every endpoint (8 at a time) and `--frames`
    seeded hostile WebSocket frames (over 4 sockets): 0 answers of 5xx, 0 sockets closed by
    the server, RSS within 20 % of the baseline afterwards.
+3. h2 frames: `--h2` seeded hostile HTTP/2 frame sequences, one h2c connection each, 8 at a
+   time (bench/hostile/h2_frames.py): 0 × 5xx, every well-formed request ended, GOAWAY codes.
 
 The figures replace its section of bench/RESULTS.md (not with `--no-write`).
 """
@@ -30,6 +32,7 @@ import httpx
 import trio
 import trio_websocket
 
+from bench.hostile.h2_frames import H2FuzzResult, fuzz_h2
 from bench.load.servers import (
     reference_engine_command,
     smg_trio_command,
@@ -37,6 +40,7 @@ from bench.load.servers import (
     wait_serving,
 )
 from bench.reports.results_page import Recording, recording_parser
+from harness.h2_frame_corpus import h2_sequences
 from harness.hostile_corpus import expected_id, hostile_bodies, hostile_frames
 from harness.ports import free_port
 from smg_trio.model import demo_model_path
@@ -49,6 +53,7 @@ SAMPLE_S: Final = 0.02
 CHAT: Final = "/v1/chat/completions"
 SOCKETS: Final = 4
 FUZZ_RSS_BACK_MB: Final = 64  # issue 33: RSS back within 64 MB of the start after the fuzz
+SERVED_MODEL: Final = "demo_model"  # the demo model folder's served name (no --served-model-name)
 
 
 def rss_mb(pid: int) -> float:
@@ -268,7 +273,30 @@ def _within(value: float, baseline: float) -> str:
     return f"{value:.0f} MB ({(value / baseline - 1) * 100:+.0f} %, {'ok' if ok else 'FAIL'})"
 
 
-def report(big: list[BigResult], fuzzed: FuzzResult, args: argparse.Namespace) -> str:
+def h2_rows(result: H2FuzzResult | None, args: argparse.Namespace) -> list[str]:
+    if result is None:
+        return []
+    statuses = ", ".join(f"{status}: {n}" for status, n in sorted(result.statuses.items()))
+    goaways = ", ".join(f"{code}: {n}" for code, n in sorted(result.goaways.items()))
+    unended = ", ".join(result.without_end[:5]) or "0"
+    return [
+        "",
+        f"| h2 frame sequences (seed {args.seed}) | connections | well-formed requests "
+        "| answers | 5xx / internal_error | requests never ended | GOAWAY codes "
+        "| unparsable server frames | time |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {args.h2} | {result.sequences} | {result.requests} | {statuses} | "
+        f"{result.server_errors} | {len(result.without_end)} ({unended}) | {goaways} | "
+        f"{result.unparsable} | {result.seconds:.1f} s |",
+    ]
+
+
+def report(
+    big: list[BigResult],
+    fuzzed: FuzzResult,
+    args: argparse.Namespace,
+    h2: H2FuzzResult | None = None,
+) -> str:
     lines = [
         "2 shared cores, other helpers running (load average in the header). Gateway and reference vLLM engine as separate processes on "
         "loopback; RSS is the gateway's VmRSS, sampled every 20 ms.",
@@ -300,6 +328,7 @@ def report(big: list[BigResult], fuzzed: FuzzResult, args: argparse.Namespace) -
         f"{fuzzed.peak_mb:.0f} MB | {fuzzed.after_mb:.0f} MB ({back:+.0f} MB, "
         f"{'ok' if back <= FUZZ_RSS_BACK_MB else 'FAIL'}) from {fuzzed.baseline_mb:.0f} MB | "
         f"{fuzzed.seconds:.1f} s |",
+        *h2_rows(h2, args),
     ]
     return "\n".join(lines) + "\n"
 
@@ -334,8 +363,13 @@ async def run(args: argparse.Namespace) -> str:
                     else []
                 )
                 fuzzed = await fuzz(args, base_url, watch)
+                h2 = None
+                if "h2" in args.phases.split(","):
+                    with trio.fail_after(args.time_cap):
+                        sequences = list(h2_sequences(args.seed, args.h2, model=SERVED_MODEL))
+                        h2 = await fuzz_h2(port, sequences)
                 nursery.cancel_scope.cancel()
-    return report(big, fuzzed, args)
+    return report(big, fuzzed, args, h2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -344,7 +378,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bodies", type=int, default=20_000, help="fuzzed HTTP bodies")
     parser.add_argument("--frames", type=int, default=5_000, help="fuzzed WebSocket frames")
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--phases", default="big,fuzz", help="big,fuzz or one of them")
+    parser.add_argument("--h2", type=int, default=2_000, help="fuzzed h2 frame sequences")
+    parser.add_argument("--phases", default="big,fuzz,h2", help="big,fuzz,h2 or some of them")
     parser.add_argument("--time-cap", type=float, default=600.0, help="seconds per phase")
 
 

@@ -42,6 +42,7 @@ from smg_trio.handoff import Taken
 
 MAX_RECV: Final = 2**16  # bytes asked of the socket per read (hypercorn's worker reads as much)
 REST_S: Final = 300.0  # bound on writing what the kernel did not take at once (write_rest)
+LINGER_S: Final = 0.5  # the most a closing socket reads (and drops) before the close
 BOOKKEEPING_S: Final = 1.0
 """Bound on the shielded per-connection bookkeeping (close a socket, start a timer)."""
 
@@ -302,10 +303,15 @@ class GatewayConnection:
 
     async def _close_stream(self) -> None:
         """End our side of the connection, then close the socket (a gone peer or TLS without
-        EOF ends nothing more)."""
+        EOF ends nothing more). In between, a bounded lingering read: closing a socket with
+        unread bytes in it makes the kernel send a reset, which can destroy what we sent last
+        (an h2 GOAWAY, a last response) before the client read it (docs/http.md §3)."""
         with contextlib.suppress(
             trio.BrokenResourceError, trio.BusyResourceError, trio.ClosedResourceError
         ):
             if isinstance(self.stream, trio.SocketStream):
                 await self.stream.send_eof()
+                with trio.move_on_after(LINGER_S):
+                    while await self.stream.receive_some(MAX_RECV):
+                        pass
         await self.stream.aclose()
