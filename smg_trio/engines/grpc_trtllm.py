@@ -33,6 +33,7 @@ from smg_trio.wire._proto import trtllm_service_grpc
 from smg_trio.wire._proto import trtllm_service_pb2 as trtllm
 
 TRTLLM_VERSION: Final = "1.3.0"
+GUIDE: Final = trtllm.GuidedDecodingParams
 
 
 def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
@@ -82,34 +83,20 @@ def admit(request: trtllm.GenerateRequest, model: ServedModel) -> JobSpec:
             script=grpc_policy.choice_tokens(
                 model,
                 None,
-                guided_regex(request),
+                guided(request, GUIDE.GUIDE_TYPE_REGEX),
                 ignore_eos=request.ignore_eos,
-                json_schema=guided_json_schema(request),
-                json_object=guided_json(request),
+                json_schema=guided(request, GUIDE.GUIDE_TYPE_JSON_SCHEMA),
+                json_object=guided(request, GUIDE.GUIDE_TYPE_JSON) is not None,
             ),
         ),
     )
 
 
-def guided_regex(request: trtllm.GenerateRequest) -> str | None:
-    guided = request.guided_decoding
-    regex_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_REGEX
-    if request.HasField("guided_decoding") and guided.guide_type == regex_type:
-        return guided.guide
+def guided(request: trtllm.GenerateRequest, guide_type: int) -> str | None:
+    """The guide of `guided_decoding` when it is of this type (`GuidedDecodingParams.GUIDE_TYPE_*`)."""
+    if request.HasField("guided_decoding") and request.guided_decoding.guide_type == guide_type:
+        return request.guided_decoding.guide
     return None
-
-
-def guided_json_schema(request: trtllm.GenerateRequest) -> str | None:
-    guided = request.guided_decoding
-    schema_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_JSON_SCHEMA
-    if request.HasField("guided_decoding") and guided.guide_type == schema_type:
-        return guided.guide
-    return None
-
-
-def guided_json(request: trtllm.GenerateRequest) -> bool:
-    json_type = trtllm.GuidedDecodingParams.GUIDE_TYPE_JSON
-    return request.HasField("guided_decoding") and request.guided_decoding.guide_type == json_type
 
 
 def bad_words(request: trtllm.GenerateRequest, model: ServedModel) -> list[list[int]]:
