@@ -316,14 +316,16 @@ async def test_every_endpoint_and_transport_goes_on_after_a_kill(wire: str, tmp_
                 victim.kill()
             for index, shape in enumerate(SHAPES):
                 assert got[index] == [expected[index]] * 2, shape
-            registry = serving.gateway.metrics.registry
-            moved = registry.get_sample_value(
-                "smg_trio_migrations_total", {"reason": "engine_dead"}
+            # By any reason: a killed engine's streams end engine_dead, or on gRPC, when the
+            # stream's own read fails first, worker_stream_failed (a race under load).
+            moved = sum(
+                sample.value
+                for metric in serving.gateway.metrics.registry.collect()
+                for sample in metric.samples
+                if sample.name == "smg_trio_migrations_total"
             )
             retried = sum(worker.retries for worker in serving.gateway.pool.snapshot())
-            assert moved is not None
             assert moved + retried == len(SHAPES)
-            assert moved is not None
             assert moved >= 1
 
 
