@@ -61,5 +61,5 @@ async def test_a_mixed_storm_leaves_no_engine_request_task_or_fd_and_resets_cost
     reset = re.search(r"rapid reset 1 s: (\d+) streams reset, (\d+) ADDs", text)
     assert reset is not None, text
     resets, adds = int(reset.group(1)), int(reset.group(2))
-    assert resets > 100
+    assert resets > 40  # a loaded machine (load 12) got 73 in the second; a quiet one ~10x that
     assert adds <= resets // 100, f"{adds} engine ADDs for {resets} streams reset at once"
