@@ -29,6 +29,9 @@ MINUTE_S: Final = 60.0
 # enforced as 1,000 requests/second"), and it keeps a minute-long burst at about N, not 2N.
 REQUEST_BURST_WINDOW_S: Final = 1.0
 
+# Float rounding: a cost due within this share of an interval is due now (the Lua script too).
+SLACK: Final = 1e-9
+
 LimitKind = Literal["requests", "tokens"]
 
 
@@ -72,9 +75,9 @@ def gcra(rate: Rate, tat: float, now: float, cost: float) -> Allowed | Refused:
     start = max(tat, now)
     new_tat = start + cost * interval
     allow_at = new_tat - rate.burst * interval
-    if allow_at > now:
+    if allow_at - now > interval * SLACK:
         return Refused(allow_at - now)
-    return Allowed(new_tat, math.floor((now - allow_at) / interval + 1e-9))
+    return Allowed(new_tat, max(0, math.floor((now - allow_at) / interval + SLACK)))
 
 
 def charge(rate: Rate, tat: float, now: float, cost: float) -> float:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 class TenantMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
+        self.registry = r = registry
         self.requests = Counter(
             "smg_trio_tenant_requests",
             "Generation requests by tenant and what its budget said",

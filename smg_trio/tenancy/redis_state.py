@@ -32,8 +32,8 @@ local function gcra(tat, now, cost, interval, burst)
   if cost > burst then return nil, -1 end
   local new_tat = math.max(tat, now) + cost * interval
   local allow_at = new_tat - burst * interval
-  if allow_at > now then return nil, allow_at - now end
-  return new_tat, math.floor((now - allow_at) / interval + 1e-9)
+  if allow_at - now > interval * 1e-9 then return nil, allow_at - now end
+  return new_tat, math.max(0, math.floor((now - allow_at) / interval + 1e-9))
 end
 local function clock()
   local t = redis.call('TIME')
