@@ -12,6 +12,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from harness.ports import free_port
+from harness.redis_server import redis_server
 from smg_trio.core.rate_limits import TenantRates, requests_rate, tokens_rate
 from smg_trio.errors import RateLimited
 from smg_trio.observability.tenant_metrics import TenantMetrics
@@ -19,7 +20,7 @@ from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.tenancy.gate import REDIS_RETRY_S, TenantGate, open_tenant_gate
 from smg_trio.tenancy.redis_client import open_redis
 from smg_trio.tenancy.redis_state import RedisState
-from tests.tenancy.redis_server import needs_redis, redis_server
+from tests.tenancy import needs_redis
 
 TEST_TIMEOUT_S: Final = 20.0
 

@@ -1,6 +1,7 @@
-"""A throwaway `redis-server` on a free loopback port, in the foreground, no persistence;
+"""I/O. A throwaway `redis-server` on a free loopback port, in the foreground, no persistence;
 stopped by its PID (`kill` ends it at once: it keeps nothing) and waited for. Tests that need
-it skip with a reason when the binary is absent (`make test` installs Debian's `redis-server`)."""
+it skip with a reason when the binary is absent (`make test` installs Debian's `redis-server`);
+the fleet bench refuses to run."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final
 
-import pytest
 import trio
 
 from harness.ports import free_port
@@ -19,9 +19,6 @@ from smg_trio.tenancy.redis_client import RedisUnavailable, open_redis
 
 READY_S: Final = 10.0
 REDIS_SERVER: Final = shutil.which("redis-server")
-needs_redis = pytest.mark.skipif(
-    REDIS_SERVER is None, reason="needs redis-server (Debian: apt-get install redis-server)"
-)
 
 
 @dataclass
