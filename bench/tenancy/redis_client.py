@@ -58,8 +58,9 @@ async def run(calls: int, levels: Sequence[int], rounds: int) -> None:
         open_redis(server.url) as ours,
         open_asyncio_bridge() as bridge,
     ):
-        sha = await ours.call("SCRIPT", "LOAD", ADMIT_SCRIPT)
-        assert isinstance(sha, bytes)
+        loaded = await ours.call("SCRIPT", "LOAD", ADMIT_SCRIPT)
+        assert isinstance(loaded, bytes)
+        sha = loaded.decode()
         port = int(server.url.rsplit(":", 1)[1].split("/")[0])
         asyncio_client = await bridge.run(
             lambda: _async_client(port)  # created on the loop thread
@@ -74,7 +75,7 @@ async def run(calls: int, levels: Sequence[int], rounds: int) -> None:
                 lambda: sync_client.evalsha(sha, 1, "k:sync", *args)
             ),
         }
-        print(f"| client | concurrency | wall µs/call | CPU µs/call (client process) |")
+        print("| client | concurrency | wall µs/call | CPU µs/call (client process) |")
         print("|---|---|---|---|")
         for name, call in candidates.items():
             for level in levels:

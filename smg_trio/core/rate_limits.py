@@ -24,10 +24,15 @@ from typing import Final, Literal
 import msgspec
 
 MINUTE_S: Final = 60.0
-# A rate limit of N requests per minute tolerates a burst of one second's share (at least 1):
-# OpenAI documents its limits as quantized the same way ("60,000 requests/minute may be
-# enforced as 1,000 requests/second"), and it keeps a minute-long burst at about N, not 2N.
+# A rate limit of N requests per minute tolerates a burst of one second's share: OpenAI
+# documents its limits as quantized the same way ("60,000 requests/minute may be enforced as
+# 1,000 requests/second"), and it keeps a minute-long burst at about N, not 2N.
 REQUEST_BURST_WINDOW_S: Final = 1.0
+# ...and at least this much lateness is credited. With a burst of exactly one request, a
+# request admitted late (the gateway busy, the client slow) pushes every later one back by its
+# lateness: a minute-long flood at 60/min passed only 57 across two busy replicas. A client
+# sending at exactly the limit, each request up to this late, is never refused.
+REQUEST_JITTER_S: Final = 0.25
 
 # Float rounding: a cost due within this share of an interval is due now (the Lua script too).
 SLACK: Final = 1e-9
@@ -48,8 +53,11 @@ class Rate(msgspec.Struct, frozen=True):
 
 
 def requests_rate(per_minute: int) -> Rate:
-    """Requests per minute: a burst of one second's share, at least one request."""
-    return Rate(per_minute, MINUTE_S, max(1.0, per_minute * REQUEST_BURST_WINDOW_S / MINUTE_S))
+    """Requests per minute: a burst of one second's share, and at least one request plus
+    REQUEST_JITTER_S of lateness."""
+    interval = MINUTE_S / per_minute
+    share = per_minute * REQUEST_BURST_WINDOW_S / MINUTE_S
+    return Rate(per_minute, MINUTE_S, max(share, 1.0 + REQUEST_JITTER_S / interval))
 
 
 def tokens_rate(per_minute: int) -> Rate:

@@ -107,8 +107,11 @@ def _tenant(name: str, budget: TenantBudget | None, source: str) -> Tenant:
         return Tenant(name, TenantRates())
     for field in TenantBudget.__struct_fields__:
         value = getattr(budget, field)
-        if value is not None and value < 1:
-            raise ConfigError(f"{source}: tenants.{name}.{field} must be at least 1, got {value}")
+        least = 0 if field == "max_queue" else 1  # a queue of 0: over the limit is a 429 at once
+        if value is not None and value < least:
+            raise ConfigError(
+                f"{source}: tenants.{name}.{field} must be at least {least}, got {value}"
+            )
     if budget.max_queue is not None and budget.max_concurrent is None:
         raise ConfigError(f"{source}: tenants.{name}.max_queue needs max_concurrent")
     rates = TenantRates(

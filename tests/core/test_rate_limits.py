@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smg_trio.core.rate_limits import (
+    REQUEST_JITTER_S,
     Admitted,
     Allowed,
     Limited,
@@ -97,13 +98,28 @@ def test_a_cost_above_the_burst_never_passes() -> None:
     assert isinstance(gcra(rate, 0.0, 0.0, 1000), Allowed)
 
 
-def test_sixty_a_minute_is_one_a_second_with_a_burst_of_one() -> None:
+def test_sixty_a_minute_is_one_a_second_with_a_quarter_second_of_lateness() -> None:
     rate = requests_rate(60)
-    assert (rate.interval_s, rate.burst) == (1.0, 1.0)
+    assert (rate.interval_s, rate.burst) == (1.0, 1.25)
     # A minute-long flood, every 10 ms: one per second passes (61 with both ends).
-    flood = [i / 100 for i in range(6001)]
+    flood = [i / 100 for i in range(6000)]
     assert len(run(rate, flood)) == 61
     assert requests_rate(6000).burst == 100.0
+    assert requests_rate(1).burst == 1.0 + 0.25 / 60
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(1, 100_000),
+    st.floats(0.0, 1000.0),
+    st.lists(st.floats(0.0, REQUEST_JITTER_S), min_size=1, max_size=100),
+)
+def test_a_client_at_the_limit_is_never_refused_for_being_late(
+    per_minute: int, start: float, lateness: list[float]
+) -> None:
+    rate = requests_rate(per_minute)
+    arrivals = [start + i * rate.interval_s + late for i, late in enumerate(lateness)]
+    assert run(rate, sorted(arrivals)) == sorted(arrivals)
 
 
 @settings(max_examples=300)
