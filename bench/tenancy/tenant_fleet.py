@@ -23,6 +23,7 @@ import trio
 from harness.redis_server import REDIS_SERVER, redis_server
 from harness.tenant_fleet import burst, open_fleet
 
+WARNING = b"Redis tenant state unavailable"
 KEYS = """
 [keys]
 "sk-acme-bench" = "acme"
@@ -43,6 +44,7 @@ async def run(seconds: float, after_kill_s: float, concurrency: int) -> int:
                 fleet.base_urls, "sk-acme-bench", duration_s=seconds, concurrency=concurrency
             )
             shared_s = trio.current_time() - started
+            fallbacks = sum(bytes(log).count(WARNING) for log in fleet.logs)
             await redis.kill()
             started = trio.current_time()
             fallback = await burst(
@@ -50,6 +52,7 @@ async def run(seconds: float, after_kill_s: float, concurrency: int) -> int:
             )
             fallback_s = trio.current_time() - started
     print(f"load average at the start: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
+    print(f"fallbacks to per-process limits before the kill (logged warnings): {fallbacks}")
     print("| phase | seconds | requests | 200 | 429 | other |")
     print("|---|---|---|---|---|---|")
     for name, result, span in (

@@ -24,6 +24,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Final, Protocol, TypeVar
 
 import trio
@@ -64,14 +65,19 @@ class TenantGate:
         shared: RedisState | None = None,
         *,
         queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
+        redis_retry_s: float = REDIS_RETRY_S,
     ) -> None:
         self.metrics = metrics
+        self.redis_retry_s = redis_retry_s
         self.shared = shared
         self.local = LocalState()
         self.queue_timeout_s = queue_timeout_s
         self._shared_down_until = -math.inf
         self._waiting: dict[str, int] = {}
         self._released: dict[str, trio.Event] = {}
+        # Redis leases whose release failed (an outage): released once Redis answers again,
+        # else they would hold their slots until they expire.
+        self._unreleased: list[tuple[Tenant, str]] = []
 
     @property
     def degraded(self) -> bool:
@@ -178,6 +184,10 @@ class TenantGate:
         """A slot: True if leased in Redis, False if in this process, None if none is free."""
         if self.shared is not None and not self.degraded:
             shared = self.shared
+            while self._unreleased and not self.degraded:
+                owner, stale = self._unreleased.pop()
+                if await self._bounded(partial(shared.release, owner, stale)) is None:
+                    self._unreleased.append((owner, stale))
             answered = await self._bounded(lambda: shared.try_lease(tenant, lease_id))
             if answered is not None:
                 return True if answered[0] else None
@@ -187,7 +197,11 @@ class TenantGate:
         if shared:
             assert self.shared is not None
             state = self.shared
-            await self._bounded(lambda: state.release(tenant, lease_id))  # else it expires
+            if (
+                self.degraded
+                or await self._bounded(lambda: state.release(tenant, lease_id)) is None
+            ):
+                self._unreleased.append((tenant, lease_id))
         else:
             self.local.release(tenant)
         released = self._released.pop(tenant.name, None)
@@ -226,7 +240,7 @@ class TenantGate:
                 failure,
             )
             self.metrics.shared_state(up=False)
-        self._shared_down_until = trio.current_time() + REDIS_RETRY_S
+        self._shared_down_until = trio.current_time() + self.redis_retry_s
         return None
 
 

@@ -14,6 +14,7 @@ import trio
 
 from harness.redis_server import redis_server
 from harness.tenant_fleet import burst, chat, open_fleet
+from tests.e2e.live_server import LiveServer, live_server, websocket_request
 from tests.tenancy import needs_redis
 
 TEST_TIMEOUT_S: Final = 100.0
@@ -92,3 +93,87 @@ async def test_two_gateways_share_a_tenant_budget_through_redis(tmp_path: Path) 
     assert set(fallback.statuses) == {200, 429}, fallback.statuses  # 0 5xx
     assert fallback.statuses[200] <= allowed_at_most(fallback_s, processes=2), fallback.statuses
     assert up == [0.0, 0.0]
+
+
+ONE_PROCESS_KEYS: Final = """
+[keys]
+"sk-acme-0001" = "acme"
+"sk-solo-0001" = "solo"
+
+[tenants.acme]
+requests_per_minute = 60
+
+[tenants.solo]
+max_concurrent = 1
+max_queue = 1
+"""
+
+
+async def metric(server: LiveServer, prefix: str) -> float:
+    async with httpx.AsyncClient(base_url=server.base_url) as client:
+        text = (await client.get("/metrics")).text
+    return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(prefix))
+
+
+async def test_websocket_requests_are_charged_to_the_sockets_tenant(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(ONE_PROCESS_KEYS)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with live_server(tmp_path, api_key="sk-acme-0001", api_keys=keys) as server:
+            body = {**chat(), "stream": True}
+            first = await websocket_request(server, "/v1/chat/completions", body)
+            second = await websocket_request(server, "/v1/chat/completions", body)
+            async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as client:
+                over_http = await client.post("/v1/chat/completions", json=chat())
+    assert first[-1]["type"] == "done"
+    assert second[-1]["type"] == "error"
+    assert second[-1]["error"]["code"] == "rate_limit_exceeded"
+    assert second[-1]["error"]["type"] == "requests"
+    assert over_http.status_code == 429  # one budget, whatever the transport
+    assert int(over_http.headers["retry-after"]) >= 1
+
+
+async def test_a_queued_request_whose_client_leaves_leaves_the_queue(tmp_path: Path) -> None:
+    """`solo` may run one request, one more waits; the waiter's client closes its connection:
+    the queue is empty at once and the next request takes the free place."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text(ONE_PROCESS_KEYS)
+    waiting = 'smg_trio_tenant_requests_waiting{tenant="solo"}'
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            live_server(tmp_path, api_key="sk-solo-0001", api_keys=keys, step_ms=50) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=server.auth, timeout=30) as holder,
+        ):
+            long = {**chat(max_tokens=200), "stream": True}
+            async with holder.stream("POST", "/v1/chat/completions", json=long) as held:
+                assert held.status_code == 200
+                async with trio.open_nursery() as nursery:
+                    leaver = trio.CancelScope()
+
+                    async def waiter() -> None:
+                        with leaver:
+                            async with httpx.AsyncClient(
+                                base_url=server.base_url, headers=server.auth
+                            ) as client:
+                                await client.post("/v1/chat/completions", json=chat())
+
+                    nursery.start_soon(waiter)
+                    while await metric(server, waiting) != 1:  # noqa: ASYNC110
+                        await trio.sleep(0.01)  # the gateway's side: no event to wait on
+                    leaver.cancel()  # the client leaves: its connection closes
+                left_at = trio.current_time()
+                while await metric(server, waiting) != 0:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                left_s = trio.current_time() - left_at
+                queued = await metric(server, waiting)
+                async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as c:
+                    # The queue's one place is free again: this one waits, not a 429 ...
+                    with trio.move_on_after(0.3) as still_waiting:
+                        await c.post("/v1/chat/completions", json=chat())
+            left = await metric(
+                server, 'smg_trio_tenant_requests_total{tenant="solo",outcome="left_queue"}'
+            )
+    assert left_s < 1.0
+    assert queued == 0
+    assert still_waiting.cancelled_caught  # ... until the held stream ends
+    assert left == 1

@@ -211,3 +211,25 @@ async def test_two_gates_on_one_redis_share_the_limits() -> None:
             await server.kill()
             async with first.admitted(tenant, 1, Usage()), second.admitted(tenant, 1, Usage()):
                 assert [g.degraded for g in gates] == [True, True]
+
+
+@needs_redis
+async def test_a_lease_whose_release_failed_is_released_when_redis_answers_again() -> None:
+    tenant = Tenant("acme", TenantRates(), max_concurrent=1, max_queue=0)
+    dead_url = f"redis://127.0.0.1:{free_port()}/0"
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            redis_server() as server,
+            open_redis(server.url) as good,
+            open_redis(dead_url) as dead,
+        ):
+            reachable, unreachable = RedisState(good, lease_s=30.0), RedisState(dead, lease_s=30.0)
+            g = gate(shared=reachable, redis_retry_s=0.0)
+            async with g.admitted(tenant, 1, Usage()):
+                g.shared = unreachable  # the way to Redis breaks while the slot is held
+            g.shared = reachable  # and comes back: the slot is not left held in Redis
+            other = gate(shared=RedisState(good, lease_s=30.0))
+            async with g.admitted(tenant, 1, Usage()):
+                pass
+            async with other.admitted(tenant, 1, Usage()):
+                pass
