@@ -120,6 +120,7 @@ def chat(max_tokens: int = 1) -> dict[str, object]:
 class Burst:
     statuses: collections.Counter[int] = field(default_factory=collections.Counter)
     refusal: httpx.Response | None = None  # the first 429, to read its headers and body
+    slowest_s: float = 0.0  # the longest any answer took: how late the last could be admitted
 
 
 async def burst(
@@ -138,7 +139,9 @@ async def burst(
             while trio.current_time() < deadline:
                 url = base_urls[i % len(base_urls)]
                 i += 1
+                sent = trio.current_time()
                 response = await client.post(f"{url}/v1/chat/completions", json=body)
+                result.slowest_s = max(result.slowest_s, trio.current_time() - sent)
                 result.statuses[response.status_code] += 1
                 if response.status_code == 429 and result.refusal is None:
                     result.refusal = response
