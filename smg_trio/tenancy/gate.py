@@ -49,6 +49,8 @@ REDIS_RETRY_S: Final = 1.0
 # A waiter for a slot held in Redis re-checks this often (a slot may free in another process).
 SHARED_SLOT_POLL_S: Final = 0.05
 QUEUE_FULL_RETRY_AFTER_S: Final = 1
+# Redis leases remembered for release after an outage, at most.
+MAX_UNRELEASED: Final = 4096
 
 
 class Usage(Protocol):
@@ -188,9 +190,14 @@ class TenantGate:
                 owner, stale = self._unreleased.pop()
                 if await self._bounded(partial(shared.release, owner, stale)) is None:
                     self._unreleased.append((owner, stale))
-            answered = await self._bounded(lambda: shared.try_lease(tenant, lease_id))
+            try:
+                answered = await self._bounded(lambda: shared.try_lease(tenant, lease_id))
+            except trio.Cancelled:  # the script may have run: release it, to be sure
+                self._remember_unreleased(tenant, lease_id)
+                raise
             if answered is not None:
                 return True if answered[0] else None
+            self._remember_unreleased(tenant, lease_id)  # likewise
         return False if self.local.try_lease(tenant) else None
 
     async def _release(self, tenant: Tenant, lease_id: str, *, shared: bool) -> None:
@@ -201,12 +208,17 @@ class TenantGate:
                 self.degraded
                 or await self._bounded(lambda: state.release(tenant, lease_id)) is None
             ):
-                self._unreleased.append((tenant, lease_id))
+                self._remember_unreleased(tenant, lease_id)
         else:
             self.local.release(tenant)
         released = self._released.pop(tenant.name, None)
         if released is not None:
             released.set()
+
+    def _remember_unreleased(self, tenant: Tenant, lease_id: str) -> None:
+        # Bounded: past the cap the oldest are left to expire on their own (LEASE_GRACE_S).
+        self._unreleased.append((tenant, lease_id))
+        del self._unreleased[:-MAX_UNRELEASED]
 
     async def _shared_or_local(
         self, shared_call: Callable[[RedisState], Awaitable[_T]], local_call: Callable[[], _T]
