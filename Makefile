@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # `make test`. Some environments turn them off for everything; the recipes turn them back on.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test lint typecheck contracts unit bench bench-core bench-zmq bench-floor fmt demo-model harmony-model clean protos protos-check
+.PHONY: demo test redis-server lint typecheck contracts unit bench bench-core bench-zmq bench-floor fmt demo-model harmony-model clean protos protos-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/smg-trio demo
 
-test: $(STAMP) lint typecheck contracts unit
+test: $(STAMP) redis-server lint typecheck contracts unit
+
+# The tenant tests start their own redis-server (harness/redis_server.py). On a fresh Debian
+# machine, as root (CI), install Debian's package when it is absent; anywhere else those tests
+# skip with a reason. PostgreSQL stays opt-in (SMG_TRIO_POSTGRES=1): it is not installed here.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	  else echo "redis-server is absent and cannot be installed here: its tests will skip"; fi; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

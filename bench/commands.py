@@ -76,6 +76,11 @@ COMMANDS: Final = (
         ("ttft_floor", "bench.floors.ttft_floor:main", "(helper) a first-token floor relay"),
     ),
     *_group(
+        "tenants (bench/tenancy/)",
+        ("redis_client", "bench.tenancy.redis_client:main", "Redis clients under trio, per call"),
+        ("tenant_fleet", "bench.tenancy.tenant_fleet:main", "a minute's burst on 2 replicas"),
+    ),
+    *_group(
         "resilience (bench/resilience/)",
         ("migration_gap", "bench.resilience.migration_gap:main", "a killed engine's resume gap"),
     ),

@@ -13,7 +13,7 @@
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
         [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P] [--probe-port P]
         [--otlp-endpoint URL] [--response-store sqlite:///PATH|postgresql://...]
-        [--processes N]
+        [--processes N] [--api-keys FILE.toml] [--state-url redis://HOST:PORT/DB]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
@@ -77,8 +77,9 @@ _CONFIG_FLAGS = (
     "otlp_endpoint",
     "response_store",
     "processes",
+    "state_url",
 )
-_PATH_FLAGS = ("model_path", "certfile", "keyfile")
+_PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys")
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
@@ -216,6 +217,19 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     )
     serve.add_argument(
         "--reasoning-parser", metavar="NAME", help="separate reasoning (e.g. deepseek_r1, qwen3)"
+    )
+    serve.add_argument(
+        "--api-keys",
+        type=Path,
+        metavar="FILE",
+        help="TOML file of API keys, each naming a tenant with optional requests/min, "
+        "tokens/min and max concurrent (docs/fleet.md §2); replaces --api-key",
+    )
+    serve.add_argument(
+        "--state-url",
+        metavar="URL",
+        help="redis://HOST:PORT/DB: tenant limits shared by every process and replica "
+        "(default: each process its own)",
     )
     serve.add_argument(
         "--response-store",

@@ -22,6 +22,8 @@ from smg_trio.response_store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
+from smg_trio.tenancy.api_keys import load_api_keys
+from smg_trio.tenancy.redis_client import RedisAddress
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
@@ -101,6 +103,11 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # /v1/responses' store (docs/client-apis.md §3.3): sqlite:///PATH or postgresql://...;
     # None: a SQLite file in the user's data dir, opened on first use.
     response_store: str | None = None
+    # Tenants (docs/fleet.md §2): a TOML file of API keys → tenant with optional budgets
+    # (tenancy/api_keys.py), in place of `api_key`; where their limits live: None, in each
+    # process; redis://HOST:PORT/DB, shared by every process and replica.
+    api_keys: Path | None = None
+    state_url: str | None = None
     # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
     # serves, with no supervisor.
     processes: int = 1
@@ -149,7 +156,7 @@ def config_from_mapping(data: dict[str, Any], *, source: str, base: Path) -> Gat
         raise ConfigError(f"{source}: `workers` must be a list of RUNTIME+WIRE://HOST:PORT strings")
     fields = dict(data)
     fields["workers"] = tuple(parse_worker_spec(w) for w in raw_workers)
-    for key in ("model_path", "certfile", "keyfile"):
+    for key in ("model_path", "certfile", "keyfile", "api_keys"):
         if isinstance(fields.get(key), str):
             fields[key] = base / fields[key]
     try:
@@ -187,7 +194,21 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         if value is not None and not 0 <= value < 65536:
             raise ConfigError(f"{name} must be in 0..65535, got {value}")
     check_processes(config)
+    check_tenancy(config)
     return config
+
+
+def check_tenancy(config: GatewayConfig) -> None:
+    if config.api_keys is not None:
+        if config.api_key is not None:
+            raise ConfigError(
+                "--api-key and --api-keys exclude each other: put the key in the file"
+            )
+        load_api_keys(config.api_keys)  # every error now, before anything starts
+    if config.state_url is not None:
+        if config.api_keys is None:
+            raise ConfigError("--state-url holds tenant limits: it needs --api-keys FILE")
+        RedisAddress(config.state_url)
 
 
 def check_processes(config: GatewayConfig) -> None:

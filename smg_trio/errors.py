@@ -116,6 +116,21 @@ class Overloaded(GatewayError):
         self.retry_after_s = retry_after_s
 
 
+class RateLimited(Overloaded):
+    """A tenant's budget turned the request away (docs/fleet.md §2): OpenAI's 429, whose
+    `type` names the limit (`requests` or `tokens`) and whose code is `rate_limit_exceeded`."""
+
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: int, kind: str) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.kind = kind
+
+    @property
+    def error_type(self) -> str:
+        return self.kind
+
+
 class RequestTimeout(GatewayError):
     """The request outlived its deadline (the gateway's request timeout)."""
 

@@ -61,6 +61,7 @@ from smg_trio.observability.request_record import (
     DRAIN,
     RequestRecord,
 )
+from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
@@ -71,6 +72,8 @@ from smg_trio.routing.admission import Admission
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
+from smg_trio.tenancy.api_keys import Tenant
+from smg_trio.tenancy.gate import TenantGate
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
@@ -111,6 +114,7 @@ class Gateway:
         tracer: RequestTracer | None = None,
         response_store: ResponseStore | None = None,
         stream_interval: int = 1,
+        tenant_gate: TenantGate | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -140,6 +144,8 @@ class Gateway:
         self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
         self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
         self.responses = ResponsesService(response_store)  # /v1/responses' store (--response-store)
+        # Tenants' budgets (--api-keys, --state-url; docs/fleet.md §2)
+        self.tenant_gate = tenant_gate or TenantGate(TenantMetrics(self.metrics.registry))
 
     @property
     def ready(self) -> bool:
@@ -182,6 +188,7 @@ class Gateway:
         transport: str = "http1",
         client: str = "-",
         trace_headers: Mapping[str, str] | None = None,
+        tenant: Tenant | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -195,7 +202,8 @@ class Gateway:
         reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
         `transport` (http1, h2, ws) and `client` (the peer's address) label its metrics and its
         log line; `trace_headers` (the client's `traceparent`, `tracestate`) parent its trace
-        when tracing is on.
+        when tracing is on. `tenant` (the one its API key names, `--api-keys`) is charged for a
+        generation request through `tenant_gate` (docs/fleet.md §2).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -213,9 +221,11 @@ class Gateway:
             with self.lifecycle.admit(sink) as live:
                 if reservation is None:
                     with self.memory_budget.reserve(len(body)) as own:
-                        await self._handle(path, body, sink, record, session_key, live, own)
+                        await self._handle(path, body, sink, record, session_key, live, own, tenant)
                 else:
-                    await self._handle(path, body, sink, record, session_key, live, reservation)
+                    await self._handle(
+                        path, body, sink, record, session_key, live, reservation, tenant
+                    )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
@@ -269,6 +279,7 @@ class Gateway:
         session_key: str | None,
         live: LiveRequest,
         reservation: Reservation,
+        tenant: Tenant | None,
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
@@ -303,13 +314,20 @@ class Gateway:
         )
         sink = self.responses.storing(plan, sink)
         live.streaming = plan.stream
-        reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
+        prompt_ids = [part.ids for part in plan.prompts]
+        reservation.grow(prompt_bytes(prompt_ids))
         context = RoutingContext(
             model=plan.model, prompt_ids=plan.prompt_ids, session_key=session_key or user
         )
         if not self.pool.ready:
             raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
-        async with self.admission.admitted():
+        # The tenant's budget (docs/fleet.md §2): a slot, a request and the prompt tokens now,
+        # the output tokens when the request ends; then the gateway-wide admission.
+        prompt_tokens = sum(len(ids) for ids in prompt_ids)
+        async with (
+            self.tenant_gate.admitted(tenant, prompt_tokens, record),
+            self.admission.admitted(),
+        ):
             await run_with_retries(
                 plan,
                 context,

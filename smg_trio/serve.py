@@ -64,10 +64,13 @@ from smg_trio.neutral.capabilities import require_adapter
 from smg_trio.neutral.runtime import Wire
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
+from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.response_store.stores import default_store_url, open_response_store
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
+from smg_trio.tenancy.api_keys import load_api_keys
+from smg_trio.tenancy.gate import open_tenant_gate
 from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 
 if TYPE_CHECKING:
@@ -148,6 +151,15 @@ async def serve(
         metrics = GatewayMetrics(pool)
         if role is not None:  # every process's figures (docs/observability.md §6)
             metrics.multiprocess_dir = str(role.metrics_dir)
+        tenants = None if config.api_keys is None else load_api_keys(config.api_keys)
+        tenant_gate = await stack.enter_async_context(
+            open_tenant_gate(
+                TenantMetrics(metrics.registry),
+                config.state_url,
+                request_timeout_s=config.request_timeout_s,
+                queue_timeout_s=config.queue_timeout_s,
+            )
+        )
         gateway = Gateway(
             model,
             pool,
@@ -168,6 +180,7 @@ async def serve(
             response_store=response_store,
             metrics=metrics,
             stream_interval=config.stream_interval,
+            tenant_gate=tenant_gate,
         )
         limits = http_limits(config)
         app = GatewayApp(
@@ -178,6 +191,7 @@ async def serve(
             admin=None if config.admin_api_key is None else RuntimeWorkers(pool, lifetimes),
             admin_api_key=config.admin_api_key,
             limits=limits,
+            tenants=tenants,
         )
         # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
         wrapped = ASGIWrapper(cast(ASGIFramework, app))

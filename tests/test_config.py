@@ -300,3 +300,31 @@ def test_stream_interval_by_flag_and_toml_and_below_one_is_a_config_error(
     path.write_text(base + "stream_interval = 0\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="stream_interval"):
         config_from_toml(path)
+
+
+def test_api_keys_and_state_url_by_flag_and_toml_and_what_they_refuse(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[keys]\n"sk-1" = "acme"\n', encoding="utf-8")
+    argv = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    redis = "redis://:pw@10.0.0.5:6380/2"
+    config = config_from_args(
+        build_parser().parse_args([*argv, "--api-keys", str(keys), "--state-url", redis])
+    )
+    assert (config.api_keys, config.state_url) == (keys.resolve(), redis)
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\n'
+        f'api_keys = "keys.toml"\nstate_url = "{redis}"\n',
+        encoding="utf-8",
+    )
+    assert config_from_toml(path).api_keys == tmp_path / "keys.toml"  # relative to the file
+    refused = [
+        (["--api-keys", str(keys), "--api-key", "k"], "exclude each other"),
+        (["--state-url", redis], "needs --api-keys"),
+        (["--api-keys", str(keys), "--state-url", "http://x"], "expected redis://"),
+        (["--api-keys", str(keys), "--state-url", "redis://h/db"], "a database number"),
+        (["--api-keys", str(tmp_path / "absent.toml")], "cannot read it"),
+    ]
+    for flags, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            config_from_args(build_parser().parse_args([*argv, *flags]))

@@ -18,7 +18,10 @@
   500; `trio.Cancelled` always propagates.
 - With an API key configured, every route but the three probes and `/metrics` needs
   `Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's clients send it (vLLM leaves
-  health and metrics open too: probes and scrapers carry no key).
+  health and metrics open too: probes and scrapers carry no key). With `--api-keys FILE`, the
+  key must be one of the file's and names the request's tenant, whose budget `Gateway.handle`
+  charges (docs/fleet.md §2); a WebSocket's key is its every request's. A missing or unknown
+  key is OpenAI's 401 (`invalid_request_error`, code `invalid_api_key`).
 - A request refused here (auth, route, method, body size, a bad `x-request-id`) is counted in
   the metrics; every other generation request is counted by `Gateway.handle`
   (docs/observability.md §1).
@@ -82,6 +85,7 @@ from smg_trio.request_ids import (
     new_request_id,
     request_id_from_header,
 )
+from smg_trio.tenancy.api_keys import Tenant, TenantTable
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +113,7 @@ WEBSOCKET_POLICY_VIOLATION: Final = 1008
 WEBSOCKET_INTERNAL_ERROR: Final = 1011
 WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
 
-WebSocketHandler = Callable[[Gateway, Scope, Receive, Send], Awaitable[None]]
+WebSocketHandler = Callable[[Gateway, Scope, Receive, Send, Tenant | None], Awaitable[None]]
 
 
 class GatewayApp:
@@ -125,9 +129,11 @@ class GatewayApp:
         admin: WorkerAdmin | None = None,
         admin_api_key: str | None = None,
         limits: HttpLimits | None = None,
+        tenants: TenantTable | None = None,
     ) -> None:
         self.gateway = gateway
         self._api_key = api_key.encode() if api_key else None
+        self._tenants = tenants
         self._max_body_bytes = max_body_bytes
         self._session_header = session_header.lower().encode()
         self._admin = admin
@@ -190,8 +196,9 @@ class GatewayApp:
         if is_workers_path(path):
             await self._workers(method, path, headers, receive, send)
             return
+        tenant = None
         if path not in PROBE_PATHS and path != METRICS_PATH:
-            self._authorize(headers)
+            tenant = self._authorize(headers)
         if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
             await serve_stored_response(self.gateway.responses, method, path, send)
             return
@@ -225,7 +232,7 @@ class GatewayApp:
                 body = await self._read_body(receive, headers, reservation)
                 await respond(
                     lambda response: self._generate(
-                        scope, body, response, request_id, session_key, reservation
+                        scope, body, response, request_id, session_key, reservation, tenant
                     ),
                     client_disconnect_of(scope),
                     send,
@@ -241,6 +248,7 @@ class GatewayApp:
         request_id: str,
         session_key: str | None,
         reservation: Reservation,
+        tenant: Tenant | None,
     ) -> None:
         await self.gateway.handle(
             scope["path"],
@@ -252,6 +260,7 @@ class GatewayApp:
             transport=http_transport(scope),
             client=client_address(scope),
             trace_headers=None if self.gateway.tracer is None else _trace_headers(scope),
+            tenant=tenant,
         )
 
     async def _workers(
@@ -282,18 +291,26 @@ class GatewayApp:
             reason = self.gateway.unready_reason().encode()
             await send_json(send, 503, b'{"status":"unavailable","reason":"' + reason + b'"}')
 
-    def _authorize(self, headers: dict[bytes, bytes]) -> None:
-        if self._api_key is None:
-            return
+    def _authorize(self, headers: dict[bytes, bytes]) -> Tenant | None:
+        """The request's tenant (None without `--api-keys`); InvalidApiKey if refused."""
+        if self._api_key is None and self._tenants is None:
+            return None
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
         if scheme.lower() != b"bearer":  # Anthropic's clients send `x-api-key: KEY` instead
             token = headers.get(b"x-api-key", b"")
-        if not hmac.compare_digest(token.strip(), self._api_key):
-            raise ClientError(
-                "missing or invalid API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`",
-                status=401,
-                code="invalid_api_key",
+        token = token.strip()
+        if not token:
+            raise InvalidApiKey(
+                "You didn't provide an API key: send `Authorization: Bearer KEY` "
+                "or `x-api-key: KEY`"
             )
+        if self._tenants is not None:
+            tenant = self._tenants.tenant_of(token)
+            if tenant is not None:
+                return tenant
+        elif self._api_key is not None and hmac.compare_digest(token, self._api_key):
+            return None
+        raise InvalidApiKey(f"Incorrect API key provided: {_masked(token)}")
 
     async def _read_body(
         self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
@@ -307,7 +324,7 @@ class GatewayApp:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return
         try:
-            self._authorize(_header_map(scope))
+            tenant = self._authorize(_header_map(scope))
         except ClientError:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return
@@ -320,9 +337,26 @@ class GatewayApp:
             return
         self.open_websockets += 1
         try:
-            await handler(self.gateway, scope, receive, send)
+            await handler(self.gateway, scope, receive, send, tenant)
         finally:
             self.open_websockets -= 1
+
+
+class InvalidApiKey(ClientError):
+    """OpenAI's 401: type `invalid_request_error`, code `invalid_api_key`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status=401, code="invalid_api_key")
+
+    @property
+    def error_type(self) -> str:
+        return "invalid_request_error"
+
+
+def _masked(key: bytes) -> str:
+    """A key as OpenAI quotes it back: its ends only."""
+    text = key.decode("latin-1")
+    return f"{text[:3]}***{text[-4:]}" if len(text) > 10 else "***"
 
 
 class _MethodNotAllowed(ClientError):

@@ -60,6 +60,7 @@ from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.handoff import Taken
 from smg_trio.request_ids import request_id_from_header
+from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 
 logger = logging.getLogger(__name__)
@@ -182,9 +183,11 @@ class _Socket:
         nursery: trio.Nursery,
         frames_send: trio.MemorySendChannel[bytes],
         client: str,
+        tenant: Tenant | None,
     ) -> None:
         self._gateway = gateway
         self._client = client
+        self._tenant = tenant  # its API key's (docs/fleet.md §2): every request is charged
         self._nursery = nursery
         self.outbox = FrameOutbox(frames_send)
         self._streams: dict[str | int, trio.CancelScope] = {}
@@ -318,6 +321,7 @@ class _Socket:
                         request_id=request_id,
                         transport=WEBSOCKET_TRANSPORT,
                         client=self._client,
+                        tenant=self._tenant,
                     )
                 except GatewayError as err:  # raised only while nothing was sent
                     await sink.fail(err)
@@ -351,10 +355,12 @@ async def handle_websocket(
     scope: WebsocketScope,
     receive: ASGIReceiveCallable,
     send: ASGISendCallable,
+    tenant: Tenant | None = None,
 ) -> None:
     """Serve one WebSocket connection of the `/v1/ws` protocol until the client leaves.
 
     The caller routed `scope` here and did any authentication; nothing in it changes the protocol.
+    `tenant` (its API key's) is charged for each of its requests.
     """
     connect = await receive()
     if connect["type"] != "websocket.connect":
@@ -366,7 +372,7 @@ async def handle_websocket(
     try:
         async with trio.open_nursery() as nursery, frames_send:
             nursery.start_soon(send_frames, frames_receive, send)
-            socket = _Socket(gateway, nursery, frames_send, client_address(scope))
+            socket = _Socket(gateway, nursery, frames_send, client_address(scope), tenant)
             await socket.receive_until_disconnect(receive)
             nursery.cancel_scope.cancel()
     finally:

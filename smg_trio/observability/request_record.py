@@ -45,6 +45,7 @@ class RequestRecord:
         "error_code",
         "finish_reasons",
         "first_token",
+        "generated_tokens",
         "inter_token_gaps",
         "keeps_text",
         "last_token",
@@ -88,6 +89,7 @@ class RequestRecord:
         self.inter_token_gaps: list[float] = []  # one per batch after the first: gap / tokens
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.generated_tokens = 0  # every token the engines sent, an unfinished answer's too
         self.finish_reasons: tuple[str, ...] = ()
         self.status = 200
         # The failure's code only, never the exception: an exception's traceback holds the
@@ -123,6 +125,7 @@ class RequestRecord:
                 self.engine_finishes += 1
         if not tokens:
             return
+        self.generated_tokens += tokens
         now = time.perf_counter()
         if self.migrated_at is not None:
             self.resume_s += (now - self.migrated_at,)
@@ -143,6 +146,12 @@ class RequestRecord:
         self.completion_tokens = usage.completion_tokens
         self.finish_reasons = finish_reasons
         self.texts = texts
+
+    @property
+    def output_tokens(self) -> int:
+        """What the tenant gate charges as output (docs/fleet.md §2): the usage's completion
+        tokens, or the tokens the engines sent when the request ended before its usage."""
+        return max(self.completion_tokens, self.generated_tokens)
 
     def migrating(self, error: GatewayError, worker: str, runtime: str) -> None:
         """The request's worker failed with `error`; it goes on on `worker`."""

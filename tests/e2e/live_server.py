@@ -126,6 +126,7 @@ async def live_server(
     model_path: Path | None = None,
     stream_interval: int = 1,
     random_engines: bool = False,
+    api_keys: Path | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -133,11 +134,13 @@ async def live_server(
     `response_store`: /v1/responses' store URL (default: a SQLite file in `tmp_path`);
     `model_path`: a model folder instead of the demo model, for the gateway and its engines;
     `random_engines`: the engines in random mode (each token drawn from its whole context)
-    instead of replaying `replay_text`."""
+    instead of replaying `replay_text`; `api_keys`: an `--api-keys` file (tenants), `api_key`
+    then being one of its keys, the one `LiveServer.auth` sends."""
     config = zmq_gateway_config(
         workers,
         runtime,
-        api_key=api_key,
+        api_key=None if api_keys is not None else api_key,
+        api_keys=api_keys,
         request_timeout_s=request_timeout_s,
         max_body_bytes=max_body_bytes,
         certfile=None if tls is None else tls[0],

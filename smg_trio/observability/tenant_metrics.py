@@ -1,0 +1,76 @@
+"""I/O. Per-tenant metrics (docs/observability.md §1, docs/fleet.md §2), on the gateway's registry.
+
+The `tenant` label takes the names in the `--api-keys` file only, so its cardinality is the
+operator's. Updated per request (admission, refusal, end), never per token.
+
+    smg_trio_tenant_requests{tenant, outcome}      admitted | rate_limited_requests |
+                                                   rate_limited_tokens | queue_full |
+                                                   queue_timeout | left_queue
+    smg_trio_tenant_tokens{tenant, kind}           prompt (charged at admission) | output
+    smg_trio_tenant_requests_running{tenant}       holding one of max_concurrent's slots
+    smg_trio_tenant_requests_waiting{tenant}       in the tenant's queue for a slot
+    smg_trio_tenant_shared_state_up                1 while Redis holds the limits (or none
+                                                   is configured), 0 while per process
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class TenantMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = r = registry
+        self.requests = Counter(
+            "smg_trio_tenant_requests",
+            "Generation requests by tenant and what its budget said",
+            ("tenant", "outcome"),
+            registry=r,
+        )
+        self.tokens = Counter(
+            "smg_trio_tenant_tokens",
+            "Tokens charged to a tenant: prompt at admission, output at the end",
+            ("tenant", "kind"),
+            registry=r,
+        )
+        self.running_requests = Gauge(
+            "smg_trio_tenant_requests_running",
+            "A tenant's requests holding a concurrency slot",
+            ("tenant",),
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.waiting_requests = Gauge(
+            "smg_trio_tenant_requests_waiting",
+            "A tenant's requests waiting for a concurrency slot",
+            ("tenant",),
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.shared_up = Gauge(
+            "smg_trio_tenant_shared_state_up",
+            "1 while tenant limits are shared through Redis (or kept in-process by "
+            "configuration), 0 while a Redis outage has them enforced per process",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.shared_up.set(1)
+
+    def admitted(self, tenant: str, prompt_tokens: int) -> None:
+        self.requests.labels(tenant, "admitted").inc()
+        self.tokens.labels(tenant, "prompt").inc(prompt_tokens)
+
+    def finished(self, tenant: str, output_tokens: int) -> None:
+        self.tokens.labels(tenant, "output").inc(output_tokens)
+
+    def refused(self, tenant: str, outcome: str) -> None:
+        self.requests.labels(tenant, outcome).inc()
+
+    def running(self, tenant: str, change: int) -> None:
+        self.running_requests.labels(tenant).inc(change)
+
+    def waiting(self, tenant: str, change: int) -> None:
+        self.waiting_requests.labels(tenant).inc(change)
+
+    def shared_state(self, *, up: bool) -> None:
+        self.shared_up.set(1 if up else 0)
