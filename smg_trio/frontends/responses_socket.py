@@ -1,0 +1,354 @@
+"""I/O. OpenAI's Responses WebSocket mode: `GET /v1/responses` upgraded to a WebSocket, the
+socket the openai SDK's `client.responses.connect()` opens (docs/client-apis.md §3.4).
+
+    receive loop ──create──▶ per-create tasks (one nursery; FIFO per lane, lanes side by side)
+         │                        │ sinks
+         └── protocol errors ──▶ frames channel (bounded) ──▶ sender task ──▶ ASGI send
+
+- Each `response.create` is one request through `Gateway.handle` (`POST /v1/responses`'s own
+  entry: admission, drain, deadline, metrics with transport `ws`, its log line), with a
+  `ClientSink` that frames the SSE stream's events one per WebSocket message.
+- Lanes: a create's `stream_id` names its lane (none: the default lane). A lane runs its creates
+  one after another in arrival order (a fair `trio.Lock`); lanes run side by side, as the openai
+  SDK's `stream_id` multiplexing describes. At most `MAX_RESPONSES_PER_SOCKET` creates are
+  running or queued on one socket; one more is refused under its lane (429).
+- Every create that reached a lane ends in exactly one terminal event on it:
+  `response.completed`, `response.incomplete` (a cancelled response: `status: "cancelled"`),
+  `response.failed` (after its `error` event), or, for a create that never began, an `error`
+  without `sequence_number`. Frames that open no response get an error with `"stream_id": null`.
+- `response.cancel` (our extension) cancels a running response: the engine requests are
+  aborted as for a client that left. `response.steer` cannot be honoured (no engine here can
+  take input into a running generation): `response.steer.failed` hands the input back.
+- One task (the sender) owns the send side; everything reaches it through a small bounded
+  channel (`websocket_sender`), so a client that reads slowly holds back its own responses
+  only. `websocket.disconnect` cancels the nursery: every response leaves its backend stream,
+  which aborts its engine requests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final, assert_never
+
+import trio
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
+
+from smg_trio.core.stream_end import StreamEnd
+from smg_trio.endpoint_requests import RESPONSES_PATH
+from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends import websocket_sender
+from smg_trio.frontends.responses import client_address
+from smg_trio.frontends.responses_socket_events import (
+    Cancel,
+    Create,
+    LaneDialect,
+    Refused,
+    Steer,
+    cancelled_event,
+    create_body,
+    error_event,
+    event_error,
+    protocol_error_event,
+    read_event,
+    steer_failed_event,
+)
+from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
+from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
+from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.handoff import Taken
+from smg_trio.request_ids import new_request_id
+from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds
+
+logger = logging.getLogger(__name__)
+
+MAX_RESPONSES_PER_SOCKET: Final = 256
+TERMINAL_GRACE_S: Final = 1.0
+"""How long a response's end may wait for room in the socket's outbox once it began, shielded."""
+TRANSPORT: Final = "ws"
+
+
+class _LaneSink:
+    """The ClientSink of one response on a lane (its state per `frontends.sink_state`).
+    `ended` turns true once the response's terminal event is queued."""
+
+    def __init__(self, outbox: FrameOutbox, stream_id: str | None, scope: trio.CancelScope) -> None:
+        self._outbox = outbox
+        self._stream_id = stream_id
+        self._scope = scope
+        self._dialect = LaneDialect(stream_id)
+        self._lifecycle = SinkLifecycle()
+        self._framed: list[bytes] = []  # framed by `send_chunks_now`, not yet with the sender
+        self.ended = False
+
+    def gone_before_engine(self) -> bool:
+        return self._scope.cancel_called
+
+    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
+        self._lifecycle.chunks()
+        await self._send_framed()
+        await self._send_all(self._dialect.websocket_frames(0, payloads))
+
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
+        """Framed here once (the events are numbered as they are framed); what the sender
+        has no room for is kept for `send_chunks`."""
+        if self._lifecycle.state is not SinkState.STREAMING or self._framed:
+            return Taken.REFUSED
+        taken, self._framed = self._outbox.take_frames_now(
+            self._dialect.websocket_frames(0, payloads)
+        )
+        return Taken.ALL if taken is Taken.ALL else Taken.PART
+
+    async def send_body(self, body: bytes) -> None:
+        raise RuntimeError("a response on a socket is always streamed")
+
+    async def end_stream(self, end: StreamEnd) -> None:
+        if self._lifecycle.end() is Step.NOTHING:
+            return
+        # Once begun, the end goes out whole (a drain's or deadline's cancel must not leave
+        # the create without its terminal); bounded for a client that stopped reading.
+        with trio.move_on_after(TERMINAL_GRACE_S, shield=True):
+            await self._send_framed()
+            await self._end(self._dialect.websocket_frames(0, end.payloads))
+
+    async def fail(self, error: GatewayError) -> None:
+        form = self._lifecycle.fail()
+        if form is ErrorForm.DROPPED and not self.ended:
+            form = ErrorForm.FINAL_EVENT  # an end cut short: the create still needs its end
+        match form:
+            case ErrorForm.WHOLE_RESPONSE:
+                await self._end([error_event(error, self._stream_id)])
+            case ErrorForm.FINAL_EVENT:
+                await self._send_framed()
+                await self._end(self._dialect.failure_frames(error))
+            case ErrorForm.DROPPED:
+                pass
+            case _:
+                assert_never(form)
+
+    async def cancelled(self) -> None:
+        """End a response its client cancelled (`response.cancel`)."""
+        if self.ended:
+            return
+        self._lifecycle.fail()
+        await self._send_framed()
+        frames = self._dialect.cancelled_frames()
+        await self._end(frames if frames is not None else [cancelled_event(self._stream_id)])
+
+    async def _send_framed(self) -> None:
+        framed, self._framed = self._framed, []
+        await self._send_all(framed)
+
+    async def _send_all(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            await self._outbox.send_frame(frame)
+
+    async def _end(self, frames: list[bytes]) -> None:
+        await self._send_all(frames)
+        self.ended = True
+
+
+class _Lane:
+    """One lane: its creates run one at a time, in order (trio's Lock is fair)."""
+
+    def __init__(self) -> None:
+        self.turn = trio.Lock()
+        self.creates = 0  # running or waiting for their turn
+        self.running: tuple[str, trio.CancelScope] | None = None  # (response id, its scope)
+
+
+class _Socket:
+    """One accepted Responses WebSocket: its lanes and the way to its sender task."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        nursery: trio.Nursery,
+        frames_send: trio.MemorySendChannel[bytes],
+        client: str,
+    ) -> None:
+        self._gateway = gateway
+        self._nursery = nursery
+        self._client = client
+        self.outbox = FrameOutbox(frames_send)
+        self._lanes: dict[str | None, _Lane] = {}
+        self._creates = 0
+        self.largest_frame = 0
+
+    async def receive_until_disconnect(self, receive: ASGIReceiveCallable) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message["type"] != "websocket.receive":
+                continue
+            text = message.get("text")
+            if text is None:
+                await self._refuse(
+                    event_error("binary frames are not part of this protocol", "unsupported_frame")
+                )
+            else:
+                await self._on_text(text)
+
+    async def _on_text(self, text: str) -> None:
+        self.largest_frame = max(self.largest_frame, len(text))
+        if json_depth_exceeds(text, MAX_JSON_DEPTH):
+            await self.outbox.send_frame(protocol_error_event(JsonTooDeep(MAX_JSON_DEPTH)))
+            return
+        event = read_event(text)
+        match event:
+            case Create(stream_id=stream_id, body=body):
+                await self._create(stream_id, body)
+            case Cancel():
+                await self._cancel(event)
+            case Steer():
+                await self._steer(event)
+            case Refused(error=error):
+                await self._refuse(error)
+            case _:
+                assert_never(event)
+
+    async def _refuse(self, error: ClientError) -> None:
+        self._gateway.metrics.request_rejected(RESPONSES_PATH, TRANSPORT, error.status, error.code)
+        await self.outbox.send_frame(protocol_error_event(error))
+
+    async def _create(self, stream_id: str | None, body: dict[str, Any]) -> None:
+        if self._creates >= MAX_RESPONSES_PER_SOCKET:
+            error = event_error(
+                f"at most {MAX_RESPONSES_PER_SOCKET} responses may run or wait on one socket",
+                "too_many_responses",
+                status=429,
+            )
+            self._gateway.metrics.request_rejected(RESPONSES_PATH, TRANSPORT, 429, error.code)
+            await self.outbox.send_frame(error_event(error, stream_id))
+            return
+        lane = self._lanes.get(stream_id)
+        if lane is None:
+            lane = self._lanes[stream_id] = _Lane()
+        lane.creates += 1
+        self._creates += 1
+        self._nursery.start_soon(self._take_turn, stream_id, lane, body)
+
+    async def _take_turn(self, stream_id: str | None, lane: _Lane, body: dict[str, Any]) -> None:
+        try:
+            async with lane.turn:
+                await self._serve(stream_id, lane, body)
+        finally:
+            self._creates -= 1
+            lane.creates -= 1
+            if lane.creates == 0 and self._lanes.get(stream_id) is lane:
+                del self._lanes[stream_id]
+
+    async def _serve(self, stream_id: str | None, lane: _Lane, body: dict[str, Any]) -> None:
+        request_id = new_request_id()
+        scope = trio.CancelScope()
+        sink = _LaneSink(self.outbox, stream_id, scope)
+        lane.running = (f"resp_{request_id}", scope)
+        streams = self._gateway.metrics.websocket_streams
+        streams.inc()
+        try:
+            with scope:
+                try:
+                    # One yield first: a cancel that came in the same read costs no ADD.
+                    await trio.lowlevel.checkpoint()
+                    try:
+                        http_body = create_body(body)
+                    except ClientError as error:
+                        self._gateway.metrics.request_rejected(
+                            RESPONSES_PATH, TRANSPORT, error.status, error.code
+                        )
+                        raise
+                    await self._gateway.handle(
+                        RESPONSES_PATH,
+                        http_body,
+                        sink,
+                        request_id=request_id,
+                        transport=TRANSPORT,
+                        client=self._client,
+                    )
+                except GatewayError as error:  # raised only while nothing was sent
+                    await sink.fail(error)
+                except ClientGone:
+                    raise
+                except Exception:
+                    # One response's bug must not end the others sharing the socket.
+                    logger.exception("a response on a Responses WebSocket failed")
+                    await sink.fail(GatewayError("internal error"))
+            if scope.cancelled_caught:
+                await sink.cancelled()
+        except ClientGone:
+            pass
+        finally:
+            streams.dec()
+            lane.running = None
+
+    def _running(self, response_id: str) -> tuple[str | None, trio.CancelScope] | None:
+        for stream_id, lane in self._lanes.items():
+            if lane.running is not None and lane.running[0] == response_id:
+                return stream_id, lane.running[1]
+        return None
+
+    async def _cancel(self, cancel: Cancel) -> None:
+        scope: trio.CancelScope | None = None
+        if cancel.response_id is not None:
+            found = self._running(cancel.response_id)
+            if found is not None and (cancel.stream_id in (None, found[0])):
+                scope = found[1]
+        else:
+            lane = self._lanes.get(cancel.stream_id)
+            if lane is not None and lane.running is not None:
+                scope = lane.running[1]
+        if scope is None:
+            what = cancel.response_id or f"lane {cancel.stream_id!r}"
+            await self.outbox.send_frame(
+                protocol_error_event(
+                    event_error(
+                        f"no running response to cancel ({what})", "response_not_found", status=404
+                    )
+                )
+            )
+            return
+        scope.cancel()
+
+    async def _steer(self, steer: Steer) -> None:
+        found = self._running(steer.previous_response_id)
+        if found is None:
+            frame = steer_failed_event(
+                steer, "response_not_found", "the response is not running on this socket", None
+            )
+        else:
+            frame = steer_failed_event(
+                steer,
+                "steering_not_supported",
+                "this gateway's engines cannot take input into a running response; send the "
+                "input in a response.create with this response's id as previous_response_id",
+                found[0],
+            )
+        await self.outbox.send_frame(frame)
+
+
+async def handle_websocket(
+    gateway: Gateway,
+    scope: WebsocketScope,
+    receive: ASGIReceiveCallable,
+    send: ASGISendCallable,
+) -> None:
+    """Serve one Responses WebSocket until the client leaves (the caller routed and
+    authenticated it)."""
+    connect = await receive()
+    if connect["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
+    frames_send, frames_receive = trio.open_memory_channel[bytes](websocket_sender.FRAME_BUFFER)
+    connections = gateway.metrics.websocket_connections
+    connections.inc()
+    try:
+        async with trio.open_nursery() as nursery, frames_send:
+            nursery.start_soon(send_frames, frames_receive, send)
+            socket = _Socket(gateway, nursery, frames_send, client_address(scope))
+            await socket.receive_until_disconnect(receive)
+            nursery.cancel_scope.cancel()
+    finally:
+        connections.dec()
+    if socket.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
+        await gateway.release_heap()
