@@ -204,7 +204,7 @@ async def test_bad_frames_get_error_events_and_every_create_one_end(server: Live
             # Nothing else comes: every frame was answered once.
             with trio.move_on_after(0.3):
                 extra = await connection.get_message()
-                raise AssertionError(f"an event after every create ended: {extra}")
+                raise AssertionError(f"an event after every create ended: {extra!r}")
     protocol = [e for e in events if lane_of(e) == PROTOCOL]
     codes = [e["error"]["code"] for e in protocol]
     assert sorted(codes) == sorted(
