@@ -182,6 +182,7 @@ class Gateway:
         transport: str = "http1",
         client: str = "-",
         trace_headers: Mapping[str, str] | None = None,
+        responses: ResponsesService | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -195,7 +196,8 @@ class Gateway:
         reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
         `transport` (http1, h2, ws) and `client` (the peer's address) label its metrics and its
         log line; `trace_headers` (the client's `traceparent`, `tracestate`) parent its trace
-        when tracing is on.
+        when tracing is on. `responses`: the store's side of /v1/responses for this request
+        (a Responses WebSocket's, with its connection-local cache); else the gateway's.
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -213,9 +215,13 @@ class Gateway:
             with self.lifecycle.admit(sink) as live:
                 if reservation is None:
                     with self.memory_budget.reserve(len(body)) as own:
-                        await self._handle(path, body, sink, record, session_key, live, own)
+                        await self._handle(
+                            path, body, sink, record, session_key, live, own, responses
+                        )
                 else:
-                    await self._handle(path, body, sink, record, session_key, live, reservation)
+                    await self._handle(
+                        path, body, sink, record, session_key, live, reservation, responses
+                    )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
@@ -269,6 +275,7 @@ class Gateway:
         session_key: str | None,
         live: LiveRequest,
         reservation: Reservation,
+        responses: ResponsesService | None,
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
@@ -288,7 +295,8 @@ class Gateway:
         deadline = trio.current_time() + self.request_timeout_s
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
         # /v1/responses: the stored turn it continues, read before preparing.
-        history = await self.responses.history(body) if path == RESPONSES_PATH else []
+        service = responses or self.responses
+        history = await service.history(body) if path == RESPONSES_PATH else []
         plan, user = await self._off_loop_if_large(
             partial(
                 prepare_for_path,
@@ -301,7 +309,7 @@ class Gateway:
             ),
             body,
         )
-        sink = self.responses.storing(plan, sink)
+        sink = service.storing(plan, sink)
         live.streaming = plan.stream
         reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
         context = RoutingContext(

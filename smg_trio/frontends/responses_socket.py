@@ -16,6 +16,8 @@ socket the openai SDK's `client.responses.connect()` opens (docs/client-apis.md 
   `response.completed`, `response.incomplete` (a cancelled response: `status: "cancelled"`),
   `response.failed` (after its `error` event), or, for a create that never began, an `error`
   without `sequence_number`. Frames that open no response get an error with `"stream_id": null`.
+- `previous_response_id` looks in the socket's own cache of its recent responses first
+  (`responses_socket_cache`), so a chain on the socket works with `store: false` too.
 - `response.cancel` (our extension) cancels a running response: the engine requests are
   aborted as for a client that left. `response.steer` cannot be honoured (no engine here can
   take input into a running generation): `response.steer.failed` hands the input back.
@@ -39,6 +41,7 @@ from smg_trio.endpoint_requests import RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends import websocket_sender
 from smg_trio.frontends.responses import client_address
+from smg_trio.frontends.responses_socket_cache import SocketResponses
 from smg_trio.frontends.responses_socket_events import (
     Cancel,
     Create,
@@ -173,6 +176,7 @@ class _Socket:
         self.outbox = FrameOutbox(frames_send)
         self._lanes: dict[str | None, _Lane] = {}
         self._creates = 0
+        self._responses = SocketResponses(gateway.responses)  # with the socket's own cache
         self.largest_frame = 0
 
     async def receive_until_disconnect(self, receive: ASGIReceiveCallable) -> None:
@@ -265,6 +269,7 @@ class _Socket:
                         request_id=request_id,
                         transport=TRANSPORT,
                         client=self._client,
+                        responses=self._responses,
                     )
                 except GatewayError as error:  # raised only while nothing was sent
                     await sink.fail(error)

@@ -143,3 +143,59 @@ async def test_steer_fails_as_documented_and_a_bad_create_is_an_error_event(
     assert refused.status == 400
     assert refused.error.param == "stream"
     assert refused.error.type == "invalid_request_error"
+
+
+def unstored_chain(client: OpenAI) -> tuple[Any, Any, Any]:
+    with client:
+        with client.responses.connect() as connection:
+            connection.send(create(input=FIRST, stop=[STOP], store=False))
+            _, first = until_terminal(connection)
+            connection.send(
+                create(input=SECOND, previous_response_id=first.id, stop=[STOP], store=False)
+            )
+            _, second = until_terminal(connection)
+        # Another socket has no cache of the first's: an unstored response is not found.
+        with client.responses.connect() as connection:
+            connection.send(create(input=SECOND, previous_response_id=first.id, store=False))
+            (missing,), _ = until_terminal(connection)
+    return first, second, missing
+
+
+async def test_an_unstored_response_chains_on_its_own_socket_only(server: LiveServer) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        first, second, missing = await trio.to_thread.run_sync(
+            unstored_chain, openai_client(server)
+        )
+    assert first.store is False
+    assert second.status == "completed"
+    assert second.previous_response_id == first.id
+    assert second.usage.input_tokens > first.usage.input_tokens
+    assert missing.type == "error"
+    assert (missing.status, missing.error.code) == (404, "previous_response_not_found")
+    assert missing.error.param == "previous_response_id"
+
+
+def stored_then_chained_elsewhere(client: OpenAI) -> tuple[Any, Any, Any]:
+    with client:
+        with client.responses.connect() as connection:
+            connection.send(create(input=FIRST, stop=[STOP]))
+            _, first = until_terminal(connection)
+        with client.responses.connect() as connection:
+            connection.send(create(input=SECOND, previous_response_id=first.id, stop=[STOP]))
+            _, second = until_terminal(connection)
+        retrieved = client.responses.retrieve(second.id)
+    return first, second, retrieved
+
+
+async def test_a_stored_response_chains_from_another_socket_and_over_http(
+    server: LiveServer,
+) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        first, second, retrieved = await trio.to_thread.run_sync(
+            stored_then_chained_elsewhere, openai_client(server)
+        )
+    assert second.status == "completed"
+    assert second.previous_response_id == first.id
+    assert second.usage.input_tokens > first.usage.input_tokens
+    assert retrieved.id == second.id
+    assert retrieved.output_text == REPLAY_HEAD
