@@ -197,7 +197,7 @@ class _Socket:
     async def _on_text(self, text: str) -> None:
         self.largest_frame = max(self.largest_frame, len(text))
         if json_depth_exceeds(text, MAX_JSON_DEPTH):
-            await self.outbox.send_frame(protocol_error_event(JsonTooDeep(MAX_JSON_DEPTH)))
+            await self._refuse(JsonTooDeep(MAX_JSON_DEPTH))
             return
         event = read_event(text)
         match event:
