@@ -30,6 +30,7 @@ socket the openai SDK's `client.responses.connect()` opens (docs/client-apis.md 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final, assert_never
 
@@ -73,7 +74,13 @@ TRANSPORT: Final = "ws"
 
 class _LaneSink:
     """The ClientSink of one response on a lane (its state per `frontends.sink_state`).
-    `ended` turns true once the response's terminal event is queued."""
+
+    Every frame is numbered once, as it is framed, and waits in `_pending` until the sender
+    took it: a send cut short (a cancel, the deadline) leaves the rest there, and whatever ends
+    the response sends them first, so the client never sees a gap in `sequence_number`. Once
+    the frames of an end are pending, that end is the response's end (`ended` turns true when
+    they were all taken); an error arriving meanwhile only finishes it.
+    """
 
     def __init__(self, outbox: FrameOutbox, stream_id: str | None, scope: trio.CancelScope) -> None:
         self._outbox = outbox
@@ -81,7 +88,8 @@ class _LaneSink:
         self._scope = scope
         self._dialect = LaneDialect(stream_id)
         self._lifecycle = SinkLifecycle()
-        self._framed: list[bytes] = []  # framed by `send_chunks_now`, not yet with the sender
+        self._pending: deque[bytes] = deque()  # framed, not yet taken by the sender
+        self._ending = False  # the pending frames hold the response's end
         self.ended = False
 
     def gone_before_engine(self) -> bool:
@@ -89,17 +97,15 @@ class _LaneSink:
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self._lifecycle.chunks()
-        await self._send_framed()
-        await self._send_all(self._dialect.websocket_frames(0, payloads))
+        self._pending.extend(self._dialect.websocket_frames(0, payloads))
+        await self._flush()
 
     def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
-        """Framed here once (the events are numbered as they are framed); what the sender
-        has no room for is kept for `send_chunks`."""
-        if self._lifecycle.state is not SinkState.STREAMING or self._framed:
+        """Framed here once; what the sender has no room for waits for `send_chunks`."""
+        if self._lifecycle.state is not SinkState.STREAMING or self._pending:
             return Taken.REFUSED
-        taken, self._framed = self._outbox.take_frames_now(
-            self._dialect.websocket_frames(0, payloads)
-        )
+        taken, rest = self._outbox.take_frames_now(self._dialect.websocket_frames(0, payloads))
+        self._pending.extend(rest)
         return Taken.ALL if taken is Taken.ALL else Taken.PART
 
     async def send_body(self, body: bytes) -> None:
@@ -111,7 +117,6 @@ class _LaneSink:
         # Once begun, the end goes out whole (a drain's or deadline's cancel must not leave
         # the create without its terminal); bounded for a client that stopped reading.
         with trio.move_on_after(TERMINAL_GRACE_S, shield=True):
-            await self._send_framed()
             await self._end(self._dialect.websocket_frames(0, end.payloads))
 
     async def fail(self, error: GatewayError) -> None:
@@ -122,7 +127,6 @@ class _LaneSink:
             case ErrorForm.WHOLE_RESPONSE:
                 await self._end([error_event(error, self._stream_id)])
             case ErrorForm.FINAL_EVENT:
-                await self._send_framed()
                 await self._end(self._dialect.failure_frames(error))
             case ErrorForm.DROPPED:
                 pass
@@ -131,24 +135,26 @@ class _LaneSink:
 
     async def cancelled(self) -> None:
         """End a response its client cancelled (`response.cancel`)."""
-        if self.ended:
-            return
         self._lifecycle.fail()
-        await self._send_framed()
-        frames = self._dialect.cancelled_frames()
-        await self._end(frames if frames is not None else [cancelled_event(self._stream_id)])
-
-    async def _send_framed(self) -> None:
-        framed, self._framed = self._framed, []
-        await self._send_all(framed)
-
-    async def _send_all(self, frames: list[bytes]) -> None:
-        for frame in frames:
-            await self._outbox.send_frame(frame)
+        await self._end(self._dialect.cancelled_frames() or [cancelled_event(self._stream_id)])
 
     async def _end(self, frames: list[bytes]) -> None:
-        await self._send_all(frames)
-        self.ended = True
+        """The pending frames, then `frames` as the response's end unless the pending frames
+        already hold one."""
+        await self._flush()
+        if self._ending:
+            return
+        self._ending = True
+        self._pending.extend(frames)
+        await self._flush()
+
+    async def _flush(self) -> None:
+        pending = self._pending
+        while pending:
+            await self._outbox.send_frame(pending[0])
+            pending.popleft()
+        if self._ending:
+            self.ended = True
 
 
 class _Lane:
