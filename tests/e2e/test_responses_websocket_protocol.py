@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Final
 
 import pytest
@@ -19,7 +20,8 @@ import trio_websocket
 
 from smg_trio.frontends import websocket_sender
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH
-from tests.e2e.live_server import MODEL, REPLAY_HEAD, STOP, LiveServer
+from tests.e2e.live_server import MODEL, REPLAY_HEAD, STOP, LiveServer, live_server
+from tests.observability.test_request_log import json_request_lines
 
 TEST_TIMEOUT_S: Final = 30.0
 QUESTION: Final = "How does the gateway work?"
@@ -162,6 +164,9 @@ async def test_cancel_by_lane_and_by_response_id(server: LiveServer) -> None:
         assert end["stream_id"] == lane
     (refused,) = [e for e in events if lane_of(e) == PROTOCOL]
     assert refused["error"]["code"] == "response_not_found"
+    for lane in ends:  # cut short mid-stream, numbered without a gap to the end
+        numbers = [e["sequence_number"] for e in events if lane_of(e) == lane]
+        assert numbers == list(range(len(numbers)))
 
 
 def too_deep() -> str:
@@ -235,6 +240,24 @@ async def test_bad_frames_get_error_events_and_every_create_one_end(server: Live
     ] == []
 
 
+async def test_a_response_past_the_deadline_fails_with_the_streams_pair(tmp_path: Path) -> None:
+    async with live_server(tmp_path, request_timeout_s=0.5) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with responses_socket(server) as connection:
+                await connection.send_message(create("late", max_output_tokens=4000))
+                events = await read_until(connection, 1)
+            await server.seconds_until_idle()
+    *streamed, error, failed = events
+    assert streamed[0]["type"] == "response.created"
+    assert error["type"] == "error"
+    assert (error["status"], error["error"]["code"]) == (504, "request_timeout")
+    assert failed["type"] == "response.failed"
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"]["code"] == "request_timeout"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert all(e["stream_id"] == "late" for e in events)
+
+
 async def test_a_client_that_leaves_aborts_its_engine_requests(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):
         async with responses_socket(server) as connection:
@@ -271,3 +294,54 @@ async def test_a_slow_reader_holds_back_its_own_socket_only(
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert deltas == events[-1]["response"]["output"][0]["content"][0]["text"]
+
+
+def counted(exposition: str, status: int) -> float:
+    """`smg_trio_requests_total` of /v1/responses over a WebSocket with `status`."""
+    for line in exposition.splitlines():
+        if (
+            line.startswith("smg_trio_requests_total{")
+            and 'endpoint="/v1/responses"' in line
+            and 'transport="ws"' in line
+            and f'status="{status}"' in line
+        ):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_each_response_has_its_metrics_and_its_log_line(server: LiveServer) -> None:
+    metrics = server.serving.gateway.metrics
+    with trio.fail_after(TEST_TIMEOUT_S), json_request_lines() as lines:
+        async with responses_socket(server) as connection:
+            await connection.send_message(create("served", stop=[STOP]))
+            await connection.send_message(create("refused", frobnicate=True))
+            await connection.send_message(create("cancelled", max_output_tokens=4000))
+            await connection.send_message(create("bad lane!"))  # refused before the gateway
+            events: list[dict[str, Any]] = []
+            while not any(
+                e["type"] == "response.output_text.delta" and lane_of(e) == "cancelled"
+                for e in events
+            ):
+                events.append(json.loads(await connection.get_message()))
+            assert "smg_trio_websocket_connections 1.0" in metrics.exposition().decode()
+            await connection.send_message(
+                json.dumps({"type": "response.cancel", "stream_id": "cancelled"})
+            )
+            events += await read_until(connection, 3 - sum(map(ends_a_create, events)))
+        exposition = metrics.exposition().decode()
+    ends = {lane: found[0] for lane, found in terminals_by_lane(events).items()}
+    assert sorted(ends) == ["cancelled", "refused", "served"]
+    assert (counted(exposition, 200), counted(exposition, 499)) == (1, 1)
+    assert counted(exposition, 400) == 2  # the gateway's refusal and the frame's
+    assert "smg_trio_websocket_connections 0.0" in exposition
+    assert "smg_trio_websocket_streams 0.0" in exposition
+    by_id = {line["request_id"]: line for line in lines}
+    assert len(by_id) == 3
+    for lane in ("served", "cancelled"):
+        line = by_id[ends[lane]["response"]["id"].removeprefix("resp_")]
+        assert (line["endpoint"], line["transport"]) == ("/v1/responses", "ws")
+        assert line["client"].startswith("127.0.0.1:")
+    assert by_id[ends["served"]["response"]["id"].removeprefix("resp_")]["status"] == 200
+    cancelled = by_id[ends["cancelled"]["response"]["id"].removeprefix("resp_")]
+    assert (cancelled["status"], cancelled["abort_cause"]) == (499, "client_gone")
+    assert sorted(line["status"] for line in lines) == [200, 400, 499]
