@@ -98,7 +98,7 @@ class _LaneSink:
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         self._lifecycle.chunks()
         self._pending.extend(self._dialect.websocket_frames(0, payloads))
-        await self._flush()
+        await self._send_pending()
 
     def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
         """Framed here once; what the sender has no room for waits for `send_chunks`."""
@@ -141,14 +141,14 @@ class _LaneSink:
     async def _end(self, frames: list[bytes]) -> None:
         """The pending frames, then `frames` as the response's end unless the pending frames
         already hold one."""
-        await self._flush()
+        await self._send_pending()
         if self._ending:
             return
         self._ending = True
         self._pending.extend(frames)
-        await self._flush()
+        await self._send_pending()
 
-    async def _flush(self) -> None:
+    async def _send_pending(self) -> None:
         pending = self._pending
         while pending:
             await self._outbox.send_frame(pending[0])

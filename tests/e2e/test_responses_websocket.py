@@ -8,13 +8,24 @@ test_responses_websocket_protocol.py."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Final
 
+import pytest
 import trio
 from openai import OpenAI
 from openai.lib.responses_websocket import ResponsesWebSocketLimits, ResponsesWebSocketSession
 
-from tests.e2e.live_server import MODEL, REPLAY_HEAD, STOP, LiveServer, openai_client
+from tests.e2e.live_server import (
+    MODEL,
+    REPLAY_HEAD,
+    REPLAY_TEXT,
+    STOP,
+    LiveServer,
+    live_server,
+    openai_client,
+)
 
 TEST_TIMEOUT_S: Final = 30.0
 FIRST: Final = "How does the gateway work?"
@@ -28,6 +39,17 @@ LIMITS: Final = ResponsesWebSocketLimits(
     max_bytes_per_lane=16 * 1024 * 1024,
     max_bytes=64 * 1024 * 1024,
 )
+
+
+LONG_REPLAY: Final = REPLAY_TEXT + " Filler words follow." * 1500
+"""Without a stop, a response runs for seconds (about 6,000 tokens at 2 ms a step) before the
+replay's EOS: long enough to be running when it is cancelled or its client leaves."""
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
+    async with live_server(tmp_path, replay_text=LONG_REPLAY) as running:
+        yield running
 
 
 def create(**fields: Any) -> dict[str, Any]:

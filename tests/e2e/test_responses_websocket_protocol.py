@@ -20,7 +20,7 @@ import trio_websocket
 
 from smg_trio.frontends import websocket_sender
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH
-from tests.e2e.live_server import MODEL, REPLAY_HEAD, STOP, LiveServer, live_server
+from tests.e2e.live_server import MODEL, REPLAY_HEAD, REPLAY_TEXT, STOP, LiveServer, live_server
 from tests.observability.test_request_log import json_request_lines
 
 TEST_TIMEOUT_S: Final = 30.0
@@ -28,6 +28,17 @@ QUESTION: Final = "How does the gateway work?"
 DEFAULT: Final = "<default lane>"
 PROTOCOL: Final = "<no response>"
 RESPONSE_ENDS: Final = ("response.completed", "response.incomplete", "response.failed")
+
+
+LONG_REPLAY: Final = REPLAY_TEXT + " Filler words follow." * 1500
+"""Without a stop, a response runs for seconds (about 6,000 tokens at 2 ms a step) before the
+replay's EOS: long enough to be running when it is cancelled or its client leaves."""
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[LiveServer]:
+    async with live_server(tmp_path, replay_text=LONG_REPLAY) as running:
+        yield running
 
 
 @asynccontextmanager
@@ -241,7 +252,7 @@ async def test_bad_frames_get_error_events_and_every_create_one_end(server: Live
 
 
 async def test_a_response_past_the_deadline_fails_with_the_streams_pair(tmp_path: Path) -> None:
-    async with live_server(tmp_path, request_timeout_s=0.5) as server:
+    async with live_server(tmp_path, request_timeout_s=0.5, replay_text=LONG_REPLAY) as server:
         with trio.fail_after(TEST_TIMEOUT_S):
             async with responses_socket(server) as connection:
                 await connection.send_message(create("late", max_output_tokens=4000))
