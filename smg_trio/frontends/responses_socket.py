@@ -61,6 +61,7 @@ from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, S
 from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.handoff import Taken
+from smg_trio.memory_budget import Reservation
 from smg_trio.request_ids import new_request_id
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds
 
@@ -208,7 +209,7 @@ class _Socket:
         event = read_event(text)
         match event:
             case Create(stream_id=stream_id, body=body):
-                await self._create(stream_id, body)
+                await self._create(stream_id, body, len(text))
             case Cancel():
                 await self._cancel(event)
             case Steer():
@@ -222,14 +223,21 @@ class _Socket:
         self._gateway.metrics.request_rejected(RESPONSES_PATH, TRANSPORT, error.status, error.code)
         await self.outbox.send_frame(protocol_error_event(error))
 
-    async def _create(self, stream_id: str | None, body: dict[str, Any]) -> None:
-        if self._creates >= MAX_RESPONSES_PER_SOCKET:
-            error = event_error(
-                f"at most {MAX_RESPONSES_PER_SOCKET} responses may run or wait on one socket",
-                "too_many_responses",
-                status=429,
+    async def _create(self, stream_id: str | None, body: dict[str, Any], size: int) -> None:
+        try:
+            if self._creates >= MAX_RESPONSES_PER_SOCKET:
+                raise event_error(
+                    f"at most {MAX_RESPONSES_PER_SOCKET} responses may run or wait on one socket",
+                    "too_many_responses",
+                    status=429,
+                )
+            # A waiting create holds its body too: reserved now, as an HTTP body is while it
+            # is read (docs/limits.md §4), released when the response ends.
+            reservation = self._gateway.memory_budget.reserve(size)
+        except ClientError as error:
+            self._gateway.metrics.request_rejected(
+                RESPONSES_PATH, TRANSPORT, error.status, error.code
             )
-            self._gateway.metrics.request_rejected(RESPONSES_PATH, TRANSPORT, 429, error.code)
             await self.outbox.send_frame(error_event(error, stream_id))
             return
         lane = self._lanes.get(stream_id)
@@ -237,19 +245,24 @@ class _Socket:
             lane = self._lanes[stream_id] = _Lane()
         lane.creates += 1
         self._creates += 1
-        self._nursery.start_soon(self._take_turn, stream_id, lane, body)
+        self._nursery.start_soon(self._take_turn, stream_id, lane, body, reservation)
 
-    async def _take_turn(self, stream_id: str | None, lane: _Lane, body: dict[str, Any]) -> None:
+    async def _take_turn(
+        self, stream_id: str | None, lane: _Lane, body: dict[str, Any], reservation: Reservation
+    ) -> None:
         try:
-            async with lane.turn:
-                await self._serve(stream_id, lane, body)
+            with reservation:
+                async with lane.turn:
+                    await self._serve(stream_id, lane, body, reservation)
         finally:
             self._creates -= 1
             lane.creates -= 1
             if lane.creates == 0 and self._lanes.get(stream_id) is lane:
                 del self._lanes[stream_id]
 
-    async def _serve(self, stream_id: str | None, lane: _Lane, body: dict[str, Any]) -> None:
+    async def _serve(
+        self, stream_id: str | None, lane: _Lane, body: dict[str, Any], reservation: Reservation
+    ) -> None:
         request_id = new_request_id()
         scope = trio.CancelScope()
         sink = _LaneSink(self.outbox, stream_id, scope)
@@ -275,6 +288,7 @@ class _Socket:
                         request_id=request_id,
                         transport=TRANSPORT,
                         client=self._client,
+                        reservation=reservation,
                         responses=self._responses,
                     )
                 except GatewayError as error:  # raised only while nothing was sent

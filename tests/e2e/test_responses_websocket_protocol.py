@@ -356,3 +356,27 @@ async def test_each_response_has_its_metrics_and_its_log_line(server: LiveServer
     cancelled = by_id[ends["cancelled"]["response"]["id"].removeprefix("resp_")]
     assert (cancelled["status"], cancelled["abort_cause"]) == (499, "client_gone")
     assert sorted(line["status"] for line in lines) == [200, 400, 499]
+
+
+async def test_a_create_holds_its_body_from_the_memory_budget(server: LiveServer) -> None:
+    budget = server.serving.gateway.memory_budget
+    budget.limit_bytes = 64 * 1024
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with responses_socket(server) as connection:
+            await connection.send_message(create("running", max_output_tokens=4000))
+            while json.loads(await connection.get_message())["type"] != "response.created":
+                pass
+            # A body past what the budget has left, refused at once under its lane.
+            await connection.send_message(create("big", input="x " * 40_000))
+            while lane_of(refused := json.loads(await connection.get_message())) != "big":
+                pass
+            assert budget.in_flight_bytes > 0
+            await connection.send_message(json.dumps({"type": "response.cancel"}))
+            await connection.send_message(
+                json.dumps({"type": "response.cancel", "stream_id": "running"})
+            )
+            events = await read_until(connection, 1, protocol_errors=1)
+    assert (refused["type"], refused["stream_id"], refused["status"]) == ("error", "big", 429)
+    assert refused["error"]["code"] == "memory_budget_exceeded"
+    assert terminals_by_lane(events)["running"][0]["response"]["status"] == "cancelled"
+    assert budget.in_flight_bytes == 0
