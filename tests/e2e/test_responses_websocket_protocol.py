@@ -102,7 +102,7 @@ async def test_lanes_run_side_by_side_and_in_order_within_a_lane(server: LiveSer
     with trio.fail_after(TEST_TIMEOUT_S):
         async with responses_socket(server) as connection:
             for lane in lanes:
-                await connection.send_message(create(lane, max_output_tokens=40))
+                await connection.send_message(create(lane, max_output_tokens=100))
             # Two more on lane-0: they wait for its first, one after another.
             await connection.send_message(create("lane-0", stop=[STOP]))
             await connection.send_message(create("lane-0", stop=[STOP]))
