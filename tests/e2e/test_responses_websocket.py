@@ -16,6 +16,7 @@ import pytest
 import trio
 from openai import OpenAI
 from openai.lib.responses_websocket import ResponsesWebSocketLimits, ResponsesWebSocketSession
+from websockets.exceptions import InvalidStatus
 
 from tests.e2e.live_server import (
     MODEL,
@@ -221,3 +222,16 @@ async def test_a_stored_response_chains_from_another_socket_and_over_http(
     assert second.usage.input_tokens > first.usage.input_tokens
     assert retrieved.id == second.id
     assert retrieved.output_text == REPLAY_HEAD
+
+
+def connect_with(client: OpenAI) -> None:
+    with client, client.responses.connect():
+        pass
+
+
+async def test_a_wrong_api_key_is_refused_at_the_handshake(server: LiveServer) -> None:
+    wrong = openai_client(server)
+    wrong.api_key = "sk-wrong"
+    with trio.fail_after(TEST_TIMEOUT_S), pytest.raises(InvalidStatus) as refused:
+        await trio.to_thread.run_sync(connect_with, wrong)
+    assert refused.value.response.status_code == 403
