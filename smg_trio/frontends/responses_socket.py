@@ -32,9 +32,11 @@ from __future__ import annotations
 import logging
 from typing import Any, Final, assert_never
 
+import msgspec
 import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
 
+from smg_trio.core.api_dialect import split_named_events
 from smg_trio.endpoint_requests import RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends import websocket_sender
@@ -50,9 +52,20 @@ from smg_trio.frontends.responses_socket_events import (
     event_error,
     protocol_error_event,
     read_event,
-    steer_failed_event,
 )
 from smg_trio.frontends.responses_socket_sink import LaneSink
+from smg_trio.frontends.responses_socket_steering import (
+    MAX_STEERS_PER_RESPONSE,
+    PendingSteers,
+    QueuedSteer,
+    accepted_event,
+    failed_event,
+    pending_event,
+    required_input,
+    steer_items,
+    successor_body,
+    with_queued_input,
+)
 from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
 from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.memory_budget import Reservation
@@ -65,13 +78,27 @@ MAX_RESPONSES_PER_SOCKET: Final = 256
 TRANSPORT: Final = "ws"
 
 
+class _Running:
+    """The response running on a lane: its id, its scope, its sink, its create and the steers
+    accepted for it."""
+
+    def __init__(
+        self, response_id: str, scope: trio.CancelScope, sink: LaneSink, body: dict[str, Any]
+    ) -> None:
+        self.response_id = response_id
+        self.scope = scope
+        self.sink = sink
+        self.body = body
+        self.steers: list[QueuedSteer] = []
+
+
 class _Lane:
     """One lane: its creates run one at a time, in order (trio's Lock is fair)."""
 
     def __init__(self) -> None:
         self.turn = trio.Lock()
         self.creates = 0  # running or waiting for their turn
-        self.running: tuple[str, trio.CancelScope] | None = None  # (response id, its scope)
+        self.running: _Running | None = None
 
 
 class _Socket:
@@ -91,6 +118,7 @@ class _Socket:
         self._lanes: dict[str | None, _Lane] = {}
         self._creates = 0
         self._responses = SocketResponses(gateway.responses)  # with the socket's own cache
+        self._pending_steers = PendingSteers()
         self.largest_frame = 0
 
     async def receive_until_disconnect(self, receive: ASGIReceiveCallable) -> None:
@@ -160,7 +188,10 @@ class _Socket:
         try:
             with reservation:
                 async with lane.turn:
-                    await self._serve(stream_id, lane, body, reservation)
+                    next_body: dict[str, Any] | None = body
+                    while next_body is not None:  # a steered response's successor goes next
+                        running = await self._serve(stream_id, lane, next_body, reservation)
+                        next_body = await self._after_steered(stream_id, running)
         finally:
             self._creates -= 1
             lane.creates -= 1
@@ -169,11 +200,15 @@ class _Socket:
 
     async def _serve(
         self, stream_id: str | None, lane: _Lane, body: dict[str, Any], reservation: Reservation
-    ) -> None:
+    ) -> _Running:
         request_id = new_request_id()
+        queued = self._pending_steers.take(stream_id, body.get("previous_response_id"))
+        if queued is not None:
+            body = with_queued_input(body, queued)
         scope = trio.CancelScope()
         sink = LaneSink(self.outbox, stream_id, scope)
-        lane.running = (f"resp_{request_id}", scope)
+        running = _Running(f"resp_{request_id}", scope, sink, body)
+        lane.running = running
         streams = self._gateway.metrics.websocket_streams
         streams.inc()
         try:
@@ -213,24 +248,58 @@ class _Socket:
         finally:
             streams.dec()
             lane.running = None
+        return running
 
-    def _running(self, response_id: str) -> tuple[str | None, trio.CancelScope] | None:
+    async def _after_steered(
+        self, stream_id: str | None, running: _Running
+    ) -> dict[str, Any] | None:
+        """What becomes of a finished response's accepted steers (`responses_socket_steering`):
+        the body of its automatic successor, or None (pending, or failed)."""
+        steers = running.steers
+        if not steers:
+            return None
+        previous = running.response_id
+        name, response = b"", {}
+        for event_name, data in split_named_events(running.sink.last_payload):
+            name, response = event_name, msgspec.json.decode(data)["response"]
+        if name != b"response.completed":
+            for steer in steers:
+                await self.outbox.send_frame(
+                    failed_event(
+                        previous,
+                        steer.input,
+                        "response_not_active",
+                        "the response ended without completing: nothing continues it",
+                        stream_id,
+                        steer.id,
+                    )
+                )
+            return None
+        required = required_input(response)
+        if not required:
+            return successor_body(running.body, previous, steers)
+        self._pending_steers.add(stream_id, previous, [i for s in steers for i in s.items])
+        for steer in steers:
+            await self.outbox.send_frame(pending_event(steer.id, previous, required, stream_id))
+        return None
+
+    def _running(self, response_id: str) -> tuple[str | None, _Running] | None:
         for stream_id, lane in self._lanes.items():
-            if lane.running is not None and lane.running[0] == response_id:
-                return stream_id, lane.running[1]
+            if lane.running is not None and lane.running.response_id == response_id:
+                return stream_id, lane.running
         return None
 
     async def _cancel(self, cancel: Cancel) -> None:
-        scope: trio.CancelScope | None = None
+        running: _Running | None = None
         if cancel.response_id is not None:
             found = self._running(cancel.response_id)
             if found is not None and (cancel.stream_id in (None, found[0])):
-                scope = found[1]
+                running = found[1]
         else:
             lane = self._lanes.get(cancel.stream_id)
-            if lane is not None and lane.running is not None:
-                scope = lane.running[1]
-        if scope is None:
+            if lane is not None:
+                running = lane.running
+        if running is None:
             what = cancel.response_id or f"lane {cancel.stream_id!r}"
             await self.outbox.send_frame(
                 protocol_error_event(
@@ -240,23 +309,40 @@ class _Socket:
                 )
             )
             return
-        scope.cancel()
+        running.scope.cancel()
 
     async def _steer(self, steer: Steer) -> None:
-        found = self._running(steer.previous_response_id)
-        if found is None:
-            frame = steer_failed_event(
-                steer, "response_not_found", "the response is not running on this socket", None
+        previous = steer.previous_response_id
+        found = self._running(previous)
+        stream_id = None if found is None else found[0]
+        try:
+            items = steer_items(steer.input)
+        except ClientError as error:
+            await self.outbox.send_frame(
+                failed_event(previous, steer.input, "invalid_input", error.message, stream_id)
             )
-        else:
-            frame = steer_failed_event(
-                steer,
-                "steering_not_supported",
-                "this gateway's engines cannot take input into a running response; send the "
-                "input in a response.create with this response's id as previous_response_id",
-                found[0],
+            return
+        if found is None or found[1].sink.ended:
+            code, message = "response_not_found", "no response with this id runs on this socket"
+            if found is not None or self._responses.knows(previous):
+                code, message = "response_already_completed", "the response has completed"
+            await self.outbox.send_frame(failed_event(previous, steer.input, code, message, None))
+            return
+        running = found[1]
+        if len(running.steers) >= MAX_STEERS_PER_RESPONSE:
+            await self.outbox.send_frame(
+                failed_event(
+                    previous,
+                    steer.input,
+                    "too_many_pending_steers",
+                    f"at most {MAX_STEERS_PER_RESPONSE} steers wait on one response",
+                    stream_id,
+                )
             )
-        await self.outbox.send_frame(frame)
+            return
+        steer_id = f"steer_{new_request_id()}"
+        running.steers.append(QueuedSteer(steer_id, steer.input, items))
+        await self.outbox.send_frame(accepted_event(steer_id, previous, stream_id))
 
 
 async def handle_websocket(

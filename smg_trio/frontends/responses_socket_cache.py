@@ -62,6 +62,10 @@ class SocketResponses(ResponsesService):
         while len(self._recent) > MAX_CACHED_RESPONSES:
             self._recent.popitem(last=False)
 
+    def knows(self, rid: str) -> bool:
+        """Whether `rid` is one of the socket's recent finished responses."""
+        return rid in self._recent
+
     async def history(self, body: bytes) -> list[Any]:
         previous = decode_head(body).previous_response_id
         if previous is None:

@@ -204,17 +204,6 @@ def cancelled_event(stream_id: str | None) -> bytes:
     )
 
 
-def steer_failed_event(steer: Steer, code: str, message: str, stream_id: str | None) -> bytes:
-    """`response.steer.failed`: the input handed back with why it cannot be committed."""
-    body = {
-        "type": "response.steer.failed",
-        "sequence_number": 0,
-        "error": {"type": "invalid_request_error", "code": code, "message": message},
-        "steer": {"previous_response_id": steer.previous_response_id, "input": steer.input},
-    }
-    return _encode(body)[:-1] + _lane_field(stream_id) + b"}"
-
-
 class LaneDialect(ResponsesDialect):
     """The Responses dialect of one response on a socket lane: each event one frame, its JSON
     numbered and, on a named lane, carrying `stream_id`; failures in the WebSocket shape."""

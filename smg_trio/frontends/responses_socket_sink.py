@@ -41,6 +41,7 @@ class LaneSink:
         self._pending: deque[bytes] = deque()  # framed, not yet taken by the sender
         self._ending = False  # the pending frames hold the response's end
         self.ended = False
+        self.last_payload = b""  # the renderer's last payload: the response's end event
 
     def gone_before_engine(self) -> bool:
         return self._scope.cancel_called
@@ -64,6 +65,8 @@ class LaneSink:
     async def end_stream(self, end: StreamEnd) -> None:
         if self._lifecycle.end() is Step.NOTHING:
             return
+        if end.payloads:
+            self.last_payload = end.payloads[-1]
         # Once begun, the end goes out whole (a drain's or deadline's cancel must not leave
         # the create without its terminal); bounded for a client that stopped reading.
         with trio.move_on_after(TERMINAL_GRACE_S, shield=True):
