@@ -19,8 +19,10 @@ socket the openai SDK's `client.responses.connect()` opens (docs/client-apis.md 
 - `previous_response_id` looks in the socket's own cache of its recent responses first
   (`responses_socket_cache`), so a chain on the socket works with `store: false` too.
 - `response.cancel` (our extension) cancels a running response: the engine requests are
-  aborted as for a client that left. `response.steer` cannot be honoured (no engine here can
-  take input into a running generation): `response.steer.failed` hands the input back.
+  aborted as for a client that left.
+- `response.steer`: no engine here takes input into a running generation, so accepted input
+  continues the response once it ends (an automatic successor on its lane, or after a function
+  call the client's own continuation; `responses_socket_steering`), or is handed back.
 - One task (the sender) owns the send side; everything reaches it through a small bounded
   channel (`websocket_sender`), so a client that reads slowly holds back its own responses
   only. `websocket.disconnect` cancels the nursery: every response leaves its backend stream,
@@ -192,6 +194,8 @@ class _Socket:
                     while next_body is not None:  # a steered response's successor goes next
                         running = await self._serve(stream_id, lane, next_body, reservation)
                         next_body = await self._after_steered(stream_id, running)
+        except ClientGone:  # the socket went while steers were answered: nobody to tell
+            pass
         finally:
             self._creates -= 1
             lane.creates -= 1

@@ -2,8 +2,9 @@
 openai SDK (`client.responses.connect()` and its lane session) over a real loopback socket to
 the gateway and the reference vLLM EngineCore replaying a known text: create and stream,
 `previous_response_id` chaining on the socket, eight lanes in flight with one cancelled (the
-other seven complete, the engine ends with no request), `response.steer`'s failure event, and
-a refused create. The raw protocol (several in flight, bad frames, disconnect) is in
+other seven complete, the engine ends with no request), a steer for no response, a refused
+create, the connection-local cache, auth. Steering is in test_responses_websocket_steering.py,
+the raw protocol (several in flight, bad frames, disconnect) in
 test_responses_websocket_protocol.py."""
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def steer_and_refused_create(client: OpenAI) -> tuple[Any, Any]:
     return steer_failed, refused
 
 
-async def test_steer_fails_as_documented_and_a_bad_create_is_an_error_event(
+async def test_a_steer_for_no_response_and_a_bad_create_get_their_error_events(
     server: LiveServer,
 ) -> None:
     with trio.fail_after(TEST_TIMEOUT_S):

@@ -1,6 +1,7 @@
 """The pure spelling of the Responses WebSocket mode (docs/client-apis.md §3.4): any text frame
 reads as exactly one client event (never an exception), a create's body is the HTTP body less
-the envelope and always streamed, and a lane's events carry their number and lane."""
+the envelope and always streamed, a lane's events carry their number and lane, and steering
+takes user text only, in front of the next input, bounded."""
 
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ from smg_trio.frontends.responses_socket_events import (
     error_event,
     protocol_error_event,
     read_event,
+)
+from smg_trio.frontends.responses_socket_steering import (
+    MAX_PENDING_PARENTS,
+    PendingSteers,
+    steer_items,
+    with_queued_input,
 )
 
 JSON_VALUES = st.recursive(
@@ -156,3 +163,42 @@ def test_a_lanes_events_are_numbered_and_carry_the_lane() -> None:
     assert (cancelled["sequence_number"], cancelled["stream_id"]) == (4, "l1")
     # Nothing created yet: the caller sends the `cancelled` error event instead.
     assert LaneDialect(None).cancelled_frames() is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        [],
+        [{"role": "assistant", "content": "x"}],
+        [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}],
+        [{"role": "user", "content": "x", "id": "extra"}],
+        [{"type": "function_call_output", "call_id": "c", "output": "o"}],
+        7,
+    ],
+)
+def test_steering_takes_user_text_only(value: object) -> None:
+    with pytest.raises(ClientError) as refused:
+        steer_items(value)
+    assert (refused.value.code, refused.value.param) == ("invalid_input", "input")
+
+
+def test_steering_input_becomes_user_messages_in_front_of_the_next_input() -> None:
+    items = steer_items("faster")
+    parts = steer_items([{"role": "user", "content": [{"type": "input_text", "text": "t"}]}])
+    assert items == [{"type": "message", "role": "user", "content": "faster"}]
+    assert parts[0]["type"] == "message"
+    body = with_queued_input({"input": "own", "model": "m"}, [*items, *parts])
+    assert body["input"] == [*items, *parts, {"type": "message", "role": "user", "content": "own"}]
+    assert with_queued_input({"input": 5}, items) == {"input": 5}  # left for the decoder
+
+
+def test_pending_steering_is_bounded_and_taken_once() -> None:
+    pending = PendingSteers()
+    for n in range(MAX_PENDING_PARENTS + 1):
+        pending.add("lane", f"resp_{n}", [{"n": n}])
+    pending.add("lane", "resp_1", [{"n": "again"}])
+    assert pending.take("lane", "resp_0") is None  # the oldest was dropped
+    assert pending.take("other", "resp_1") is None  # another lane's continuation
+    assert pending.take("lane", "resp_1") == [{"n": 1}, {"n": "again"}]
+    assert pending.take("lane", "resp_1") is None
