@@ -27,7 +27,7 @@ from tests.e2e.live_server import (
 from tests.e2e.test_responses_tools import MARKUP, TOOLS, model_with_tool_template
 
 TEST_TIMEOUT_S: Final = 40.0
-STEP_MS: Final = 15.0  # the answer up to STOP takes about half a second: time to steer it
+STEP_MS: Final = 30.0  # the answer up to STOP takes most of a second: time to steer it
 FIRST: Final = "How does the gateway work?"
 STEER: Final = "And then?"
 ENDS: Final = ("response.completed", "response.incomplete", "response.failed", "error")
