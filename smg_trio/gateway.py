@@ -189,6 +189,7 @@ class Gateway:
         client: str = "-",
         trace_headers: Mapping[str, str] | None = None,
         tenant: Tenant | None = None,
+        responses: ResponsesService | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -203,7 +204,9 @@ class Gateway:
         `transport` (http1, h2, ws) and `client` (the peer's address) label its metrics and its
         log line; `trace_headers` (the client's `traceparent`, `tracestate`) parent its trace
         when tracing is on. `tenant` (the one its API key names, `--api-keys`) is charged for a
-        generation request through `tenant_gate` (docs/fleet.md §2).
+        generation request through `tenant_gate` (docs/fleet.md §2). `responses`: the store's
+        side of /v1/responses for this request (a Responses WebSocket's, with its
+        connection-local cache); else the gateway's.
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -221,10 +224,20 @@ class Gateway:
             with self.lifecycle.admit(sink) as live:
                 if reservation is None:
                     with self.memory_budget.reserve(len(body)) as own:
-                        await self._handle(path, body, sink, record, session_key, live, own, tenant)
+                        await self._handle(
+                            path, body, sink, record, session_key, live, own, tenant, responses
+                        )
                 else:
                     await self._handle(
-                        path, body, sink, record, session_key, live, reservation, tenant
+                        path,
+                        body,
+                        sink,
+                        record,
+                        session_key,
+                        live,
+                        reservation,
+                        tenant,
+                        responses,
                     )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
@@ -280,6 +293,7 @@ class Gateway:
         live: LiveRequest,
         reservation: Reservation,
         tenant: Tenant | None,
+        responses: ResponsesService | None,
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
@@ -299,7 +313,8 @@ class Gateway:
         deadline = trio.current_time() + self.request_timeout_s
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
         # /v1/responses: the stored turn it continues, read before preparing.
-        history = await self.responses.history(body) if path == RESPONSES_PATH else []
+        service = responses or self.responses
+        history = await service.history(body) if path == RESPONSES_PATH else []
         plan, user = await self._off_loop_if_large(
             partial(
                 prepare_for_path,
@@ -312,7 +327,7 @@ class Gateway:
             ),
             body,
         )
-        sink = self.responses.storing(plan, sink)
+        sink = service.storing(plan, sink)
         live.streaming = plan.stream
         prompt_ids = [part.ids for part in plan.prompts]
         reservation.grow(prompt_bytes(prompt_ids))

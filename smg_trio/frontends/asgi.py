@@ -11,6 +11,8 @@
     GET, POST /workers; DELETE /workers/{id}               → frontends.workers_api (admin key)
     GET  /metrics                                          → Prometheus text (observability.metrics)
     GET  /v1/ws (WebSocket)                                → frontends.websocket
+    GET  /v1/responses (WebSocket)                         → frontends.responses_socket
+                                                             (OpenAI's Responses WebSocket mode)
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
   object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
@@ -49,7 +51,7 @@ from typing import Final, cast
 
 import smg_trio
 from smg_trio.config import DEFAULT_SESSION_HEADER
-from smg_trio.endpoint_requests import HANDLED_PATHS
+from smg_trio.endpoint_requests import HANDLED_PATHS, RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.client_disconnect import client_disconnect_of
@@ -112,6 +114,12 @@ HEALTHY_BODY: Final = b'{"status":"ok"}'
 WEBSOCKET_POLICY_VIOLATION: Final = 1008
 WEBSOCKET_INTERNAL_ERROR: Final = 1011
 WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
+
+# Each WebSocket path and the module serving it (its `handle_websocket`), imported on first use.
+WEBSOCKET_MODULES: Final = {
+    WEBSOCKET_PATH: "smg_trio.frontends.websocket",
+    RESPONSES_PATH: "smg_trio.frontends.responses_socket",
+}
 
 WebSocketHandler = Callable[[Gateway, Scope, Receive, Send, Tenant | None], Awaitable[None]]
 
@@ -320,7 +328,8 @@ class GatewayApp:
         )
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["path"] != WEBSOCKET_PATH:
+        module = WEBSOCKET_MODULES.get(scope["path"])
+        if module is None:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return
         try:
@@ -328,7 +337,7 @@ class GatewayApp:
         except ClientError:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return
-        handler = _websocket_handler()
+        handler = _websocket_handler(module)
         if handler is None:
             await send({"type": "websocket.close", "code": WEBSOCKET_INTERNAL_ERROR})
             return
@@ -402,10 +411,10 @@ def _header_map(scope: Scope) -> dict[bytes, bytes]:
     return {bytes(name).lower(): bytes(value) for name, value in scope["headers"]}
 
 
-def _websocket_handler() -> WebSocketHandler | None:
-    # Imported on first use: the WebSocket front end is optional for HTTP-only deployments.
+def _websocket_handler(name: str) -> WebSocketHandler | None:
+    # Imported on first use: the WebSocket front ends are optional for HTTP-only deployments.
     try:
-        module = importlib.import_module("smg_trio.frontends.websocket")
+        module = importlib.import_module(name)
     except ImportError:
         logger.exception("the WebSocket front end is not available")
         return None

@@ -8,16 +8,18 @@ is low so that even a machine loaded enough to serve a handful of requests a sec
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx
 import trio
+import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.redis_server import redis_server
 from harness.tenant_fleet import burst, chat, open_fleet
-from tests.e2e.live_server import LiveServer, live_server, websocket_request
+from tests.e2e.live_server import MODEL, LiveServer, live_server, websocket_request
 from tests.tenancy import needs_redis
 
 TEST_TIMEOUT_S: Final = 100.0
@@ -140,6 +142,37 @@ async def test_websocket_requests_are_charged_to_the_sockets_tenant(tmp_path: Pa
     assert second[-1]["error"]["type"] == "requests"
     assert over_http.status_code == 429  # one budget, whatever the transport
     assert int(over_http.headers["retry-after"]) >= 1
+
+
+async def test_responses_websocket_creates_are_charged_to_the_sockets_tenant(
+    tmp_path: Path,
+) -> None:
+    """OpenAI's Responses WebSocket (`GET /v1/responses` upgraded): each `response.create` is
+    charged to the socket's tenant, so at 60/min two creates sent together on two lanes get
+    one response and one 429 error event."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text(ONE_PROCESS_KEYS)
+    ends: dict[str, dict[str, Any]] = {}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            live_server(tmp_path, api_key="sk-acme-0001", api_keys=keys) as server,
+            trio_websocket.open_websocket_url(
+                f"ws://127.0.0.1:{server.port}/v1/responses",
+                extra_headers=[(b"authorization", b"Bearer sk-acme-0001")],
+            ) as socket,
+        ):
+            for lane in ("a", "b"):
+                create = {"type": "response.create", "model": MODEL, "input": "Hi"}
+                await socket.send_message(json.dumps({**create, "stream_id": lane}))
+            while len(ends) < 2:
+                event = json.loads(await socket.get_message())
+                if event["type"] in ("response.completed", "response.incomplete", "error"):
+                    ends[event["stream_id"]] = event
+    kinds = sorted(event["type"] for event in ends.values())
+    assert kinds[0] == "error", kinds
+    assert kinds[1] in ("response.completed", "response.incomplete"), kinds
+    refused = next(event for event in ends.values() if event["type"] == "error")
+    assert (refused["status"], refused["error"]["code"]) == (429, "rate_limit_exceeded")
 
 
 async def test_a_queued_request_whose_client_leaves_leaves_the_queue(tmp_path: Path) -> None:
