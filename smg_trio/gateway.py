@@ -37,9 +37,12 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import msgspec
 import trio
 
+from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.parsers.registry import uses_harmony
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
+from smg_trio.core.response_runs import QUEUED
 from smg_trio.endpoint_requests import (
     HANDLED_PATHS,
     RESPONSES_PATH,
@@ -64,6 +67,13 @@ from smg_trio.observability.request_record import (
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
+from smg_trio.response_runs import (
+    DEFAULT_EVENTS_MAX,
+    DEFAULT_RESUME_GRACE_S,
+    DEFAULT_RETENTION_S,
+    LocalRun,
+    ResponseRuns,
+)
 from smg_trio.response_store.service import ResponsesService
 from smg_trio.response_store.stores import ResponseStore
 from smg_trio.retrying import run_with_retries
@@ -72,6 +82,7 @@ from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
+from smg_trio.wire.responses_objects import Response
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
     from smg_trio.observability.tracing import RequestTracer
@@ -111,6 +122,9 @@ class Gateway:
         tracer: RequestTracer | None = None,
         response_store: ResponseStore | None = None,
         stream_interval: int = 1,
+        response_retention_s: float = DEFAULT_RETENTION_S,
+        response_events_max: int = DEFAULT_EVENTS_MAX,
+        resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -140,6 +154,15 @@ class Gateway:
         self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
         self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
         self.responses = ResponsesService(response_store)  # /v1/responses' store (--response-store)
+        # Responses that outlive their connection (docs/client-apis.md §3.4); `serve` runs
+        # `runs.serve`, the nursery that holds them.
+        self.runs = ResponseRuns(
+            None if response_store is None else response_store.events,
+            self.metrics,
+            retention_s=response_retention_s,
+            events_max=response_events_max,
+            resume_grace_s=resume_grace_s,
+        )
 
     @property
     def ready(self) -> bool:
@@ -182,6 +205,7 @@ class Gateway:
         transport: str = "http1",
         client: str = "-",
         trace_headers: Mapping[str, str] | None = None,
+        prepared: tuple[GeneratePlan, str | None] | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -195,7 +219,8 @@ class Gateway:
         reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
         `transport` (http1, h2, ws) and `client` (the peer's address) label its metrics and its
         log line; `trace_headers` (the client's `traceparent`, `tracestate`) parent its trace
-        when tracing is on.
+        when tracing is on. `prepared`: the body's plan and user, already prepared (a run
+        `start_response` began).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -213,9 +238,13 @@ class Gateway:
             with self.lifecycle.admit(sink) as live:
                 if reservation is None:
                     with self.memory_budget.reserve(len(body)) as own:
-                        await self._handle(path, body, sink, record, session_key, live, own)
+                        await self._handle(
+                            path, body, sink, record, session_key, live, own, prepared
+                        )
                 else:
-                    await self._handle(path, body, sink, record, session_key, live, reservation)
+                    await self._handle(
+                        path, body, sink, record, session_key, live, reservation, prepared
+                    )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
@@ -269,6 +298,7 @@ class Gateway:
         session_key: str | None,
         live: LiveRequest,
         reservation: Reservation,
+        prepared: tuple[GeneratePlan, str | None] | None = None,
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
@@ -287,20 +317,7 @@ class Gateway:
             return
         deadline = trio.current_time() + self.request_timeout_s
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
-        # /v1/responses: the stored turn it continues, read before preparing.
-        history = await self.responses.history(body) if path == RESPONSES_PATH else []
-        plan, user = await self._off_loop_if_large(
-            partial(
-                prepare_for_path,
-                path,
-                body,
-                self.prompt_model,
-                self.check_model,
-                record.request_id,
-                history,
-            ),
-            body,
-        )
+        plan, user = prepared or await self._prepare(path, body, record.request_id)
         sink = self.responses.storing(plan, sink)
         live.streaming = plan.stream
         reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))
@@ -322,6 +339,64 @@ class Gateway:
                 rng=self._rng,
                 record=record,
             )
+
+    async def _prepare(
+        self, path: str, body: bytes, request_id: str
+    ) -> tuple[GeneratePlan, str | None]:
+        # /v1/responses: the stored turn it continues, read before preparing.
+        history = await self.responses.history(body) if path == RESPONSES_PATH else []
+        return await self._off_loop_if_large(
+            partial(
+                prepare_for_path,
+                path,
+                body,
+                self.prompt_model,
+                self.check_model,
+                request_id,
+                history,
+            ),
+            body,
+        )
+
+    async def start_response(
+        self,
+        body: bytes,
+        *,
+        background: bool,
+        request_id: str,
+        session_key: str | None = None,
+        transport: str = "http1",
+        client: str = "-",
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> LocalRun:
+        """Begin a `/v1/responses` request that outlives its connection: a background
+        response, or a stream a client may resume (docs/client-apis.md §3.4). The one place
+        such a run is admitted: a bad body, a draining gateway or no store is an error here,
+        before anything runs; then its generation is `handle` in the gateway's own nursery
+        (`response_runs.ResponseRuns`), writing to the event log. Returns the run at once."""
+        if self.lifecycle.draining:
+            raise Draining()
+        plan, user = await self._prepare(RESPONSES_PATH, body, request_id)
+        # A run always streams: its events are the log clients read.
+        plan = msgspec.structs.replace(plan, stream=True, include_usage=True)
+        assert plan.responses is not None
+        response = Response.of(response_id(plan), int(time.time()), plan.model, plan.responses)
+        if background:
+            response = msgspec.structs.replace(response, status=QUEUED)
+        generate = partial(
+            self.handle,
+            RESPONSES_PATH,
+            body,
+            request_id=request_id,
+            session_key=session_key,
+            transport=transport,
+            client=client,
+            trace_headers=trace_headers,
+            prepared=(plan, user),
+        )
+        return await self.runs.start(
+            response.id, JSON_ENCODER.encode(response), generate, background=background
+        )
 
     def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:
         """What an exception leaving `handle` says about the request, on its record."""

@@ -46,13 +46,19 @@ from typing import Final, cast
 
 import smg_trio
 from smg_trio.config import DEFAULT_SESSION_HEADER
-from smg_trio.endpoint_requests import HANDLED_PATHS
+from smg_trio.endpoint_requests import HANDLED_PATHS, RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
+from smg_trio.frontends.response_runs_http import (
+    is_cancel_path,
+    serve_cancel,
+    serve_retrieve,
+    serve_run,
+)
 from smg_trio.frontends.response_started import ResponseStarted
 from smg_trio.frontends.responses import (
     Header,
@@ -82,6 +88,7 @@ from smg_trio.request_ids import (
     new_request_id,
     request_id_from_header,
 )
+from smg_trio.wire.responses_api import decode_head
 
 logger = logging.getLogger(__name__)
 
@@ -193,7 +200,15 @@ class GatewayApp:
         if path not in PROBE_PATHS and path != METRICS_PATH:
             self._authorize(headers)
         if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
-            await serve_stored_response(self.gateway.responses, method, path, send)
+            if method == "GET":  # a run's state or stream first (docs/client-apis.md §3.4)
+                await serve_retrieve(self.gateway, scope, path, send)
+            else:
+                await serve_stored_response(self.gateway.responses, method, path, send)
+            return
+        if is_cancel_path(path):  # POST /v1/responses/{id}/cancel
+            if method != "POST":
+                raise _MethodNotAllowed(method, path, ("POST",))
+            await serve_cancel(self.gateway, path, send)
             return
         allowed = ROUTE_METHODS.get(path)
         if allowed is None:
@@ -223,6 +238,24 @@ class GatewayApp:
             session_key = None if session is None else session.decode("latin-1")
             with self.gateway.memory_budget.reserve() as reservation:
                 body = await self._read_body(receive, headers, reservation)
+                if path == RESPONSES_PATH:
+                    head = decode_head(body)
+                    if head.background or (
+                        head.stream and head.store is not False and self.gateway.runs.accepting
+                    ):
+                        await serve_run(
+                            self.gateway,
+                            scope,
+                            send,
+                            body,
+                            request_id=request_id,
+                            background=head.background is True,
+                            stream=head.stream is True,
+                            session_key=session_key,
+                            transport=http_transport(scope),
+                            client=client_address(scope),
+                        )
+                        return
                 await respond(
                     lambda response: self._generate(
                         scope, body, response, request_id, session_key, reservation
