@@ -377,6 +377,8 @@ class Gateway:
         if self.lifecycle.draining:
             raise Draining()
         plan, user = await self._prepare(RESPONSES_PATH, body, request_id)
+        if not self.pool.ready:
+            raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not a run that fails
         # A run always streams: its events are the log clients read.
         plan = msgspec.structs.replace(plan, stream=True, include_usage=True)
         assert plan.responses is not None
