@@ -6,6 +6,7 @@ then tails the live ones, `cancel` ends it `cancelled` with the engine request a
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any, Final
 
@@ -14,7 +15,20 @@ import openai
 import pytest
 import trio
 
-from tests.e2e.live_server import MODEL, REPLAY_HEAD, STOP, LiveServer, live_server, openai_client
+from harness.ports import free_port
+from smg_trio.response_runs import STALE_AFTER_S
+from tests.e2e.live_server import (
+    MODEL,
+    REPLAY_HEAD,
+    REPLAY_TEXT,
+    STOP,
+    LiveServer,
+    engine_command,
+    live_server,
+    openai_client,
+    write_replay,
+)
+from tests.e2e.test_cli import serve_command, serving_port
 
 TEST_TIMEOUT_S: Final = 30.0
 PROMPT: Final = "How does the gateway work?"
@@ -161,3 +175,112 @@ async def test_refusals_name_their_field(tmp_path: Path) -> None:
         "include[]=reasoning.encrypted_content": "include[]",
     }
     assert {answer.status_code for answer in answers.values()} == {400}
+
+
+async def test_another_process_streams_a_running_response(tmp_path: Path) -> None:
+    """A `smg-trio serve` process on the same SQLite file streams a background response this
+    process generates, while it is still generating."""
+    store = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    async with live_server(tmp_path, step_ms=20.0, response_store=store) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            command = serve_command(free_port(), "--response-store", store)
+            process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE)
+            try:
+                other = f"http://127.0.0.1:{await serving_port(process)}"
+                with openai_client(server) as client:
+                    created = await trio.to_thread.run_sync(
+                        lambda: client.responses.create(
+                            model=MODEL, input=PROMPT, background=True, extra_body={"stop": [STOP]}
+                        )
+                    )
+                running_when_first_read: list[bool] = []
+
+                def read_other() -> list[Any]:
+                    with openai.OpenAI(base_url=f"{other}/v1", api_key="-") as client:
+                        events = []
+                        stream = client.responses.retrieve(
+                            created.id, stream=True, starting_after=0
+                        )
+                        with stream:
+                            for event in stream:
+                                if not events:
+                                    running = server.serving.gateway.runs.local(created.id)
+                                    running_when_first_read.append(running is not None)
+                                events.append(event)
+                        return events
+
+                remote = await trio.to_thread.run_sync(read_other)
+                local = await trio.to_thread.run_sync(events_of, server, created.id, 0)
+            finally:
+                process.terminate()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+                    assert process.stderr is not None
+                    await process.stderr.aclose()
+    assert running_when_first_read == [True]
+    assert [event.model_dump() for event in remote] == [event.model_dump() for event in local]
+    assert [event.sequence_number for event in remote] == list(range(1, len(remote) + 1))
+    assert remote[-1].type == "response.completed"
+    assert remote[-1].response.output_text == REPLAY_HEAD
+
+
+async def test_a_killed_gateway_keeps_completed_responses_and_ends_running_ones(
+    tmp_path: Path,
+) -> None:
+    """A `smg-trio serve` process SIGKILLed with one background response done and one
+    generating: a gateway on the same store still has the first, and ends the second
+    `incomplete` once its process stopped refreshing it."""
+    store = f"sqlite:///{tmp_path / 'kept.sqlite3'}"
+    replay = write_replay(tmp_path, REPLAY_TEXT)
+    worker_port = free_port()
+    with trio.fail_after(TEST_TIMEOUT_S + STALE_AFTER_S):
+        gateway = await trio.lowlevel.open_process(
+            serve_command(worker_port, "--response-store", store), stderr=subprocess.PIPE
+        )
+        engine = await trio.lowlevel.open_process(
+            engine_command(f"tcp://127.0.0.1:{worker_port}", replay, 40.0),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            base = f"http://127.0.0.1:{await serving_port(gateway)}"
+            async with httpx.AsyncClient(base_url=base, timeout=20) as http:
+                while (await http.get("/health")).status_code != 200:  # noqa: ASYNC110 (polling a peer)
+                    await trio.sleep(0.05)
+                body = {"model": MODEL, "input": PROMPT, "background": True}
+                done = (await http.post("/v1/responses", json={**body, "stop": [STOP]})).json()
+                await status_reached(http, done["id"], "completed")
+                running = (await http.post("/v1/responses", json=body)).json()
+                await status_reached(http, running["id"], "in_progress")
+            gateway.kill()
+            await gateway.wait()
+        finally:
+            with trio.CancelScope(shield=True):
+                for process in (gateway, engine):
+                    process.kill()
+                    await process.wait()
+                assert gateway.stderr is not None
+                await gateway.stderr.aclose()
+        async with (
+            live_server(tmp_path, response_store=store, with_engine=False) as restarted,
+            httpx.AsyncClient(base_url=restarted.base_url, headers=restarted.auth) as http,
+        ):
+            kept = (await http.get(f"/v1/responses/{done['id']}")).json()
+            ended = await status_reached(http, running["id"], "incomplete")
+            answer = await http.get(f"/v1/responses/{running['id']}?stream=true")
+    assert kept["status"] == "completed"
+    assert kept["output"][0]["content"][0]["text"] == REPLAY_HEAD
+    assert ended["status"] == "incomplete"
+    assert ended["incomplete_details"] == {"reason": "gateway_shutdown"}
+    name, data = answer.text.strip().split("\n\n")[-1].split("\n")
+    assert name == "event: response.incomplete"
+    assert json.loads(data.removeprefix("data: "))["response"]["status"] == "incomplete"
+
+
+async def status_reached(http: httpx.AsyncClient, response_id: str, status: str) -> Any:
+    """Poll `GET /v1/responses/{id}` until its status is `status` (the caller's deadline)."""
+    while True:
+        got = (await http.get(f"/v1/responses/{response_id}")).json()
+        if got["status"] == status:
+            return got
+        await trio.sleep(0.05)
