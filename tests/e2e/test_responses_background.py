@@ -284,3 +284,41 @@ async def status_reached(http: httpx.AsyncClient, response_id: str, status: str)
         if got["status"] == status:
             return got
         await trio.sleep(0.05)
+
+
+async def test_drain_waits_for_background_responses_then_ends_them_incomplete(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM's drain: a background response that ends within `--drain-timeout-s` completes;
+    one still generating then ends `incomplete` (its engine request aborted as any request's);
+    a new one is refused with 503 `draining`."""
+    store = f"sqlite:///{tmp_path / 'drained.sqlite3'}"
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            live_server(
+                tmp_path, step_ms=20.0, response_store=store, resilience={"drain_timeout_s": 1.5}
+            ) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as http,
+        ):
+            body = {"model": MODEL, "input": PROMPT, "background": True}
+            long = (await http.post("/v1/responses", json=body)).json()
+            await status_reached(http, long["id"], "in_progress")
+            short = (await http.post("/v1/responses", json={**body, "stop": [STOP]})).json()
+            server.stop.set()  # as SIGTERM
+            runs = server.serving.gateway.runs
+            while runs.local(long["id"]) is not None or runs.local(short["id"]) is not None:
+                if server.serving.gateway.lifecycle.draining:
+                    refused = await http.post("/v1/responses", json=body)
+                await trio.sleep(0.05)
+        async with (
+            live_server(tmp_path, response_store=store, with_engine=False) as restarted,
+            httpx.AsyncClient(base_url=restarted.base_url, headers=restarted.auth) as http,
+        ):
+            completed = (await http.get(f"/v1/responses/{short['id']}")).json()
+            drained = (await http.get(f"/v1/responses/{long['id']}")).json()
+    assert completed["status"] == "completed"
+    assert completed["output"][0]["content"][0]["text"] == REPLAY_HEAD
+    assert drained["status"] == "incomplete"
+    assert drained["incomplete_details"] == {"reason": "gateway_shutdown"}
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "draining"
