@@ -322,3 +322,62 @@ async def test_drain_waits_for_background_responses_then_ends_them_incomplete(
     assert drained["incomplete_details"] == {"reason": "gateway_shutdown"}
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "draining"
+
+
+async def read_then_drop(server: LiveServer, body: dict[str, Any], events: int) -> bytes:
+    """POST a streamed `body`, read until `events` events arrived, then close the socket."""
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer {server.api_key}\r\ncontent-length: {len(payload)}\r\n\r\n"
+    ).encode()
+    async with await trio.open_tcp_stream("127.0.0.1", server.port) as client:
+        await client.send_all(head + payload)
+        received = b""
+        while received.count(b"\nevent: ") + received.startswith(b"event: ") < events:
+            received += await client.receive_some(65536)
+    return received
+
+
+def response_id_in(received: bytes) -> str:
+    return "resp_" + received.split(b'"id":"resp_', 1)[1].split(b'"', 1)[0].decode()
+
+
+async def test_a_dropped_stored_stream_resumes_where_it_was(tmp_path: Path) -> None:
+    async with live_server(tmp_path, step_ms=20.0) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            body = {"model": MODEL, "input": PROMPT, "stream": True, "stop": [STOP]}
+            received = await read_then_drop(server, body, 4)
+            response_id = response_id_in(received)
+            rest = await trio.to_thread.run_sync(events_of, server, response_id, 3)
+            whole = await trio.to_thread.run_sync(events_of, server, response_id, None)
+    assert [event.sequence_number for event in rest] == list(range(4, len(whole)))
+    assert [event.model_dump() for event in rest] == [event.model_dump() for event in whole[4:]]
+    assert rest[-1].type == "response.completed"
+    assert rest[-1].response.output_text == REPLAY_HEAD
+
+
+async def test_a_stream_nobody_resumes_is_abandoned_after_the_grace(tmp_path: Path) -> None:
+    async with live_server(tmp_path, step_ms=40.0, resilience={"resume_grace_s": 0.3}) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            body = {"model": MODEL, "input": PROMPT, "stream": True}
+            received = await read_then_drop(server, body, 4)
+            response_id = response_id_in(received)
+            assert (await server.counters())["requests_active"] == 1
+            idle_s = await server.seconds_until_idle(limit_s=5.0)
+            async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as http:
+                ended = await status_reached(http, response_id, "incomplete")
+    assert 0.2 < idle_s < 3.0
+    assert ended["incomplete_details"] == {"reason": "client_disconnected"}
+
+
+async def test_an_unstored_stream_dropped_aborts_at_once(tmp_path: Path) -> None:
+    async with live_server(tmp_path, step_ms=40.0) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            body = {"model": MODEL, "input": PROMPT, "stream": True, "store": False}
+            received = await read_then_drop(server, body, 4)
+            idle_s = await server.seconds_until_idle()
+            async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as http:
+                missing = await http.get(f"/v1/responses/{response_id_in(received)}")
+    assert idle_s < 0.5
+    assert missing.status_code == 404
