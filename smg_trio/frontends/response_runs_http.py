@@ -74,7 +74,7 @@ async def stream_tail(
     gateway: Gateway, scope: Scope, send: ResponseStarted, tail: Tail, *, resumed: bool
 ) -> None:
     """The run's events after `tail.after` as an SSE stream, until its last event."""
-    source = "local" if gateway.runs.local(tail.run_id) is not None else "remote"
+    source = "memory" if gateway.runs.local(tail.run_id) is not None else "log"
     gateway.metrics.response_streams.labels("resumed" if resumed else "first", source).inc()
 
     async def follow(response: SseResponse) -> None:

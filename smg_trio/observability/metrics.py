@@ -165,8 +165,9 @@ class GatewayMetrics:
         self.response_streams = Counter(
             "smg_trio_response_streams",
             "Streams of a response's event log served, by how they began (first: the "
-            "creating request's own; resumed: `GET ...?stream=true`) and whether the response "
-            "runs in this process (local) or another (remote)",
+            "creating request's own; resumed: `GET ...?stream=true`) and where its events "
+            "came from (memory: a run of this process; log: the store, for another "
+            "process's run or an ended one)",
             ("start", "source"),
             registry=r,
         )

@@ -59,6 +59,21 @@ async def test_background_response_resumes_from_any_event(tmp_path: Path) -> Non
             later = await trio.to_thread.run_sync(events_of, server, created.id, 5)
             with openai_client(server) as client:
                 final = await trio.to_thread.run_sync(client.responses.retrieve, created.id)
+            async with httpx.AsyncClient(base_url=server.base_url) as http:
+                metrics = (await http.get("/metrics")).text
+    for line in (
+        'smg_trio_response_runs_ended_total{kind="background",status="completed"} 1.0',
+        'smg_trio_response_runs{kind="background",status="in_progress"} 0.0',
+        'smg_trio_response_runs{kind="background",status="queued"} 0.0',
+    ):
+        assert line in metrics.splitlines()
+    # Two resumed streams: from this process's memory while it ran, from the log after.
+    resumed = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("smg_trio_response_streams_total{") and 'start="resumed"' in line
+    ]
+    assert sum(resumed) == 2
     numbers = [event.sequence_number for event in whole]
     assert numbers == list(range(len(whole)))
     assert whole[0].type == "response.created"
