@@ -20,6 +20,7 @@ from typing import Final
 from smg_trio.core.api_dialect import NamedEventDialect
 from smg_trio.core.response_runs import parse_retrieve_query
 from smg_trio.core.stream_end import StreamEnd
+from smg_trio.errors import ClientError
 from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.response_started import ResponseStarted
 from smg_trio.frontends.responses import Scope, Send, send_json
@@ -66,7 +67,11 @@ async def serve_retrieve(gateway: Gateway, scope: Scope, path: str, send: Respon
     tail = await gateway.runs.open_tail(run_id, query.starting_after)
     if tail is None:
         await gateway.responses.retrieve(run_id)  # a 404 when nothing has the id
-        raise ResponseNotFound(run_id)  # kept, but not as a stream (created without a log)
+        raise ClientError(  # kept, but its events were not (a body, or `store` came later)
+            f"response '{run_id}' was not created as a background response or a stored "
+            "stream: its events are not kept",
+            param="stream",
+        )
     await stream_tail(gateway, scope, send, tail, resumed=True)
 
 

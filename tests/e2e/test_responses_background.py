@@ -6,6 +6,7 @@ then tails the live ones, `cancel` ends it `cancelled` with the engine request a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +30,7 @@ from tests.e2e.live_server import (
     write_replay,
 )
 from tests.e2e.test_cli import serve_command, serving_port
+from tests.response_store.postgres_server import postgres_server
 
 TEST_TIMEOUT_S: Final = 30.0
 PROMPT: Final = "How does the gateway work?"
@@ -177,6 +179,7 @@ async def test_refusals_name_their_field(tmp_path: Path) -> None:
                         "stream=maybe",
                         "include_obfuscation=true",
                         "include[]=reasoning.encrypted_content",
+                        "stream=true",  # a response kept whole, without its events
                     )
                 }
     assert not_stored.value.body["param"] == "background"
@@ -188,6 +191,7 @@ async def test_refusals_name_their_field(tmp_path: Path) -> None:
         "stream=maybe": "stream",
         "include_obfuscation=true": "include_obfuscation",
         "include[]=reasoning.encrypted_content": "include[]",
+        "stream=true": "stream",
     }
     assert {answer.status_code for answer in answers.values()} == {400}
 
@@ -396,3 +400,53 @@ async def test_an_unstored_stream_dropped_aborts_at_once(tmp_path: Path) -> None
                 missing = await http.get(f"/v1/responses/{response_id_in(received)}")
     assert idle_s < 0.5
     assert missing.status_code == 404
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(os.environ.get("SMG_TRIO_POSTGRES") != "1", reason="set SMG_TRIO_POSTGRES=1")
+async def test_replicas_on_one_postgres_stream_each_others_responses(tmp_path: Path) -> None:
+    """A background response started on one gateway is streamed from another sharing the
+    PostgreSQL store, while it is still generating, and cancelled from there."""
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            postgres_server() as url,
+            live_server(first_dir, step_ms=20.0, response_store=url) as one,
+            live_server(second_dir, response_store=url, with_engine=False) as two,
+        ):
+            with openai_client(one) as client:
+                created = await trio.to_thread.run_sync(
+                    lambda: client.responses.create(
+                        model=MODEL, input=PROMPT, background=True, extra_body={"stop": [STOP]}
+                    )
+                )
+                cancelled_run = await trio.to_thread.run_sync(
+                    lambda: client.responses.create(model=MODEL, input=PROMPT, background=True)
+                )
+            running_when_first_read: list[bool] = []
+
+            def read_two() -> list[Any]:
+                events = []
+                with (
+                    openai_client(two) as client,
+                    client.responses.retrieve(created.id, stream=True, starting_after=0) as stream,
+                ):
+                    for event in stream:
+                        if not events:
+                            running = one.serving.gateway.runs.local(created.id)
+                            running_when_first_read.append(running is not None)
+                        events.append(event)
+                return events
+
+            remote = await trio.to_thread.run_sync(read_two)
+            local = await trio.to_thread.run_sync(events_of, one, created.id, 0)
+            with openai_client(two) as client:
+                cancelled = await trio.to_thread.run_sync(client.responses.cancel, cancelled_run.id)
+            idle_s = await one.seconds_until_idle(limit_s=5.0)
+    assert running_when_first_read == [True]
+    assert [event.model_dump() for event in remote] == [event.model_dump() for event in local]
+    assert remote[-1].type == "response.completed"
+    assert cancelled.status == "cancelled"
+    assert idle_s < 5.0
