@@ -135,7 +135,8 @@ async def run(rounds: int, events: int, step_ms: float, url: str | None) -> list
             with trio.CancelScope(shield=True):
                 reader.terminate()
                 await reader.wait()
-                await reader.stderr.aclose()
+                if reader.stderr is not None:
+                    await reader.stderr.aclose()
     return delays
 
 

@@ -216,7 +216,7 @@ async def test_another_process_streams_a_running_response(tmp_path: Path) -> Non
 
                 def read_other() -> list[Any]:
                     with openai.OpenAI(base_url=f"{other}/v1", api_key="-") as client:
-                        events = []
+                        events: list[Any] = []
                         stream = client.responses.retrieve(
                             created.id, stream=True, starting_after=0
                         )
@@ -428,7 +428,7 @@ async def test_replicas_on_one_postgres_stream_each_others_responses(tmp_path: P
             running_when_first_read: list[bool] = []
 
             def read_two() -> list[Any]:
-                events = []
+                events: list[Any] = []
                 with (
                     openai_client(two) as client,
                     client.responses.retrieve(created.id, stream=True, starting_after=0) as stream,
