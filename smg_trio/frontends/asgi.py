@@ -55,6 +55,7 @@ from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
 from smg_trio.frontends.response_runs_http import (
     is_cancel_path,
+    refuse_deleting_a_running_response,
     serve_cancel,
     serve_retrieve,
     serve_run,
@@ -203,6 +204,8 @@ class GatewayApp:
             if method == "GET":  # a run's state or stream first (docs/client-apis.md §3.4)
                 await serve_retrieve(self.gateway, scope, path, send)
             else:
+                if method == "DELETE":
+                    await refuse_deleting_a_running_response(self.gateway, path)
                 await serve_stored_response(self.gateway.responses, method, path, send)
             return
         if is_cancel_path(path):  # POST /v1/responses/{id}/cancel

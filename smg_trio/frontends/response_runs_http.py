@@ -6,6 +6,7 @@
     GET  /v1/responses/{id}                     → the run's current object, else the stored one
     GET  /v1/responses/{id}?stream=true&starting_after=N
                                                 → the events after N, then the live ones
+    DELETE /v1/responses/{id}                   → a 400 while it still generates
     POST /v1/responses/{id}/cancel              → cancel a background response (any process's)
 
 A stream here only follows the log (`ResponseRuns.follow`): a client leaving ends its stream,
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 from typing import Final
 
+import msgspec
+
 from smg_trio.core.api_dialect import NamedEventDialect
-from smg_trio.core.response_runs import parse_retrieve_query
+from smg_trio.core.response_runs import ENDED_STATUSES, parse_retrieve_query
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError
 from smg_trio.frontends.client_disconnect import client_disconnect_of
@@ -52,6 +55,18 @@ async def serve_cancel(gateway: Gateway, path: str, send: Send) -> None:
             raise SynchronousResponse()
         raise ResponseNotFound(run_id)
     await send_json(send, 200, response)
+
+
+async def refuse_deleting_a_running_response(gateway: Gateway, path: str) -> None:
+    """`DELETE` of a response still generating is a 400: its run would write it again."""
+    run_id = path.removeprefix(STORED_RESPONSE_PREFIX)
+    current = await gateway.runs.retrieve(run_id)
+    if current is not None and msgspec.json.decode(current)["status"] not in ENDED_STATUSES:
+        raise ClientError(
+            f"response '{run_id}' is still generating: cancel it first "
+            f"(POST /v1/responses/{run_id}/cancel) or let it end",
+            param="response_id",
+        )
 
 
 async def serve_retrieve(gateway: Gateway, scope: Scope, path: str, send: ResponseStarted) -> None:

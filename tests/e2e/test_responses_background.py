@@ -104,13 +104,21 @@ async def test_cancel_ends_the_response_and_aborts_the_engine(tmp_path: Path) ->
                                 break
                     return seen
 
-                # Some events, then cancel while it generates.
+                # Some events, then cancel while it generates (not delete: a 400).
                 await trio.to_thread.run_sync(first_events)
+                with pytest.raises(openai.BadRequestError) as deleting:
+                    await trio.to_thread.run_sync(client.responses.delete, created.id)
                 assert (await server.counters())["requests_active"] == 1
                 cancelled = await trio.to_thread.run_sync(client.responses.cancel, created.id)
                 idle_s = await server.seconds_until_idle()
                 again = await trio.to_thread.run_sync(client.responses.cancel, created.id)
                 tail = await trio.to_thread.run_sync(events_of, server, created.id, 5)
+                await trio.to_thread.run_sync(client.responses.delete, created.id)
+                with pytest.raises(openai.NotFoundError):
+                    await trio.to_thread.run_sync(client.responses.retrieve, created.id)
+                with pytest.raises(openai.NotFoundError):
+                    await trio.to_thread.run_sync(events_of, server, created.id, None)
+    assert deleting.value.body["param"] == "response_id"
     assert cancelled.status == "cancelled"
     assert again.status == "cancelled"
     assert idle_s < 2.0
