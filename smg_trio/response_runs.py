@@ -34,7 +34,6 @@ from typing import Final
 import msgspec
 import trio
 
-from smg_trio.core.api_dialect import named_event
 from smg_trio.core.response_runs import (
     ABANDONED_REASON,
     CANCELLED,
@@ -377,9 +376,12 @@ class ResponseRuns:
             )
         return Tail(run_id, after)
 
-    async def follow(self, tail: Tail, send: Callable[[list[bytes]], Awaitable[None]]) -> None:
-        """Send the run's events after `tail.after` as named events, then the live ones,
-        until its last; `send` gets each batch."""
+    async def follow(
+        self, tail: Tail, send: Callable[[list[LoggedEvent]], Awaitable[None]]
+    ) -> None:
+        """Hand `send` the run's events after `tail.after`, then the live ones as they come,
+        a batch at a time, until its last event (each transport frames them its own way: SSE
+        named events here, a WebSocket's frames elsewhere)."""
         after = tail.after
         run = self._local.get(tail.run_id)
         if run is not None:
@@ -402,7 +404,7 @@ class ResponseRuns:
                         await trio.sleep(TAIL_POLL_S)
                         continue
                 if fresh:
-                    await send([named_event(event.name, event.data) for event in fresh])
+                    await send(fresh)
                     after = fresh[-1].seq
                 if ended and (run is None or after + 1 >= run.next_seq):
                     return

@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from smg_trio.core.api_dialect import NamedEventDialect
+from smg_trio.core.api_dialect import NamedEventDialect, named_event
 from smg_trio.core.response_runs import ENDED_STATUSES, parse_retrieve_query
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError
@@ -32,6 +32,7 @@ from smg_trio.frontends.stored_responses import STORED_RESPONSE_PREFIX
 from smg_trio.gateway import Gateway
 from smg_trio.lifecycle import Draining
 from smg_trio.response_runs import SynchronousResponse, Tail
+from smg_trio.response_store.event_log import LoggedEvent
 from smg_trio.response_store.service import ResponseNotFound
 
 CANCEL_SUFFIX: Final = "/cancel"
@@ -98,9 +99,12 @@ async def stream_tail(
     gateway.metrics.response_streams.labels("resumed" if resumed else "first", source).inc()
 
     async def follow(response: SseResponse) -> None:
+        async def send(events: list[LoggedEvent]) -> None:
+            await response.send_chunks([named_event(event.name, event.data) for event in events])
+
         with gateway.lifecycle.admit(response) as live:
             live.streaming = True
-            await gateway.runs.follow(tail, response.send_chunks)
+            await gateway.runs.follow(tail, send)
         if live.drained or live.timed_out:
             await response.fail(Draining("the gateway shut down; resume the stream elsewhere"))
             return
