@@ -56,6 +56,21 @@ class LoggedEvent(msgspec.Struct, frozen=True):
     data: bytes  # the event's JSON, `sequence_number` included
 
 
+class Append(msgspec.Struct, frozen=True):
+    """One run's events numbered from `first_seq`, with its state after them."""
+
+    run_id: str
+    first_seq: int
+    events: tuple[tuple[bytes, bytes], ...]
+    status: str
+    response: bytes
+    ended: bool = False
+
+    @property
+    def next_seq(self) -> int:
+        return self.first_seq + len(self.events)
+
+
 Ending = Callable[[Run], tuple[bytes, bytes, str, bytes]]
 """A stale run → its last event (name, data without number), status and response object."""
 
@@ -99,9 +114,12 @@ class EventLog:
             f"UPDATE {RUNS} SET heartbeat_at = {m} WHERE owner = {m} AND ended_at IS NULL"
         )
         self._stale = f"SELECT id FROM {RUNS} WHERE ended_at IS NULL AND heartbeat_at < {m}"
+        # PostgreSQL: the row locked, so two processes finding it stale at once end it once
+        # (the second reads it again after the first committed). SQLite's BEGIN IMMEDIATE
+        # already takes the one write lock.
         self._stale_one = (
             f"SELECT {self._run_columns} FROM {RUNS} WHERE id = {m} AND ended_at IS NULL "
-            f"AND heartbeat_at < {m}"
+            f"AND heartbeat_at < {m}" + ("" if sqlite else " FOR UPDATE")
         )
         self._expire = (
             f"DELETE FROM {EVENTS} WHERE id IN (SELECT id FROM {RUNS} WHERE ended_at < {m})"
@@ -156,23 +174,38 @@ class EventLog:
     ) -> None:
         """`events` numbered from `first_seq`, with the run's new status and object; `ended`:
         the run's last append; `keep`: at most that many events stay (the oldest go)."""
+        await self.write(
+            [Append(run_id, first_seq, tuple(events), status, response, ended)], now=now, keep=keep
+        )
+
+    async def write(self, appends: Sequence[Append], *, now: float, keep: int | None) -> None:
+        """Several runs' appends as one transaction (one thread hop, one commit)."""
         rows = [
-            (run_id, first_seq + offset, name.decode(), data.decode())
-            for offset, (name, data) in enumerate(events)
+            (append.run_id, append.first_seq + offset, name.decode(), data.decode())
+            for append in appends
+            for offset, (name, data) in enumerate(append.events)
         ]
-        next_seq = first_seq + len(rows)
+        advances = [
+            (append.next_seq, now, append.status, append.response.decode(), append.run_id)
+            for append in appends
+        ]
+        ends = [(now, append.run_id) for append in appends if append.ended]
+        trims = [
+            (append.run_id, append.next_seq - keep)
+            for append in appends
+            if keep is not None and append.next_seq > keep
+        ]
 
         def work(connection: Any) -> None:
             def write() -> None:
+                cursor = connection.cursor()
                 if rows:
-                    connection.cursor().executemany(self._insert_event, rows)
-                connection.execute(
-                    self._advance, (next_seq, now, status, response.decode(), run_id)
-                )
-                if ended:
-                    connection.execute(self._end, (now, run_id))
-                if keep is not None and next_seq > keep:
-                    connection.execute(self._trim_window, (run_id, next_seq - keep))
+                    cursor.executemany(self._insert_event, rows)
+                cursor.executemany(self._advance, advances)
+                if ends:
+                    cursor.executemany(self._end, ends)
+                if trims:
+                    cursor.executemany(self._trim_window, trims)
 
             self._transaction(connection, write)
 
