@@ -16,8 +16,10 @@ that created it, a resumed stream, another process) only subscribe to that log.
 - `start` is the one place a run begins; `Gateway.start_response` is its only caller (where a
   tenant's limits apply). A transport other than HTTP (a Responses WebSocket) starts runs and
   follows them through the same two calls: `Gateway.start_response` and `follow`.
-- A local tail reads the run's last LOCAL_WINDOW events from memory and wakes on each append;
-  a tail of a run owned by another process polls the log every TAIL_POLL_S.
+- An append goes to the run's window in memory (its local tails wake at once) and to the log
+  at the next flush: one transaction per FLUSH_INTERVAL_S for every run of the process; a
+  run's last append waits for the log. A local tail reads the run's last LOCAL_WINDOW events
+  from memory; a tail of a run owned by another process polls the log every TAIL_POLL_S.
 - Cancelling a run cancels its scope: leaving the backend stream aborts its engine requests.
 """
 
@@ -51,7 +53,7 @@ from smg_trio.errors import ClientError, GatewayError
 from smg_trio.handoff import Taken
 from smg_trio.lifecycle import Draining
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.response_store.event_log import EventLog, LoggedEvent, Run
+from smg_trio.response_store.event_log import Append, EventLog, LoggedEvent, Run
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,9 @@ STALE_AFTER_S: Final = 10.0
 """A run whose owner has not refreshed it for this long is ended by whoever finds it."""
 TAIL_POLL_S: Final = 0.01
 """How often a tail of another process's run reads the log (bench: `response_tail`)."""
+FLUSH_INTERVAL_S: Final = 0.01
+"""At most one write of the event log per interval: a stream's appends cost one transaction
+per interval, not one per engine batch, and every run of the process shares it."""
 LOCAL_WINDOW: Final = 512
 """Events of a local run kept in memory for its tails (older ones are read from the log)."""
 TAIL_BATCH: Final = 512
@@ -101,7 +106,9 @@ class LocalRun:
     early_error: GatewayError | None = None
     """A resumable stream that failed before its first event: its creator gets this error
     as the HTTP status it would have had without the log."""
-    lock: trio.Lock = field(default_factory=trio.Lock)
+    pending: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Events not yet in the log, numbered from `durable_seq`."""
+    durable_seq: int = 0
 
     @property
     def kind(self) -> str:
@@ -135,6 +142,9 @@ class ResponseRuns:
         self.owner = uuid.uuid4().hex  # this process, for its runs' rows
         self._local: dict[str, LocalRun] = {}
         self._nursery: trio.Nursery | None = None
+        self._dirty: dict[str, LocalRun] = {}  # runs with events or state not in the log yet
+        self._flush_wanted = trio.Event()
+        self._flush_lock = trio.Lock()
 
     @property
     def accepting(self) -> bool:
@@ -148,6 +158,7 @@ class ResponseRuns:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             try:
+                nursery.start_soon(self._flush_forever)
                 task_status.started()
                 await self._housekeeping()
             finally:
@@ -273,36 +284,76 @@ class ResponseRuns:
     async def append(
         self, run: LocalRun, events: Sequence[tuple[bytes, bytes]], *, end: bool = False
     ) -> None:
-        """Numbered events onto the run's log (and its window), with its new state."""
+        """Numbered events onto the run: its window and its local tails at once, the log at
+        the next flush (FLUSH_INTERVAL_S); the last append waits until the log has it."""
+        if run.ended:
+            return
+        status, response = run.status, run.response
+        for name, data in events:
+            if name in LIFECYCLE_EVENTS:
+                obj = _decode(data)["response"]
+                status, response = obj["status"], msgspec.json.encode(obj)
+        if end and status not in ENDED_STATUSES:
+            status, response = FAILED, with_status(response, FAILED)
+        first = run.next_seq
+        for offset, (name, data) in enumerate(events):
+            run.window.append(LoggedEvent(first + offset, name, data))
+        run.pending.extend(events)
+        run.next_seq = first + len(events)
+        run.status, run.response, run.ended = status, response, end
+        self._dirty[run.id] = run
+        run.changed.set()
+        run.changed = trio.Event()
+        if end:
+            await self.flush()  # an ended run is in the log before this process forgets it
+        else:
+            self._flush_wanted.set()
+
+    async def flush(self) -> None:
+        """Write every run's pending events and state, as one transaction."""
         log = self.log
         assert log is not None
-        async with run.lock:
-            if run.ended:
+        async with self._flush_lock:  # one write at a time: a run's events land in order
+            dirty, self._dirty = self._dirty, {}
+            if not dirty:
                 return
-            status, response = run.status, run.response
-            for name, data in events:
-                if name in LIFECYCLE_EVENTS:
-                    obj = _decode(data)["response"]
-                    status, response = obj["status"], msgspec.json.encode(obj)
-            if end and status not in ENDED_STATUSES:
-                status, response = FAILED, with_status(response, FAILED)
-            first = run.next_seq
-            await log.append(
-                run.id,
-                first,
-                events,
-                status=status,
-                response=response,
-                now=time.time(),
-                ended=end,
-                keep=self.events_max,
-            )
-            for offset, (name, data) in enumerate(events):
-                run.window.append(LoggedEvent(first + offset, name, data))
-            run.next_seq = first + len(events)
-            run.status, run.response, run.ended = status, response, end
-            run.changed.set()
-            run.changed = trio.Event()
+            taken = [(run, run.pending) for run in dirty.values()]
+            appends = []
+            for run, events in taken:
+                run.pending = []
+                appends.append(
+                    Append(
+                        run.id,
+                        run.durable_seq,
+                        tuple(events),
+                        run.status,
+                        run.response,
+                        run.ended and run.durable_seq + len(events) == run.next_seq,
+                    )
+                )
+            try:
+                await log.write(appends, now=time.time(), keep=self.events_max)
+            except BaseException:
+                for run, events in taken:  # kept for the next flush, in order
+                    run.pending[:0] = events
+                    self._dirty.setdefault(run.id, run)
+                raise
+            for run, events in taken:
+                run.durable_seq += len(events)
+
+    async def _flush_forever(self) -> None:
+        """Flush at most every FLUSH_INTERVAL_S: the appends of that interval, every run's,
+        share one transaction (bench/RESULTS.md, "the event log's tail latency")."""
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            try:
+                await self.flush()
+            except GatewayError as error:
+                logger.warning("response runs: flushing the event log failed: %s", error.message)
+                self._flush_wanted.set()
+                await trio.sleep(HEARTBEAT_S)
+            await trio.sleep(FLUSH_INTERVAL_S)
 
     async def end_with(self, run: LocalRun, status: str, reason: str | None = None) -> None:
         """End `run` with `status` and its own last event (a cancel, the shutdown)."""

@@ -209,7 +209,9 @@ def main(argv: Sequence[str]) -> int:
     delays = trio.run(run, args.rounds, args.events, args.step_ms, args.store)
     costs = trio.run(append_cost, args.store, args.appends)
     table = summary_table(delays, args.rounds, args.step_ms, store)
-    table += "\n\n| one append (an engine batch of a resumable stream), in process | "
+    table += (
+        "\n\n| one write of the log (one transaction: every run's events of a flush interval) | "
+    )
     table += "median wall µs | CPU µs |\n|---|---:|---:|\n"
     table += "\n".join(
         f"| {size} event{'s' if size > 1 else ''} | {wall:.0f} | {cpu:.0f} |"
