@@ -2,15 +2,16 @@
 from an event's append by one process to its delivery, by another gateway process, to a
 client streaming `GET /v1/responses/{id}?stream=true`.
 
-    writer process (`python -m bench response_tail_writer`): appends one event every STEP ms
-        to the event log of a SQLite (or PostgreSQL) store, each stamped with the wall clock
-        just before its append
+    writer process (`python -m bench response_tail_writer`): a gateway's run (`ResponseRuns`
+        and its `LogSink`) appending one event every STEP ms to the event log of a SQLite (or
+        PostgreSQL) store, each stamped with the wall clock just before its append
     reader: a `smg-trio serve` process on the same store (no engine: it only reads the log)
     client (this process): streams the response from the reader; per event, the arrival time
         less the stamp
 
-Both clocks are this machine's `time.time()`. The delay is the append's commit, the reader's
-poll period (`TAIL_POLL_S`), its read, and the HTTP hop to the client.
+Both clocks are this machine's `time.time()`. The delay is the writer's flush interval
+(`FLUSH_INTERVAL_S`) and commit, the reader's poll period (`TAIL_POLL_S`), its read, and the
+HTTP hop to the client.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ import trio
 from bench.load.stats import percentile
 from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
+from smg_trio.core.api_dialect import named_event
+from smg_trio.core.stream_end import StreamEnd
 from smg_trio.model import demo_model_path
-from smg_trio.response_runs import TAIL_POLL_S
+from smg_trio.observability.metrics import GatewayMetrics
+from smg_trio.response_runs import FLUSH_INTERVAL_S, TAIL_POLL_S, LogSink, ResponseRuns
 from smg_trio.response_store.stores import open_response_store
 
 ROUND_CAP_S: Final = 120.0
@@ -44,25 +48,32 @@ RUNNING: Final = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
 
 
 async def write(url: str, run_id: str, events: int, step_ms: float) -> None:
-    """The writer: a run of `events` delta events, one per `step_ms`, then its end."""
-    async with open_response_store(url) as store:
-        log = store.events
-        queued = json.dumps({"id": run_id, "status": "in_progress", "output": []}).encode()
-        await log.begin(run_id, "bench", background=True, response=queued, now=time.time())
-        print("begun", flush=True)
-        for seq in range(events):
-            await trio.sleep(step_ms / 1000)
-            data = b'{"type":"response.output_text.delta","delta":"x","t":%r,"sequence_number":%d}'
-            stamped = data % (time.time(), seq)
-            await log.append(
-                run_id,
-                seq,
-                [(b"response.output_text.delta", stamped)],
-                status="in_progress",
-                response=queued,
-                now=time.time(),
-                ended=seq == events - 1,
+    """The writer: a gateway's run (`ResponseRuns`, its flusher and its `LogSink`, as a
+    background response uses them) of `events` delta events, one per `step_ms`, then its end.
+    Each event is stamped just before the sink takes it."""
+    async with open_response_store(url) as store, trio.open_nursery() as nursery:
+        runs = ResponseRuns(store.events, GatewayMetrics())
+        await nursery.start(runs.serve)
+        response = json.dumps({"id": run_id, "status": "in_progress", "output": []}).encode()
+        done = trio.Event()
+
+        async def generate(sink: LogSink) -> None:
+            for _ in range(events):
+                await trio.sleep(step_ms / 1000)
+                data = b'{"type":"response.output_text.delta","delta":"x","t":%r}' % time.time()
+                await sink.send_chunks([named_event(b"response.output_text.delta", data)])
+            completed = b'{"type":"response.completed","response":%s}' % response.replace(
+                b"in_progress", b"completed"
             )
+            await sink.end_stream(
+                StreamEnd(payloads=(named_event(b"response.completed", completed),))
+            )
+            done.set()
+
+        await runs.start(run_id, response, generate, background=True)
+        print("begun", flush=True)
+        await done.wait()
+        nursery.cancel_scope.cancel()
 
 
 def writer_main(argv: Sequence[str]) -> int:
@@ -91,7 +102,9 @@ async def one_round(base: str, url: str, number: int, events: int, step_ms: floa
             async for line in answer.aiter_lines():
                 if line.startswith("data: "):
                     arrived = time.time()
-                    stamp = json.loads(line[6:])["t"]
+                    stamp = json.loads(line[6:]).get("t")
+                    if stamp is None:  # the end
+                        continue
                     received += 1
                     if stamp > settled:
                         delays.append(arrived - stamp)
@@ -180,7 +193,8 @@ def summary_table(delays: list[float], rounds: int, step_ms: float, store: str) 
     return "\n".join(
         [
             f"{rounds} responses, one event every {step_ms:g} ms appended by "
-            f"a writer process; the reader polls every {TAIL_POLL_S * 1000:g} ms; the events "
+            f"a writer process (a gateway's run: flushed every {FLUSH_INTERVAL_S * 1000:g} ms); "
+            f"the reader polls every {TAIL_POLL_S * 1000:g} ms; the events "
             f"of each response's first {SETTLE_S * 1000:g} ms (the stream still opening) are "
             "not counted.",
             "",
