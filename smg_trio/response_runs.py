@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -96,7 +95,8 @@ class LocalRun:
     status: str
     response: bytes
     next_seq: int = 0
-    window: deque[LoggedEvent] = field(default_factory=lambda: deque(maxlen=LOCAL_WINDOW))
+    window: list[LoggedEvent] = field(default_factory=list)
+    """The run's last events (between LOCAL_WINDOW and twice that), oldest first."""
     changed: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
@@ -109,6 +109,11 @@ class LocalRun:
     pending: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Events not yet in the log, numbered from `durable_seq`."""
     durable_seq: int = 0
+
+    @property
+    def oldest_in_memory(self) -> int:
+        """The number of the oldest event the window holds (the next one's when empty)."""
+        return self.window[0].seq if self.window else self.next_seq
 
     @property
     def kind(self) -> str:
@@ -284,8 +289,17 @@ class ResponseRuns:
     async def append(
         self, run: LocalRun, events: Sequence[tuple[bytes, bytes]], *, end: bool = False
     ) -> None:
+        """`append_now`; the last append also waits until the log has it (an ended run is in
+        the log before this process forgets it)."""
+        self.append_now(run, events, end=end)
+        if end:
+            await self.flush()
+
+    def append_now(
+        self, run: LocalRun, events: Sequence[tuple[bytes, bytes]], *, end: bool = False
+    ) -> None:
         """Numbered events onto the run: its window and its local tails at once, the log at
-        the next flush (FLUSH_INTERVAL_S); the last append waits until the log has it."""
+        the next flush (FLUSH_INTERVAL_S)."""
         if run.ended:
             return
         status, response = run.status, run.response
@@ -296,17 +310,19 @@ class ResponseRuns:
         if end and status not in ENDED_STATUSES:
             status, response = FAILED, with_status(response, FAILED)
         first = run.next_seq
-        for offset, (name, data) in enumerate(events):
-            run.window.append(LoggedEvent(first + offset, name, data))
+        window = run.window
+        window.extend(
+            LoggedEvent(first + offset, name, data) for offset, (name, data) in enumerate(events)
+        )
+        if len(window) > 2 * LOCAL_WINDOW:  # trimmed by halves: amortized O(1) per event
+            del window[: len(window) - LOCAL_WINDOW]
         run.pending.extend(events)
         run.next_seq = first + len(events)
         run.status, run.response, run.ended = status, response, end
         self._dirty[run.id] = run
         run.changed.set()
         run.changed = trio.Event()
-        if end:
-            await self.flush()  # an ended run is in the log before this process forgets it
-        else:
+        if not end:
             self._flush_wanted.set()
 
     async def flush(self) -> None:
@@ -410,7 +426,7 @@ class ResponseRuns:
         """Check a subscription before any byte is sent: None when no run has the id; a 400
         naming `starting_after` when the events after it are no longer kept."""
         run = self._local.get(run_id)
-        if run is not None and (not run.window or run.window[0].seq <= after + 1):
+        if run is not None and run.oldest_in_memory <= after + 1:
             return Tail(run_id, after)
         if self.log is None:
             return None
@@ -441,9 +457,10 @@ class ResponseRuns:
         try:
             while True:
                 run = self._local.get(tail.run_id)
-                if run is not None and run.window and run.window[0].seq <= after + 1:
+                oldest = 0 if run is None else run.oldest_in_memory
+                if run is not None and oldest <= after + 1:
                     ended = run.ended
-                    fresh = [event for event in run.window if event.seq > after]
+                    fresh = run.window[after + 1 - oldest :]
                     if not fresh and not ended:
                         await run.changed.wait()
                         continue
@@ -480,10 +497,15 @@ class LogSink:
 
     async def send_chunks(self, payloads: Sequence[bytes]) -> None:
         if payloads:
-            await self._runs.append(self._run, self._dialect.numbered(payloads))
+            self._runs.append_now(self._run, self._dialect.numbered(payloads))
+        await trio.lowlevel.checkpoint()
 
     def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
-        return Taken.REFUSED  # every append is a database write: the writer task does it
+        # An append is to memory (the log is written by the flusher): never waits, so the
+        # request's scanner hands it over itself, without a hop to its writer task.
+        if payloads:
+            self._runs.append_now(self._run, self._dialect.numbered(payloads))
+        return Taken.ALL
 
     async def send_body(self, body: bytes) -> None:
         raise AssertionError("a run's plan always streams (Gateway.start_response)")

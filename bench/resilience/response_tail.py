@@ -17,7 +17,6 @@ HTTP hop to the client.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,6 @@ ROUND_CAP_S: Final = 120.0
 SETTLE_S: Final = 0.3
 """Events stamped earlier than this after the writer began are not counted (the client's
 stream was still opening)."""
-RUNNING: Final = re.compile(rb"Running on http://127\.0\.0\.1:(\d+)")
 
 
 async def write(url: str, run_id: str, events: int, step_ms: float) -> None:
@@ -121,27 +119,25 @@ async def one_round(base: str, url: str, number: int, events: int, step_ms: floa
 
 async def run(rounds: int, events: int, step_ms: float, url: str | None) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="smg-trio-tail-") as folder:
+        http_port = free_port()  # its stderr goes nowhere: a pipe nobody reads would fill
         url = url or f"sqlite:///{Path(folder) / 'tail.sqlite3'}"
         serve = [sys.executable, "-m", "smg_trio", "serve", "--model-path", str(demo_model_path())]
         reader = await trio.lowlevel.open_process(
             [
                 *serve,
                 "--port",
-                "0",
+                str(http_port),
                 "--worker",
                 f"vllm+zmq://127.0.0.1:{free_port()}",
                 "--response-store",
                 url,
             ],
-            stderr=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         delays: list[float] = []
         try:
-            assert reader.stderr is not None
-            seen = b""
-            while (match := RUNNING.search(seen)) is None:
-                seen += await reader.stderr.receive_some(65536)
-            base = f"http://127.0.0.1:{int(match.group(1))}"
+            base = f"http://127.0.0.1:{http_port}"
+            await serving(base)
             for number in range(rounds):
                 with trio.fail_after(ROUND_CAP_S):
                     delays += await one_round(base, url, number, events, step_ms)
@@ -149,8 +145,6 @@ async def run(rounds: int, events: int, step_ms: float, url: str | None) -> list
             with trio.CancelScope(shield=True):
                 reader.terminate()
                 await reader.wait()
-                if reader.stderr is not None:
-                    await reader.stderr.aclose()
     return delays
 
 
@@ -233,3 +227,14 @@ def main(argv: Sequence[str]) -> int:
     )
     recording.publish(table, write=not args.no_write)
     return 0
+
+
+async def serving(base: str) -> None:
+    """Wait until the gateway at `base` answers (its stderr is not read)."""
+    async with httpx.AsyncClient(base_url=base) as http:
+        while True:
+            try:
+                await http.get("/liveness")
+                return
+            except httpx.TransportError:
+                await trio.sleep(0.05)
