@@ -364,6 +364,7 @@ class Gateway:
         *,
         background: bool,
         request_id: str,
+        creator_follows: bool = False,
         session_key: str | None = None,
         transport: str = "http1",
         client: str = "-",
@@ -373,7 +374,8 @@ class Gateway:
         response, or a stream a client may resume (docs/client-apis.md §3.4). The one place
         such a run is admitted: a bad body, a draining gateway or no store is an error here,
         before anything runs; then its generation is `handle` in the gateway's own nursery
-        (`response_runs.ResponseRuns`), writing to the event log. Returns the run at once."""
+        (`response_runs.ResponseRuns`), writing to the event log. Returns the run at once;
+        with `creator_follows`, subscribed for the caller (`runs.unsubscribe` when done)."""
         if self.lifecycle.draining:
             raise Draining()
         plan, user = await self._prepare(RESPONSES_PATH, body, request_id)
@@ -397,7 +399,11 @@ class Gateway:
             prepared=(plan, user),
         )
         return await self.runs.start(
-            response.id, JSON_ENCODER.encode(response), generate, background=background
+            response.id,
+            JSON_ENCODER.encode(response),
+            generate,
+            background=background,
+            creator_follows=creator_follows,
         )
 
     def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:

@@ -207,10 +207,17 @@ class ResponseRuns:
         return ended
 
     async def start(
-        self, run_id: str, response: bytes, generate: Generate, *, background: bool
+        self,
+        run_id: str,
+        response: bytes,
+        generate: Generate,
+        *,
+        background: bool,
+        creator_follows: bool = False,
     ) -> LocalRun:
         """Begin a run: its row (status from `response`, the queued object), then its task.
-        Only `Gateway.start_response` calls this (module doc)."""
+        Only `Gateway.start_response` calls this (module doc). `creator_follows`: the caller
+        is subscribed from the start and calls `unsubscribe` when its stream ends."""
         log, nursery = self.log, self._nursery
         if log is None or nursery is None:
             raise ClientError(
@@ -227,7 +234,7 @@ class ResponseRuns:
                 code="conflict",
                 param="x-request-id",
             )
-        run = LocalRun(run_id, background, status, response)
+        run = LocalRun(run_id, background, status, response, subscribers=int(creator_follows))
         self._local[run_id] = run
         self.metrics.response_runs.labels(run.kind, "queued").inc()
         nursery.start_soon(self._run, run, generate)
@@ -450,10 +457,9 @@ class ResponseRuns:
         a batch at a time, until its last event (each transport frames them its own way: SSE
         named events here, a WebSocket's frames elsewhere)."""
         after = tail.after
-        run = self._local.get(tail.run_id)
-        if run is not None:
-            run.subscribers += 1
-            run.scope.deadline = float("inf")
+        subscribed = self._local.get(tail.run_id)
+        if subscribed is not None:
+            self.subscribe(subscribed)
         try:
             while True:
                 run = self._local.get(tail.run_id)
@@ -477,11 +483,20 @@ class ResponseRuns:
                 if ended and (run is None or after + 1 >= run.next_seq):
                     return
         finally:
-            run = self._local.get(tail.run_id)
-            if run is not None and run.subscribers > 0:
-                run.subscribers -= 1
-                if run.subscribers == 0 and not run.background and not run.ended:
-                    run.scope.deadline = trio.current_time() + self.resume_grace_s
+            if subscribed is not None:
+                self.unsubscribe(subscribed)
+
+    def subscribe(self, run: LocalRun) -> None:
+        """Someone follows the run: a resumable stream goes on however long it takes."""
+        run.subscribers += 1
+        run.scope.deadline = float("inf")
+
+    def unsubscribe(self, run: LocalRun) -> None:
+        """One follower fewer; with none left, a resumable stream has `resume_grace_s` for
+        someone to resume it before it is abandoned (its scope's deadline)."""
+        run.subscribers -= 1
+        if run.subscribers == 0 and not run.background and not run.ended:
+            run.scope.deadline = trio.current_time() + self.resume_grace_s
 
 
 class LogSink:

@@ -131,6 +131,7 @@ async def serve_run(
         body,
         background=background,
         request_id=request_id,
+        creator_follows=stream,  # a resumable stream's grace starts when this one ends
         session_key=session_key,
         transport=transport,
         client=client,
@@ -138,6 +139,9 @@ async def serve_run(
     if not stream:
         await send_json(send, 200, run.response)
         return
-    if not background:
-        await gateway.runs.first_event(run)  # an early failure is this request's status
-    await stream_tail(gateway, scope, send, Tail(run.id, -1), resumed=False)
+    try:
+        if not background:
+            await gateway.runs.first_event(run)  # an early failure is this request's status
+        await stream_tail(gateway, scope, send, Tail(run.id, -1), resumed=False)
+    finally:
+        gateway.runs.unsubscribe(run)

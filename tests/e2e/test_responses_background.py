@@ -323,7 +323,7 @@ async def test_drain_waits_for_background_responses_then_ends_them_incomplete(
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (
             live_server(
-                tmp_path, step_ms=20.0, response_store=store, resilience={"drain_timeout_s": 1.5}
+                tmp_path, step_ms=40.0, response_store=store, resilience={"drain_timeout_s": 3.0}
             ) as server,
             httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as http,
         ):
@@ -458,3 +458,20 @@ async def test_replicas_on_one_postgres_stream_each_others_responses(tmp_path: P
     assert remote[-1].type == "response.completed"
     assert cancelled.status == "cancelled"
     assert idle_s < 5.0
+
+
+async def test_with_no_grace_a_followed_stream_still_completes(tmp_path: Path) -> None:
+    """`--resume-grace-s 0`: a stream ends when its client leaves, never before (its creator
+    follows it from the start, even while it waits for its first event)."""
+    async with live_server(tmp_path, step_ms=5.0, resilience={"resume_grace_s": 0.0}) as server:
+        with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
+
+            def stream_whole() -> Any:
+                with client.responses.stream(
+                    model=MODEL, input=PROMPT, extra_body={"stop": [STOP]}
+                ) as stream:
+                    return stream.get_final_response()
+
+            final = await trio.to_thread.run_sync(stream_whole)
+    assert final.status == "completed"
+    assert final.output_text == REPLAY_HEAD
