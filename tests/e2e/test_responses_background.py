@@ -475,3 +475,21 @@ async def test_with_no_grace_a_followed_stream_still_completes(tmp_path: Path) -
             final = await trio.to_thread.run_sync(stream_whole)
     assert final.status == "completed"
     assert final.output_text == REPLAY_HEAD
+
+
+async def test_a_resumable_stream_refused_before_its_first_event_is_an_http_status(
+    tmp_path: Path,
+) -> None:
+    """Admission's 429 reaches a stored stream's client as the status a stream without the
+    log gets, not as a 200 whose first event is an error."""
+    limits = {"max_concurrent_requests": 1, "max_queue": 0}
+    async with live_server(tmp_path, step_ms=40.0, resilience=limits) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as http:
+                body = {"model": MODEL, "input": PROMPT}
+                busy = (await http.post("/v1/responses", json={**body, "background": True})).json()
+                await status_reached(http, busy["id"], "in_progress")
+                refused = await http.post("/v1/responses", json={**body, "stream": True})
+                await http.post(f"/v1/responses/{busy['id']}/cancel")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"]
