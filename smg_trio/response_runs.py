@@ -100,7 +100,10 @@ class LocalRun:
     changed: trio.Event = field(default_factory=trio.Event)
     done: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    ending: bool = False
+    """Its last append began (its events go to the log before its followers see them)."""
     ended: bool = False
+    """Its last event is in the log and in its window."""
     cancel_asked: bool = False
     subscribers: int = 0
     early_error: GatewayError | None = None
@@ -229,7 +232,7 @@ class ResponseRuns:
             run_id, self.owner, background=background, response=response, now=time.time()
         ):
             raise ClientError(
-                f"a response with id '{run_id}' already exists",
+                f"a response with id '{run_id}' is still generating",
                 status=409,
                 code="conflict",
                 param="x-request-id",
@@ -260,7 +263,7 @@ class ResponseRuns:
                 await sink.fail(GatewayError("internal error while generating the response"))
         finally:
             try:
-                if not run.ended:  # cancelled (by a client, or abandoned, or the shutdown)
+                if not run.ending:  # cancelled (by a client, or abandoned, or the shutdown)
                     with trio.move_on_after(END_GRACE_S, shield=True):
                         if run.cancel_asked:
                             await self.end_with(run, CANCELLED)
@@ -282,7 +285,8 @@ class ResponseRuns:
                         "events": run.next_seq,
                     },
                 )
-                del self._local[run.id]
+                if self._local.get(run.id) is run:  # (a new run may have its id already)
+                    del self._local[run.id]
                 run.done.set()
 
     async def first_event(self, run: LocalRun) -> None:
@@ -296,19 +300,46 @@ class ResponseRuns:
     async def append(
         self, run: LocalRun, events: Sequence[tuple[bytes, bytes]], *, end: bool = False
     ) -> None:
-        """`append_now`; the last append also waits until the log has it (an ended run is in
-        the log before this process forgets it)."""
-        self.append_now(run, events, end=end)
-        if end:
-            await self.flush()
-
-    def append_now(
-        self, run: LocalRun, events: Sequence[tuple[bytes, bytes]], *, end: bool = False
-    ) -> None:
-        """Numbered events onto the run: its window and its local tails at once, the log at
-        the next flush (FLUSH_INTERVAL_S)."""
-        if run.ended:
+        """`append_now`, or the run's last append: in the log first, then shown to its
+        followers, so a client that saw the end finds the run ended in the log (a new run
+        may then take its id) and this process forgets no run the log holds open."""
+        if not end:
+            self.append_now(run, events)
             return
+        if run.ending:
+            return
+        run.ending = True
+        first = run.next_seq
+        run.status, run.response = self._state_after(run, events, end=True)
+        run.pending.extend(events)
+        self._dirty[run.id] = run
+        try:
+            await self.flush()
+        finally:
+            self._show(run, first, events)
+            run.ended = True
+            run.changed.set()
+            run.changed = trio.Event()
+
+    def append_now(self, run: LocalRun, events: Sequence[tuple[bytes, bytes]]) -> None:
+        """Numbered events onto the run: its window and its local followers at once, the log
+        at the next flush (FLUSH_INTERVAL_S)."""
+        if run.ending:
+            return
+        first = run.next_seq
+        run.status, run.response = self._state_after(run, events, end=False)
+        self._show(run, first, events)
+        run.pending.extend(events)
+        self._dirty[run.id] = run
+        run.changed.set()
+        run.changed = trio.Event()
+        self._flush_wanted.set()
+
+    @staticmethod
+    def _state_after(
+        run: LocalRun, events: Sequence[tuple[bytes, bytes]], *, end: bool
+    ) -> tuple[str, bytes]:
+        """The run's status and object after `events` (read from its lifecycle events)."""
         status, response = run.status, run.response
         for name, data in events:
             if name in LIFECYCLE_EVENTS:
@@ -316,21 +347,18 @@ class ResponseRuns:
                 status, response = obj["status"], msgspec.json.encode(obj)
         if end and status not in ENDED_STATUSES:
             status, response = FAILED, with_status(response, FAILED)
-        first = run.next_seq
+        return status, response
+
+    @staticmethod
+    def _show(run: LocalRun, first: int, events: Sequence[tuple[bytes, bytes]]) -> None:
+        """`events`, numbered from `first`, into the run's window."""
         window = run.window
         window.extend(
             LoggedEvent(first + offset, name, data) for offset, (name, data) in enumerate(events)
         )
         if len(window) > 2 * LOCAL_WINDOW:  # trimmed by halves: amortized O(1) per event
             del window[: len(window) - LOCAL_WINDOW]
-        run.pending.extend(events)
         run.next_seq = first + len(events)
-        run.status, run.response, run.ended = status, response, end
-        self._dirty[run.id] = run
-        run.changed.set()
-        run.changed = trio.Event()
-        if not end:
-            self._flush_wanted.set()
 
     async def flush(self) -> None:
         """Write every run's pending events and state, as one transaction."""
@@ -351,7 +379,7 @@ class ResponseRuns:
                         tuple(events),
                         run.status,
                         run.response,
-                        run.ended and run.durable_seq + len(events) == run.next_seq,
+                        run.ending,
                     )
                 )
             try:
@@ -385,6 +413,8 @@ class ResponseRuns:
         await self.append(run, [(name, numbered)], end=True)
 
     def _cancel_local(self, run: LocalRun) -> None:
+        if run.ending:
+            return
         run.cancel_asked = True
         run.scope.cancel()
 
@@ -395,10 +425,10 @@ class ResponseRuns:
         if run is not None:
             if not run.background:
                 raise SynchronousResponse()
-            if not run.ended:
+            if not run.ending:  # (an end being written is not cut: it is the answer)
                 self._cancel_local(run)
-                with trio.move_on_after(CANCEL_WAIT_S):
-                    await run.done.wait()
+            with trio.move_on_after(CANCEL_WAIT_S):
+                await run.done.wait()
             return run.response
         log = self.log
         if log is None:
@@ -530,7 +560,7 @@ class LogSink:
 
     async def fail(self, error: GatewayError) -> None:
         run = self._run
-        if run.ended:
+        if run.ending:
             return
         if isinstance(error, Draining) and run.background:
             await self._runs.end_with(run, INCOMPLETE, SHUTDOWN_REASON)

@@ -87,9 +87,15 @@ class EventLog:
             "id, owner, background, status, response, next_seq, cancel_requested, "
             "ended_at IS NOT NULL"
         )
+        # A run may take the id of one that ended (a client reusing its `x-request-id`, as a
+        # stored response is replaced, docs/client-apis.md §3.3), never of one still open.
         self._begin = (
             f"INSERT INTO {RUNS} (id, owner, background, status, response, next_seq, "
-            f"heartbeat_at) VALUES ({m}, {m}, {m}, {m}, {m}, 0, {m}) ON CONFLICT (id) DO NOTHING"
+            f"heartbeat_at) VALUES ({m}, {m}, {m}, {m}, {m}, 0, {m}) ON CONFLICT (id) DO UPDATE "
+            "SET owner = excluded.owner, background = excluded.background, "
+            "status = excluded.status, response = excluded.response, next_seq = 0, "
+            "cancel_requested = 0, heartbeat_at = excluded.heartbeat_at, ended_at = NULL "
+            f"WHERE {RUNS}.ended_at IS NOT NULL"
         )
         self._insert_event = (
             f"INSERT INTO {EVENTS} (id, seq, name, data) VALUES ({m}, {m}, {m}, {m})"
@@ -150,12 +156,20 @@ class EventLog:
     async def begin(
         self, run_id: str, owner: str, *, background: bool, response: bytes, now: float
     ) -> bool:
-        """A new run (status from `response`); False when the id is taken."""
+        """A new run (status from `response`), in place of an ended one with the id (its
+        events dropped); False when a run with the id is still open."""
         status = msgspec.json.decode(response)["status"]
         row = (run_id, owner, int(background), status, response.decode(), now)
 
         def work(connection: Any) -> bool:
-            return bool(connection.execute(self._begin, row).rowcount)
+            def begin() -> bool:
+                if not connection.execute(self._begin, row).rowcount:
+                    return False
+                connection.execute(self._delete_events, (run_id,))
+                return True
+
+            began: bool = self._transaction(connection, begin)
+            return began
 
         began: bool = await self._pool.run(work)
         return began

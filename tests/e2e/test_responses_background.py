@@ -493,3 +493,23 @@ async def test_a_resumable_stream_refused_before_its_first_event_is_an_http_stat
                 await http.post(f"/v1/responses/{busy['id']}/cancel")
     assert refused.status_code == 429
     assert refused.json()["error"]["code"]
+
+
+async def test_a_reused_request_id_replaces_an_ended_run_not_a_running_one(
+    tmp_path: Path,
+) -> None:
+    async with live_server(tmp_path, step_ms=20.0) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            headers = {**server.auth, "x-request-id": "same-id"}
+            async with httpx.AsyncClient(base_url=server.base_url, headers=headers) as http:
+                body = {"model": MODEL, "input": PROMPT, "stream": True, "stop": [STOP]}
+                first = await http.post("/v1/responses", json=body)
+                second = await http.post("/v1/responses", json=body)
+                background = {"model": MODEL, "input": PROMPT, "background": True}
+                running = await http.post("/v1/responses", json=background)
+                clash = await http.post("/v1/responses", json=background)
+                await http.post("/v1/responses/resp_same-id/cancel")
+    assert (first.status_code, second.status_code, running.status_code) == (200, 200, 200)
+    assert second.text.count("event: response.completed") == 1
+    assert clash.status_code == 409
+    assert clash.json()["error"]["param"] == "x-request-id"

@@ -31,6 +31,11 @@ async def test_append_and_read_after_any_number(store: ResponseStore) -> None:  
     with trio.fail_after(TEST_TIMEOUT_S):
         assert await log.begin("resp_a", "me", background=True, response=QUEUED, now=1.0)
         assert not await log.begin("resp_a", "other", background=True, response=QUEUED, now=1.0)
+        await log.append(
+            "resp_a", 0, events(0, 2), status="in_progress", response=QUEUED, now=2.0, ended=True
+        )
+        # An ended run's id may be taken again (its events go with it).
+        assert await log.begin("resp_a", "me", background=True, response=QUEUED, now=1.0)
         await log.append("resp_a", 0, events(0, 3), status="in_progress", response=QUEUED, now=2.0)
         await log.append("resp_a", 3, events(3, 2), status="in_progress", response=QUEUED, now=3.0)
         run, after_1, first = await log.events_after("resp_a", 1, 100)
