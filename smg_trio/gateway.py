@@ -51,7 +51,7 @@ from smg_trio.endpoint_requests import (
     prepare_for_path,
     token_answer,
 )
-from smg_trio.errors import BackendUnavailable, GatewayError, RequestTimeout
+from smg_trio.errors import BackendUnavailable, ClientError, GatewayError, RequestTimeout
 from smg_trio.heap import release_free_heap
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
@@ -317,7 +317,17 @@ class Gateway:
             return
         deadline = trio.current_time() + self.request_timeout_s
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
-        plan, user = prepared or await self._prepare(path, body, record.request_id)
+        if prepared is None:
+            plan, user = await self._prepare(path, body, record.request_id)
+            if plan.responses is not None and plan.responses.background:
+                # Only `start_response` runs one (HTTP's POST /v1/responses); any other way
+                # in would serve it in the foreground: refused, not ignored.
+                raise ClientError(
+                    "background responses are created with POST /v1/responses over HTTP",
+                    param="background",
+                )
+        else:
+            plan, user = prepared
         sink = self.responses.storing(plan, sink)
         live.streaming = plan.stream
         reservation.grow(prompt_bytes([part.ids for part in plan.prompts]))

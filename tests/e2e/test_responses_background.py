@@ -27,6 +27,7 @@ from tests.e2e.live_server import (
     engine_command,
     live_server,
     openai_client,
+    websocket_request,
     write_replay,
 )
 from tests.e2e.test_cli import serve_command, serving_port
@@ -513,3 +514,13 @@ async def test_a_reused_request_id_replaces_an_ended_run_not_a_running_one(
     assert second.text.count("event: response.completed") == 1
     assert clash.status_code == 409
     assert clash.json()["error"]["param"] == "x-request-id"
+
+
+async def test_background_over_our_websocket_protocol_is_refused(tmp_path: Path) -> None:
+    async with live_server(tmp_path) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            frames = await websocket_request(
+                server, "/v1/responses", {"model": MODEL, "input": PROMPT, "background": True}
+            )
+    assert frames[-1]["type"] == "error"
+    assert frames[-1]["error"]["param"] == "background"
