@@ -211,6 +211,10 @@ class GatewayApp:
         if is_cancel_path(path):  # POST /v1/responses/{id}/cancel
             if method != "POST":
                 raise _MethodNotAllowed(method, path, ("POST",))
+            with self.gateway.memory_budget.reserve() as reservation:
+                body = await self._read_body(receive, headers, reservation)
+            if body.strip() not in (b"", b"{}"):  # it takes none: refused, not ignored
+                raise ClientError("POST /v1/responses/{id}/cancel takes no body")
             await serve_cancel(self.gateway, path, send)
             return
         allowed = ROUTE_METHODS.get(path)

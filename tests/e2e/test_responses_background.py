@@ -180,6 +180,7 @@ async def test_refusals_name_their_field(tmp_path: Path) -> None:
                 with pytest.raises(openai.NotFoundError):
                     await trio.to_thread.run_sync(client.responses.cancel, "resp_nope")
             async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as http:
+                with_body = await http.post(f"/v1/responses/{sync.id}/cancel", json={"x": 1})
                 answers = {
                     query: await http.get(f"/v1/responses/{sync.id}?{query}")
                     for query in (
@@ -203,6 +204,7 @@ async def test_refusals_name_their_field(tmp_path: Path) -> None:
         "stream=true": "stream",
     }
     assert {answer.status_code for answer in answers.values()} == {400}
+    assert with_body.status_code == 400
 
 
 async def test_another_process_streams_a_running_response(tmp_path: Path) -> None:
