@@ -83,6 +83,13 @@ COMMANDS: Final = (
     *_group(
         "resilience (bench/resilience/)",
         ("migration_gap", "bench.resilience.migration_gap:main", "a killed engine's resume gap"),
+        ("response_tail", "bench.resilience.response_tail:main", "event log, across processes"),
+        ("resumable_cost", "bench.resilience.resumable_cost:main", "a resumable stream's cost"),
+        (
+            "response_tail_writer",
+            "bench.resilience.response_tail:writer_main",
+            "(helper) appends a response's events",
+        ),
     ),
     *_group(
         "hostile clients (bench/hostile/)",

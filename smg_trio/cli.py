@@ -13,6 +13,7 @@
         [--max-connections N] [--max-websockets N] [--h2-max-streams N]
         [--log-level L] [--log-format text|json] [--log-requests] [--metrics-port P] [--probe-port P]
         [--otlp-endpoint URL] [--response-store sqlite:///PATH|postgresql://...]
+        [--response-retention-s S] [--response-events-max N] [--resume-grace-s S]
         [--processes N] [--api-keys FILE.toml] [--state-url redis://HOST:PORT/DB]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
@@ -76,6 +77,9 @@ _CONFIG_FLAGS = (
     "log_requests",
     "otlp_endpoint",
     "response_store",
+    "response_retention_s",
+    "response_events_max",
+    "resume_grace_s",
     "processes",
     "state_url",
 )
@@ -236,6 +240,17 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="URL",
         help="where /v1/responses keeps responses: sqlite:///PATH (default: a file in the "
         "user's data dir) or postgresql://... (replicas)",
+    )
+    for flag, meaning in (  # docs/client-apis.md §3.5
+        ("--response-retention-s", "how long a finished background response's events are kept"),
+        ("--resume-grace-s", "how long a resumable stream nobody follows keeps generating"),
+    ):
+        serve.add_argument(flag, type=float, metavar="S", help=meaning)
+    serve.add_argument(
+        "--response-events-max",
+        type=int,
+        metavar="N",
+        help="events of one response the log keeps (the oldest go first)",
     )
     serve.add_argument(
         "--memory-budget-mb",

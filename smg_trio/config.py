@@ -108,6 +108,12 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # process; redis://HOST:PORT/DB, shared by every process and replica.
     api_keys: Path | None = None
     state_url: str | None = None
+    # Responses that outlive their connection (docs/client-apis.md §3.5): how long a finished
+    # run's events stay in the log, how many events of one response it keeps (the oldest go
+    # first), and how long a resumable stream nobody follows keeps generating.
+    response_retention_s: float = 3600.0
+    response_events_max: int = 65536
+    resume_grace_s: float = 30.0
     # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
     # serves, with no supervisor.
     processes: int = 1
@@ -189,6 +195,13 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     check_http_limits(config)
     if config.response_store is not None:
         check_store_url(config.response_store)
+    for name in ("response_retention_s", "resume_grace_s"):
+        if not getattr(config, name) >= 0:
+            raise ConfigError(f"{name} must be 0 or more, got {getattr(config, name)}")
+    if config.response_events_max < 16:
+        raise ConfigError(
+            f"response_events_max must be at least 16, got {config.response_events_max}"
+        )
     for name in ("metrics_port", "probe_port"):
         value = getattr(config, name)
         if value is not None and not 0 <= value < 65536:

@@ -37,9 +37,12 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import msgspec
 import trio
 
+from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.parsers.registry import uses_harmony
+from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
+from smg_trio.core.response_runs import QUEUED
 from smg_trio.endpoint_requests import (
     HANDLED_PATHS,
     RESPONSES_PATH,
@@ -48,7 +51,7 @@ from smg_trio.endpoint_requests import (
     prepare_for_path,
     token_answer,
 )
-from smg_trio.errors import BackendUnavailable, GatewayError, RequestTimeout
+from smg_trio.errors import BackendUnavailable, ClientError, GatewayError, RequestTimeout
 from smg_trio.heap import release_free_heap
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
@@ -65,6 +68,13 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
+from smg_trio.response_runs import (
+    DEFAULT_EVENTS_MAX,
+    DEFAULT_RESUME_GRACE_S,
+    DEFAULT_RETENTION_S,
+    LocalRun,
+    ResponseRuns,
+)
 from smg_trio.response_store.service import ResponsesService
 from smg_trio.response_store.stores import ResponseStore
 from smg_trio.retrying import run_with_retries
@@ -75,6 +85,7 @@ from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.tenancy.gate import TenantGate
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
+from smg_trio.wire.responses_objects import Response
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
     from smg_trio.observability.tracing import RequestTracer
@@ -115,6 +126,9 @@ class Gateway:
         response_store: ResponseStore | None = None,
         stream_interval: int = 1,
         tenant_gate: TenantGate | None = None,
+        response_retention_s: float = DEFAULT_RETENTION_S,
+        response_events_max: int = DEFAULT_EVENTS_MAX,
+        resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = msgspec.structs.replace(
@@ -146,6 +160,15 @@ class Gateway:
         self.responses = ResponsesService(response_store)  # /v1/responses' store (--response-store)
         # Tenants' budgets (--api-keys, --state-url; docs/fleet.md §2)
         self.tenant_gate = tenant_gate or TenantGate(TenantMetrics(self.metrics.registry))
+        # Responses that outlive their connection (docs/client-apis.md §3.5); `serve` runs
+        # `runs.serve`, the nursery that holds them.
+        self.runs = ResponseRuns(
+            None if response_store is None else response_store.events,
+            self.metrics,
+            retention_s=response_retention_s,
+            events_max=response_events_max,
+            resume_grace_s=resume_grace_s,
+        )
 
     @property
     def ready(self) -> bool:
@@ -190,6 +213,7 @@ class Gateway:
         trace_headers: Mapping[str, str] | None = None,
         tenant: Tenant | None = None,
         responses: ResponsesService | None = None,
+        prepared: tuple[GeneratePlan, str | None] | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -206,7 +230,8 @@ class Gateway:
         when tracing is on. `tenant` (the one its API key names, `--api-keys`) is charged for a
         generation request through `tenant_gate` (docs/fleet.md §2). `responses`: the store's
         side of /v1/responses for this request (a Responses WebSocket's, with its
-        connection-local cache); else the gateway's.
+        connection-local cache); else the gateway's. `prepared`: the body's plan and user,
+        already prepared (a run `start_response` began).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -225,7 +250,16 @@ class Gateway:
                 if reservation is None:
                     with self.memory_budget.reserve(len(body)) as own:
                         await self._handle(
-                            path, body, sink, record, session_key, live, own, tenant, responses
+                            path,
+                            body,
+                            sink,
+                            record,
+                            session_key,
+                            live,
+                            own,
+                            tenant,
+                            responses,
+                            prepared,
                         )
                 else:
                     await self._handle(
@@ -238,6 +272,7 @@ class Gateway:
                         reservation,
                         tenant,
                         responses,
+                        prepared,
                     )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
@@ -294,6 +329,7 @@ class Gateway:
         reservation: Reservation,
         tenant: Tenant | None,
         responses: ResponsesService | None,
+        prepared: tuple[GeneratePlan, str | None] | None = None,
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
@@ -312,21 +348,18 @@ class Gateway:
             return
         deadline = trio.current_time() + self.request_timeout_s
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
-        # /v1/responses: the stored turn it continues, read before preparing.
         service = responses or self.responses
-        history = await service.history(body) if path == RESPONSES_PATH else []
-        plan, user = await self._off_loop_if_large(
-            partial(
-                prepare_for_path,
-                path,
-                body,
-                self.prompt_model,
-                self.check_model,
-                record.request_id,
-                history,
-            ),
-            body,
-        )
+        if prepared is None:
+            plan, user = await self._prepare(path, body, record.request_id, service)
+            if plan.responses is not None and plan.responses.background:
+                # Only `start_response` runs one (HTTP's POST /v1/responses); any other way
+                # in would serve it in the foreground: refused, not ignored.
+                raise ClientError(
+                    "background responses are created with POST /v1/responses over HTTP",
+                    param="background",
+                )
+        else:
+            plan, user = prepared
         sink = service.storing(plan, sink)
         live.streaming = plan.stream
         prompt_ids = [part.ids for part in plan.prompts]
@@ -355,6 +388,75 @@ class Gateway:
                 rng=self._rng,
                 record=record,
             )
+
+    async def _prepare(
+        self, path: str, body: bytes, request_id: str, service: ResponsesService
+    ) -> tuple[GeneratePlan, str | None]:
+        # /v1/responses: the stored turn it continues, read before preparing.
+        history = await service.history(body) if path == RESPONSES_PATH else []
+        return await self._off_loop_if_large(
+            partial(
+                prepare_for_path,
+                path,
+                body,
+                self.prompt_model,
+                self.check_model,
+                request_id,
+                history,
+            ),
+            body,
+        )
+
+    async def start_response(
+        self,
+        body: bytes,
+        *,
+        background: bool,
+        request_id: str,
+        creator_follows: bool = False,
+        session_key: str | None = None,
+        transport: str = "http1",
+        client: str = "-",
+        trace_headers: Mapping[str, str] | None = None,
+        tenant: Tenant | None = None,
+    ) -> LocalRun:
+        """Begin a `/v1/responses` request that outlives its connection: a background
+        response, or a stream a client may resume (docs/client-apis.md §3.5). The one place
+        such a run is admitted: a bad body, a draining gateway or no store is an error here,
+        before anything runs; then its generation is `handle` in the gateway's own nursery
+        (`response_runs.ResponseRuns`), writing to the event log. Returns the run at once;
+        with `creator_follows`, subscribed for the caller (`runs.unsubscribe` when done).
+        `tenant` is charged for the run as for any request, when its generation is admitted."""
+        if self.lifecycle.draining:
+            raise Draining()
+        plan, user = await self._prepare(RESPONSES_PATH, body, request_id, self.responses)
+        if not self.pool.ready:
+            raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not a run that fails
+        # A run always streams: its events are the log clients read.
+        plan = msgspec.structs.replace(plan, stream=True, include_usage=True)
+        assert plan.responses is not None
+        response = Response.of(response_id(plan), int(time.time()), plan.model, plan.responses)
+        if background:
+            response = msgspec.structs.replace(response, status=QUEUED)
+        generate = partial(
+            self.handle,
+            RESPONSES_PATH,
+            body,
+            request_id=request_id,
+            session_key=session_key,
+            transport=transport,
+            client=client,
+            trace_headers=trace_headers,
+            tenant=tenant,
+            prepared=(plan, user),
+        )
+        return await self.runs.start(
+            response.id,
+            JSON_ENCODER.encode(response),
+            generate,
+            background=background,
+            creator_follows=creator_follows,
+        )
 
     def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:
         """What an exception leaving `handle` says about the request, on its record."""

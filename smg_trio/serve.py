@@ -181,6 +181,9 @@ async def serve(
             metrics=metrics,
             stream_interval=config.stream_interval,
             tenant_gate=tenant_gate,
+            response_retention_s=config.response_retention_s,
+            response_events_max=config.response_events_max,
+            resume_grace_s=config.resume_grace_s,
         )
         limits = http_limits(config)
         app = GatewayApp(
@@ -221,6 +224,9 @@ async def serve(
             nursery.cancel_scope.cancel()
 
         async with trio.open_nursery() as nursery:
+            # The nursery of responses that outlive their connection (docs/client-apis.md
+            # §3.4): the drain waits for them as for any request; cancelled after it.
+            await nursery.start(gateway.runs.serve)
             nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
             if metrics.multiprocess_dir is not None and metrics.worker_state is not None:
                 nursery.start_soon(mirror_worker_state_forever, metrics.worker_state)

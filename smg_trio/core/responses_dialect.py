@@ -47,6 +47,15 @@ class ResponsesDialect(NamedEventDialect):
                 self._next = number + 1
                 yield name, data[:-1] + b',"sequence_number":%d}' % number
 
+    def numbered(self, payloads: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+        """Each event's name and numbered data, as the event log keeps them
+        (docs/client-apis.md §3.5)."""
+        return list(self._numbered(payloads))
+
+    def failure_events(self, err: GatewayError) -> list[bytes]:
+        """The events (unnumbered) that end an open stream with `err`."""
+        return self._failure_events(err)
+
     def frame(self, payloads: Sequence[bytes]) -> bytes:
         # The per-token path: every event ends `}\n\n` (JSON data holds no raw newline), so
         # one split finds where each number goes; no event is taken apart.

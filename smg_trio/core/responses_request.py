@@ -112,6 +112,7 @@ def prepare_responses(
         previous_response_id=req.previous_response_id,
         user=req.user,
         store=req.store is not False,
+        background=req.background is True,
         conversation=JSON_ENCODER.encode([*earlier, *current]),
     )
     return msgspec.structs.replace(

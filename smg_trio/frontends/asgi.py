@@ -58,6 +58,13 @@ from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
 from smg_trio.frontends.request_body import read_body
+from smg_trio.frontends.response_runs_http import (
+    is_cancel_path,
+    refuse_deleting_a_running_response,
+    serve_cancel,
+    serve_retrieve,
+    serve_run,
+)
 from smg_trio.frontends.response_started import ResponseStarted
 from smg_trio.frontends.responses import (
     Header,
@@ -88,6 +95,7 @@ from smg_trio.request_ids import (
     request_id_from_header,
 )
 from smg_trio.tenancy.api_keys import Tenant, TenantTable
+from smg_trio.wire.responses_api import decode_head
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +216,21 @@ class GatewayApp:
         if path not in PROBE_PATHS and path != METRICS_PATH:
             tenant = self._authorize(headers)
         if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
-            await serve_stored_response(self.gateway.responses, method, path, send)
+            if method == "GET":  # a run's state or stream first (docs/client-apis.md §3.5)
+                await serve_retrieve(self.gateway, scope, path, send)
+            else:
+                if method == "DELETE":
+                    await refuse_deleting_a_running_response(self.gateway, path)
+                await serve_stored_response(self.gateway.responses, method, path, send)
+            return
+        if is_cancel_path(path):  # POST /v1/responses/{id}/cancel
+            if method != "POST":
+                raise _MethodNotAllowed(method, path, ("POST",))
+            with self.gateway.memory_budget.reserve() as reservation:
+                body = await self._read_body(receive, headers, reservation)
+            if body.strip() not in (b"", b"{}"):  # it takes none: refused, not ignored
+                raise ClientError("POST /v1/responses/{id}/cancel takes no body")
+            await serve_cancel(self.gateway, path, send)
             return
         allowed = ROUTE_METHODS.get(path)
         if allowed is None:
@@ -238,6 +260,25 @@ class GatewayApp:
             session_key = None if session is None else session.decode("latin-1")
             with self.gateway.memory_budget.reserve() as reservation:
                 body = await self._read_body(receive, headers, reservation)
+                if path == RESPONSES_PATH:
+                    head = decode_head(body)
+                    if head.background or (
+                        head.stream and head.store is not False and self.gateway.runs.accepting
+                    ):
+                        await serve_run(
+                            self.gateway,
+                            scope,
+                            send,
+                            body,
+                            request_id=request_id,
+                            background=head.background is True,
+                            stream=head.stream is True,
+                            session_key=session_key,
+                            transport=http_transport(scope),
+                            client=client_address(scope),
+                            tenant=tenant,
+                        )
+                        return
                 await respond(
                     lambda response: self._generate(
                         scope, body, response, request_id, session_key, reservation, tenant

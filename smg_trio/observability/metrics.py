@@ -147,6 +147,30 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        # Responses that outlive their connection (docs/client-apis.md §3.5).
+        self.response_runs = Gauge(
+            "smg_trio_response_runs",
+            "Responses generating apart from their connection, by kind (background, "
+            "resumable) and status (queued, in_progress)",
+            ("kind", "status"),
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.response_runs_ended = Counter(
+            "smg_trio_response_runs_ended",
+            "Responses that ran apart from their connection, by kind and final status",
+            ("kind", "status"),
+            registry=r,
+        )
+        self.response_streams = Counter(
+            "smg_trio_response_streams",
+            "Streams of a response's event log served, by how they began (first: the "
+            "creating request's own; resumed: `GET ...?stream=true`) and where its events "
+            "came from (memory: a run of this process; log: the store, for another "
+            "process's run or an ended one)",
+            ("start", "source"),
+            registry=r,
+        )
         self._routes: dict[tuple[str, str, str], _RouteChildren] = {}
         self.worker_state = None if pool is None else WorkerStateCollector(pool, extra_sources)
         if self.worker_state is not None:

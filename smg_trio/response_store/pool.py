@@ -46,9 +46,11 @@ class ConnectionPool(Generic[_C]):
         self._limiter = trio.CapacityLimiter(size)
         self._free: list[_C] = []
         self._closed = False
+        self.used = False  # a call was made (so the database exists)
 
     async def run(self, work: Callable[[_C], _T]) -> _T:
         """`work(connection)` in a worker thread; a database error is `StoreUnavailable`."""
+        self.used = True
         async with self._limiter:
             if self._closed:
                 raise StoreUnavailable("the response store is closed")

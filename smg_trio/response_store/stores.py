@@ -26,6 +26,8 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from smg_trio.errors import ConfigError
+from smg_trio.response_store.event_log import SCHEMA as EVENT_LOG_SCHEMA
+from smg_trio.response_store.event_log import EventLog
 from smg_trio.response_store.pool import ConnectionPool
 
 TABLE: Final = "smg_trio_responses"
@@ -35,7 +37,8 @@ SQLITE_BUSY_MS: Final = 5000
 POSTGRES_SCHEMA_LOCK: Final = 0x736D675F72657370  # any constant key; ours spells "smg_resp"
 _SCHEMA: Final = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (id TEXT PRIMARY KEY, created_at BIGINT NOT NULL, "
-    "response TEXT NOT NULL, conversation TEXT NOT NULL)"
+    "response TEXT NOT NULL, conversation TEXT NOT NULL)",
+    *EVENT_LOG_SCHEMA,  # responses that outlive their connection (event_log.py)
 )
 
 
@@ -47,6 +50,9 @@ class StoredResponse(msgspec.Struct, frozen=True):
 
 
 class ResponseStore(Protocol):
+    events: EventLog
+    """The event log of background responses and resumable streams (event_log.py)."""
+
     async def put(self, stored: StoredResponse) -> None: ...
 
     async def get(self, response_id: str) -> StoredResponse | None: ...
@@ -72,6 +78,7 @@ class _SqlStore:
 
     def __init__(self, pool: ConnectionPool[Any], mark: str) -> None:
         self._pool = pool
+        self.events = EventLog(pool, mark, sqlite=mark == "?")
         self._put = (
             f"INSERT INTO {TABLE} (id, created_at, response, conversation) VALUES "
             f"({mark}, {mark}, {mark}, {mark}) ON CONFLICT (id) DO UPDATE SET "
@@ -103,7 +110,7 @@ class _SqlStore:
             return bool(connection.execute(self._delete, (response_id,)).rowcount)
 
         deleted: bool = await self._pool.run(work)
-        return deleted
+        return await self.events.delete(response_id) or deleted
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -127,7 +134,8 @@ def _sqlite_connect(path: Path) -> sqlite3.Connection:
         (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
         if str(mode).lower() != "wal":
             connection.execute("PRAGMA journal_mode = WAL")
-        connection.execute(_SCHEMA)
+        for statement in _SCHEMA:
+            connection.execute(statement)
     # WAL's NORMAL: a commit survives the process dying, not the machine losing power (no
     # fsync per commit, which would hold each response's last event for milliseconds).
     connection.execute("PRAGMA synchronous = NORMAL")
@@ -142,7 +150,8 @@ def _postgres_connect(url: str) -> Any:
     # replicas starting, both create the table's type): one at a time, under an advisory lock.
     with connection.transaction():
         connection.execute("SELECT pg_advisory_xact_lock(%s)", (POSTGRES_SCHEMA_LOCK,))
-        connection.execute(_SCHEMA)
+        for statement in _SCHEMA:
+            connection.execute(statement)
     return connection
 
 

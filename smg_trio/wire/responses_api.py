@@ -146,6 +146,7 @@ class ResponsesRequest(_Forbid, frozen=True):
     reasoning: ReasoningConfig | None = None
     stream: bool | None = None
     store: bool | None = None
+    background: bool | None = None  # docs/client-apis.md §3.5
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -156,10 +157,13 @@ class ResponsesRequest(_Forbid, frozen=True):
 
 
 class ResponsesHead(msgspec.Struct, frozen=True):
-    """The two fields read before the body is prepared: whether a stored turn is continued."""
+    """The fields read before the body is prepared: whether a stored turn is continued, and
+    whether the response runs apart from its connection (docs/client-apis.md §3.5)."""
 
     previous_response_id: str | None = None
     store: bool | None = None
+    background: bool | None = None
+    stream: bool | None = None
 
 
 _DECODER: Final = msgspec.json.Decoder(ResponsesRequest)
@@ -228,6 +232,11 @@ def _validate(req: ResponsesRequest) -> None:
             raise ClientError("input must not be empty", param="input")
     elif not req.input and req.previous_response_id is None:
         raise ClientError("input must contain at least one item", param="input")
+    if req.background and req.store is False:
+        # OpenAI's rule: a background response is fetched later, so it must be kept.
+        raise ClientError(
+            "background responses must be stored: store must be true", param="background"
+        )
     if req.max_output_tokens is not None and req.max_output_tokens < 1:
         raise ClientError("max_output_tokens must be at least 1", param="max_output_tokens")
     if req.metadata is not None:

@@ -100,6 +100,7 @@ class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True):
     previous_response_id: str | None = None
     user: str | None = None
     store: bool = True
+    background: bool = False
     conversation: bytes = b"[]"
 
 
@@ -127,6 +128,7 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
     usage: ResponseUsage | None = None
     user: str | None = None
     metadata: dict[str, str] | UnsetType = UNSET
+    background: bool | UnsetType = UNSET  # present (true) on background responses only
 
     @classmethod
     def of(
@@ -151,6 +153,7 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
             top_p=settings.top_p,
             user=settings.user,
             metadata={} if settings.metadata is None else settings.metadata,
+            background=True if settings.background else UNSET,
         )
 
 

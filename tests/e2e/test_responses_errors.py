@@ -24,7 +24,8 @@ CASES: Final[list[tuple[str, Any, int, str | None]]] = [
     ("empty input", {"input": []}, 400, "input"),
     ("unknown field", {"input": "Hi", "frobnicate": 1}, 400, "frobnicate"),
     ("include", {"input": "Hi", "include": ["message.output_text.logprobs"]}, 400, "include"),
-    ("background", {"input": "Hi", "background": True}, 400, "background"),
+    ("background unstored", {"input": "Hi", "background": True, "store": False}, 400, "background"),
+    ("background not a flag", {"input": "Hi", "background": "yes"}, 400, "background"),
     ("web search tool", {"input": "Hi", "tools": [{"type": "web_search"}]}, 400, "tools[0].type"),
     (
         "image part",

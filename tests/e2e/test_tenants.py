@@ -175,6 +175,34 @@ async def test_responses_websocket_creates_are_charged_to_the_sockets_tenant(
     assert (refused["status"], refused["error"]["code"]) == (429, "rate_limit_exceeded")
 
 
+async def test_background_responses_are_charged_to_their_tenant(tmp_path: Path) -> None:
+    """A background response's run is charged to the creating key's tenant when its
+    generation is admitted: at 60/min, of two created together one completes and the other
+    ends `failed` with the 429's code (the create itself answered at once, docs/fleet.md §2)."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text(ONE_PROCESS_KEYS)
+    create = {"model": MODEL, "input": "Hi", "background": True}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            live_server(tmp_path, api_key="sk-acme-0001", api_keys=keys) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as client,
+        ):
+            created = [(await client.post("/v1/responses", json=create)) for _ in range(2)]
+            assert [answer.status_code for answer in created] == [200, 200]
+            ended: list[dict[str, Any]] = []
+            for answer in created:
+                while True:
+                    got = (await client.get(f"/v1/responses/{answer.json()['id']}")).json()
+                    if got["status"] not in ("queued", "in_progress"):
+                        ended.append(got)
+                        break
+                    await trio.sleep(0.05)
+    statuses = sorted(response["status"] for response in ended)
+    assert statuses == ["completed", "failed"], ended
+    failed = next(response for response in ended if response["status"] == "failed")
+    assert failed["error"]["code"] == "rate_limit_exceeded", failed
+
+
 async def test_a_queued_request_whose_client_leaves_leaves_the_queue(tmp_path: Path) -> None:
     """`solo` may run one request, one more waits; the waiter's client closes its connection:
     the queue is empty at once and the next request takes the free place."""

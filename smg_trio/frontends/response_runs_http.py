@@ -1,0 +1,151 @@
+"""I/O. The HTTP side of responses that outlive their connection (docs/client-apis.md §3.5):
+
+    POST /v1/responses  background: true       → the queued response object at once (or,
+                                                  with stream: true, its event log from 0)
+    POST /v1/responses  stream + store          → a resumable stream: the event log from 0
+    GET  /v1/responses/{id}                     → the run's current object, else the stored one
+    GET  /v1/responses/{id}?stream=true&starting_after=N
+                                                → the events after N, then the live ones
+    DELETE /v1/responses/{id}                   → a 400 while it still generates
+    POST /v1/responses/{id}/cancel              → cancel a background response (any process's)
+
+A stream here only follows the log (`ResponseRuns.follow`): a client leaving ends its stream,
+never the run. Each stream is admitted into the gateway's lifecycle like a request (keep-alives
+while the log is quiet; refused, then ended `draining`, by a drain).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from smg_trio.core.api_dialect import NamedEventDialect, named_event
+from smg_trio.core.response_runs import ENDED_STATUSES, parse_retrieve_query
+from smg_trio.core.stream_end import StreamEnd
+from smg_trio.errors import ClientError
+from smg_trio.frontends.client_disconnect import client_disconnect_of
+from smg_trio.frontends.response_started import ResponseStarted
+from smg_trio.frontends.responses import Scope, Send, send_json
+from smg_trio.frontends.sse import SseResponse, respond
+from smg_trio.frontends.stored_responses import STORED_RESPONSE_PREFIX
+from smg_trio.gateway import Gateway
+from smg_trio.lifecycle import Draining
+from smg_trio.response_runs import SynchronousResponse, Tail
+from smg_trio.response_store.event_log import LoggedEvent
+from smg_trio.response_store.service import ResponseNotFound
+from smg_trio.tenancy.api_keys import Tenant
+
+CANCEL_SUFFIX: Final = "/cancel"
+_EVENTS: Final = NamedEventDialect()
+"""The log's events are framed and numbered already: sent as they are."""
+_END: Final = StreamEnd()  # a Responses stream has no end marker: its last event ends it
+
+
+def is_cancel_path(path: str) -> bool:
+    """`/v1/responses/{id}/cancel`."""
+    rest = path.removeprefix(STORED_RESPONSE_PREFIX)
+    run_id = rest.removesuffix(CANCEL_SUFFIX)
+    return rest != path and run_id != rest and bool(run_id) and "/" not in run_id
+
+
+async def serve_cancel(gateway: Gateway, path: str, send: Send) -> None:
+    run_id = path.removeprefix(STORED_RESPONSE_PREFIX).removesuffix(CANCEL_SUFFIX)
+    response = await gateway.runs.cancel(run_id)
+    if response is None:
+        if gateway.responses.store is not None and await gateway.responses.store.get(run_id):
+            raise SynchronousResponse()
+        raise ResponseNotFound(run_id)
+    await send_json(send, 200, response)
+
+
+async def refuse_deleting_a_running_response(gateway: Gateway, path: str) -> None:
+    """`DELETE` of a response still generating is a 400: its run would write it again."""
+    run_id = path.removeprefix(STORED_RESPONSE_PREFIX)
+    current = await gateway.runs.retrieve(run_id)
+    if current is not None and msgspec.json.decode(current)["status"] not in ENDED_STATUSES:
+        raise ClientError(
+            f"response '{run_id}' is still generating: cancel it first "
+            f"(POST /v1/responses/{run_id}/cancel) or let it end",
+            param="response_id",
+        )
+
+
+async def serve_retrieve(gateway: Gateway, scope: Scope, path: str, send: ResponseStarted) -> None:
+    """`GET /v1/responses/{id}` with its query (module doc)."""
+    run_id = path.removeprefix(STORED_RESPONSE_PREFIX)
+    query = parse_retrieve_query(scope.get("query_string", b""))
+    if not query.stream:
+        current = await gateway.runs.retrieve(run_id)
+        if current is None:
+            current = await gateway.responses.retrieve(run_id)
+        await send_json(send, 200, current)
+        return
+    tail = await gateway.runs.open_tail(run_id, query.starting_after)
+    if tail is None:
+        await gateway.responses.retrieve(run_id)  # a 404 when nothing has the id
+        raise ClientError(  # kept, but its events were not (a body, or `store` came later)
+            f"response '{run_id}' was not created as a background response or a stored "
+            "stream: its events are not kept",
+            param="stream",
+        )
+    await stream_tail(gateway, scope, send, tail, resumed=True)
+
+
+async def stream_tail(
+    gateway: Gateway, scope: Scope, send: ResponseStarted, tail: Tail, *, resumed: bool
+) -> None:
+    """The run's events after `tail.after` as an SSE stream, until its last event."""
+    source = "memory" if gateway.runs.local(tail.run_id) is not None else "log"
+    gateway.metrics.response_streams.labels("resumed" if resumed else "first", source).inc()
+
+    async def follow(response: SseResponse) -> None:
+        async def send(events: list[LoggedEvent]) -> None:
+            await response.send_chunks([named_event(event.name, event.data) for event in events])
+
+        with gateway.lifecycle.admit(response) as live:
+            live.streaming = True
+            await gateway.runs.follow(tail, send)
+        if live.drained or live.timed_out:
+            await response.fail(Draining("the gateway shut down; resume the stream elsewhere"))
+            return
+        await response.end_stream(_END)
+
+    await respond(follow, client_disconnect_of(scope), send, _EVENTS, *send.direct_sending(scope))
+
+
+async def serve_run(
+    gateway: Gateway,
+    scope: Scope,
+    send: ResponseStarted,
+    body: bytes,
+    *,
+    request_id: str,
+    background: bool,
+    stream: bool,
+    session_key: str | None,
+    transport: str,
+    client: str,
+    tenant: Tenant | None = None,
+) -> None:
+    """`POST /v1/responses` that runs apart from its connection (module doc); `tenant` (its API
+    key's, `--api-keys`) is charged for the run's generation."""
+    run = await gateway.start_response(
+        body,
+        background=background,
+        request_id=request_id,
+        creator_follows=stream,  # a resumable stream's grace starts when this one ends
+        session_key=session_key,
+        transport=transport,
+        client=client,
+        tenant=tenant,
+    )
+    if not stream:
+        await send_json(send, 200, run.response)
+        return
+    try:
+        if not background:
+            await gateway.runs.first_event(run)  # an early failure is this request's status
+        await stream_tail(gateway, scope, send, Tail(run.id, -1), resumed=False)
+    finally:
+        gateway.runs.unsubscribe(run)

@@ -1,0 +1,80 @@
+"""`ResponseRuns` on a real SQLite store, without HTTP (docs/client-apis.md §3.5): a run's
+events reach every follower contiguous and in order, whether they come from the run's window
+in memory or from the log (a follower far behind, a run longer than the window, one that
+already ended), and the log holds what the followers got."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import trio
+
+from smg_trio.core.api_dialect import named_event
+from smg_trio.core.stream_end import StreamEnd
+from smg_trio.observability.metrics import GatewayMetrics
+from smg_trio.response_runs import LOCAL_WINDOW, LogSink, ResponseRuns
+from smg_trio.response_store.event_log import LoggedEvent
+from smg_trio.response_store.stores import open_response_store
+
+TEST_TIMEOUT_S: Final = 30.0
+EVENTS: Final = 3 * LOCAL_WINDOW + 7
+RESPONSE: Final = b'{"id":"resp_long","status":"in_progress","output":[]}'
+
+
+async def test_followers_get_every_event_from_memory_or_the_log(tmp_path: Path) -> None:
+    got: dict[str, list[LoggedEvent]] = {"early": [], "late": [], "after": []}
+    near_the_end = trio.Event()
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            open_response_store(f"sqlite:///{tmp_path / 'r.sqlite3'}") as store,
+            trio.open_nursery() as nursery,
+        ):
+            runs = ResponseRuns(store.events, GatewayMetrics())
+            await nursery.start(runs.serve)
+
+            async def generate(sink: LogSink) -> None:
+                for number in range(EVENTS):
+                    if number == EVENTS - 100:  # the window no longer holds event 6
+                        near_the_end.set()
+                    data = b'{"type":"response.output_text.delta","delta":"%d"}' % number
+                    await sink.send_chunks([named_event(b"response.output_text.delta", data)])
+                    if number % 64 == 0:
+                        await trio.sleep(0.001)  # lets the flusher and the followers run
+                done = b'{"type":"response.completed","response":%s}' % RESPONSE.replace(
+                    b"in_progress", b"completed"
+                )
+                await sink.end_stream(
+                    StreamEnd(payloads=(named_event(b"response.completed", done),))
+                )
+
+            async def follow(name: str, after: int) -> None:
+                async def send(events: list[LoggedEvent]) -> None:
+                    got[name].extend(events)
+                    await trio.lowlevel.checkpoint()
+
+                tail = await runs.open_tail("resp_long", after)
+                assert tail is not None
+                await runs.follow(tail, send)
+
+            run = await runs.start("resp_long", RESPONSE, generate, background=True)
+            async with trio.open_nursery() as followers:
+                followers.start_soon(follow, "early", -1)
+                await near_the_end.wait()
+                followers.start_soon(follow, "late", 5)  # far behind: from the log first
+            await run.done.wait()
+            await follow("after", 100)  # the run ended: all from the log
+            _, logged, _ = await store.events.events_after("resp_long", -1, 10 * EVENTS)
+            ended = await store.events.run("resp_long")
+            nursery.cancel_scope.cancel()
+    assert [event.seq for event in got["early"]] == list(range(EVENTS + 1))
+    assert got["late"] == got["early"][6:]
+    assert got["after"] == got["early"][101:]
+    assert logged == got["early"]
+    assert ended is not None
+    assert ended.ended
+    assert ended.status == "completed"
+    last = msgspec.json.decode(got["early"][-1].data)
+    assert last["sequence_number"] == EVENTS
+    assert last["type"] == "response.completed"
