@@ -367,7 +367,7 @@ def add_http_limit_flags(serve: argparse.ArgumentParser) -> None:
         ("--body-timeout-s", float, "a request body must arrive within S (default 60); else 408"),
         ("--body-idle-s", float, "longest gap between body reads (default 15); else 408"),
         ("--max-connections", int, "open HTTP connections; more get 503 (default: from fd limit)"),
-        ("--max-websockets", int, "open WebSockets; more are closed 1013 (default: 90% of that)"),
+        ("--max-websockets", int, "open WebSockets; more are closed 1013 (default: 90%% of that)"),
         ("--h2-max-streams", int, "concurrent streams per HTTP/2 connection (default 100)"),
     ):
         limits.add_argument(flag, type=kind, metavar="S" if kind is float else "N", help=text)

@@ -51,6 +51,15 @@ def test_bad_configuration_exits_2_naming_the_problem(
     assert message in error
 
 
+@pytest.mark.parametrize("command", [[], ["serve"], ["demo"]])
+def test_help_prints_every_option(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help strings with `%`: a bare one (`90%`) made `serve --help` crash."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--help"])
+    assert exit_.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
 def test_missing_model_and_busy_port_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
