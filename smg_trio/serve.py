@@ -66,6 +66,7 @@ from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetri
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.response_store.stores import default_store_url, open_response_store
 from smg_trio.routing.admission import Admission
+from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
@@ -139,10 +140,11 @@ async def serve(
         tracer = None if tracing is None else stack.enter_context(tracing())
         clients = {} if role is None else role.zmq_clients()
         opener = partial(open_backend, engine_silence_s=config.engine_silence_s, clients=clients)
-        lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener))
+        kv_index = kv_index_for(config)
+        lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener, kv_index))
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
         addresses = [address for _, address in opened]
-        pool = routing_pool(config, [worker for worker, _ in opened])
+        pool = routing_pool(config, [worker for worker, _ in opened], kv_index)
         store_url = config.response_store or default_store_url()
         response_store = await stack.enter_async_context(open_response_store(store_url))
         metrics = GatewayMetrics(pool)
@@ -247,14 +249,24 @@ def _in_flight(gateway: Gateway) -> int:
     return sum(worker.backend.statistics().open_streams for worker in gateway.pool.workers)
 
 
-def routing_pool(config: GatewayConfig, workers: list[Worker]) -> WorkerPool:
+def kv_index_for(config: GatewayConfig) -> KvIndex | None:
+    """The process's one KV index when a policy reads it (docs/routing.md §9), else None: no
+    worker's KV events are subscribed to."""
+    policies = (config.policy, *config.model_policies.values())
+    return KvIndex() if "kv_events" in policies else None
+
+
+def routing_pool(
+    config: GatewayConfig, workers: list[Worker], kv_index: KvIndex | None = None
+) -> WorkerPool:
     """The pool with the configured policy, and one per served name that has its own."""
     rng = random.Random()
     return WorkerPool(
         workers,
-        build_policy(config.policy, rng),
+        build_policy(config.policy, rng, kv_index),
         model_policies={
-            name: build_policy(policy, rng) for name, policy in config.model_policies.items()
+            name: build_policy(policy, rng, kv_index)
+            for name, policy in config.model_policies.items()
         },
     )
 
