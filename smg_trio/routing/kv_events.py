@@ -13,8 +13,9 @@ its blocks, as the engines' KV events say (`kv_index.py`), unless the loads are 
    first block, again the same in every process.
 
 Between routing a prompt and its engine's `BlockStored` there is a prefill's delay; the policy
-remembers its own recent choices (`pending`, a bounded FIFO of block keys) and counts them as
-held, so a burst of one new prefix does not scatter before the first events arrive.
+remembers its own recent choices (`pending`, a bounded FIFO of block keys) and, while no engine
+reported any block of the prompt, counts them as held, so a burst of one new prefix does not
+scatter before the first events arrive. Once events name a holder, they alone decide.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ class KvEventsPolicy:
         if _imbalanced(loads.values(), self.balance_abs_threshold, self.balance_rel_threshold):
             return min(candidates, key=lambda worker: loads[worker.name])
         depth = dict(self.index.match(ids))
-        for name, blocks in self._pending_depths(keys).items():
-            depth[name] = max(depth.get(name, 0), blocks * size)
+        if not depth:  # no engine reported the prefix (yet): our own recent choices count
+            depth = {name: blocks * size for name, blocks in self._pending_depths(keys).items()}
         best = max((depth.get(worker.name, 0) for worker in candidates), default=0)
         if best > 0:
             holders = [worker for worker in candidates if depth.get(worker.name, 0) == best]
