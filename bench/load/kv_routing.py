@@ -56,7 +56,32 @@ POLICIES: Final = ("round_robin", "cache_aware", "kv_events", "oracle")
 READY_S: Final = 300.0
 SEED: Final = 32
 MAX_TOKENS: Final = 4
-VOCABULARY: Final = ["river", "mountain", "lantern", "copper", "violet", "harbor", "meadow", "signal", "anchor", "willow", "ember", "quartz", "falcon", "orchard", "thistle", "canyon", "marble", "cobalt", "juniper", "saffron", "tundra", "beacon", "cedar", "glacier"]
+VOCABULARY: Final = [
+    "river",
+    "mountain",
+    "lantern",
+    "copper",
+    "violet",
+    "harbor",
+    "meadow",
+    "signal",
+    "anchor",
+    "willow",
+    "ember",
+    "quartz",
+    "falcon",
+    "orchard",
+    "thistle",
+    "canyon",
+    "marble",
+    "cobalt",
+    "juniper",
+    "saffron",
+    "tundra",
+    "beacon",
+    "cedar",
+    "glacier",
+]
 
 
 @dataclass(frozen=True)
