@@ -27,10 +27,12 @@ else every policy ends up with every prefix on both engines and the same hit rat
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -95,6 +97,8 @@ class Setup:
     step_ms: float
     vllm_venv: Path | None
     model: Path
+    block_size: int = 16
+    seed: int = SEED
 
 
 def system_prompt(index: int, words: int) -> str:
@@ -149,7 +153,7 @@ def engine_argv(setup: Setup, handshake: int, kv_dir: Path, number: int) -> list
     }
     return [
         *(str(setup.vllm_venv / "bin" / "vllm"), "serve", str(setup.model)),
-        *("--dtype", "float32", "--max-model-len", "2048", "--block-size", "16"),
+        *("--dtype", "float32", "--max-model-len", "2048", "--block-size", str(setup.block_size)),
         *("--num-gpu-blocks-override", str(setup.kv_blocks), "--enable-prefix-caching"),
         *("--kv-events-config", json.dumps(kv_config)),
         *("--headless", "--data-parallel-size", "1", "--data-parallel-size-local", "1"),
@@ -214,7 +218,7 @@ class Outcome:
 async def send_workload(
     base_url: str, setup: Setup, policy: str, system_tokens: list[int]
 ) -> Outcome:
-    rng = random.Random(SEED)
+    rng = random.Random(setup.seed)
     order = [(p, u) for p in range(setup.prefixes) for u in range(setup.users)]
     rng.shuffle(order)
     keys = oracle_keys(setup.prefixes) if policy == "oracle" else []
@@ -243,7 +247,9 @@ async def send_workload(
             outcome.prompt_tokens += usage["prompt_tokens"]
             outcome.cached_tokens += details.get("cached_tokens", 0)
             if not first:
-                outcome.ceiling_tokens += system_tokens[prefix] // 16 * 16
+                outcome.ceiling_tokens += (
+                    system_tokens[prefix] // setup.block_size * setup.block_size
+                )
 
         async with trio.open_nursery() as nursery:
             for prefix, user in order:
@@ -269,7 +275,7 @@ def system_token_counts(base_url: str, setup: Setup) -> list[int]:
 
 
 def run_one(setup: Setup, policy: str, processes: int, workdir: Path) -> Outcome:
-    kv_dir = Path(workdir) / f"{policy}-{processes}"
+    kv_dir = Path(workdir) / f"{policy}-{processes}-{setup.seed}"
     kv_dir.mkdir()
     port = free_port()
     handshakes = [free_port(), free_port()]
@@ -277,7 +283,7 @@ def run_one(setup: Setup, policy: str, processes: int, workdir: Path) -> Outcome
         *(sys.executable, "-m", "smg_trio", "serve", "--model-path", str(setup.model)),
         *("--served-model-name", "served", "--host", "127.0.0.1", "--port", str(port)),
         *("--policy", "consistent_hash" if policy == "oracle" else policy),
-        *("--processes", str(processes), "--request-timeout-s", "300"),
+        *("--processes", str(processes), "--request-timeout", "300"),
         *(
             flag
             for number, handshake in enumerate(handshakes)
@@ -297,10 +303,6 @@ def run_one(setup: Setup, policy: str, processes: int, workdir: Path) -> Outcome
         return trio.run(send_workload, base_url, setup, policy, counts)
 
 
-def percent(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "—"
-
-
 def main(argv: Sequence[str]) -> int:
     parser = recording_parser("kv_routing", __doc__)
     parser.add_argument("--engines", choices=("reference", "vllm"), default="reference")
@@ -312,8 +314,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--kv-blocks", type=int, default=240, help="KV capacity per engine")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--step-ms", type=float, default=2.0, help="reference engines' step")
+    parser.add_argument(
+        "--block-size", type=int, help="real vLLM's (CPU: a multiple of 32; default 32)"
+    )
     parser.add_argument("--vllm-venv", type=Path)
     parser.add_argument("--real-model", type=Path)
+    parser.add_argument("--rounds", type=int, default=3, help="seeded orders per policy")
+    parser.add_argument("--workdir", type=Path, help="keep logs and sockets here (default: temp)")
     args = parser.parse_args(argv)
     if args.engines == "vllm" and (args.vllm_venv is None or args.real_model is None):
         parser.error("--engines vllm needs --vllm-venv and --real-model")
@@ -327,31 +334,49 @@ def main(argv: Sequence[str]) -> int:
         step_ms=args.step_ms,
         vllm_venv=args.vllm_venv,
         model=args.real_model or demo_model_path(),
+        block_size=16 if args.engines == "reference" else (args.block_size or 32),
     )
     recording = Recording(f"kv_routing_{args.engines}", f"KV-event routing, {args.engines} engines")
     rows = [
-        "| processes | policy | hit rate | of ceiling | cached / prompt tokens | errors | time |",
+        "| processes | policy | hit rate (median) | rounds | of oracle | of ceiling | errors |",
         "|---|---|---|---|---|---|---|",
     ]
-    with TemporaryDirectory(prefix="kv-routing-") as workdir:
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or stack.enter_context(TemporaryDirectory(prefix="kv-routing-"))
         for processes in args.processes:
+            rates: dict[str, list[float]] = {}
+            ceiling: list[float] = []
+            errors = 0
             for policy in args.policies:
-                outcome = run_one(setup, policy, processes, Path(workdir))
-                row = (
-                    f"| {processes} | {policy} | "
-                    f"{percent(outcome.cached_tokens, outcome.prompt_tokens)} | "
-                    f"{percent(outcome.cached_tokens, outcome.ceiling_tokens)} | "
-                    f"{outcome.cached_tokens} / {outcome.prompt_tokens} "
-                    f"(ceiling {percent(outcome.ceiling_tokens, outcome.prompt_tokens)}) | "
-                    f"{outcome.errors} | {outcome.seconds:.1f} s |"
+                for round_ in range(args.rounds):
+                    seeded = dataclasses.replace(setup, seed=SEED + round_)
+                    outcome = run_one(seeded, policy, processes, Path(workdir))
+                    rate = 100 * outcome.cached_tokens / max(1, outcome.prompt_tokens)
+                    rates.setdefault(policy, []).append(rate)
+                    ceiling.append(100 * outcome.ceiling_tokens / max(1, outcome.prompt_tokens))
+                    errors += outcome.errors
+                    print(
+                        f"processes {processes} {policy} seed {seeded.seed}: {rate:.1f}% "
+                        f"({outcome.cached_tokens}/{outcome.prompt_tokens}, "
+                        f"{outcome.errors} errors, {outcome.seconds:.1f} s)",
+                        flush=True,
+                    )
+            oracle = statistics.median(rates["oracle"]) if "oracle" in rates else None
+            top = statistics.median(ceiling)
+            for policy, values in rates.items():
+                median = statistics.median(values)
+                of_oracle = "—" if not oracle else f"{100 * median / oracle:.0f}%"
+                rows.append(
+                    f"| {processes} | {policy} | {median:.1f}% | "
+                    f"{', '.join(f'{value:.1f}' for value in values)} | {of_oracle} | "
+                    f"{100 * median / top:.0f}% (ceiling {top:.1f}%) | {errors} |"
                 )
-                print(row, flush=True)
-                rows.append(row)
     note = (
-        f"\n{setup.prefixes} system prompts ({setup.system_words} words) × {setup.users} users, "
+        f"\n{args.rounds} rounds per policy (seeded orders {SEED}..{SEED + args.rounds - 1}); "
+        f"{setup.prefixes} system prompts ({setup.system_words} words) × {setup.users} users, "
         f"{setup.prefixes * setup.users} completions of {MAX_TOKENS} tokens at concurrency "
         f"{setup.concurrency}, seeded order; 2 engines of {setup.kv_blocks} KV blocks "
-        f"(16 tokens) each. Hit rate: cached prompt tokens the engines reported over all "
+        f"({setup.block_size} tokens) each. Hit rate: cached prompt tokens the engines reported over all "
         f"prompt tokens; ceiling: every system prompt but its first use cached.\n"
     )
     recording.publish("\n".join(rows) + "\n" + note, write=not args.no_write)
