@@ -5,7 +5,8 @@ its replay socket, both owned by one task, feeding the gateway process's `KvInde
     subscribe_kv_events(worker, endpoint, replay, index)
         loop: receive live batches ─▶ KvFeed ─▶ apply to the index
               a gap ─▶ ask the replay socket, read replies until its end marker (at most
-              REPLAY_WAIT_S; the live batches wait in the SUB socket meanwhile) ─▶ apply
+              REPLAY_WAIT_S; the live batches wait in the SUB socket meanwhile) ─▶ apply;
+              a replay that ran out of time gets a fresh DEALER (its late replies are dropped)
 
 We connect to both endpoints (the engine binds: vLLM binds an `ipc://` or `tcp://*:PORT`
 endpoint) and libzmq reconnects by itself after an engine restart; the restarted publisher's
@@ -57,10 +58,7 @@ async def subscribe_kv_events(
         raw_sub.setsockopt(zmq.SUBSCRIBE, b"")
         with TrioZmqSocket(raw_sub) as sub:
             sub.connect(endpoint)
-            replay = None
-            if replay_endpoint is not None:
-                replay = TrioZmqSocket(context.socket(zmq.DEALER))
-                replay.connect(replay_endpoint)
+            replay = None if replay_endpoint is None else _replay_socket(context, replay_endpoint)
             try:
                 task_status.started()
                 while True:
@@ -72,11 +70,24 @@ async def subscribe_kv_events(
                             logger.warning("worker %s: KV event skipped: %s", worker, exc)
                             continue
                         actions = feed.live(published.seq, published.batch)
-                        await _run(actions, worker, feed, index, replay)
+                        if await _run(actions, worker, feed, index, replay):
+                            continue
+                        # A replay that did not finish may still answer: its late replies must
+                        # not be read as the next replay's, so the socket is replaced.
+                        assert replay is not None
+                        assert replay_endpoint is not None
+                        replay.close()
+                        replay = _replay_socket(context, replay_endpoint)
                     feed.caught_up()
             finally:
                 if replay is not None:
                     replay.close()
+
+
+def _replay_socket(context: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> TrioZmqSocket:
+    replay = TrioZmqSocket(context.socket(zmq.DEALER))
+    replay.connect(endpoint)
+    return replay
 
 
 async def _run(
@@ -85,7 +96,9 @@ async def _run(
     feed: KvFeed,
     index: KvIndex,
     replay: TrioZmqSocket | None,
-) -> None:
+) -> bool:
+    """Carry out the feed's actions; False when a replay did not finish in time."""
+    finished = True
     for action in actions:
         match action:
             case Apply(batch):
@@ -95,12 +108,13 @@ async def _run(
                 index.clear(worker)
             case RequestReplay(start_seq):
                 assert replay is not None
-                await _replay(start_seq, worker, feed, index, replay)
+                finished = await _replay(start_seq, worker, feed, index, replay) and finished
+    return finished
 
 
 async def _replay(
     start_seq: int, worker: str, feed: KvFeed, index: KvIndex, replay: TrioZmqSocket
-) -> None:
+) -> bool:
     with trio.move_on_after(REPLAY_WAIT_S) as waited:
         await replay.send_multipart(encode_replay_request(start_seq))
         while True:
@@ -120,3 +134,4 @@ async def _replay(
     for action in feed.replay_done():
         if isinstance(action, Apply):
             index.apply(worker, action.batch.events)
+    return not waited.cancelled_caught
