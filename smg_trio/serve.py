@@ -62,6 +62,7 @@ from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.capabilities import require_adapter
 from smg_trio.neutral.runtime import Wire
+from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.response_store.stores import default_store_url, open_response_store
@@ -147,7 +148,9 @@ async def serve(
         pool = routing_pool(config, [worker for worker, _ in opened], kv_index)
         store_url = config.response_store or default_store_url()
         response_store = await stack.enter_async_context(open_response_store(store_url))
-        metrics = GatewayMetrics(pool)
+        metrics = GatewayMetrics(
+            pool, extra_sources=() if kv_index is None else (KvIndexFamilies(kv_index),)
+        )
         if role is not None:  # every process's figures (docs/observability.md §6)
             metrics.multiprocess_dir = str(role.metrics_dir)
         gateway = Gateway(

@@ -85,6 +85,9 @@ async def test_each_shared_prefix_stays_on_the_engine_that_cached_it(tmp_path: P
                             with trio.fail_after(5):
                                 while worker not in policy.index.match(ids):  # noqa: ASYNC110 (the subscriber task fills it)
                                     await trio.sleep(0.01)
+                scraped = (await client.get("/metrics")).text
+            assert 'smg_trio_kv_index_blocks{worker="w1"}' in scraped
+            assert 'smg_trio_kv_index_blocks{worker="w2"}' in scraped
             assert all(len(workers) == 1 for workers in landed.values()), landed
             used = Counter(next(iter(workers)) for workers in landed.values())
             assert len(used) == 2, landed  # new prefixes spread over both engines
