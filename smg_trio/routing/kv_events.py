@@ -9,8 +9,12 @@ its blocks, as the engines' KV events say (`kv_index.py`), unless the loads are 
    same prefix) go to the highest rendezvous score of (deepest block's key, worker name), the
    same choice in every gateway process, so the duplicate on the other engine stops being used
    and ages out of its cache instead of being kept warm by half the traffic.
-3. No worker holds the first block: the least loaded worker; ties by rendezvous score of the
-   first block, again the same in every process.
+3. No worker holds the first block (a new prefix): the worker whose engine holds the fewest
+   blocks (as reported, plus the new prefixes this process sent it that no event confirmed
+   yet), then the least loaded, then the rendezvous score of the first block. Placing by
+   cache occupancy splits the prefixes evenly over the engines' caches, and every gateway
+   process sees the same occupancy; placing by momentary load splits them at random (a 10/6
+   split of 16 prefixes overflows an engine that holds 8).
 
 Between routing a prompt and its engine's `BlockStored` there is a prefill's delay; the policy
 remembers its own recent choices (`pending`, a bounded FIFO of block keys) and, while no engine
@@ -32,6 +36,7 @@ from smg_trio.routing.kv_index import KvIndex, block_keys
 from smg_trio.routing.vocabulary import RoutingContext, Worker, in_flight
 
 DEFAULT_PENDING_BLOCKS: Final = 4096
+RECENT_NEW_PREFIXES: Final = 64
 FALLBACK_BLOCK_SIZE: Final = 16  # vLLM's default, until an engine said its own
 
 
@@ -57,6 +62,8 @@ class KvEventsPolicy:
         self.balance_rel_threshold = balance_rel_threshold
         self.pending_blocks = pending_blocks
         self._pending: dict[int, str] = {}  # block key -> worker last sent it, oldest first
+        # first block key -> (worker, blocks) of the latest prompts no engine had any block of
+        self._new_prefixes: dict[int, tuple[str, int]] = {}
 
     def choose(self, candidates: Sequence[Worker], context: RoutingContext) -> Worker:
         size = self.index.block_size or FALLBACK_BLOCK_SIZE
@@ -64,6 +71,13 @@ class KvEventsPolicy:
         chosen = self._choose(candidates, context.prompt_ids, keys, size)
         self._remember(keys, chosen.name)
         return chosen
+
+    def _remember_new_prefix(self, keys: list[int], worker: str) -> None:
+        if keys and not self.index.match_first(keys[0]):
+            self._new_prefixes.pop(keys[0], None)
+            self._new_prefixes[keys[0]] = (worker, len(keys))
+            while len(self._new_prefixes) > RECENT_NEW_PREFIXES:
+                del self._new_prefixes[next(iter(self._new_prefixes))]
 
     def forget(self, worker: str) -> None:
         """`worker` left the pool."""
@@ -86,10 +100,27 @@ class KvEventsPolicy:
             holders = [worker for worker in candidates if depth.get(worker.name, 0) == best]
             key = keys[min(best // size, len(keys)) - 1] if keys else 0
             return max(holders, key=lambda worker: rendezvous(key, worker.name))
-        lowest = min(loads.values())
-        idlest = [worker for worker in candidates if loads[worker.name] == lowest]
         first = keys[0] if keys else 0
-        return max(idlest, key=lambda worker: rendezvous(first, worker.name))
+        held = self._occupancy()
+        return min(
+            candidates,
+            key=lambda worker: (
+                held.get(worker.name, 0),
+                loads[worker.name],
+                -rendezvous(first, worker.name),
+            ),
+        )
+
+    def _occupancy(self) -> dict[str, int]:
+        """Blocks each worker's engine reported, plus the new prefixes we sent it lately that
+        no engine reported yet."""
+        held: dict[str, int] = {}
+        for root, (name, blocks) in self._new_prefixes.items():
+            if not self.index.match_first(root):
+                held[name] = held.get(name, 0) + blocks
+        for name in {*held, *self.index.workers()}:
+            held[name] = held.get(name, 0) + self.index.blocks_of(name)
+        return held
 
     def _pending_depths(self, keys: list[int]) -> dict[str, int]:
         depths: dict[str, int] = {}
@@ -101,6 +132,7 @@ class KvEventsPolicy:
         return depths
 
     def _remember(self, keys: list[int], worker: str) -> None:
+        self._remember_new_prefix(keys, worker)
         for key in keys:
             self._pending.pop(key, None)
             self._pending[key] = worker

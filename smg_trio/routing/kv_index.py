@@ -94,6 +94,13 @@ class KvIndex:
             cleared=self._cleared,
         )
 
+    def workers(self) -> tuple[str, ...]:
+        return tuple(self._workers)
+
+    def match_first(self, key: int) -> bool:
+        """Some worker holds the block with content key `key`."""
+        return key in self._holders
+
     def blocks_of(self, worker: str) -> int:
         entry = self._workers.get(worker)
         return 0 if entry is None else len(entry.keys)

@@ -86,3 +86,23 @@ def test_a_retired_worker_is_forgotten_by_the_index() -> None:
     pool = WorkerPool([loaded_worker("w1"), loaded_worker("w2")], policy)
     pool.retire("w1", lambda: None)
     assert index.match(SYSTEM_A) == {}
+
+
+def test_new_prefixes_split_evenly_over_the_engines_caches() -> None:
+    # Loads say nothing here (both idle between requests); occupancy does: the engine holding
+    # fewer blocks (reported, or sent and not yet reported) takes the next new prefix.
+    index = KvIndex()
+    policy = KvEventsPolicy(index)
+    workers = [loaded_worker("w1"), loaded_worker("w2")]
+    caches = {
+        name: PrefixCache(capacity_blocks=1000, block_size=16, seed=seed)
+        for seed, name in enumerate(("w1", "w2"))
+    }
+    placed = []
+    for prefix in range(8):
+        prompt = tuple(range(1000 * prefix, 1000 * prefix + 64))
+        chosen = policy.choose(workers, ask(prompt)).name
+        placed.append(chosen)
+        if prefix % 2:  # half the engines' events arrive before the next prefix
+            index.apply(chosen, caches[chosen].admit(prompt).events)
+    assert placed.count("w1") == placed.count("w2") == 4
