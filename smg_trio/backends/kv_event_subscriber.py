@@ -56,32 +56,60 @@ async def subscribe_kv_events(
         raw_sub = context.socket(zmq.SUB)
         raw_sub.setsockopt(zmq.RCVHWM, SUB_RCVHWM)
         raw_sub.setsockopt(zmq.SUBSCRIBE, b"")
-        with TrioZmqSocket(raw_sub) as sub:
+        raw_monitor = raw_sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        with TrioZmqSocket(raw_sub) as sub, TrioZmqSocket(raw_monitor) as monitor:
             sub.connect(endpoint)
-            replay = None if replay_endpoint is None else _replay_socket(context, replay_endpoint)
-            try:
-                task_status.started()
-                while True:
-                    messages = await sub.receive_batch(RECEIVE_BATCH)
-                    for frames in messages:
-                        try:
-                            published = decode_published(frames)
-                        except BackendProtocolError as exc:
-                            logger.warning("worker %s: KV event skipped: %s", worker, exc)
-                            continue
-                        actions = feed.live(published.seq, published.batch)
-                        if await _run(actions, worker, feed, index, replay):
-                            continue
-                        # A replay that did not finish may still answer: its late replies must
-                        # not be read as the next replay's, so the socket is replaced.
-                        assert replay is not None
-                        assert replay_endpoint is not None
-                        replay.close()
-                        replay = _replay_socket(context, replay_endpoint)
-                    feed.caught_up()
-            finally:
-                if replay is not None:
-                    replay.close()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_clear_on_disconnect, worker, monitor, feed, index)
+                await _receive(worker, context, sub, replay_endpoint, feed, index, task_status)
+
+
+async def _clear_on_disconnect(
+    worker: str, monitor: TrioZmqSocket, feed: KvFeed, index: KvIndex
+) -> None:
+    """The publisher's connection dropped: its engine exited or restarted, and its cache with
+    it. The worker's blocks are cleared and the feed starts over (a late first batch replays
+    the new publisher's history from 0)."""
+    while True:
+        await monitor.receive_multipart()
+        logger.info("worker %s: KV publisher disconnected; its blocks are forgotten", worker)
+        index.clear(worker)
+        feed.restart()
+
+
+async def _receive(
+    worker: str,
+    context: zmq.Context[zmq.Socket[bytes]],
+    sub: TrioZmqSocket,
+    replay_endpoint: str | None,
+    feed: KvFeed,
+    index: KvIndex,
+    task_status: trio.TaskStatus[None],
+) -> None:
+    replay = None if replay_endpoint is None else _replay_socket(context, replay_endpoint)
+    try:
+        task_status.started()
+        while True:
+            messages = await sub.receive_batch(RECEIVE_BATCH)
+            for frames in messages:
+                try:
+                    published = decode_published(frames)
+                except BackendProtocolError as exc:
+                    logger.warning("worker %s: KV event skipped: %s", worker, exc)
+                    continue
+                actions = feed.live(published.seq, published.batch)
+                if await _run(actions, worker, feed, index, replay):
+                    continue
+                # A replay that did not finish may still answer: its late replies must
+                # not be read as the next replay's, so the socket is replaced.
+                assert replay is not None
+                assert replay_endpoint is not None
+                replay.close()
+                replay = _replay_socket(context, replay_endpoint)
+            feed.caught_up()
+    finally:
+        if replay is not None:
+            replay.close()
 
 
 def _replay_socket(context: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> TrioZmqSocket:

@@ -13,7 +13,10 @@ The publisher numbers its batches 0, 1, 2, ... from its start. The feed expects 
 - replayed batches fill the gap in order; a replay that cannot reach back far enough (the
   publisher's buffer moved on) counts the loss and goes on from what it has.
 The very first batch ever seen starts a replay from 0 when it is not 0 itself, so a gateway
-started after its engines learns what they already cache.
+started after its engines learns what they already cache. A dropped connection to the publisher
+(`restart`, from the subscriber's socket monitor) starts over the same way, after the worker was
+cleared: a publisher that restarted and passed our expected number before we reconnected is
+still noticed.
 """
 
 from __future__ import annotations
@@ -78,9 +81,8 @@ class KvFeed:
 
     def replayed(self, seq: int, batch: EventBatch) -> list[FeedAction]:
         """A batch from the replay socket."""
-        assert self.expected is not None
-        if seq < self.expected:
-            return []
+        if self.expected is None or seq < self.expected:
+            return []  # (None: the publisher restarted meanwhile; its replay is stale)
         if seq > self.expected:
             self.missed += seq - self.expected
         self.expected = seq + 1
@@ -101,6 +103,15 @@ class KvFeed:
             self.expected = seq + 1
             actions.append(Apply(batch))
         return actions
+
+    def restart(self) -> None:
+        """The publisher went away (its connection dropped): the worker was cleared, and the
+        next batch is taken as a first one."""
+        self.restarts += 1
+        self.expected = None
+        self.replaying = False
+        self._held = []
+        self._replayed_to = -1
 
     def caught_up(self) -> None:
         """The live socket was drained: every later batch is new, so an earlier number than
