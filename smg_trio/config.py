@@ -244,6 +244,13 @@ def check_processes(config: GatewayConfig) -> None:
 
 
 def validate_routing(config: GatewayConfig) -> None:
+    policies = (config.policy, *config.model_policies.values())
+    subscribed = [str(spec) for spec in config.workers if spec.kv_events is not None]
+    if subscribed and "kv_events" not in policies:
+        raise ConfigError(
+            f"worker {subscribed[0]} names a KV-event publisher, but no policy reads KV events: "
+            "use policy kv_events (or a model_policies entry), or drop ?kv_events="
+        )
     for where, policy in (("policy", config.policy), *config.model_policies.items()):
         if policy not in POLICY_NAMES:
             raise ConfigError(

@@ -60,6 +60,11 @@ class WorkerLifetimes:
         opened: tuple[Worker, str] = await self._nursery.start(self._hold, spec)
         return opened
 
+    @property
+    def subscribes(self) -> bool:
+        """Workers' KV-event publishers are subscribed to (a policy reads them)."""
+        return self._kv_index is not None
+
     def close(self, worker_id: str) -> None:
         """Let the worker's task leave its backend block (idempotent)."""
         event = self._close.pop(worker_id, None)
@@ -148,6 +153,12 @@ class RuntimeWorkers:
             spec = parse_worker_spec(spec_text)
         except ConfigError as exc:
             raise ClientError(exc.message, param="worker") from exc
+        if spec.kv_events is not None and not self._lifetimes.subscribes:
+            raise ClientError(
+                f"worker {spec_text!r} names a KV-event publisher, but no policy of this "
+                "gateway reads KV events (docs/routing.md §9)",
+                param="worker",
+            )
         try:
             worker, address = await self._lifetimes.open_worker(spec)
         except (GatewayError, OSError, zmq.ZMQError) as exc:

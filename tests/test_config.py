@@ -340,3 +340,13 @@ def test_kv_events_without_a_publisher_is_a_config_error(tmp_path: Path) -> None
     )
     with pytest.raises(ConfigError, match="kv_events needs the engines' KV-event publishers"):
         config_from_toml(toml)
+
+
+def test_a_publisher_no_policy_reads_is_a_config_error(tmp_path: Path) -> None:
+    toml = tmp_path / "gateway.toml"
+    toml.write_text(
+        'model_path = "."\npolicy = "cache_aware"\n'
+        'workers = ["vllm+zmq://127.0.0.1:1?kv_events=ipc:///tmp/kv.sock"]\n'
+    )
+    with pytest.raises(ConfigError, match="no policy reads KV events"):
+        config_from_toml(toml)

@@ -129,9 +129,11 @@ def oracle_keys(prefixes: int) -> list[str]:
     return keys
 
 
-def spec(handshake: int, kv_dir: Path, number: int) -> str:
+def spec(handshake: int, kv_dir: Path, number: int, policy: str) -> str:
+    """The worker spec; its engine's KV-event endpoints only where the policy reads them."""
     events = f"ipc://{kv_dir}/kv{number}.sock"
-    return f"vllm+zmq://127.0.0.1:{handshake}?kv_events={events}&kv_replay={events}r"
+    query = f"?kv_events={events}&kv_replay={events}r" if policy == "kv_events" else ""
+    return f"vllm+zmq://127.0.0.1:{handshake}{query}"
 
 
 def engine_argv(setup: Setup, handshake: int, kv_dir: Path, number: int) -> list[str]:
@@ -287,7 +289,7 @@ def run_one(setup: Setup, policy: str, processes: int, workdir: Path) -> Outcome
         *(
             flag
             for number, handshake in enumerate(handshakes)
-            for flag in ("--worker", spec(handshake, kv_dir, number))
+            for flag in ("--worker", spec(handshake, kv_dir, number, policy))
         ),
     ]
     base_url = f"http://127.0.0.1:{port}"
