@@ -37,6 +37,12 @@ COMMANDS: Final = (
         ("run", "bench.load.cli:run", "load one running server; its /metrics beside our view"),
         ("render", "bench.load.cli:render", "rewrite the load sections from results JSON"),
         ("routing", "bench.load.routing:main", "routing policies against round robin, full size"),
+        (
+            "kv_routing",
+            "bench.load.kv_routing:main",
+            "prefix-cache hit rates: kv_events and others",
+        ),
+        ("kv_index_memory", "bench.load.kv_index_memory:main", "the KV index with 1 M blocks"),
         ("vllm_serve_compare", "bench.load.vllm_serve_compare:main", "vllm bench serve, both"),
         ("counted_engine", "bench.load.counted_engine:main", "(helper) engine with a tally"),
     ),

@@ -3,7 +3,9 @@
 A worker spec is `RUNTIME+WIRE://ADDRESS`, e.g. `vllm+zmq://127.0.0.1:27937` (listen there for a
 vLLM EngineCore handshake) or `sglang+grpc://127.0.0.1:8200`. The runtime is always explicit: a
 spec without one (`zmq://...`), an unknown runtime, or a runtime with no adapter for the wire is a
-ConfigError before anything starts.
+ConfigError before anything starts. A query may name the engine's KV-event publisher and its
+replay socket for the kv_events policy (docs/routing.md §9):
+`vllm+zmq://127.0.0.1:27937?kv_events=tcp://127.0.0.1:5557&kv_replay=tcp://127.0.0.1:5558`.
 """
 
 from __future__ import annotations
@@ -37,13 +39,24 @@ DEFAULT_KEEPALIVE_S: Final = 15.0
 DEFAULT_SESSION_HEADER: Final = "x-session-id"
 
 
+KV_EVENT_SCHEMES: Final = ("tcp://", "ipc://")
+
+
 class WorkerSpec(msgspec.Struct, frozen=True):
     runtime: Runtime
     wire: Wire
     address: str  # host:port (ZMQ: the handshake listener; gRPC: the engine's server)
+    kv_events: str | None = None  # the engine's KV-event PUB endpoint, which we connect to
+    kv_replay: str | None = None  # its replay ROUTER endpoint
 
     def __str__(self) -> str:
-        return f"{self.runtime.value}+{self.wire.value}://{self.address}"
+        return f"{self.runtime.value}+{self.wire.value}://{self.address}{self.query}"
+
+    @property
+    def query(self) -> str:
+        pairs = [(k, v) for k, v in (("kv_events", self.kv_events), ("kv_replay", self.kv_replay))]
+        text = "&".join(f"{key}={value}" for key, value in pairs if value is not None)
+        return f"?{text}" if text else ""
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,7 +133,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
-    scheme, sep, address = spec.partition("://")
+    spec_base, _, query = spec.partition("?")
+    kv_events, kv_replay = _kv_event_endpoints(spec, query)
+    scheme, sep, address = spec_base.partition("://")
     if not sep or not address:
         raise ConfigError(f"worker {spec!r}: expected RUNTIME+WIRE://HOST:PORT")
     runtime_name, plus, wire_name = scheme.partition("+")
@@ -138,7 +153,24 @@ def parse_worker_spec(spec: str) -> WorkerSpec:
     host, colon, port = address.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"worker {spec!r}: the address must be HOST:PORT, got {address!r}")
-    return WorkerSpec(runtime, wire, address)
+    return WorkerSpec(runtime, wire, address, kv_events, kv_replay)
+
+
+def _kv_event_endpoints(spec: str, query: str) -> tuple[str | None, str | None]:
+    """`kv_events=ENDPOINT[&kv_replay=ENDPOINT]` from a worker spec's query."""
+    values: dict[str, str] = {}
+    for pair in query.split("&") if query else ():
+        key, eq, value = pair.partition("=")
+        if key not in ("kv_events", "kv_replay") or not eq:
+            raise ConfigError(
+                f"worker {spec!r}: unknown query {pair!r}; known: kv_events=, kv_replay="
+            )
+        if not value.startswith(KV_EVENT_SCHEMES) or len(value) <= len("tcp://"):
+            raise ConfigError(f"worker {spec!r}: {key} must be a tcp:// or ipc:// endpoint")
+        values[key] = value
+    if "kv_replay" in values and "kv_events" not in values:
+        raise ConfigError(f"worker {spec!r}: kv_replay needs kv_events")
+    return values.get("kv_events"), values.get("kv_replay")
 
 
 def config_from_toml(path: Path) -> GatewayConfig:
@@ -246,10 +278,22 @@ def check_processes(config: GatewayConfig) -> None:
 
 
 def validate_routing(config: GatewayConfig) -> None:
+    policies = (config.policy, *config.model_policies.values())
+    subscribed = [str(spec) for spec in config.workers if spec.kv_events is not None]
+    if subscribed and "kv_events" not in policies:
+        raise ConfigError(
+            f"worker {subscribed[0]} names a KV-event publisher, but no policy reads KV events: "
+            "use policy kv_events (or a model_policies entry), or drop ?kv_events="
+        )
     for where, policy in (("policy", config.policy), *config.model_policies.items()):
         if policy not in POLICY_NAMES:
             raise ConfigError(
                 f"{where}: unknown routing policy {policy!r}; known: {', '.join(POLICY_NAMES)}"
+            )
+        if policy == "kv_events" and not any(spec.kv_events for spec in config.workers):
+            raise ConfigError(
+                f"{where}: kv_events needs the engines' KV-event publishers: add "
+                "?kv_events=tcp://HOST:PORT to the worker specs (docs/routing.md §9)"
             )
     names = config.served_model_names
     unknown = sorted(set(config.model_policies) - set(names)) if names else []

@@ -62,11 +62,13 @@ from smg_trio.memory_budget import memory_budget
 from smg_trio.model import ModelDir, load_model_dir
 from smg_trio.neutral.capabilities import require_adapter
 from smg_trio.neutral.runtime import Wire
+from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.response_store.stores import default_store_url, open_response_store
 from smg_trio.routing.admission import Admission
+from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.tenancy.api_keys import load_api_keys
@@ -142,13 +144,16 @@ async def serve(
         tracer = None if tracing is None else stack.enter_context(tracing())
         clients = {} if role is None else role.zmq_clients()
         opener = partial(open_backend, engine_silence_s=config.engine_silence_s, clients=clients)
-        lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener))
+        kv_index = kv_index_for(config)
+        lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener, kv_index))
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
         addresses = [address for _, address in opened]
-        pool = routing_pool(config, [worker for worker, _ in opened])
+        pool = routing_pool(config, [worker for worker, _ in opened], kv_index)
         store_url = config.response_store or default_store_url()
         response_store = await stack.enter_async_context(open_response_store(store_url))
-        metrics = GatewayMetrics(pool)
+        metrics = GatewayMetrics(
+            pool, extra_sources=() if kv_index is None else (KvIndexFamilies(kv_index),)
+        )
         if role is not None:  # every process's figures (docs/observability.md §6)
             metrics.multiprocess_dir = str(role.metrics_dir)
         tenants = None if config.api_keys is None else load_api_keys(config.api_keys)
@@ -267,14 +272,24 @@ def _in_flight(gateway: Gateway) -> int:
     return sum(worker.backend.statistics().open_streams for worker in gateway.pool.workers)
 
 
-def routing_pool(config: GatewayConfig, workers: list[Worker]) -> WorkerPool:
+def kv_index_for(config: GatewayConfig) -> KvIndex | None:
+    """The process's one KV index when a policy reads it (docs/routing.md §9), else None: no
+    worker's KV events are subscribed to."""
+    policies = (config.policy, *config.model_policies.values())
+    return KvIndex() if "kv_events" in policies else None
+
+
+def routing_pool(
+    config: GatewayConfig, workers: list[Worker], kv_index: KvIndex | None = None
+) -> WorkerPool:
     """The pool with the configured policy, and one per served name that has its own."""
     rng = random.Random()
     return WorkerPool(
         workers,
-        build_policy(config.policy, rng),
+        build_policy(config.policy, rng, kv_index),
         model_policies={
-            name: build_policy(policy, rng) for name, policy in config.model_policies.items()
+            name: build_policy(policy, rng, kv_index)
+            for name, policy in config.model_policies.items()
         },
     )
 

@@ -3,6 +3,7 @@ workers while it serves (docs/routing.md §6).
 
     open_worker_lifetimes(model) ─ nursery
         ├─ task per worker: async with open_backend(spec) ─ started(worker) ─ wait for `close`
+        │    └─ with `?kv_events=` and a KV index: its KV-event subscriber (docs/routing.md §9)
         └─ leaving the block closes every worker (their backends' own bounded cleanup)
 
 - `open_worker(spec)` starts one task and returns once its backend is open (a ZMQ worker bound
@@ -25,10 +26,12 @@ import trio
 import zmq
 
 from smg_trio.backends.base import Backend
+from smg_trio.backends.kv_event_subscriber import subscribe_kv_events
 from smg_trio.config import WorkerSpec, parse_worker_spec
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ClientError, ConfigError, GatewayError
 from smg_trio.model import ModelDir
+from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.workers import Worker, WorkerPool, WorkerSnapshot
 
 # Opens one worker's backend and says the address it bound (ZMQ) or dials (gRPC).
@@ -38,10 +41,17 @@ BackendOpener = Callable[[WorkerSpec, ModelDir], AbstractAsyncContextManager[tup
 class WorkerLifetimes:
     """Each worker's backend held open by a task of one nursery until it is closed."""
 
-    def __init__(self, nursery: trio.Nursery, model: ModelDir, opener: BackendOpener) -> None:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        model: ModelDir,
+        opener: BackendOpener,
+        kv_index: KvIndex | None = None,
+    ) -> None:
         self._nursery = nursery
         self._model = model
         self._open_backend = opener
+        self._kv_index = kv_index
         self._close: dict[str, trio.Event] = {}
         self._ids = itertools.count(1)
 
@@ -49,6 +59,11 @@ class WorkerLifetimes:
         """A worker for `spec` with its backend open, and the address it bound or dials."""
         opened: tuple[Worker, str] = await self._nursery.start(self._hold, spec)
         return opened
+
+    @property
+    def subscribes(self) -> bool:
+        """Workers' KV-event publishers are subscribed to (a policy reads them)."""
+        return self._kv_index is not None
 
     def close(self, worker_id: str) -> None:
         """Let the worker's task leave its backend block (idempotent)."""
@@ -74,16 +89,29 @@ class WorkerLifetimes:
                 name=worker_id,
                 target=target,
                 backend=backend,
-                spec=f"{spec.runtime.value}+{spec.wire.value}://{bound}",
+                spec=f"{spec.runtime.value}+{spec.wire.value}://{bound}{spec.query}",
             )
             closed = self._close[worker_id] = trio.Event()
-            task_status.started((worker, address))
-            await closed.wait()
+            index = self._kv_index
+            if spec.kv_events is None or index is None:
+                task_status.started((worker, address))
+                await closed.wait()
+                return
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(
+                        subscribe_kv_events, worker_id, spec.kv_events, spec.kv_replay, index
+                    )
+                    task_status.started((worker, address))
+                    await closed.wait()
+                    nursery.cancel_scope.cancel()
+            finally:
+                index.forget(worker_id)
 
 
 @asynccontextmanager
 async def open_worker_lifetimes(
-    model: ModelDir, opener: BackendOpener
+    model: ModelDir, opener: BackendOpener, kv_index: KvIndex | None = None
 ) -> AsyncIterator[WorkerLifetimes]:
     """Workers opened with `opener` (serve.open_backend) until the block ends.
 
@@ -93,7 +121,7 @@ async def open_worker_lifetimes(
     """
     try:
         async with trio.open_nursery() as nursery:
-            lifetimes = WorkerLifetimes(nursery, model, opener)
+            lifetimes = WorkerLifetimes(nursery, model, opener, kv_index)
             try:
                 yield lifetimes
             finally:
@@ -125,6 +153,12 @@ class RuntimeWorkers:
             spec = parse_worker_spec(spec_text)
         except ConfigError as exc:
             raise ClientError(exc.message, param="worker") from exc
+        if spec.kv_events is not None and not self._lifetimes.subscribes:
+            raise ClientError(
+                f"worker {spec_text!r} names a KV-event publisher, but no policy of this "
+                "gateway reads KV events (docs/routing.md §9)",
+                param="worker",
+            )
         try:
             worker, address = await self._lifetimes.open_worker(spec)
         except (GatewayError, OSError, zmq.ZMQError) as exc:

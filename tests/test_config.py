@@ -328,3 +328,53 @@ def test_api_keys_and_state_url_by_flag_and_toml_and_what_they_refuse(tmp_path: 
     for flags, message in refused:
         with pytest.raises(ConfigError, match=message):
             config_from_args(build_parser().parse_args([*argv, *flags]))
+
+
+def test_kv_event_endpoints_in_worker_specs_by_flag_and_toml(tmp_path: Path) -> None:
+    spec = "vllm+zmq://127.0.0.1:27937?kv_events=ipc:///tmp/kv.sock&kv_replay=tcp://127.0.0.1:5558"
+    parsed = parse_worker_spec(spec)
+    assert (parsed.address, parsed.kv_events, parsed.kv_replay) == (
+        "127.0.0.1:27937",
+        "ipc:///tmp/kv.sock",
+        "tcp://127.0.0.1:5558",
+    )
+    assert str(parsed) == spec
+    args = build_parser().parse_args(
+        ["serve", "--model-path", str(tmp_path), "--worker", spec, "--policy", "kv_events"]
+    )
+    assert config_from_args(args).workers == (parsed,)
+    toml = tmp_path / "gateway.toml"
+    toml.write_text(f'model_path = "."\npolicy = "kv_events"\nworkers = ["{spec}"]\n')
+    assert config_from_toml(toml).workers == (parsed,)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("vllm+zmq://127.0.0.1:1?kv=tcp://a:1", "unknown query 'kv=tcp://a:1'"),
+        ("vllm+zmq://127.0.0.1:1?kv_events=http://a:1", "kv_events must be a tcp:// or ipc://"),
+        ("vllm+zmq://127.0.0.1:1?kv_replay=tcp://a:1", "kv_replay needs kv_events"),
+    ],
+)
+def test_bad_kv_event_queries_are_config_errors(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_worker_spec(spec)
+
+
+def test_kv_events_without_a_publisher_is_a_config_error(tmp_path: Path) -> None:
+    toml = tmp_path / "gateway.toml"
+    toml.write_text(
+        'model_path = "."\npolicy = "kv_events"\nworkers = ["vllm+zmq://127.0.0.1:1"]\n'
+    )
+    with pytest.raises(ConfigError, match="kv_events needs the engines' KV-event publishers"):
+        config_from_toml(toml)
+
+
+def test_a_publisher_no_policy_reads_is_a_config_error(tmp_path: Path) -> None:
+    toml = tmp_path / "gateway.toml"
+    toml.write_text(
+        'model_path = "."\npolicy = "cache_aware"\n'
+        'workers = ["vllm+zmq://127.0.0.1:1?kv_events=ipc:///tmp/kv.sock"]\n'
+    )
+    with pytest.raises(ConfigError, match="no policy reads KV events"):
+        config_from_toml(toml)

@@ -31,6 +31,8 @@ from typing import Any, assert_never
 import zmq
 
 from smg_trio.engines.handshake import OUTPUT_LINGER_MS, EngineSockets, HandshakeTarget, connect
+from smg_trio.engines.kv_publisher import KvEventPublisher
+from smg_trio.engines.prefix_cache import PrefixCache
 from smg_trio.engines.received_log import ReceivedLog
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
@@ -62,6 +64,19 @@ class EngineConfig:
     engine_index: int = 0
     step_seconds: float = 0.0
     max_batch: int = 256
+    # A prefix cache publishing vLLM's KV events there (docs/routing.md §9.4); None: no cache,
+    # and nothing reported cached, as before.
+    kv_events_endpoint: str | None = None
+    kv_events_replay_endpoint: str | None = None
+    kv_cache_blocks: int | None = None  # the cache's capacity; None: the model's GPU blocks
+
+
+class KvEvents:
+    """An engine's prefix cache and the publisher of its events."""
+
+    def __init__(self, cache: PrefixCache, publisher: KvEventPublisher) -> None:
+        self.cache = cache
+        self.publisher = publisher
 
 
 class BatchingLoop:
@@ -72,8 +87,10 @@ class BatchingLoop:
         sockets: EngineSockets,
         config: EngineConfig,
         wakeup_fd: int,
+        kv_events: KvEvents | None = None,
     ) -> None:
         self.adapter = adapter
+        self.kv_events = kv_events
         self.model = model
         self.sockets = sockets
         self.config = config
@@ -87,12 +104,14 @@ class BatchingLoop:
         for socket in sockets.inputs:
             self._poller.register(socket, zmq.POLLIN)
         self._poller.register(wakeup_fd, zmq.POLLIN)
+        if kv_events is not None and kv_events.publisher.replay is not None:
+            self._poller.register(kv_events.publisher.replay, zmq.POLLIN)
         self._utilities: dict[str, Callable[[], Any]] = {
             COUNTERS_METHOD: self._counters,
             "get_supported_tasks": lambda: ["generate"],
             "is_sleeping": lambda: False,
             "list_loras": lambda: [],
-            "reset_prefix_cache": lambda: True,
+            "reset_prefix_cache": self._reset_prefix_cache,
         }
         self._lookups: dict[str, Callable[[str], Any]] = {RECEIVED_METHOD: self.received.latest}
 
@@ -105,6 +124,8 @@ class BatchingLoop:
             if self._wakeup_fd in ready:
                 _drain_pipe(self._wakeup_fd)
             self._drain_inputs()
+            if self.kv_events is not None:
+                self.kv_events.publisher.serve_replay()
             if self._stop_requested():
                 break
             self._admit()
@@ -199,10 +220,22 @@ class BatchingLoop:
         return self.counters.snapshot()
 
     def _admit(self) -> None:
+        events = []
         while self.waiting and len(self.active) < self.config.max_batch:
             request_id, request = self.waiting.popitem(last=False)
             self.active[request_id] = request
+            if self.kv_events is not None:
+                admitted = self.kv_events.cache.admit(request.prompt_ids)
+                request.cached_tokens = admitted.cached_tokens
+                events.extend(admitted.events)
+        if self.kv_events is not None:
+            self.kv_events.publisher.publish(events)
         self._update_gauges()
+
+    def _reset_prefix_cache(self) -> bool:
+        if self.kv_events is not None:
+            self.kv_events.publisher.publish(self.kv_events.cache.clear())
+        return True
 
     def _step(self) -> None:
         emissions: list[Emission] = []
@@ -232,6 +265,7 @@ class BatchingLoop:
             completion_tokens=len(request.generation.output_ids),
             logprobs=request.logprobs,
             first=not request.emitted,
+            cached_tokens=request.cached_tokens,
         )
         request.unsent.clear()
         request.emitted = True
@@ -311,11 +345,21 @@ def run_engine(adapter: WireAdapter, model: EngineModel, config: EngineConfig) -
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sockets = EngineSockets([], [])
+    kv_events = None
     try:
+        if config.kv_events_endpoint is not None:
+            publisher = KvEventPublisher(
+                context, config.kv_events_endpoint, config.kv_events_replay_endpoint
+            )
+            capacity = config.kv_cache_blocks or model.num_gpu_blocks
+            cache = PrefixCache(
+                capacity_blocks=capacity, block_size=BLOCK_SIZE, seed=int.from_bytes(os.urandom(8))
+            )
+            kv_events = KvEvents(cache, publisher)
         target = HandshakeTarget(config.handshake_address, config.engine_index)
         connect(context, adapter, target, sockets)
         logger.info("engine %d ready on %s", config.engine_index, config.handshake_address)
-        loop = BatchingLoop(adapter, model, sockets, config, read_fd)
+        loop = BatchingLoop(adapter, model, sockets, config, read_fd, kv_events)
         loop.run()
         return 0
     except SystemExit:
@@ -326,6 +370,8 @@ def run_engine(adapter: WireAdapter, model: EngineModel, config: EngineConfig) -
         return 1
     finally:
         sockets.close()
+        if kv_events is not None:
+            kv_events.publisher.close()
         context.term()
         signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in previous.items():

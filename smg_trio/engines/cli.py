@@ -186,6 +186,23 @@ def _add_zmq_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser])
         _add_model_flags(parser)
         if name == "vllm-zmq":
             parser.add_argument(
+                "--kv-events-endpoint",
+                metavar="ENDPOINT",
+                help="keep a prefix cache and publish vLLM's KV events on this ZMQ endpoint "
+                "(bound; e.g. ipc:///tmp/kv.sock or tcp://127.0.0.1:5557); cached prompt tokens "
+                "are then reported in the prefill stats, as vLLM does",
+            )
+            parser.add_argument(
+                "--kv-events-replay-endpoint",
+                metavar="ENDPOINT",
+                help="the KV-event replay (ROUTER) endpoint, bound",
+            )
+            parser.add_argument(
+                "--kv-cache-blocks",
+                type=_positive_int,
+                help="prefix cache capacity in blocks of 16 tokens (default: the model's)",
+            )
+            parser.add_argument(
                 "--reasoning-parser",
                 choices=sorted(REASONING_END_MARKERS),
                 help="as vLLM's: a structured-output grammar then starts after the reasoning "
@@ -281,7 +298,12 @@ def run_engine_command(args: argparse.Namespace) -> int:
         engine_index=args.engine_index,
         step_seconds=args.step_ms / 1000,
         max_batch=args.max_batch,
+        kv_events_endpoint=getattr(args, "kv_events_endpoint", None),
+        kv_events_replay_endpoint=getattr(args, "kv_events_replay_endpoint", None),
+        kv_cache_blocks=getattr(args, "kv_cache_blocks", None),
     )
+    if config.kv_events_replay_endpoint is not None and config.kv_events_endpoint is None:
+        raise ConfigError("--kv-events-replay-endpoint needs --kv-events-endpoint")
     runner, _ = ENGINES[args.wire]
     return runner(model, config)
 

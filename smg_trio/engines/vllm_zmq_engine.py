@@ -222,7 +222,13 @@ class VllmWire:
         )
         generation = Generation(self.model.source, prompt, key, rules, token_rules)
         return Add(
-            ActiveRequest(request.request_id, request.client_index, generation, logprobs),
+            ActiveRequest(
+                request.request_id,
+                request.client_index,
+                generation,
+                logprobs,
+                prompt_ids=tuple(prompt),
+            ),
             received=_received(request),
         )
 
@@ -278,6 +284,8 @@ class VllmWire:
             prefill_stats = PrefillStats(
                 num_prompt_tokens=emission.prompt_tokens,
                 num_computed_tokens=emission.prompt_tokens,
+                num_cached_tokens=emission.cached_tokens,
+                num_local_cached_tokens=emission.cached_tokens,
             )
         return EngineCoreOutput(
             request_id=emission.request_id,

@@ -47,6 +47,9 @@ class ActiveRequest:
     unsent: list[int] = field(default_factory=list)
     emitted: bool = False  # vLLM attaches prefill stats to a request's first output
     aborted: bool = False  # set when an ABORT removes it; a step that still sees it is a bug
+    # The prompt, kept only by wires whose engine has a prefix cache (engines.prefix_cache).
+    prompt_ids: tuple[int, ...] = ()
+    cached_tokens: int = 0  # prompt tokens its prefix cache held when it was admitted
 
     def should_emit(self, finished: bool) -> bool:
         count = len(self.generation.output_ids)
@@ -122,6 +125,7 @@ class Emission:
     completion_tokens: int  # cumulative
     logprobs: int | None = None
     first: bool = False
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Pure. The load-balancing policies that need no memory of prompts (docs/routing.md §1):
-round_robin, random, power_of_two, least_load and consistent_hash. cache_aware is its own
-module (`cache_aware.py`); `build_policy` makes any of them by name.
+round_robin, random, power_of_two, least_load and consistent_hash. cache_aware and kv_events
+are modules of their own (`cache_aware.py`, `kv_events.py`); `build_policy` makes any of them
+by name.
 
 Randomness is injected (`random.Random`), so a test seeds it and every choice is reproducible.
 """
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 from typing import Final
 
 from smg_trio.routing.cache_aware import CacheAware
+from smg_trio.routing.kv_events import KvEventsPolicy
+from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.vocabulary import Policy, RoutingContext, Worker, in_flight
 
 # Points per worker on the consistent-hash ring: enough that two workers split keys near evenly,
@@ -116,11 +119,14 @@ POLICY_NAMES: Final = (
     "least_load",
     "cache_aware",
     "consistent_hash",
+    "kv_events",
 )
 
 
-def build_policy(name: str, rng: random.Random) -> Policy:
-    """A fresh policy by its configuration name (one of POLICY_NAMES); ValueError otherwise."""
+def build_policy(name: str, rng: random.Random, kv_index: KvIndex | None = None) -> Policy:
+    """A fresh policy by its configuration name (one of POLICY_NAMES); ValueError otherwise.
+    kv_events reads `kv_index` (the gateway process's one index, fed by the workers' KV-event
+    subscribers); without one it gets an index of its own that nothing feeds."""
     match name:
         case "round_robin":
             return RoundRobin()
@@ -134,4 +140,6 @@ def build_policy(name: str, rng: random.Random) -> Policy:
             return CacheAware()
         case "consistent_hash":
             return ConsistentHash(rng)
+        case "kv_events":
+            return KvEventsPolicy(kv_index if kv_index is not None else KvIndex())
     raise ValueError(f"unknown routing policy {name!r}; known: {', '.join(POLICY_NAMES)}")

@@ -24,6 +24,7 @@ import msgspec
 from smg_trio.errors import BackendUnavailable
 from smg_trio.routing.breaker import BreakerState, CircuitBreaker
 from smg_trio.routing.cache_aware import CacheAware
+from smg_trio.routing.kv_events import KvEventsPolicy
 from smg_trio.routing.policies import RoundRobin
 from smg_trio.routing.vocabulary import EMPTY_CONTEXT, Policy, RoutingContext, Worker
 
@@ -122,7 +123,7 @@ class WorkerPool:
             raise ValueError(f"worker {name!r} is being removed already")
         entry.on_drained = on_drained
         for policy in (self._policy, *self._model_policies.values()):
-            if isinstance(policy, CacheAware):
+            if isinstance(policy, CacheAware | KvEventsPolicy):
                 policy.forget(name)
         if entry.active == 0:
             self._drop(entry)

@@ -1,0 +1,108 @@
+"""The kv_events policy (docs/routing.md §9): the engine holding the longest prefix takes the
+prompt; ties and new prefixes are decided the same way in every gateway process; imbalanced
+loads go to the least loaded worker."""
+
+from __future__ import annotations
+
+from smg_trio.engines.prefix_cache import PrefixCache
+from smg_trio.routing.kv_events import KvEventsPolicy, rendezvous
+from smg_trio.routing.kv_index import KvIndex, block_keys
+from smg_trio.routing.policies import build_policy
+from smg_trio.routing.vocabulary import RoutingContext
+from smg_trio.routing.workers import WorkerPool
+from tests.routing.loaded_workers import backend_of, loaded_worker
+
+SYSTEM_A = tuple(range(100, 164))  # 4 blocks of 16
+SYSTEM_B = tuple(range(200, 264))
+
+
+def ask(ids: tuple[int, ...]) -> RoutingContext:
+    return RoutingContext(prompt_ids=ids)
+
+
+def engines_with(index: KvIndex, **held: tuple[int, ...]) -> None:
+    for seed, (name, ids) in enumerate(held.items()):
+        cache = PrefixCache(capacity_blocks=100, block_size=16, seed=seed)
+        index.apply(name, cache.admit(ids).events)
+
+
+def test_the_longest_engine_reported_prefix_wins() -> None:
+    index = KvIndex()
+    engines_with(index, w1=SYSTEM_A[:32], w2=(*SYSTEM_A, 1))
+    policy = KvEventsPolicy(index)
+    workers = [loaded_worker("w1", in_flight=0), loaded_worker("w2", in_flight=5)]
+    assert policy.choose(workers, ask((*SYSTEM_A, 7, 8, 9))).name == "w2"
+
+
+def test_imbalanced_loads_go_to_the_least_loaded() -> None:
+    index = KvIndex()
+    engines_with(index, w2=(*SYSTEM_A, 1))
+    policy = KvEventsPolicy(index, balance_abs_threshold=4, balance_rel_threshold=1.5)
+    workers = [loaded_worker("w1", in_flight=0), loaded_worker("w2", in_flight=5)]
+    assert policy.choose(workers, ask((*SYSTEM_A, 7))).name == "w1"
+    backend_of(workers[1]).in_flight = 4
+    assert policy.choose(workers, ask((*SYSTEM_A, 7))).name == "w2"
+
+
+def test_ties_and_new_prefixes_are_the_same_choice_in_every_process() -> None:
+    index = KvIndex()
+    engines_with(index, w1=(*SYSTEM_A, 1), w2=(*SYSTEM_A, 2))
+    choices = set()
+    for _ in range(2):  # two gateway processes: two policies, same events
+        policy = KvEventsPolicy(index)
+        workers = [loaded_worker("w1"), loaded_worker("w2")]
+        choices.add(policy.choose(workers, ask((*SYSTEM_A, 3))).name)
+    assert len(choices) == 1
+    deepest = block_keys(SYSTEM_A, 16)[-1]
+    assert choices == {max(("w1", "w2"), key=lambda name: rendezvous(deepest, name))}
+    # A prefix nobody holds, equal loads: every process picks the same worker too.
+    fresh = {
+        KvEventsPolicy(KvIndex())
+        .choose([loaded_worker("w1"), loaded_worker("w2")], ask(SYSTEM_B))
+        .name
+        for _ in range(3)
+    }
+    assert len(fresh) == 1
+
+
+def test_a_burst_of_a_new_prefix_stays_together_before_its_events_arrive() -> None:
+    policy = KvEventsPolicy(KvIndex())
+    workers = [loaded_worker("w1"), loaded_worker("w2")]
+    first = policy.choose(workers, ask((*SYSTEM_B, 1)))
+    backend_of(first).in_flight = 3  # busier now, but it holds (will hold) the prefix
+    assert {policy.choose(workers, ask((*SYSTEM_B, n))).name for n in range(5)} == {first.name}
+
+
+def test_new_prefixes_go_to_the_least_loaded() -> None:
+    policy = KvEventsPolicy(KvIndex())
+    workers = [loaded_worker("w1", in_flight=2), loaded_worker("w2", in_flight=1)]
+    assert policy.choose(workers, ask(SYSTEM_B)).name == "w2"
+
+
+def test_a_retired_worker_is_forgotten_by_the_index() -> None:
+    index = KvIndex()
+    engines_with(index, w1=(*SYSTEM_A, 1))
+    policy = build_policy("kv_events", __import__("random").Random(0), index)
+    pool = WorkerPool([loaded_worker("w1"), loaded_worker("w2")], policy)
+    pool.retire("w1", lambda: None)
+    assert index.match(SYSTEM_A) == {}
+
+
+def test_new_prefixes_split_evenly_over_the_engines_caches() -> None:
+    # Loads say nothing here (both idle between requests); occupancy does: the engine holding
+    # fewer blocks (reported, or sent and not yet reported) takes the next new prefix.
+    index = KvIndex()
+    policy = KvEventsPolicy(index)
+    workers = [loaded_worker("w1"), loaded_worker("w2")]
+    caches = {
+        name: PrefixCache(capacity_blocks=1000, block_size=16, seed=seed)
+        for seed, name in enumerate(("w1", "w2"))
+    }
+    placed = []
+    for prefix in range(8):
+        prompt = tuple(range(1000 * prefix, 1000 * prefix + 64))
+        chosen = policy.choose(workers, ask(prompt)).name
+        placed.append(chosen)
+        if prefix % 2:  # half the engines' events arrive before the next prefix
+            index.apply(chosen, caches[chosen].admit(prompt).events)
+    assert placed.count("w1") == placed.count("w2") == 4
