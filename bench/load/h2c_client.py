@@ -21,6 +21,7 @@ streams on one trio connection, over the `h2` state machine.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,6 +31,7 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import h2.exceptions
 import h2.settings
 import trio
 
@@ -156,7 +158,12 @@ class H2cConnection:
             del self._responses[stream_id]
             if not response.ended and self._failure is None:
                 with trio.CancelScope(shield=True):
-                    self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+                    # The server may have ended the stream already, its END_STREAM read by the
+                    # connection but not yet by this response's consumer (one cancelled at the
+                    # time cap, say): h2 then refuses the reset (StreamClosedError), which
+                    # once counted as an error of the gateway's; there is nothing to cancel.
+                    with contextlib.suppress(h2.exceptions.StreamClosedError):
+                        self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
                     await self._flush()
             self._slot_freed.set()
             self._slot_freed = trio.Event()
