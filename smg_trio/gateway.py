@@ -31,6 +31,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -246,34 +247,16 @@ class Gateway:
             traced = tracer.start(trace_headers or {}, record)
             trace_token = outgoing_trace_headers.set(traced.outgoing)
         try:
-            with self.lifecycle.admit(sink) as live:
-                if reservation is None:
-                    with self.memory_budget.reserve(len(body)) as own:
-                        await self._handle(
-                            path,
-                            body,
-                            sink,
-                            record,
-                            session_key,
-                            live,
-                            own,
-                            tenant,
-                            responses,
-                            prepared,
-                        )
-                else:
-                    await self._handle(
-                        path,
-                        body,
-                        sink,
-                        record,
-                        session_key,
-                        live,
-                        reservation,
-                        tenant,
-                        responses,
-                        prepared,
-                    )
+            with (
+                self.lifecycle.admit(sink) as live,
+                # The caller's reservation (held since the body was read), else one of ours.
+                nullcontext(reservation)
+                if reservation is not None
+                else self.memory_budget.reserve(len(body)) as held,
+            ):
+                await self._handle(
+                    path, body, sink, record, session_key, live, held, tenant, responses, prepared
+                )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
                 with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
