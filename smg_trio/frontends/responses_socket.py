@@ -41,7 +41,6 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 from smg_trio.core.api_dialect import split_named_events
 from smg_trio.endpoint_requests import RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
-from smg_trio.frontends import websocket_sender
 from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.responses_socket_cache import SocketResponses
 from smg_trio.frontends.responses_socket_events import (
@@ -68,8 +67,8 @@ from smg_trio.frontends.responses_socket_steering import (
     successor_body,
     with_queued_input,
 )
-from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
-from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.frontends.websocket_sender import FrameOutbox, serve_socket
+from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import Reservation
 from smg_trio.request_ids import new_request_id
 from smg_trio.tenancy.api_keys import Tenant
@@ -362,20 +361,9 @@ async def handle_websocket(
 ) -> None:
     """Serve one Responses WebSocket until the client leaves (the caller routed and
     authenticated it; `tenant`, its API key's under `--api-keys`, is charged for each create)."""
-    connect = await receive()
-    if connect["type"] != "websocket.connect":
-        return
-    await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
-    frames_send, frames_receive = trio.open_memory_channel[bytes](websocket_sender.FRAME_BUFFER)
-    connections = gateway.metrics.websocket_connections
-    connections.inc()
-    try:
-        async with trio.open_nursery() as nursery, frames_send:
-            nursery.start_soon(send_frames, frames_receive, send)
-            socket = _Socket(gateway, nursery, frames_send, client_address(scope), tenant)
-            await socket.receive_until_disconnect(receive)
-            nursery.cancel_scope.cancel()
-    finally:
-        connections.dec()
-    if socket.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
-        await gateway.release_heap()
+    await serve_socket(
+        gateway,
+        receive,
+        send,
+        lambda nursery, frames: _Socket(gateway, nursery, frames, client_address(scope), tenant),
+    )

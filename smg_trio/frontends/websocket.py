@@ -39,7 +39,6 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 from smg_trio.core.api_dialect import ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
-from smg_trio.frontends import websocket_sender
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
@@ -56,8 +55,8 @@ from smg_trio.frontends.websocket_frames import (
     response_frame,
     salvaged_envelope,
 )
-from smg_trio.frontends.websocket_sender import FrameOutbox, send_frames
-from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.frontends.websocket_sender import FrameOutbox, serve_socket
+from smg_trio.gateway import Gateway
 from smg_trio.handoff import Taken
 from smg_trio.request_ids import request_id_from_header
 from smg_trio.tenancy.api_keys import Tenant
@@ -362,22 +361,9 @@ async def handle_websocket(
     The caller routed `scope` here and did any authentication; nothing in it changes the protocol.
     `tenant` (its API key's) is charged for each of its requests.
     """
-    connect = await receive()
-    if connect["type"] != "websocket.connect":
-        return
-    await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
-    frames_send, frames_receive = trio.open_memory_channel[bytes](websocket_sender.FRAME_BUFFER)
-    connections = gateway.metrics.websocket_connections
-    connections.inc()
-    try:
-        async with trio.open_nursery() as nursery, frames_send:
-            nursery.start_soon(send_frames, frames_receive, send)
-            socket = _Socket(gateway, nursery, frames_send, client_address(scope), tenant)
-            await socket.receive_until_disconnect(receive)
-            nursery.cancel_scope.cancel()
-    finally:
-        connections.dec()
-    # The socket's own large frames (hypercorn's message buffers, the decoded texts) are free
-    # only now that it is gone: hand them back too (docs/limits.md §2).
-    if socket.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
-        await gateway.release_heap()
+    await serve_socket(
+        gateway,
+        receive,
+        send,
+        lambda nursery, frames: _Socket(gateway, nursery, frames, client_address(scope), tenant),
+    )

@@ -4,12 +4,14 @@ request and the receive loop hand it whole frames through a small bounded channe
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Final, Protocol
 
 import trio
-from hypercorn.typing import ASGISendCallable
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 
 from smg_trio.errors import ClientGone
+from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
 from smg_trio.handoff import Taken
 
 FRAME_BUFFER: Final = 16
@@ -61,3 +63,40 @@ async def send_frames(
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
                 await send({"type": "websocket.send", "bytes": None, "text": frame.decode()})
+
+
+class SocketSession(Protocol):
+    """One accepted socket's protocol side (`/v1/ws`'s or the Responses WebSocket's)."""
+
+    largest_frame: int  # the largest text frame it received, in bytes
+
+    async def receive_until_disconnect(self, receive: ASGIReceiveCallable) -> None: ...
+
+
+async def serve_socket(
+    gateway: Gateway,
+    receive: ASGIReceiveCallable,
+    send: ASGISendCallable,
+    open_session: Callable[[trio.Nursery, trio.MemorySendChannel[bytes]], SocketSession],
+) -> None:
+    """Accept the WebSocket, run its sender task beside the session `open_session` makes (in
+    the socket's nursery, with the sender's channel) until the client leaves, and count it."""
+    connect = await receive()
+    if connect["type"] != "websocket.connect":
+        return
+    await send({"type": "websocket.accept", "subprotocol": None, "headers": []})
+    frames_send, frames_receive = trio.open_memory_channel[bytes](FRAME_BUFFER)
+    connections = gateway.metrics.websocket_connections
+    connections.inc()
+    try:
+        async with trio.open_nursery() as nursery, frames_send:
+            nursery.start_soon(send_frames, frames_receive, send)
+            session = open_session(nursery, frames_send)
+            await session.receive_until_disconnect(receive)
+            nursery.cancel_scope.cancel()
+    finally:
+        connections.dec()
+    # The socket's own large frames (hypercorn's message buffers, the decoded texts) are free
+    # only now that it is gone: hand them back too (docs/limits.md §2).
+    if session.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
+        await gateway.release_heap()
