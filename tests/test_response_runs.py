@@ -14,7 +14,9 @@ import trio
 from smg_trio.core.api_dialect import named_event
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.response_runs import LOCAL_WINDOW, LogSink, ResponseRuns
+from smg_trio.response_run import LOCAL_WINDOW
+from smg_trio.response_run_sink import LogSink
+from smg_trio.response_runs import ResponseRuns
 from smg_trio.response_store.event_log import LoggedEvent
 from smg_trio.response_store.stores import open_response_store
 

@@ -31,7 +31,8 @@ from smg_trio.frontends.sse import SseResponse, respond
 from smg_trio.frontends.stored_responses import STORED_RESPONSE_PREFIX
 from smg_trio.gateway import Gateway
 from smg_trio.lifecycle import Draining
-from smg_trio.response_runs import SynchronousResponse, Tail
+from smg_trio.response_run import Tail
+from smg_trio.response_runs import SynchronousResponse
 from smg_trio.response_store.event_log import LoggedEvent
 from smg_trio.response_store.service import ResponseNotFound
 from smg_trio.tenancy.api_keys import Tenant
