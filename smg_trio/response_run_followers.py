@@ -7,6 +7,15 @@ point it names, a batch at a time, until the run's last event:
 - anything else (a run of another process, a follower far behind, a run that ended) is read
   from the event log, polled every TAIL_POLL_S while there is nothing new.
 
+A follower caught up with a local run (it sent the run's newest event) whose transport can send
+without waiting (`send_now`, HTTP's `SseResponse.send_chunks_now`) parks on the run
+(`LocalRun.caught_up`): the run's appends hand it their events themselves, from the generating
+task, as the request's scanner does for a stream without the log, so a batch costs no task
+switch (bench/RESULTS.md, "what a resumable stream costs"). When its transport does not take a
+batch whole (the client reads slowly) the follower is woken and catches up in its own task from
+the window: each event once, in order, and the generating task never waits for a client. A
+run's last event is never handed over: it is in the log before any follower sees it.
+
 A run's subscribers keep a resumable stream going; with none left it has `resume_grace_s` for
 someone to resume it before it is abandoned (its cancel scope's deadline).
 """
@@ -19,7 +28,7 @@ from typing import Final
 import trio
 
 from smg_trio.errors import ClientError
-from smg_trio.response_run import LocalRun, Tail
+from smg_trio.response_run import CaughtUp, LocalRun, SendNow, Tail
 from smg_trio.response_store.event_log import EventLog, LoggedEvent
 
 TAIL_POLL_S: Final = 0.01
@@ -74,10 +83,13 @@ class RunFollowers:
             )
         return Tail(run_id, after)
 
-    async def follow(self, tail: Tail, send: SendEvents) -> None:
+    async def follow(self, tail: Tail, send: SendEvents, send_now: SendNow | None = None) -> None:
         """Hand `send` the run's events after `tail.after`, then the live ones as they come,
         a batch at a time, until its last event (each transport frames them its own way: SSE
-        named events here, a WebSocket's frames elsewhere)."""
+        named events here, a WebSocket's frames elsewhere). With `send_now` (the transport's
+        send that never waits), a follower caught up with a local run gets its live events
+        from the run's appends themselves while the transport takes them (module doc); when
+        `send_now` answered PART, `send([])` finishes what it began."""
         after = tail.after
         subscribed = self._local.get(tail.run_id)
         if subscribed is not None:
@@ -90,7 +102,10 @@ class RunFollowers:
                     ended = run.ended
                     fresh = run.window[after + 1 - oldest :]
                     if not fresh and not ended:
-                        await run.changed.wait()
+                        if send_now is None:
+                            await run.changed.wait()
+                        else:
+                            after = await self._caught_up(run, after, send_now, send)
                         continue
                 else:
                     assert self._log is not None
@@ -107,6 +122,21 @@ class RunFollowers:
         finally:
             if subscribed is not None:
                 self.unsubscribe(subscribed)
+
+    @staticmethod
+    async def _caught_up(run: LocalRun, after: int, send_now: SendNow, send: SendEvents) -> int:
+        """Park at the run's newest event, fed by its appends until woken; the last event
+        handed over (module doc)."""
+        follower = CaughtUp(after, send_now)
+        run.caught_up.append(follower)
+        try:
+            await follower.woken.wait()
+        finally:
+            if follower in run.caught_up:  # (cancelled while parked)
+                run.caught_up.remove(follower)
+        if follower.held:
+            await send([])
+        return follower.after
 
     def subscribe(self, run: LocalRun) -> None:
         """Someone follows the run: a resumable stream goes on however long it takes."""

@@ -50,7 +50,7 @@ from smg_trio.core.response_runs import (
 )
 from smg_trio.errors import ClientError, GatewayError
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.response_run import LocalRun, Tail
+from smg_trio.response_run import LocalRun, SendNow, Tail
 from smg_trio.response_run_flusher import EventLogFlusher
 from smg_trio.response_run_followers import TAIL_POLL_S, RunFollowers, SendEvents
 from smg_trio.response_run_sink import LogSink
@@ -235,6 +235,7 @@ class ResponseRuns:
                         "events": run.next_seq,
                     },
                 )
+                run.release_caught_up()
                 if self._local.get(run.id) is run:  # (a new run may have its id already)
                     del self._local[run.id]
                 run.done.set()
@@ -262,6 +263,7 @@ class ResponseRuns:
         finally:
             run.show(first, events)
             run.ended = True
+            run.release_caught_up()
             run.wake_followers()
 
     def append_now(self, run: LocalRun, events: Sequence[tuple[bytes, bytes]]) -> None:
@@ -271,7 +273,7 @@ class ResponseRuns:
             return
         first = run.next_seq
         run.take_state(events, end=False)
-        run.show(first, events)
+        run.hand_over(run.show(first, events))
         run.pending.extend(events)
         flusher = self._flusher
         assert flusher is not None  # (a run begins only with a log)
@@ -347,9 +349,9 @@ class ResponseRuns:
         """`RunFollowers.open_tail`: None when no run has the id, a 400 when too old."""
         return await self._followers.open_tail(run_id, after)
 
-    async def follow(self, tail: Tail, send: SendEvents) -> None:
+    async def follow(self, tail: Tail, send: SendEvents, send_now: SendNow | None = None) -> None:
         """`RunFollowers.follow`: the run's events after `tail.after`, then the live ones."""
-        await self._followers.follow(tail, send)
+        await self._followers.follow(tail, send, send_now)
 
     def subscribe(self, run: LocalRun) -> None:
         self._followers.subscribe(run)
