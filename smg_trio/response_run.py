@@ -153,9 +153,11 @@ class LocalRun:
             follower.woken.set()
 
     def wake_followers(self) -> None:
-        """Its local followers parked for news look again."""
-        self.changed.set()
-        self.changed = trio.Event()
+        """Its local followers parked for news look again (a new event only when one was
+        waiting: an append per engine batch need not make one)."""
+        if self.changed.statistics().tasks_waiting:
+            self.changed.set()
+            self.changed = trio.Event()
 
 
 class Tail(msgspec.Struct, frozen=True):

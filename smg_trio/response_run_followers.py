@@ -96,7 +96,10 @@ class RunFollowers:
             self.subscribe(subscribed)
         try:
             while True:
-                run = self._local.get(tail.run_id)
+                # The run it subscribed to, once ended, stays readable from memory after the
+                # registry forgot it (its end then costs no read of the log).
+                ended_here = subscribed is not None and subscribed.ended
+                run = subscribed if ended_here else self._local.get(tail.run_id)
                 oldest = 0 if run is None else run.oldest_in_memory
                 if run is not None and oldest <= after + 1:
                     ended = run.ended
