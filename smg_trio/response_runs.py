@@ -23,10 +23,11 @@ the registry of this process's runs and their lifecycle; the rest of the concept
 - `start` is the one place a run begins; `Gateway.start_response` is its only caller (where a
   tenant's limits apply). A transport other than HTTP (a Responses WebSocket) starts runs and
   follows them through the same two calls: `Gateway.start_response` and `follow`.
-- An append goes to the run's window in memory (its local tails wake at once) and to the log
-  at the next flush: one transaction per FLUSH_INTERVAL_S for every run of the process; a
-  run's last append waits for the log. A local tail reads the run's last LOCAL_WINDOW events
-  from memory; a tail of a run owned by another process polls the log every TAIL_POLL_S.
+- An append goes to the run's window in memory (its caught-up local tails get it at once
+  from the appending task, the others wake) and to the log at the next flush: one
+  transaction per FLUSH_INTERVAL_S for every run of the process; a run's last append waits
+  for the log. A local tail reads the run's last LOCAL_WINDOW events from memory; a tail of a
+  run owned by another process polls the log every TAIL_POLL_S.
 - Cancelling a run cancels its scope: leaving the backend stream aborts its engine requests.
 """
 
