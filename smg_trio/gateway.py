@@ -69,11 +69,11 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
+from smg_trio.response_run import LocalRun
 from smg_trio.response_runs import (
     DEFAULT_EVENTS_MAX,
     DEFAULT_RESUME_GRACE_S,
     DEFAULT_RETENTION_S,
-    LocalRun,
     ResponseRuns,
 )
 from smg_trio.response_store.service import ResponsesService

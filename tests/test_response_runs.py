@@ -10,11 +10,15 @@ from typing import Final
 
 import msgspec
 import trio
+import trio.testing
 
 from smg_trio.core.api_dialect import named_event
 from smg_trio.core.stream_end import StreamEnd
+from smg_trio.handoff import Taken
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.response_runs import LOCAL_WINDOW, LogSink, ResponseRuns
+from smg_trio.response_run import LOCAL_WINDOW
+from smg_trio.response_run_sink import LogSink
+from smg_trio.response_runs import ResponseRuns
 from smg_trio.response_store.event_log import LoggedEvent
 from smg_trio.response_store.stores import open_response_store
 
@@ -78,3 +82,75 @@ async def test_followers_get_every_event_from_memory_or_the_log(tmp_path: Path) 
     last = msgspec.json.decode(got["early"][-1].data)
     assert last["sequence_number"] == EVENTS
     assert last["type"] == "response.completed"
+
+
+async def test_caught_up_follower_gets_appends_handed_over_without_gap_or_duplicate(
+    tmp_path: Path,
+) -> None:
+    """A follower that passes `send_now` gets its live events from the run's appends while
+    its transport takes them (ALL), catches up in its own task when it does not (REFUSED, or
+    PART: the transport holds the rest until `send([])`), and its last event only from its own
+    task once the log holds the run ended."""
+    answers = [Taken.ALL, Taken.ALL, Taken.REFUSED, Taken.ALL, Taken.PART, Taken.ALL]
+    got: list[LoggedEvent] = []
+    held: list[LoggedEvent] = []
+    by_append = [0]
+    ended_in_log_at_end: list[bool] = []
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            open_response_store(f"sqlite:///{tmp_path / 'r.sqlite3'}") as store,
+            trio.open_nursery() as nursery,
+        ):
+            runs = ResponseRuns(store.events, GatewayMetrics())
+            await nursery.start(runs.serve)
+            follower_parked = trio.Event()
+
+            async def generate(sink: LogSink) -> None:
+                await follower_parked.wait()
+                for number in range(EVENTS):
+                    data = b'{"type":"response.output_text.delta","delta":"%d"}' % number
+                    sink.send_chunks_now([named_event(b"response.output_text.delta", data)])
+                    if number % 7 == 0:
+                        await trio.sleep(0.001)  # the follower's own task catches up
+                done = b'{"type":"response.completed","response":%s}' % RESPONSE.replace(
+                    b"in_progress", b"completed"
+                )
+                await sink.end_stream(
+                    StreamEnd(payloads=(named_event(b"response.completed", done),))
+                )
+
+            async def send(events: list[LoggedEvent]) -> None:
+                got.extend(held)
+                held.clear()
+                got.extend(events)
+                if events and events[-1].data.startswith(b'{"type":"response.completed"'):
+                    row = await store.events.run("resp_long")
+                    ended_in_log_at_end.append(row is not None and row.ended)
+                await trio.lowlevel.checkpoint()
+
+            def send_now(events: list[LoggedEvent]) -> Taken:
+                answer = answers[(events[0].seq) % len(answers)]
+                if answer is Taken.REFUSED:
+                    return Taken.REFUSED
+                by_append[0] += 1
+                if answer is Taken.PART:
+                    got.extend(events[:-1])
+                    held.extend(events[-1:])
+                    return Taken.PART
+                got.extend(events)
+                return Taken.ALL
+
+            run = await runs.start("resp_long", RESPONSE, generate, background=True)
+            tail = await runs.open_tail("resp_long", -1)
+            assert tail is not None
+            async with trio.open_nursery() as following:
+                following.start_soon(runs.follow, tail, send, send_now)
+                await trio.testing.wait_all_tasks_blocked()
+                assert run.caught_up  # parked at the (empty) run's newest event
+                follower_parked.set()
+            await run.done.wait()
+            nursery.cancel_scope.cancel()
+    assert [event.seq for event in got] == list(range(EVENTS + 1))
+    assert by_append[0] > EVENTS // 8  # (after a refusal, none until its task caught up)
+    assert ended_in_log_at_end == [True]
+    assert not held

@@ -36,7 +36,10 @@ from smg_trio.core.api_dialect import named_event
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.model import demo_model_path
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.response_runs import FLUSH_INTERVAL_S, TAIL_POLL_S, LogSink, ResponseRuns
+from smg_trio.response_run_flusher import FLUSH_INTERVAL_S
+from smg_trio.response_run_followers import TAIL_POLL_S
+from smg_trio.response_run_sink import LogSink
+from smg_trio.response_runs import ResponseRuns
 from smg_trio.response_store.stores import open_response_store
 
 ROUND_CAP_S: Final = 120.0

@@ -30,8 +30,10 @@ from smg_trio.frontends.responses import Scope, Send, send_json
 from smg_trio.frontends.sse import SseResponse, respond
 from smg_trio.frontends.stored_responses import STORED_RESPONSE_PREFIX
 from smg_trio.gateway import Gateway
+from smg_trio.handoff import Taken
 from smg_trio.lifecycle import Draining
-from smg_trio.response_runs import SynchronousResponse, Tail
+from smg_trio.response_run import Tail
+from smg_trio.response_runs import SynchronousResponse
 from smg_trio.response_store.event_log import LoggedEvent
 from smg_trio.response_store.service import ResponseNotFound
 from smg_trio.tenancy.api_keys import Tenant
@@ -103,9 +105,12 @@ async def stream_tail(
         async def send(events: list[LoggedEvent]) -> None:
             await response.send_chunks([named_event(event.name, event.data) for event in events])
 
+        def send_now(events: list[LoggedEvent]) -> Taken:
+            return response.send_chunks_now([named_event(e.name, e.data) for e in events])
+
         with gateway.lifecycle.admit(response) as live:
             live.streaming = True
-            await gateway.runs.follow(tail, send)
+            await gateway.runs.follow(tail, send, send_now)
         if live.drained or live.timed_out:
             await response.fail(Draining("the gateway shut down; resume the stream elsewhere"))
             return
