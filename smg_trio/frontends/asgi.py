@@ -43,7 +43,6 @@
 
 from __future__ import annotations
 
-import hmac
 import importlib
 import logging
 from collections.abc import Awaitable, Callable
@@ -54,6 +53,7 @@ from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.endpoint_requests import HANDLED_PATHS, RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.frontends.api_paths import dialect_for_path
+from smg_trio.frontends.caller_auth import CallerAuth
 from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
@@ -148,8 +148,7 @@ class GatewayApp:
         tenants: TenantTable | None = None,
     ) -> None:
         self.gateway = gateway
-        self._api_key = api_key.encode() if api_key else None
-        self._tenants = tenants
+        self._auth = CallerAuth(api_key, tenants)
         self._max_body_bytes = max_body_bytes
         self._session_header = session_header.lower().encode()
         self._admin = admin
@@ -214,7 +213,7 @@ class GatewayApp:
             return
         tenant = None
         if path not in PROBE_PATHS and path != METRICS_PATH:
-            tenant = self._authorize(headers)
+            tenant = self._auth.tenant_of(headers)
         if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
             if method == "GET":  # a run's state or stream first (docs/client-apis.md §3.5)
                 await serve_retrieve(self.gateway, scope, path, send)
@@ -340,27 +339,6 @@ class GatewayApp:
             reason = self.gateway.unready_reason().encode()
             await send_json(send, 503, b'{"status":"unavailable","reason":"' + reason + b'"}')
 
-    def _authorize(self, headers: dict[bytes, bytes]) -> Tenant | None:
-        """The request's tenant (None without `--api-keys`); InvalidApiKey if refused."""
-        if self._api_key is None and self._tenants is None:
-            return None
-        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer":  # Anthropic's clients send `x-api-key: KEY` instead
-            token = headers.get(b"x-api-key", b"")
-        token = token.strip()
-        if not token:
-            raise InvalidApiKey(
-                "You didn't provide an API key: send `Authorization: Bearer KEY` "
-                "or `x-api-key: KEY`"
-            )
-        if self._tenants is not None:
-            tenant = self._tenants.tenant_of(token)
-            if tenant is not None:
-                return tenant
-        elif self._api_key is not None and hmac.compare_digest(token, self._api_key):
-            return None
-        raise InvalidApiKey(f"Incorrect API key provided: {_masked(token)}")
-
     async def _read_body(
         self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
     ) -> bytes:
@@ -374,7 +352,7 @@ class GatewayApp:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return
         try:
-            tenant = self._authorize(_header_map(scope))
+            tenant = self._auth.tenant_of(_header_map(scope))
         except ClientError:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return
@@ -390,23 +368,6 @@ class GatewayApp:
             await handler(self.gateway, scope, receive, send, tenant)
         finally:
             self.open_websockets -= 1
-
-
-class InvalidApiKey(ClientError):
-    """OpenAI's 401: type `invalid_request_error`, code `invalid_api_key`."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, status=401, code="invalid_api_key")
-
-    @property
-    def error_type(self) -> str:
-        return "invalid_request_error"
-
-
-def _masked(key: bytes) -> str:
-    """A key as OpenAI quotes it back: its ends only."""
-    text = key.decode("latin-1")
-    return f"{text[:3]}***{text[-4:]}" if len(text) > 10 else "***"
 
 
 class _MethodNotAllowed(ClientError):
