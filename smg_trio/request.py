@@ -114,6 +114,32 @@ class ClientSink(Protocol):
         ...
 
 
+class ForwardingSink:
+    """A `ClientSink` that hands everything to `sink`: the base of sinks that do something on
+    the way (keep the finished response, cache it) and override just that."""
+
+    def __init__(self, sink: ClientSink) -> None:
+        self._sink = sink
+
+    def gone_before_engine(self) -> bool:
+        return self._sink.gone_before_engine()
+
+    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
+        await self._sink.send_chunks(payloads)
+
+    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
+        return self._sink.send_chunks_now(payloads)
+
+    async def send_body(self, body: bytes) -> None:
+        await self._sink.send_body(body)
+
+    async def end_stream(self, end: StreamEnd) -> None:
+        await self._sink.end_stream(end)
+
+    async def fail(self, error: GatewayError) -> None:
+        await self._sink.fail(error)
+
+
 async def run_request(
     plan: GeneratePlan,
     finalized: Finalized,

@@ -15,7 +15,6 @@ the least recently used dropped first; it lives and dies with the socket.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
@@ -24,9 +23,8 @@ from smg_trio.core.api_dialect import split_named_events
 from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.stream_end import StreamEnd
-from smg_trio.errors import ClientError, GatewayError
-from smg_trio.handoff import Taken
-from smg_trio.request import ClientSink
+from smg_trio.errors import ClientError
+from smg_trio.request import ClientSink, ForwardingSink
 from smg_trio.response_store.service import ResponseNotFound, ResponsesService
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.responses_api import decode_head
@@ -90,28 +88,16 @@ class SocketResponses(ResponsesService):
         return super().storing(plan, cached)
 
 
-class CachingSink:
+class CachingSink(ForwardingSink):
     """A `ClientSink` that caches the finished response's conversation before its end goes."""
 
     def __init__(
         self, sink: ClientSink, cache: SocketResponses, conversation: bytes, rid: str
     ) -> None:
-        self._sink = sink
+        super().__init__(sink)
         self._cache = cache
         self._conversation = conversation  # the turn's input items, the continued turn's first
         self._id = rid
-
-    def gone_before_engine(self) -> bool:
-        return self._sink.gone_before_engine()
-
-    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
-        await self._sink.send_chunks(payloads)
-
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
-        return self._sink.send_chunks_now(payloads)
-
-    async def send_body(self, body: bytes) -> None:
-        await self._sink.send_body(body)
 
     async def end_stream(self, end: StreamEnd) -> None:
         last = end.payloads[-1] if end.payloads else b""
@@ -121,6 +107,3 @@ class CachingSink:
                 conversation = [*_decode(self._conversation), *output]
                 self._cache.remember(self._id, JSON_ENCODER.encode(conversation))
         await self._sink.end_stream(end)
-
-    async def fail(self, error: GatewayError) -> None:
-        await self._sink.fail(error)

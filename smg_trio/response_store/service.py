@@ -13,7 +13,6 @@ instead of that end (its request did not do what it asked). Failed responses are
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -23,8 +22,7 @@ from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, GatewayError
-from smg_trio.handoff import Taken
-from smg_trio.request import ClientSink
+from smg_trio.request import ClientSink, ForwardingSink
 from smg_trio.response_store.stores import ResponseStore, StoredResponse
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.responses_api import decode_head
@@ -92,25 +90,16 @@ class ResponsesService:
         return JSON_ENCODER.encode(DeletedResponse(response_id))
 
 
-class StoringSink:
+class StoringSink(ForwardingSink):
     """A `ClientSink` that keeps the finished response before the client hears its end."""
 
     def __init__(
         self, sink: ClientSink, store: ResponseStore, settings: ResponseSettings, rid: str
     ) -> None:
-        self._sink = sink
+        super().__init__(sink)
         self._store = store
         self._settings = settings
         self._id = rid
-
-    def gone_before_engine(self) -> bool:
-        return self._sink.gone_before_engine()
-
-    async def send_chunks(self, payloads: Sequence[bytes]) -> None:
-        await self._sink.send_chunks(payloads)
-
-    def send_chunks_now(self, payloads: Sequence[bytes]) -> Taken:
-        return self._sink.send_chunks_now(payloads)
 
     async def send_body(self, body: bytes) -> None:
         if await self._kept(_decode(body)):
@@ -124,9 +113,6 @@ class StoringSink:
                 response = _decode(data)["response"]
         if response is None or await self._kept(response):
             await self._sink.end_stream(end)
-
-    async def fail(self, error: GatewayError) -> None:
-        await self._sink.fail(error)
 
     async def _kept(self, response: dict[str, Any]) -> bool:
         """Write `response` with its conversation; False (the client told) when that failed."""
