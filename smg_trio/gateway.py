@@ -9,8 +9,8 @@ backend raises a GatewayError for the front end to hand to its sink; anything la
 `sink.fail` directly. Either way the sink's state decides what the error becomes (an HTTP
 status or a final event).
 
-- `model` must be one of the served names (`--served-model-name`, repeatable); a missing one
-  means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
+- `model` must be one of the served names (`served_models.py`, `--served-model-name`); a
+  missing one means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
   `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
@@ -48,7 +48,6 @@ from smg_trio.endpoint_requests import (
     HANDLED_PATHS,
     RESPONSES_PATH,
     TOKEN_PATHS,
-    ModelNotFound,
     prepare_for_path,
     token_answer,
 )
@@ -83,9 +82,10 @@ from smg_trio.routing.admission import Admission
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
+from smg_trio.served_models import ServedModels
 from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.tenancy.gate import TenantGate
-from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
+from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.responses_objects import Response
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
@@ -149,9 +149,13 @@ class Gateway:
         self.max_retries = max_retries
         self.migration_limit = migration_limit  # docs/resilience.md §9
         self._rng = rng or random.Random()
-        self.served_model_names = served_model_names or (model.served_name,)
         self.lifecycle = Lifecycle()
-        self._created = int(time.time())
+        self.models = ServedModels(  # /v1/models and the request's `model` (served_models.py)
+            served_model_names or (model.served_name,),
+            model.path,
+            self.prompt_model.context_length,
+            created=int(time.time()),
+        )
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self._heap_release = trio.Lock()
         self._heap_release_wanted = False
@@ -178,27 +182,6 @@ class Gateway:
 
     def unready_reason(self) -> str:
         return "the gateway is draining" if self.lifecycle.draining else "no worker is ready"
-
-    def models_body(self) -> bytes:
-        """/v1/models: one vLLM-shaped card per served name, all for the one model folder."""
-        cards = tuple(
-            ModelCard(
-                id=name,
-                created=self._created,
-                root=str(self.model.path),
-                max_model_len=self.prompt_model.context_length,
-                permission=(
-                    ModelPermission(id=f"modelperm-{new_request_id()}", created=self._created),
-                ),
-            )
-            for name in self.served_model_names
-        )
-        return JSON_ENCODER.encode(ModelList(data=cards))
-
-    def check_model(self, model: str | None) -> None:
-        """A request may name any served model, or none (vLLM takes the first then)."""
-        if model is not None and model not in self.served_model_names:
-            raise ModelNotFound(model)
 
     async def handle(
         self,
@@ -323,7 +306,7 @@ class Gateway:
                         body,
                         self.prompt_model,
                         self.model.tokenizer,
-                        self.check_model,
+                        self.models.check,
                     ),
                     body,
                 )
@@ -383,7 +366,7 @@ class Gateway:
                 path,
                 body,
                 self.prompt_model,
-                self.check_model,
+                self.models.check,
                 request_id,
                 history,
             ),

@@ -243,7 +243,7 @@ class GatewayApp:
         elif path == METRICS_PATH:
             await send_metrics(send, self.gateway.metrics)
         elif path == MODELS_PATH:
-            await send_json(send, 200, self.gateway.models_body())
+            await send_json(send, 200, self.gateway.models.body())
         elif path == VERSION_PATH:
             await send_json(send, 200, VERSION_BODY)
         elif path == WEBSOCKET_PATH:
