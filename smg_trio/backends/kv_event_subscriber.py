@@ -12,7 +12,8 @@ We connect to both endpoints (the engine binds: vLLM binds an `ipc://` or `tcp:/
 endpoint) and libzmq reconnects by itself after an engine restart; the restarted publisher's
 numbers start at 0 again, which the feed reads as a restart and clears the worker. An
 undecodable message is logged and skipped: routing falls back to load without it, it never
-fails a request. Leaving (the worker closed) closes both sockets.
+fails a request. Leaving (the worker closed) stops the SUB's disconnect monitor, then closes
+the sockets and the context (zmq_lifetime.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Final
 import trio
 import zmq
 
-from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context
+from smg_trio.backends.zmq_lifetime import open_socket_monitor, open_zmq_context
+from smg_trio.backends.zmq_socket import TrioZmqSocket
 from smg_trio.errors import BackendProtocolError
 from smg_trio.routing.kv_feed import Apply, ClearWorker, FeedAction, KvFeed, RequestReplay
 from smg_trio.routing.kv_index import KvIndex
@@ -52,12 +54,13 @@ async def subscribe_kv_events(
 ) -> None:
     """Keep `index` up to date with `worker`'s engine until cancelled."""
     feed = KvFeed(can_replay=replay_endpoint is not None)
-    with open_zmq_context() as context:
-        raw_sub = context.socket(zmq.SUB)
-        raw_sub.setsockopt(zmq.RCVHWM, SUB_RCVHWM)
-        raw_sub.setsockopt(zmq.SUBSCRIBE, b"")
-        raw_monitor = raw_sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        with TrioZmqSocket(raw_sub) as sub, TrioZmqSocket(raw_monitor) as monitor:
+    async with open_zmq_context() as context:
+        with (
+            TrioZmqSocket(context.socket(zmq.SUB)) as sub,
+            open_socket_monitor(sub, zmq.EVENT_DISCONNECTED) as monitor,
+        ):
+            sub.socket.setsockopt(zmq.RCVHWM, SUB_RCVHWM)
+            sub.socket.setsockopt(zmq.SUBSCRIBE, b"")
             sub.connect(endpoint)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_clear_on_disconnect, worker, monitor, feed, index)
@@ -114,7 +117,11 @@ async def _receive(
 
 def _replay_socket(context: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> TrioZmqSocket:
     replay = TrioZmqSocket(context.socket(zmq.DEALER))
-    replay.connect(endpoint)
+    try:
+        replay.connect(endpoint)
+    except BaseException:
+        replay.close()
+        raise
     return replay
 
 

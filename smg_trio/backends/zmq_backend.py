@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
 from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
 from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
 from smg_trio.backends.zmq_input_writer import InputWriter, Outgoing
+from smg_trio.backends.zmq_lifetime import open_socket_monitor, open_zmq_context
 from smg_trio.backends.zmq_liveness import MONITORED_EVENTS, PROBE_PERIOD_S, EngineProber
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
@@ -60,7 +61,6 @@ from smg_trio.backends.zmq_socket import (
     bind_engine_socket,
     data_bind_addresses,
     ipc_address,
-    open_zmq_context,
     private_ipc_dir,
 )
 from smg_trio.core.finalize import Finalized
@@ -316,8 +316,8 @@ async def open_zmq_backend(
         engine_silence_s=engine_silence_s,
         probe_period_s=probe_period_s,
     )
-    with ExitStack() as stack:
-        context = stack.enter_context(open_zmq_context())
+    async with AsyncExitStack() as stack:
+        context = await stack.enter_async_context(open_zmq_context())
         if client is not None:
             input_bind, output_bind = client.input_address, client.output_address
         elif data_address is None:
@@ -340,12 +340,7 @@ async def open_zmq_backend(
             addresses=(handshake[1], inputs[1], outputs[1]),
             client=client,
         )
-        monitor = stack.enter_context(
-            TrioZmqSocket(inputs[0].socket.get_monitor_socket(MONITORED_EVENTS))
-        )
-        # Stop the monitor before its PAIR socket closes, or a late event (an engine leaving
-        # as we stop) can leave the context's destroy waiting for ever (docs/resilience.md §1).
-        stack.callback(inputs[0].socket.disable_monitor)
+        monitor = stack.enter_context(open_socket_monitor(inputs[0], MONITORED_EVENTS))
         prober = EngineProber(
             engine._registry,
             engine._queue_probe,

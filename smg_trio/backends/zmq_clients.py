@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import ExitStack
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -25,7 +25,8 @@ from typing import Final
 import trio
 import zmq
 
-from smg_trio.backends.zmq_socket import bind_engine_socket, ipc_address, open_zmq_context
+from smg_trio.backends.zmq_lifetime import open_zmq_context
+from smg_trio.backends.zmq_socket import bind_engine_socket, ipc_address
 from smg_trio.errors import BackendError, BackendProtocolError
 from smg_trio.wire.zmq_transport import (
     HELLO,
@@ -100,8 +101,8 @@ async def answer_handshakes(
     HELLO with one INIT naming every process's sockets; READY is only logged (each process
     learns that an engine is ready from its registration). Runs until cancelled."""
     init = encode_init(inputs, outputs)
-    with ExitStack() as stack:
-        context = stack.enter_context(open_zmq_context())
+    async with AsyncExitStack() as stack:
+        context = await stack.enter_async_context(open_zmq_context())
         router, bound = bind_engine_socket(stack, context, zmq.ROUTER, address)
         task_status.started(bound)
         while True:

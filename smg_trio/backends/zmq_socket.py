@@ -1,4 +1,5 @@
-"""I/O. A trio adapter over a pyzmq socket, the ZMQ context, and private ipc addresses.
+"""I/O. A trio adapter over a pyzmq socket, and private ipc addresses (the context and socket
+monitors: zmq_lifetime.py).
 
 pyzmq's `ZMQ_FD` is edge-triggered: it becomes readable when libzmq has *commands* to process,
 not when a message is ready, and ANY call that processes commands (send, recv, reading
@@ -203,6 +204,10 @@ class TrioZmqSocket:
                 if os.lstat(path).st_ino == inode:  # not a file another process bound since
                     path.unlink()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def __enter__(self) -> TrioZmqSocket:
         return self
 
@@ -264,21 +269,6 @@ def _translate(exc: zmq.ZMQError, action: str) -> Exception:
     if exc.errno == zmq.EHOSTUNREACH:
         return BackendUnavailable(f"ZMQ {action}: the peer is not connected")
     return BackendError(f"ZMQ {action} failed: {exc.strerror}")
-
-
-@contextlib.contextmanager
-def open_zmq_context() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    """A fresh (never the global) ZMQ context, destroyed with linger 0 on exit.
-
-    Synchronous on purpose: with linger 0 nothing on exit blocks. Close every
-    `TrioZmqSocket` before leaving (nest their `with` blocks inside): destroying the context
-    also closes leftover raw sockets, but without waking trio tasks waiting on them.
-    """
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    try:
-        yield context
-    finally:
-        context.destroy(linger=0)
 
 
 @contextlib.contextmanager
@@ -363,7 +353,10 @@ def data_bind_addresses(address: str) -> tuple[str, str]:
 
 
 def bind_engine_socket(
-    stack: contextlib.ExitStack, context: zmq.Context[zmq.Socket[bytes]], kind: int, address: str
+    stack: contextlib.ExitStack | contextlib.AsyncExitStack,
+    context: zmq.Context[zmq.Socket[bytes]],
+    kind: int,
+    address: str,
 ) -> tuple[TrioZmqSocket, str]:
     """A ROUTER or PULL the engines dial, bound to `address` (the bound address is returned),
     closed with `stack`. Unbounded queues (a ROUTER at its HWM drops silently); a ROUTER

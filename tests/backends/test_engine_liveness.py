@@ -5,7 +5,7 @@ taken back, with what it was given up on aborted, when it speaks again."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,8 +14,8 @@ import trio.testing
 
 from smg_trio.backends.base import EngineStream
 from smg_trio.backends.zmq_backend import ZmqBackend
+from smg_trio.backends.zmq_lifetime import open_zmq_context
 from smg_trio.backends.zmq_liveness import DISCONNECT_RECHECKS_S
-from smg_trio.backends.zmq_socket import open_zmq_context
 from smg_trio.errors import EngineDead
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.vllm_zmq_outputs import EngineCoreOutputs, UtilityOutput, encode_outputs
@@ -42,8 +42,8 @@ OPTIONS: dict[str, Any] = {
 
 
 @pytest.fixture
-def context() -> Iterator[Context]:
-    with open_zmq_context() as context:
+async def context() -> AsyncIterator[Context]:
+    async with open_zmq_context() as context:
         yield context
 
 

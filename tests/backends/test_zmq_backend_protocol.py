@@ -6,7 +6,7 @@ watchdog on trio's virtual clock, and configuration errors."""
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -16,8 +16,9 @@ import zmq
 
 from smg_trio.backends.in_flight import WATCHDOG_PERIOD_S
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
+from smg_trio.backends.zmq_lifetime import open_zmq_context
 from smg_trio.backends.zmq_liveness import PROBE_METHOD
-from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
+from smg_trio.backends.zmq_socket import TrioZmqSocket, private_ipc_dir
 from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import (
@@ -60,8 +61,8 @@ TIMEOUT_S = 10
 
 
 @pytest.fixture
-def context() -> Iterator[Context]:
-    with open_zmq_context() as context:
+async def context() -> AsyncIterator[Context]:
+    async with open_zmq_context() as context:
         yield context
 
 

@@ -17,7 +17,8 @@ import zmq
 
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations, zmq_client
-from smg_trio.backends.zmq_socket import TrioZmqSocket, open_zmq_context, private_ipc_dir
+from smg_trio.backends.zmq_lifetime import open_zmq_context
+from smg_trio.backends.zmq_socket import TrioZmqSocket, private_ipc_dir
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.vllm_zmq_outputs import EngineCoreOutput, EngineCoreOutputs, encode_outputs
@@ -30,8 +31,8 @@ CLIENT: Final = 1  # the second of two processes
 
 
 @pytest.fixture
-def context() -> Iterator[Context]:
-    with open_zmq_context() as context:
+async def context() -> AsyncIterator[Context]:
+    async with open_zmq_context() as context:
         yield context
 
 

@@ -14,8 +14,9 @@ import trio.testing
 import zmq
 
 from smg_trio.backends.zmq_input_writer import LOST_CONNECTION, InputWriter, Outgoing
+from smg_trio.backends.zmq_lifetime import open_zmq_context
 from smg_trio.backends.zmq_registry import EngineRegistry, RankPolicy, Route
-from smg_trio.backends.zmq_socket import TrioZmqSocket, bind_engine_socket, open_zmq_context
+from smg_trio.backends.zmq_socket import TrioZmqSocket, bind_engine_socket
 from smg_trio.wire.zmq_transport import RequestType, engine_identity
 
 TEST_TIMEOUT_S: Final = 5.0
@@ -31,7 +32,7 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def rig(engines: int = 1) -> AsyncIterator[Rig]:
-    with open_zmq_context() as context, contextlib.ExitStack() as stack:
+    async with open_zmq_context() as context, contextlib.AsyncExitStack() as stack:
         router, _ = bind_engine_socket(stack, context, zmq.ROUTER, ADDRESS)
         dealer = stack.enter_context(TrioZmqSocket(context.socket(zmq.DEALER)))
         dealer.socket.setsockopt(zmq.IDENTITY, engine_identity(0))
