@@ -3,7 +3,8 @@
 
 - `open_zmq_context()`: a fresh context (never the global one) for the block. Every socket is
   closed, linger 0, by the task that owns it, before the block ends. Leaving closes whatever
-  is still open (linger 0) and logs it by type: each one is a socket that outlived its owner.
+  is still open (linger 0) and logs it by type (zmq_leftovers.py): each one is a socket that
+  outlived its owner.
   Then `zmq_ctx_term` runs on a worker thread for at most `TERM_BOUND_S`. It waits for
   libzmq's reaper, which waits for the I/O thread, and a wedged I/O thread would make it wait
   for ever; past the bound the context is abandoned with an error naming it, and the gateway
@@ -27,6 +28,7 @@ from typing import Final
 import trio
 import zmq
 
+from smg_trio.backends.zmq_leftovers import Context, close_leftover_sockets
 from smg_trio.backends.zmq_socket import TrioZmqSocket
 
 logger = logging.getLogger(__name__)
@@ -34,27 +36,6 @@ logger = logging.getLogger(__name__)
 TERM_BOUND_S: Final = 5.0
 """The longest a context's termination may take before it is abandoned (all of its sockets
 closed with linger 0, it takes milliseconds)."""
-
-Context = zmq.Context[zmq.Socket[bytes]]
-
-
-def open_sockets(context: Context) -> list[zmq.Socket[bytes]]:
-    """The sockets made by `context.socket()` and not closed yet (pyzmq keeps them weakly, for
-    its own `destroy`)."""
-    return [s for s in list(getattr(context, "_sockets", None) or ()) if not s.closed]
-
-
-def close_leftover_sockets(context: Context, owner: logging.Logger) -> int:
-    """Close, linger 0, the sockets of `context` still open; log them on `owner`. Their count."""
-    leftovers = open_sockets(context)
-    kinds = sorted(zmq.SocketType(int(s.type)).name for s in leftovers)
-    for leftover in leftovers:
-        leftover.close(linger=0)
-    if leftovers:
-        owner.warning(
-            "closed %d ZMQ socket(s) left open by their owner: %s", len(kinds), ", ".join(kinds)
-        )
-    return len(leftovers)
 
 
 @contextlib.asynccontextmanager

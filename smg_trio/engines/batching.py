@@ -30,6 +30,7 @@ from typing import Any, assert_never
 
 import zmq
 
+from smg_trio.backends.zmq_leftovers import close_leftover_sockets
 from smg_trio.engines.handshake import OUTPUT_LINGER_MS, EngineSockets, HandshakeTarget, connect
 from smg_trio.engines.kv_publisher import KvEventPublisher
 from smg_trio.engines.prefix_cache import PrefixCache
@@ -372,6 +373,11 @@ def run_engine(adapter: WireAdapter, model: EngineModel, config: EngineConfig) -
         sockets.close()
         if kv_events is not None:
             kv_events.publisher.close()
+        # A signal's SystemExit between a socket's creation and its handing over (in connect,
+        # in the publisher) leaves it open with linger -1, and term() would wait for it for
+        # ever; closed here, every socket has a bounded linger (OUTPUT_LINGER_MS at most, a
+        # READY's HANDSHAKE_LINGER_MS), so term() ends.
+        close_leftover_sockets(context, logger)
         context.term()
         signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in previous.items():
