@@ -20,6 +20,7 @@ import trio
 import trio_websocket
 
 from harness.served_gateway import served_gateway
+from smg_trio.backends.base import Backend
 from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.engines.generation import Mode
 from smg_trio.model import demo_model_path
@@ -314,7 +315,10 @@ async def test_every_endpoint_and_transport_goes_on_after_a_kill(wire: str, tmp_
                     while routed_by(serving) == before:  # noqa: ASYNC110 (polls the pool)
                         await trio.sleep(0.002)
                 victim.send_signal(signal.SIGCONT)
-                await trio.sleep(0.05)
+                # Killed once a token of one of its requests reached the gateway (so at least
+                # one copy moves mid-stream rather than being retried before its first byte).
+                # A fixed 50 ms was not enough under load: 0 moved, all retried, once.
+                await some_tokens_from(serving.gateway.pool.workers[0].backend)
                 victim.kill()
             for index, shape in enumerate(SHAPES):
                 assert got[index] == [expected[index]] * 2, shape
@@ -328,10 +332,17 @@ async def test_every_endpoint_and_transport_goes_on_after_a_kill(wire: str, tmp_
             )
             retried = sum(worker.retries for worker in serving.gateway.pool.snapshot())
             # Every copy on the victim moved or was retried, but for one that ended there in
-            # the 50 ms it ran before the kill: Messages and Responses cannot ask ignore_eos,
+            # the time it ran before the kill: Messages and Responses cannot ask ignore_eos,
             # and the random engine's EOS may come early (seen once per few loaded runs).
             assert len(SHAPES) - 2 <= moved + retried <= len(SHAPES)
             assert moved >= 1
+
+
+async def some_tokens_from(backend: Backend) -> None:
+    """Until one of `backend`'s requests in flight got a token (the caller's deadline)."""
+    in_flight = backend._in_flight.requests  # type: ignore[attr-defined]
+    while not any(r.completion_tokens for r in in_flight.values()):  # noqa: ASYNC110 (polls)
+        await trio.sleep(0.001)
 
 
 def routed_by(serving: Serving) -> int:
@@ -362,7 +373,10 @@ async def test_a_request_that_cannot_go_on_exactly_ends_with_the_error_as_before
                     while routed_by(serving) == before:  # noqa: ASYNC110 (polls the pool)
                         await trio.sleep(0.002)
                 victim.send_signal(signal.SIGCONT)
-                await trio.sleep(0.05)
+                # Killed once a token of one of its requests reached the gateway (so at least
+                # one copy moves mid-stream rather than being retried before its first byte).
+                # A fixed 50 ms was not enough under load: 0 moved, all retried, once.
+                await some_tokens_from(serving.gateway.pool.workers[0].backend)
                 victim.kill()
             failed = [events for events in outcomes if "error" in events[-2]]
             assert len(failed) == 1
