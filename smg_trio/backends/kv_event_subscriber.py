@@ -109,7 +109,6 @@ async def _receive(
                 assert replay_endpoint is not None
                 replay.close()
                 replay = _replay_socket(context, replay_endpoint)
-            feed.caught_up()
     finally:
         if replay is not None:
             replay.close()

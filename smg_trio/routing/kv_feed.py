@@ -9,7 +9,9 @@ The publisher numbers its batches 0, 1, 2, ... from its start. The feed expects 
   miss is counted and the batch applied (a missed removal may leave a stale entry until the
   index's bound evicts it);
 - an earlier one, on the live socket, is a restarted publisher (its numbers start again at 0)
-  unless a replay just delivered it: the worker's set is cleared and the batch applied;
+  unless a replay delivered it (live batches published while the replay was read still come
+  after it, however late: until the first live batch past the replay's last): the worker's set
+  is cleared and the batch applied;
 - replayed batches fill the gap in order; a replay that cannot reach back far enough (the
   publisher's buffer moved on) counts the loss and goes on from what it has.
 The very first batch ever seen starts a replay from 0 when it is not 0 itself, so a gateway
@@ -51,7 +53,7 @@ class KvFeed:
         self.missed = 0  # batches known lost
         self.restarts = 0
         self._held: list[tuple[int, EventBatch]] = []
-        self._replayed_to = -1  # the last seq a replay applied, until the live socket caught up
+        self._replayed_to = -1  # the last seq a replay applied, until a later live one came
 
     def live(self, seq: int, batch: EventBatch) -> list[FeedAction]:
         """A batch from the PUB socket."""
@@ -64,6 +66,10 @@ class KvFeed:
             self.missed += seq
             self.expected = seq + 1
             return [Apply(batch)]
+        if seq > self._replayed_to:
+            # One connection delivers in order: every live batch the replay already brought
+            # came before this one, so from here an earlier number can only be a restart.
+            self._replayed_to = -1
         if seq == self.expected:
             self.expected += 1
             return [Apply(batch)]
@@ -112,12 +118,6 @@ class KvFeed:
         self.replaying = False
         self._held = []
         self._replayed_to = -1
-
-    def caught_up(self) -> None:
-        """The live socket was drained: every later batch is new, so an earlier number than
-        expected can only be a restart."""
-        if not self.replaying:
-            self._replayed_to = -1
 
     def _start_replay(self, start: int, seq: int, batch: EventBatch) -> list[FeedAction]:
         self.replaying = True
