@@ -125,6 +125,9 @@ def children_of(pid: int) -> list[int]:
     return children
 
 
+# A real-time bound (SIGTERM to exit within CTRL_C_BOUND_S): run alone (docs/architecture.md
+# §8.1). In the parallel phase at load 25 the process's start alone took 28 of the 30 s.
+@pytest.mark.serial
 async def test_serve_answers_and_stops_on_sigterm() -> None:
     process = await trio.lowlevel.open_process(serve_command(free_port()), stderr=-1)
     try:
