@@ -5,7 +5,7 @@
   closed, linger 0, by the task that owns it, before the block ends. Leaving closes whatever
   is still open (linger 0) and logs it by type (zmq_leftovers.py): each one is a socket that
   outlived its owner.
-  Then `zmq_ctx_term` runs on a worker thread for at most `TERM_BOUND_S`. It waits for
+  Then `zmq_ctx_term` runs on a thread of its own for at most `TERM_BOUND_S`. It waits for
   libzmq's reaper, which waits for the I/O thread, and a wedged I/O thread would make it wait
   for ever; past the bound the context is abandoned with an error naming it, and the gateway
   goes on stopping.
@@ -13,8 +13,8 @@
   block. Leaving stops the monitor, then closes the PAIR. The other order wedges the
   context's I/O thread: libzmq writes each event from that thread with a blocking send, and
   once the PAIR is gone the send has no reader, so the next event (an engine or publisher
-  disconnecting as we stop) blocks it for good, and every socket of the context with it
-  (libzmq issue #3575; `test_zmq_lifetime.py` shows it).
+  disconnecting as we stop) blocks it, and every socket of the context with it, until the
+  context is terminated (libzmq issue #3575; `test_zmq_lifetime.py` shows it).
 """
 
 from __future__ import annotations
