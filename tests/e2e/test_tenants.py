@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import pytest
 import trio
 import trio_websocket
 from prometheus_client.parser import text_string_to_metric_families
@@ -203,6 +204,9 @@ async def test_background_responses_are_charged_to_their_tenant(tmp_path: Path) 
     assert failed["error"]["code"] == "rate_limit_exceeded", failed
 
 
+# A real-time bound (the queue's place is freed within 1 s of the client leaving): run alone
+# (docs/architecture.md §8.1). Beside two other test workers at load ~17 it took 1.19 s.
+@pytest.mark.serial
 async def test_a_queued_request_whose_client_leaves_leaves_the_queue(tmp_path: Path) -> None:
     """`solo` may run one request, one more waits; the waiter's client closes its connection:
     the queue is empty at once and the next request takes the free place."""
