@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.backends.base import EngineLoad
+from smg_trio.backends.base import NO_PREFIX_CACHE_DELTA, EngineLoad, PrefixCacheCounts
 from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
 from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Runtime
@@ -58,6 +58,7 @@ class OutputMessage(msgspec.Struct, frozen=True):
     steps: tuple[RequestStep, ...]
     utility: UtilityReply | None = None
     load: EngineLoad | None = None  # what the message reported of the engine's load, if any
+    prefix_cache: PrefixCacheCounts | None = None  # its prefix-cache counts since its last report
 
 
 def decode_registration(runtime: Runtime, payload: bytes) -> Registration:
@@ -183,12 +184,31 @@ def _vllm_message(
         value = None if reply.result is None else reply.result[1]
         utility = UtilityReply(reply.call_id, reply.failure_message, value)
     stats = message.scheduler_stats  # only when the engine logs stats (docs/wire.md §A.7.4)
-    load = (
-        None
-        if stats is None
-        else EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
+    if stats is None:
+        return OutputMessage(message.engine_index, tuple(steps), utility)
+    load = EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
+    return OutputMessage(
+        message.engine_index, tuple(steps), utility, load, _prefix_cache_counts(stats)
     )
-    return OutputMessage(message.engine_index, tuple(steps), utility, load)
+
+
+def _prefix_cache_counts(stats: vllm_zmq_outputs.SchedulerStats) -> PrefixCacheCounts | None:
+    """The deltas of one stats message (the shared NO_PREFIX_CACHE_DELTA when all are zero, as
+    on most decode steps); None when the map has no prefix-cache stats."""
+    cache = stats.prefix_cache_stats
+    if cache is None:
+        return None
+    if not (cache.reset or cache.requests or cache.preempted_requests):
+        return NO_PREFIX_CACHE_DELTA
+    return PrefixCacheCounts(
+        cache.requests,
+        cache.queries,
+        cache.hits,
+        cache.preempted_requests,
+        cache.preempted_queries,
+        cache.preempted_hits,
+        1 if cache.reset else 0,
+    )
 
 
 def _tokenspeed_message(batch: tokenspeed_zmq.BatchTokenIDOutSlim) -> OutputMessage:
