@@ -187,19 +187,17 @@ def _vllm_message(
     if stats is None:
         return OutputMessage(message.engine_index, tuple(steps), utility)
     load = EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
-    return OutputMessage(
-        message.engine_index, tuple(steps), utility, load, _prefix_cache_counts(stats)
-    )
-
-
-def _prefix_cache_counts(stats: vllm_zmq_outputs.SchedulerStats) -> PrefixCacheCounts | None:
-    """The deltas of one stats message (the shared NO_PREFIX_CACHE_DELTA when all are zero, as
-    on most decode steps); None when the map has no prefix-cache stats."""
+    # Deltas: most steps (decode only) admit nothing, and share one empty report.
     cache = stats.prefix_cache_stats
-    if cache is None:
-        return None
-    if not (cache.reset or cache.requests or cache.preempted_requests):
-        return NO_PREFIX_CACHE_DELTA
+    counts = None
+    if cache is not None:
+        counts = NO_PREFIX_CACHE_DELTA
+        if cache.requests or cache.preempted_requests or cache.reset:
+            counts = _prefix_cache_counts(cache)
+    return OutputMessage(message.engine_index, tuple(steps), utility, load, counts)
+
+
+def _prefix_cache_counts(cache: vllm_zmq_outputs.PrefixCacheStats) -> PrefixCacheCounts:
     return PrefixCacheCounts(
         cache.requests,
         cache.queries,

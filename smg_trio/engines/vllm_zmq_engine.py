@@ -86,9 +86,9 @@ from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutput,
     EngineCoreOutputs,
     FinishReason,
+    FullSchedulerStats,
     PrefillStats,
     RequestError,
-    SchedulerStats,
     UtilityOutput,
     encode_logprobs,
     encode_outputs,
@@ -291,11 +291,11 @@ class VllmWire:
                 messages.append((0, bare))
         return [(client_index, encode_outputs(outputs)) for client_index, outputs in messages]
 
-    def _scheduler_stats(self, load: Load) -> SchedulerStats | None:
+    def _scheduler_stats(self, load: Load) -> FullSchedulerStats | None:
         """vLLM's `make_stats`: a scheduler step's stats when stats logging is on."""
         if not self.log_stats or load.prefix_cache_stats is None:
             return None
-        return SchedulerStats(
+        return FullSchedulerStats(
             num_running_reqs=load.running,
             num_waiting_reqs=load.waiting,
             kv_cache_usage=load.kv_cache_usage,

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Final
 
+import msgspec
+
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.prefix_cache import PrefixCache
 from smg_trio.engines.vllm_zmq_engine import VllmWire
 from smg_trio.engines.wire_adapter import Emission, Load
 from smg_trio.model import demo_model_path
-from smg_trio.wire.vllm_zmq_outputs import PrefixCacheStats, decode_outputs
+from smg_trio.wire.vllm_zmq_outputs import FullSchedulerStats, PrefixCacheStats, decode_outputs
 
 MODEL: Final = load_engine_model(demo_model_path())
 CACHE: Final = PrefixCacheStats(requests=2, queries=40, hits=16)
@@ -29,6 +31,8 @@ def test_stats_go_with_the_first_clients_message_only() -> None:
     sent = wire.encode_step([emission("a", 1), emission("b", 0), emission("c", 1)], STEP)
     assert [client for client, _ in sent] == [1, 0]
     first, second = (decode_outputs([payload]) for _, payload in sent)
+    raw = msgspec.msgpack.decode(sent[0][1])
+    assert list(raw[2]) == list(FullSchedulerStats.__struct_fields__)  # every key, vLLM's order
     assert second.scheduler_stats is None
     stats = first.scheduler_stats
     assert stats is not None

@@ -13,6 +13,7 @@ from smg_trio.backends.zmq_codec import decode_output
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutputs,
+    FullSchedulerStats,
     PrefixCacheStats,
     SchedulerStats,
     decode_outputs,
@@ -87,7 +88,7 @@ def test_the_gateway_keeps_the_load_and_the_prefix_cache_deltas() -> None:
 
 
 def test_our_engine_encodes_the_stats_map_as_vllm_does() -> None:
-    stats = SchedulerStats(
+    stats = FullSchedulerStats(
         num_running_reqs=2,
         num_waiting_reqs=1,
         kv_cache_usage=0.25,
