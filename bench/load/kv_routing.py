@@ -254,7 +254,13 @@ def read_engine_counters(base_url: str, outcome: Outcome) -> None:
         while True:
             queries, hits = engine_prefix_cache(client.get("/metrics").text)
             outcome.engine_queries, outcome.engine_hits = queries, hits
-            if queries >= outcome.prompt_tokens or time.monotonic() >= deadline:
+            if queries >= outcome.prompt_tokens:
+                return
+            if time.monotonic() >= deadline:
+                if queries == 0 and outcome.prompt_tokens:
+                    raise RuntimeError(
+                        "no engine prefix-cache counters in /metrics: do the engines log stats?"
+                    )
                 return
             time.sleep(0.1)
 
