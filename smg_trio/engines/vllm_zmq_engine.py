@@ -263,7 +263,12 @@ class VllmWire:
         by_client: dict[int, list[Emission]] = {}
         for emission in emissions:
             by_client.setdefault(emission.client_index, []).append(emission)
-        messages: list[tuple[int, EngineCoreOutputs]] = []
+        # The step's stats go to one client only, as vLLM's (`update_from_output`): the first
+        # with outputs this step, else client 0 in a message of its own.
+        stats = self._scheduler_stats(load)
+        if stats is not None and not by_client:
+            by_client[0] = []
+        messages = []
         for client_index, group in by_client.items():
             engine_ended = tuple(
                 e.request_id for e in group if isinstance(e.outcome, Aborted | Rejected)
@@ -271,25 +276,13 @@ class VllmWire:
             outputs = EngineCoreOutputs(
                 engine_index=self.engine_index,
                 outputs=tuple(self._output(e) for e in group),
+                scheduler_stats=stats,
                 timestamp=time.monotonic(),
                 finished_requests=engine_ended or None,
             )
-            messages.append((client_index, outputs))
-        stats = self._scheduler_stats(load)
-        if stats is not None:
-            # To one client only, as vLLM does: the first with outputs this step, else client 0
-            # in a message of its own (the scheduler's update_from_output).
-            if messages:
-                first_client, first = messages[0]
-                messages[0] = (first_client, msgspec.structs.replace(first, scheduler_stats=stats))
-            else:
-                bare = EngineCoreOutputs(
-                    engine_index=self.engine_index,
-                    scheduler_stats=stats,
-                    timestamp=time.monotonic(),
-                )
-                messages.append((0, bare))
-        return [(client_index, encode_outputs(outputs)) for client_index, outputs in messages]
+            stats = None
+            messages.append((client_index, encode_outputs(outputs)))
+        return messages
 
     def _scheduler_stats(self, load: Load) -> FullSchedulerStats | None:
         """vLLM's `make_stats`: a scheduler step's stats when stats logging is on."""
