@@ -8,12 +8,17 @@ engines with KV events on (docs/routing.md §9.5), with one and with two gateway
 Each configuration is started fresh (its gateway `smg-trio serve --processes N` and two engines
 as subprocesses, every engine cache empty), then sends `prefixes × users` completions
 (`max_tokens` 4) in a seeded random order at `--concurrency`: prompt = one of the system prompts
-+ a per-user tail. The hit rate is the engines' own count: the cached prompt tokens each engine
-reported for each request (vLLM's `PrefillStats.num_cached_tokens`, in the response's
-`usage.prompt_tokens_details`) over all prompt tokens. A headless EngineCore serves no
-/metrics, and these per-request counts are what vLLM's `prefix_cache_hits` / `_queries`
-counters add up. `ceiling` is the rate if every request but the first of each system prompt
-found its whole system prompt (in whole blocks) cached.
++ a per-user tail. The hit rate is the engines' own counters: a headless EngineCore serves no
+/metrics, but it sends vLLM's `prefix_cache_stats` (the deltas behind its `prefix_cache_hits` /
+`_queries` counters) with its scheduler stats, which the gateway sums into
+`smg_trio_engine_prefix_cache_hits_total` / `_queries_total` (docs/routing.md §9.5); one scrape
+after the run, summed over workers and engines (with `--processes 2` the scrape already sums
+the processes, each of which heard part of the stats). The per-request count is kept as a
+check: the cached prompt tokens each engine reported for each request (vLLM's
+`PrefillStats.num_cached_tokens`, in the response's `usage.prompt_tokens_details`) over all
+prompt tokens; the report gives the largest gap between the two. `ceiling` is the rate if
+every request but the first of each system prompt found its whole system prompt (in whole
+blocks) cached.
 
 Policies: round_robin, cache_aware, kv_events, and `oracle`: consistent_hash keyed by the system
 prompt, its keys picked so prefixes alternate between the two workers (always the worker that
@@ -32,6 +37,7 @@ import json
 import os
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +62,7 @@ from smg_trio.routing.vocabulary import RoutingContext, Worker
 
 POLICIES: Final = ("round_robin", "cache_aware", "kv_events", "oracle")
 READY_S: Final = 300.0
+SETTLE_S: Final = 5.0
 SEED: Final = 32
 MAX_TOKENS: Final = 4
 VOCABULARY: Final = [
@@ -210,11 +217,65 @@ def wait_routable(
 
 @dataclass
 class Outcome:
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # the responses' usage, summed
     cached_tokens: int = 0
     ceiling_tokens: int = 0
     errors: int = 0
     seconds: float = 0.0
+    engine_queries: float = 0.0  # the engines' own counters, from the gateway's /metrics
+    engine_hits: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """The engines' own hit rate, %."""
+        return 100 * self.engine_hits / max(1.0, self.engine_queries)
+
+    @property
+    def per_request_rate(self) -> float:
+        return 100 * self.cached_tokens / max(1, self.prompt_tokens)
+
+
+def engine_prefix_cache(text: str) -> tuple[float, float]:
+    """(queries, hits): the engines' prefix-cache counters in one scrape, summed over every
+    worker and engine."""
+    sums = {"queries": 0.0, "hits": 0.0}
+    for line in text.splitlines():
+        for name in sums:
+            if line.startswith(f"smg_trio_engine_prefix_cache_{name}_total{{"):
+                sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums["queries"], sums["hits"]
+
+
+def read_engine_counters(base_url: str, outcome: Outcome) -> None:
+    """The counters once they count every prompt token the responses reported, or as they are
+    after SETTLE_S (with several processes a scrape's figures may be MIRROR_PERIOD_S stale)."""
+    deadline = time.monotonic() + SETTLE_S
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        while True:
+            queries, hits = engine_prefix_cache(client.get("/metrics").text)
+            outcome.engine_queries, outcome.engine_hits = queries, hits
+            if queries >= outcome.prompt_tokens:
+                return
+            if time.monotonic() >= deadline:
+                if queries == 0 and outcome.prompt_tokens:
+                    raise RuntimeError(
+                        "no engine prefix-cache counters in /metrics: do the engines log stats?"
+                    )
+                return
+            time.sleep(0.1)
+
+
+def wait_listening(port: int, gateway: subprocess.Popen[bytes]) -> None:
+    """Until the gateway's handshake ROUTER accepts TCP connections (it binds them before the
+    engines may dial, docs/real-engines.md), within READY_S."""
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        if gateway.poll() is not None:
+            raise RuntimeError("the gateway exited during startup (see the logs)")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1.0):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the gateway's handshake port {port} not listening after {READY_S} s")
 
 
 async def send_workload(
@@ -296,13 +357,16 @@ def run_one(setup: Setup, policy: str, processes: int, workdir: Path) -> Outcome
     log = kv_dir / "log.txt"
     with contextlib.ExitStack() as stack:
         started = [stack.enter_context(launched(gateway, log))]
-        time.sleep(1.0)  # the gateway binds its handshake ports first (docs/real-engines.md)
+        for handshake in handshakes:
+            wait_listening(handshake, started[0])
         for number, handshake in enumerate(handshakes):
             argv = engine_argv(setup, handshake, kv_dir, number)
             started.append(stack.enter_context(launched(argv, kv_dir / f"engine{number}.txt")))
         wait_routable(base_url, 2, started)
         counts = system_token_counts(base_url, setup)
-        return trio.run(send_workload, base_url, setup, policy, counts)
+        outcome = trio.run(send_workload, base_url, setup, policy, counts)
+        read_engine_counters(base_url, outcome)
+        return outcome
 
 
 def main(argv: Sequence[str]) -> int:
@@ -340,26 +404,35 @@ def main(argv: Sequence[str]) -> int:
     )
     recording = Recording(f"kv_routing_{args.engines}", f"KV-event routing, {args.engines} engines")
     rows = [
-        "| processes | policy | hit rate (median) | rounds | of oracle | of ceiling | errors |",
-        "|---|---|---|---|---|---|---|",
+        "| processes | policy | hit rate (median) | rounds | of oracle | of ceiling | errors "
+        "| per-request rate (median) | largest gap |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or stack.enter_context(TemporaryDirectory(prefix="kv-routing-"))
         for processes in args.processes:
             rates: dict[str, list[float]] = {}
+            per_request: dict[str, list[float]] = {}
+            gaps: dict[str, float] = {}
             ceiling: list[float] = []
             errors = 0
             for policy in args.policies:
                 for round_ in range(args.rounds):
                     seeded = dataclasses.replace(setup, seed=SEED + round_)
                     outcome = run_one(seeded, policy, processes, Path(workdir))
-                    rate = 100 * outcome.cached_tokens / max(1, outcome.prompt_tokens)
+                    rate = outcome.rate
                     rates.setdefault(policy, []).append(rate)
+                    per_request.setdefault(policy, []).append(outcome.per_request_rate)
+                    gap = abs(rate - outcome.per_request_rate)
+                    gaps[policy] = max(gaps.get(policy, 0.0), gap)
                     ceiling.append(100 * outcome.ceiling_tokens / max(1, outcome.prompt_tokens))
                     errors += outcome.errors
                     print(
                         f"processes {processes} {policy} seed {seeded.seed}: {rate:.1f}% "
-                        f"({outcome.cached_tokens}/{outcome.prompt_tokens}, "
+                        f"(engines' counters {outcome.engine_hits:.0f}/"
+                        f"{outcome.engine_queries:.0f}; per request "
+                        f"{outcome.cached_tokens}/{outcome.prompt_tokens} = "
+                        f"{outcome.per_request_rate:.1f}%, gap {gap:.2f} points; "
                         f"{outcome.errors} errors, {outcome.seconds:.1f} s)",
                         flush=True,
                     )
@@ -371,15 +444,20 @@ def main(argv: Sequence[str]) -> int:
                 rows.append(
                     f"| {processes} | {policy} | {median:.1f}% | "
                     f"{', '.join(f'{value:.1f}' for value in values)} | {of_oracle} | "
-                    f"{100 * median / top:.0f}% (ceiling {top:.1f}%) | {errors} |"
+                    f"{100 * median / top:.0f}% (ceiling {top:.1f}%) | {errors} | "
+                    f"{statistics.median(per_request[policy]):.1f}% | "
+                    f"{gaps[policy]:.2f} points |"
                 )
     note = (
         f"\n{args.rounds} rounds per policy (seeded orders {SEED}..{SEED + args.rounds - 1}); "
         f"{setup.prefixes} system prompts ({setup.system_words} words) × {setup.users} users, "
         f"{setup.prefixes * setup.users} completions of {MAX_TOKENS} tokens at concurrency "
         f"{setup.concurrency}, seeded order; 2 engines of {setup.kv_blocks} KV blocks "
-        f"({setup.block_size} tokens) each. Hit rate: cached prompt tokens the engines reported over all "
-        f"prompt tokens; ceiling: every system prompt but its first use cached.\n"
+        f"({setup.block_size} tokens) each. Hit rate: the engines' own prefix-cache counters "
+        f"(hits over queries, in tokens) from the gateway's /metrics; per-request rate: the "
+        f"cached prompt tokens each response reported over its prompt tokens, and the largest "
+        f"gap between the two over the rounds; ceiling: every system prompt but its first use "
+        f"cached.\n"
     )
     recording.publish("\n".join(rows) + "\n" + note, write=not args.no_write)
     return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 
@@ -45,6 +45,39 @@ class EngineLoad(msgspec.Struct, frozen=True):
     """The share of KV cache blocks in use, 0 to 1."""
 
 
+class PrefixCacheCounts(msgspec.Struct, frozen=True):
+    """An engine's own prefix-cache counts (vLLM's `prefix_cache_stats`, docs/wire.md §A.7.4):
+    requests admitted after a lookup, their prompt tokens looked up (`queries`) and found
+    cached (`hits`), the same three for preempted requests looked up again, and the cache's
+    resets. The engine reports deltas; the backend keeps their running sum per engine, exported
+    as counters (docs/observability.md §1)."""
+
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    resets: int = 0
+
+    def plus(self, other: PrefixCacheCounts) -> PrefixCacheCounts:
+        if other is NO_PREFIX_CACHE_DELTA:
+            return self
+        return PrefixCacheCounts(
+            self.requests + other.requests,
+            self.queries + other.queries,
+            self.hits + other.hits,
+            self.preempted_requests + other.preempted_requests,
+            self.preempted_queries + other.preempted_queries,
+            self.preempted_hits + other.preempted_hits,
+            self.resets + other.resets,
+        )
+
+
+NO_PREFIX_CACHE_DELTA: Final = PrefixCacheCounts()
+"""A report of nothing new (a decode-only step): the sum it is added to stays as it is."""
+
+
 class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """One engine (one data-parallel rank) as the backend sees it."""
 
@@ -61,6 +94,8 @@ class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Why the engine was declared dead (sentinel, silence, lost connection); None if not."""
     load: EngineLoad | None = None
     """The engine's last reported load; None when its wire carries none (or not yet)."""
+    prefix_cache: PrefixCacheCounts | None = None
+    """The sum of the prefix-cache counts it reported to this process; None if it never did."""
 
 
 class BackendStatistics(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from smg_trio.backends.base import EngineLoad
+from smg_trio.backends.base import NO_PREFIX_CACHE_DELTA, EngineLoad, PrefixCacheCounts
 from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
 from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Runtime
@@ -58,6 +58,7 @@ class OutputMessage(msgspec.Struct, frozen=True):
     steps: tuple[RequestStep, ...]
     utility: UtilityReply | None = None
     load: EngineLoad | None = None  # what the message reported of the engine's load, if any
+    prefix_cache: PrefixCacheCounts | None = None  # its prefix-cache counts since its last report
 
 
 def decode_registration(runtime: Runtime, payload: bytes) -> Registration:
@@ -183,12 +184,29 @@ def _vllm_message(
         value = None if reply.result is None else reply.result[1]
         utility = UtilityReply(reply.call_id, reply.failure_message, value)
     stats = message.scheduler_stats  # only when the engine logs stats (docs/wire.md §A.7.4)
-    load = (
-        None
-        if stats is None
-        else EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
+    if stats is None:
+        return OutputMessage(message.engine_index, tuple(steps), utility)
+    load = EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
+    # Deltas: most steps (decode only) admit nothing, and share one empty report.
+    cache = stats.prefix_cache_stats
+    counts = None
+    if cache is not None:
+        counts = NO_PREFIX_CACHE_DELTA
+        if cache.requests or cache.preempted_requests or cache.reset:
+            counts = _prefix_cache_counts(cache)
+    return OutputMessage(message.engine_index, tuple(steps), utility, load, counts)
+
+
+def _prefix_cache_counts(cache: vllm_zmq_outputs.PrefixCacheStats) -> PrefixCacheCounts:
+    return PrefixCacheCounts(
+        cache.requests,
+        cache.queries,
+        cache.hits,
+        cache.preempted_requests,
+        cache.preempted_queries,
+        cache.preempted_hits,
+        1 if cache.reset else 0,
     )
-    return OutputMessage(message.engine_index, tuple(steps), utility, load)
 
 
 def _tokenspeed_message(batch: tokenspeed_zmq.BatchTokenIDOutSlim) -> OutputMessage:

@@ -18,7 +18,12 @@ from typing import Any
 
 import trio
 
-from smg_trio.backends.base import EngineLoad, EngineStatus
+from smg_trio.backends.base import (
+    NO_PREFIX_CACHE_DELTA,
+    EngineLoad,
+    EngineStatus,
+    PrefixCacheCounts,
+)
 from smg_trio.backends.in_flight import InFlight, InFlightTable
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
@@ -70,6 +75,7 @@ class EngineSlot:
     abandoned: list[str] = field(default_factory=list)
     """Engine request ids sent to it and given up when it went silent: aborted if it revives."""
     load: EngineLoad | None = None  # the last load it reported (metrics)
+    prefix_cache: PrefixCacheCounts | None = None  # the sum of its prefix-cache reports (metrics)
     awaiting_answer: bool = False
     """Its registration came from a sibling process (docs/processes.md §3): not ready here until
     it answers a probe, and a send it cannot take yet (not reconnected) is no death."""
@@ -260,6 +266,7 @@ class EngineRegistry:
                 version="" if engine.registration is None else engine.registration.version,
                 dead_reason=engine.dead_reason,
                 load=engine.load,
+                prefix_cache=engine.prefix_cache,
             )
             for engine in self.engines
         )
@@ -338,6 +345,12 @@ class EngineRegistry:
                 self.answered(engine)
             if message.load is not None:
                 engine.load = message.load
+            counts = message.prefix_cache  # deltas: summed here, exported as counters
+            if counts is not None and (
+                counts is not NO_PREFIX_CACHE_DELTA or engine.prefix_cache is None
+            ):
+                summed = engine.prefix_cache
+                engine.prefix_cache = counts if summed is None else summed.plus(counts)
         if message.utility is not None:
             call = self.calls.get(message.utility.call_id)
             if call is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -52,6 +53,7 @@ from smg_trio.engines.wire_adapter import (
     Utility,
     WireAdapter,
 )
+from smg_trio.wire.vllm_zmq_outputs import PrefixCacheStats
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,9 @@ class EngineConfig:
     kv_events_endpoint: str | None = None
     kv_events_replay_endpoint: str | None = None
     kv_cache_blocks: int | None = None  # the cache's capacity; None: the model's GPU blocks
+    # vLLM's stats logging (on unless `--disable-log-stats`): scheduler stats ride on the
+    # step's outputs. Only the vLLM wire reads it.
+    log_stats: bool = True
 
 
 class KvEvents:
@@ -254,7 +259,9 @@ class BatchingLoop:
                 self.counters.requests_finished += 1
         self.counters.steps += 1
         self._update_gauges()
-        self._send(self.adapter.encode_step(emissions, self._load()))
+        cache = self.kv_events.cache.take_stats() if self.kv_events else PrefixCacheStats()
+        load = dataclasses.replace(self._load(), prefix_cache_stats=cache)
+        self._send(self.adapter.encode_step(emissions, load))
 
     def _emission(self, request: ActiveRequest, outcome: Any) -> Emission:
         emission = Emission(

@@ -203,6 +203,12 @@ def _add_zmq_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser])
                 help="prefix cache capacity in blocks of 16 tokens (default: the model's)",
             )
             parser.add_argument(
+                "--disable-log-stats",
+                action="store_true",
+                help="as vLLM's: send no scheduler stats (load, prefix-cache counts) with the "
+                "outputs",
+            )
+            parser.add_argument(
                 "--reasoning-parser",
                 choices=sorted(REASONING_END_MARKERS),
                 help="as vLLM's: a structured-output grammar then starts after the reasoning "
@@ -301,6 +307,7 @@ def run_engine_command(args: argparse.Namespace) -> int:
         kv_events_endpoint=getattr(args, "kv_events_endpoint", None),
         kv_events_replay_endpoint=getattr(args, "kv_events_replay_endpoint", None),
         kv_cache_blocks=getattr(args, "kv_cache_blocks", None),
+        log_stats=not getattr(args, "disable_log_stats", False),
     )
     if config.kv_events_replay_endpoint is not None and config.kv_events_endpoint is None:
         raise ConfigError("--kv-events-replay-endpoint needs --kv-events-endpoint")

@@ -11,6 +11,9 @@ Like vLLM's:
 - Its other whole prompt blocks are then cached: one `BlockStored` with the new blocks in order,
   `parent_block_hash` the last hit block's hash (None at the start of the prompt).
 - Past `capacity_blocks` the least recently used blocks are evicted, one `BlockRemoved` each.
+- It counts what vLLM's `PrefixCacheStats` counts, and hands the counts over as deltas
+  (`take_stats`, vLLM's `make_prefix_cache_stats`): each admitted request, its prompt tokens
+  looked up and the tokens found cached; `reset` once `clear` ran since the last hand-over.
 Unlike vLLM: blocks of generated tokens are not cached, and a running request's blocks may be
 evicted (vLLM pins them): neither matters to a gateway routing prompts.
 """
@@ -31,6 +34,7 @@ from smg_trio.wire.vllm_kv_events import (
     BlockStored,
     KvEvent,
 )
+from smg_trio.wire.vllm_zmq_outputs import PrefixCacheStats
 
 
 class Admitted(msgspec.Struct, frozen=True):
@@ -48,8 +52,7 @@ class PrefixCache:
         self.block_size = block_size
         self._seed = seed & HASH_MASK
         self._blocks: OrderedDict[int, None] = OrderedDict()  # hash, least recently used first
-        self.queries = 0  # prompt tokens looked up (vLLM's prefix_cache_queries)
-        self.hits = 0  # of which found cached (vLLM's prefix_cache_hits)
+        self._stats = PrefixCacheStats()  # since the last take_stats
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -72,8 +75,13 @@ class PrefixCache:
         while hit < min(most, len(hashes)) and hashes[hit] in self._blocks:
             self._blocks.move_to_end(hashes[hit])
             hit += 1
-        self.queries += len(prompt)
-        self.hits += hit * self.block_size
+        stats = self._stats
+        self._stats = msgspec.structs.replace(
+            stats,
+            requests=stats.requests + 1,
+            queries=stats.queries + len(prompt),
+            hits=stats.hits + hit * self.block_size,
+        )
         events: list[KvEvent] = []
         run: list[int] = []  # consecutive newly cached blocks: one BlockStored
         for index in range(hit, len(hashes) + 1):
@@ -112,4 +120,10 @@ class PrefixCache:
     def clear(self) -> list[KvEvent]:
         """Drop every block (vLLM's `reset_prefix_cache`)."""
         self._blocks.clear()
+        self._stats = msgspec.structs.replace(self._stats, reset=True)
         return [AllBlocksCleared()]
+
+    def take_stats(self) -> PrefixCacheStats:
+        """What the cache saw since the last call (vLLM sends it with every scheduler step)."""
+        stats, self._stats = self._stats, PrefixCacheStats()
+        return stats

@@ -7,7 +7,10 @@ registers with the full ready-response map) connect before READY; one `EngineCor
 step per client; stop rules of `check_stop` (EOS only via `_eos_token_id`, `stop_token_ids`
 report the id as `stop_reason`, `min_tokens` masks `_all_stop_token_ids`); client ABORTs are
 silent; SIGTERM aborts in-flight requests with finish ABORT and `finished_requests`; a fatal
-error sends ENGINE_CORE_DEAD. No scheduler stats are sent (as with `--disable-log-stats`).
+error sends ENGINE_CORE_DEAD. Stats logging is on, as in `vllm serve`: every step's
+`scheduler_stats` (running and waiting counts, KV usage, the prefix cache's counts since the
+previous step) ride on the first client's message of that step, or on a message of their own
+to client 0 when the step has no outputs; `--disable-log-stats` sends none.
 
 Deliberate differences, all kinder than the real engine: a duplicate in-flight request id, an
 ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
@@ -83,6 +86,7 @@ from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutput,
     EngineCoreOutputs,
     FinishReason,
+    FullSchedulerStats,
     PrefillStats,
     RequestError,
     UtilityOutput,
@@ -115,10 +119,18 @@ class VllmWire:
     handshake_timeout_seconds = HANDSHAKE_TIMEOUT_SECONDS
     sentinel_on_shutdown = False
 
-    def __init__(self, model: EngineModel, *, engine_index: int = 0, max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        model: EngineModel,
+        *,
+        engine_index: int = 0,
+        max_batch: int = 256,
+        log_stats: bool = True,
+    ) -> None:
         self.model = model
         self.engine_index = engine_index
         self.max_batch = max_batch
+        self.log_stats = log_stats
         self._seeds = random.Random()  # unseeded sampling draws one seed per request from here
         # Requests that asked for prompt logprobs: (prompt ids, top-k width), until first output.
         self._prompt_logprobs: dict[str, tuple[tuple[int, ...], int]] = {}
@@ -251,6 +263,11 @@ class VllmWire:
         by_client: dict[int, list[Emission]] = {}
         for emission in emissions:
             by_client.setdefault(emission.client_index, []).append(emission)
+        # The step's stats go to one client only, as vLLM's (`update_from_output`): the first
+        # with outputs this step, else client 0 in a message of its own.
+        stats = self._scheduler_stats(load)
+        if stats is not None and not by_client:
+            by_client[0] = []
         messages = []
         for client_index, group in by_client.items():
             engine_ended = tuple(
@@ -259,11 +276,24 @@ class VllmWire:
             outputs = EngineCoreOutputs(
                 engine_index=self.engine_index,
                 outputs=tuple(self._output(e) for e in group),
+                scheduler_stats=stats,
                 timestamp=time.monotonic(),
                 finished_requests=engine_ended or None,
             )
+            stats = None
             messages.append((client_index, encode_outputs(outputs)))
         return messages
+
+    def _scheduler_stats(self, load: Load) -> FullSchedulerStats | None:
+        """vLLM's `make_stats`: a scheduler step's stats when stats logging is on."""
+        if not self.log_stats or load.prefix_cache_stats is None:
+            return None
+        return FullSchedulerStats(
+            num_running_reqs=load.running,
+            num_waiting_reqs=load.waiting,
+            kv_cache_usage=load.kv_cache_usage,
+            prefix_cache_stats=load.prefix_cache_stats,
+        )
 
     def _output(self, emission: Emission) -> EngineCoreOutput:
         finish_reason, stop_reason, error = _finish_fields(emission.outcome)
@@ -384,7 +414,12 @@ def _reject_undecodable(payload: bytes, reason: str) -> Command:
 
 
 def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:
-    adapter = VllmWire(model, engine_index=config.engine_index, max_batch=config.max_batch)
+    adapter = VllmWire(
+        model,
+        engine_index=config.engine_index,
+        max_batch=config.max_batch,
+        log_stats=config.log_stats,
+    )
     return run_engine(adapter, model, config)
 
 

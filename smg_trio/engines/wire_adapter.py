@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.engines.generation import Finish, Generation, TokenSource
 from smg_trio.neutral.events import TokenLogprob, TopLogprob
+from smg_trio.wire.vllm_zmq_outputs import PrefixCacheStats
 from smg_trio.wire.zmq_transport import EngineAddresses
 
 BLOCK_SIZE = 16  # KV block size in tokens; only reported (registration map, load), never enforced
@@ -135,6 +136,10 @@ class Load:
     step_counter: int
     used_blocks: int
     total_blocks: int
+    # Set for a scheduler step's messages only (not a rejection's or shutdown's): what the
+    # prefix cache saw since the previous step, all zero without a cache. vLLM sends it in
+    # the step's scheduler stats (docs/wire.md §A.7.4).
+    prefix_cache_stats: PrefixCacheStats | None = None
 
     @property
     def kv_cache_usage(self) -> float:

@@ -92,6 +92,14 @@ class WorkerStateCollector(Collector):
             "Share of KV cache blocks in use, as the engine reported it (0 to 1)",
             labels=by_engine,
         )
+        # The engine's own prefix-cache counters (vLLM ZMQ `prefix_cache_stats`), summed here
+        # from its deltas: vLLM's `prefix_cache_queries` / `_hits` (docs/routing.md §9.5).
+        cache_families = {
+            name: CounterMetricFamily(
+                f"smg_trio_engine_prefix_cache_{name}", text, labels=by_engine
+            )
+            for name, text in _PREFIX_CACHE_COUNTERS
+        }
         for worker in workers:
             stats = worker.backend.statistics()
             labels = [worker.name, stats.runtime.value, stats.wire.value]
@@ -109,8 +117,13 @@ class WorkerStateCollector(Collector):
                     running.add_metric(engine_labels, float(engine.load.running))
                     waiting.add_metric(engine_labels, float(engine.load.waiting))
                     kv_usage.add_metric(engine_labels, engine.load.kv_cache_usage)
+                if engine.prefix_cache is not None:
+                    for name, family in cache_families.items():
+                        value = getattr(engine.prefix_cache, name)
+                        family.add_metric(engine_labels, float(value))
         yield from (worker_ready, in_flight, streams, protocol_errors, deaths)
         yield from (engine_ready, engine_dead, engine_in_flight, running, waiting, kv_usage)
+        yield from cache_families.values()
         yield from self._routing_families()
         for source in self._extra_sources:
             yield from source.families(workers)
@@ -153,6 +166,15 @@ class WorkerStateCollector(Collector):
 
 
 _BREAKER_VALUES = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
+_PREFIX_CACHE_COUNTERS = (
+    ("queries", "Prompt tokens the engine looked up in its prefix cache (vLLM's count)"),
+    ("hits", "Of those, the tokens it found cached (vLLM's count)"),
+    ("requests", "Requests the engine admitted after a prefix-cache lookup"),
+    ("preempted_requests", "Preempted requests the engine looked up again"),
+    ("preempted_queries", "Prompt tokens looked up again for preempted requests"),
+    ("preempted_hits", "Of those, the tokens found cached"),
+    ("resets", "Times the engine reported its prefix cache reset (reset_prefix_cache)"),
+)
 
 
 def _breaker_clock() -> float:

@@ -146,14 +146,51 @@ class PrefillStats(msgspec.Struct, frozen=True):
     num_cache_creation_tokens: int = 0
 
 
+class PrefixCacheStats(msgspec.Struct, frozen=True):
+    """vLLM's prefix-cache counts since the engine's previous stats message (deltas): requests
+    admitted after a cache lookup, their prompt tokens looked up (`queries`) and found cached
+    (`hits`); the same for preempted requests looked up again; `reset`: `reset_prefix_cache`
+    ran since then. 0.32 adds `hits_by_source` (e.g. {"device": n})."""
+
+    reset: bool = False
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    hits_by_source: dict[str, int] = {}
+
+
 class SchedulerStats(msgspec.Struct, frozen=True):
-    """The load keys of vLLM's SchedulerStats map (its other keys are ignored; all have defaults)."""
+    """vLLM's SchedulerStats map up to `prefix_cache_stats`, keys in its order: what the gateway
+    decodes (the load keys and the prefix-cache deltas); the later keys are skipped."""
 
     num_running_reqs: int = 0
     num_waiting_reqs: int = 0
+    num_skipped_waiting_reqs: int = 0
+    num_kv_fetch_reqs_by_stage: dict[str, int] = {}
     step_counter: int = 0
     current_wave: int = 0
     kv_cache_usage: float = 0.0
+    iteration_details: Any = None
+    prefix_cache_stats: PrefixCacheStats | None = None  # always a map from vLLM 0.32
+
+
+class FullSchedulerStats(SchedulerStats, frozen=True):
+    """The whole map, every key in vLLM's order, as our reference engine sends it (vLLM encodes
+    every field of its dataclass). Decoding them would cost the gateway ~0.3 µs a message for
+    keys it does not read."""
+
+    connector_prefix_cache_stats: Any = None
+    kv_cache_eviction_events: tuple[Any, ...] = ()
+    spec_decoding_stats: Any = None
+    kv_connector_stats: Any = None
+    ec_connector_stats: Any = None
+    waiting_lora_adapters: dict[str, int] = {}
+    running_lora_adapters: dict[str, int] = {}
+    cudagraph_stats: Any = None
+    perf_stats: Any = None
 
 
 class RequestError(msgspec.Struct, frozen=True):

@@ -1,6 +1,7 @@
 """`python -m bench kv_routing` and `kv_index_memory` still run end to end at a tiny size: two
 reference engines with KV events under a `--processes 2` gateway (kv_events, and the oracle it
-is measured against), and an index of a few thousand blocks; nothing timed here."""
+is measured against; the hit rate from the engines' counters in /metrics, equal to the
+per-request count), and an index of a few thousand blocks; nothing timed here."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ async def test_kv_routing_runs_with_two_gateway_processes() -> None:
         hit_rate = float(row.split("|")[3].strip().rstrip("%"))
         assert hit_rate > 0, row  # repeats of a system prompt hit the engine's cache
         assert row.split("|")[7].strip() == "0", row  # no errors
+        # The engines' counters (summed over both processes) and the per-request count agree:
+        # the reference engine counts each admitted request's prompt and hits exactly once.
+        assert row.split("|")[9].strip() == "0.00 points", row
 
 
 async def test_kv_index_memory_runs_at_a_small_size() -> None:
