@@ -212,7 +212,7 @@ class Gateway:
         side of /v1/responses for this request (a Responses WebSocket's, with its
         connection-local cache); else the gateway's. `prepared`: the body's plan and user,
         already prepared, and `reserved` the tenant's budget already taken for it (a run
-        `response_run_start.start_response` began).
+        `response_run_start.admit_response` admitted).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)

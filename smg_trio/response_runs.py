@@ -20,10 +20,10 @@ the registry of this process's runs and their lifecycle; the rest of the concept
   it may finish within `--drain-timeout-s`, then it is cancelled and, being a background
   response, ends `incomplete` (reason `gateway_shutdown`); a resumable stream ends as a
   foreground stream does (the `error` and `response.failed` events).
-- `start` is the one place a run begins; `response_run_start.start_response` is its only
-  caller (where the create is admitted: its body, a tenant's budget). A transport other than
-  HTTP would start runs and follow them through the same two calls: `start_response` and
-  `follow`.
+- `start` is the one place a run begins; `response_run_start` is its only caller
+  (`admit_response` admits the create: its body, a tenant's budget; `AdmittedResponse.start`
+  begins it). A transport other than HTTP would start runs and follow them through the same
+  calls and `follow`.
 - An append goes to the run's window in memory (its caught-up local tails get it at once
   from the appending task, the others wake) and to the log at the next flush: one
   transaction per FLUSH_INTERVAL_S for every run of the process; a run's last append waits
@@ -171,7 +171,7 @@ class ResponseRuns:
         creator_follows: bool = False,
     ) -> LocalRun:
         """Begin a run: its row (status from `response`, the queued object), then its task.
-        Only `response_run_start.start_response` calls this (module doc). `creator_follows`:
+        Only `response_run_start.AdmittedResponse` calls this (module doc). `creator_follows`:
         the caller is subscribed from the start and calls `unsubscribe` when its stream ends."""
         self.check_accepting(background=background)
         log, nursery = self.log, self._nursery

@@ -234,3 +234,49 @@ async def test_over_max_concurrent_a_background_create_waits_queued_and_a_cancel
     assert d_end["status"] == "completed", d_end
     assert after == {"smg_trio_tenant_requests_waiting": 0, "smg_trio_tenant_requests_running": 0}
     assert refunded == 1
+
+
+async def test_a_resumable_stream_waits_for_its_slot_in_the_create_and_leaves_with_its_client(
+    tmp_path: Path,
+) -> None:
+    """A resumable stream's client waits on its connection, so its create waits for the
+    tenant's slot as a foreground request does; the client leaving takes it out of the queue at
+    once and leaves nothing stored, and its place goes to the next create."""
+    waiting = "smg_trio_tenant_requests_waiting"
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            tenant_server(tmp_path, "sk-solo-0001", shared=False) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=server.auth, timeout=30) as http,
+        ):
+            a = (await http.post("/v1/responses", json=HOLD)).json()
+            leaver = trio.CancelScope()
+
+            async def stream_create() -> None:
+                with leaver:
+                    async with httpx.AsyncClient(
+                        base_url=server.base_url, headers=server.auth
+                    ) as client:
+                        await client.post(
+                            "/v1/responses",
+                            json={"model": MODEL, "input": PROMPT, "stream": True},
+                            headers={"x-request-id": "left"},
+                        )
+                    raise AssertionError("the create must wait for the slot")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream_create)
+                while await sample(http, waiting, tenant="solo") != 1:  # noqa: ASYNC110
+                    await trio.sleep(0.01)  # the gateway's side: no event to wait on
+                leaver.cancel()  # the client leaves: its connection closes
+            left_at = trio.current_time()
+            while await sample(http, waiting, tenant="solo") != 0:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            left_s = trio.current_time() - left_at
+            kept = (await http.get("/v1/responses/resp_left")).status_code
+            b = await http.post("/v1/responses", json=CREATE)  # the queue's place is free
+            await http.post(f"/v1/responses/{a['id']}/cancel")
+            b_end = await ended(http, b.json()["id"])
+    assert left_s < 1.0
+    assert kept == 404
+    assert b.status_code == 200
+    assert b_end["status"] == "completed"
