@@ -107,6 +107,9 @@ class TenantGate:
     ) -> AsyncIterator[None]:
         """Hold the tenant's budget for the block (see the module doc); RateLimited if refused.
         No tenant (no `--api-keys`): nothing to hold."""
+        if tenant is None:  # the path of every request without --api-keys: nothing more
+            yield
+            return
         reservation = await self.reserve(tenant, prompt_tokens)
         try:
             async with reservation.used(usage):
@@ -125,6 +128,7 @@ class TenantGate:
             return reservation
         try:
             if tenant.max_concurrent is not None:
+                reservation.lease_id = new_request_id()
                 reservation.slot = await self._try_lease(tenant, reservation.lease_id)
                 if reservation.slot is None:
                     self._enter_queue(tenant)
@@ -275,7 +279,7 @@ class TenantReservation:
         self._gate = gate
         self.tenant = tenant
         self.prompt_tokens = prompt_tokens
-        self.lease_id = new_request_id()
+        self.lease_id = ""  # a slot's lease, named once the tenant has max_concurrent
         self.slot: bool | None = None  # a leased slot: True in Redis, False here (_try_lease)
         self.queued = False  # holds a place in the tenant's queue
         self.charged = False  # its rates' charge, not yet used

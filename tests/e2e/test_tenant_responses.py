@@ -19,10 +19,11 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.redis_server import REDIS_SERVER, redis_server
+from harness.redis_server import redis_server
 from smg_trio.endpoint_requests import RESPONSES_PATH, prepare_for_path
 from smg_trio.model import demo_model_path, load_model_dir
 from tests.e2e.live_server import MODEL, LiveServer, live_server
+from tests.tenancy import needs_redis
 
 TEST_TIMEOUT_S: Final = 60.0
 PROMPT: Final = "How does the gateway work?"
@@ -65,10 +66,7 @@ state = pytest.mark.parametrize(
         pytest.param(
             True,
             id="redis",
-            marks=pytest.mark.skipif(
-                REDIS_SERVER is None,
-                reason="needs redis-server (Debian: apt-get install redis-server)",
-            ),
+            marks=needs_redis,
         ),
     ],
 )
