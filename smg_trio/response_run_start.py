@@ -17,7 +17,7 @@ Then `AdmittedResponse.start` (`ResponseRuns.start`) writes the run's row and st
 charged once), the reservation `release`d when the task ends, giving back what was not used (a
 run cancelled or failed before its generation began). A start that fails (a 409 on the id)
 releases it too. The two steps are apart so that a caller may cancel the first (its client
-left while it waited for a slot) without ever cutting the second's write short.
+left while it waited for a slot) and not the second (a run's row half written).
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from smg_trio.wire.responses_objects import Response
 
 
 class AdmittedResponse:
-    """A run `admit_response` let through: its queued object, its generation and its tenant's
-    reservation. `start` begins it; nothing is stored before."""
+    """A run `admit_response` let through: its response object, its generation and its
+    tenant's reservation, held until `start` begins it (the caller's next step, with no
+    checkpoint between). Nothing is stored before."""
 
     def __init__(
         self,
