@@ -369,6 +369,8 @@ class Gateway:
     async def prepare(
         self, path: str, body: bytes, request_id: str, service: ResponsesService
     ) -> tuple[GeneratePlan, str | None]:
+        """The body's plan and `user` (every 400 raised here), off the loop when it is large;
+        a Responses body's stored turns are read first (`handle`, `response_run_start`)."""
         # /v1/responses: the stored turn it continues, read before preparing.
         history = await service.history(body) if path == RESPONSES_PATH else []
         return await self._off_loop_if_large(
