@@ -38,12 +38,10 @@ from typing import TYPE_CHECKING, Final, TypeVar
 import msgspec
 import trio
 
-from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
-from smg_trio.core.response_runs import QUEUED
 from smg_trio.endpoint_requests import (
     HANDLED_PATHS,
     RESPONSES_PATH,
@@ -68,7 +66,6 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import current_request_id, new_request_id
-from smg_trio.response_run import LocalRun
 from smg_trio.response_runs import (
     DEFAULT_EVENTS_MAX,
     DEFAULT_RESUME_GRACE_S,
@@ -84,9 +81,7 @@ from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.served_models import ServedModels
 from smg_trio.tenancy.api_keys import Tenant
-from smg_trio.tenancy.gate import TenantGate
-from smg_trio.wire.openai_responses import JSON_ENCODER
-from smg_trio.wire.responses_objects import Response
+from smg_trio.tenancy.gate import TenantGate, TenantReservation
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
     from smg_trio.observability.tracing import RequestTracer
@@ -198,6 +193,7 @@ class Gateway:
         tenant: Tenant | None = None,
         responses: ResponsesService | None = None,
         prepared: tuple[GeneratePlan, str | None] | None = None,
+        reserved: TenantReservation | None = None,
     ) -> None:
         """Serve one request to `sink`, under `request_id` (a fresh one when None).
 
@@ -215,7 +211,8 @@ class Gateway:
         generation request through `tenant_gate` (docs/fleet.md §2). `responses`: the store's
         side of /v1/responses for this request (a Responses WebSocket's, with its
         connection-local cache); else the gateway's. `prepared`: the body's plan and user,
-        already prepared (a run `start_response` began).
+        already prepared, and `reserved` the tenant's budget already taken for it (a run
+        `response_run_start.admit_response` admitted).
         """
         request_id = request_id or new_request_id()
         token = current_request_id.set(request_id)
@@ -238,7 +235,17 @@ class Gateway:
                 else self.memory_budget.reserve(len(body)) as held,
             ):
                 await self._handle(
-                    path, body, sink, record, session_key, live, held, tenant, responses, prepared
+                    path,
+                    body,
+                    sink,
+                    record,
+                    session_key,
+                    live,
+                    held,
+                    tenant,
+                    responses,
+                    prepared,
+                    reserved,
                 )
             if live.drained:  # docs/resilience.md §4: past the drain timeout
                 record.aborted(DRAIN)
@@ -296,6 +303,7 @@ class Gateway:
         tenant: Tenant | None,
         responses: ResponsesService | None,
         prepared: tuple[GeneratePlan, str | None] | None = None,
+        reserved: TenantReservation | None = None,
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
@@ -316,10 +324,10 @@ class Gateway:
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `handle`)
         service = responses or self.responses
         if prepared is None:
-            plan, user = await self._prepare(path, body, record.request_id, service)
+            plan, user = await self.prepare(path, body, record.request_id, service)
             if plan.responses is not None and plan.responses.background:
-                # Only `start_response` runs one (HTTP's POST /v1/responses); any other way
-                # in would serve it in the foreground: refused, not ignored.
+                # Only a run (`response_run_start`: HTTP's POST /v1/responses) serves one; any
+                # other way in would serve it in the foreground: refused, not ignored.
                 raise ClientError(
                     "background responses are created with POST /v1/responses over HTTP",
                     param="background",
@@ -335,11 +343,14 @@ class Gateway:
         )
         if not self.pool.ready:
             raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
-        # The tenant's budget (docs/fleet.md §2): a slot, a request and the prompt tokens now,
-        # the output tokens when the request ends; then the gateway-wide admission.
+        # The tenant's budget (docs/fleet.md §2): a slot, a request and the prompt tokens now
+        # (a run's were taken at its create), the output tokens when the request ends; then
+        # the gateway-wide admission.
         prompt_tokens = sum(len(ids) for ids in prompt_ids)
         async with (
-            self.tenant_gate.admitted(tenant, prompt_tokens, record),
+            self.tenant_gate.admitted(tenant, prompt_tokens, record)
+            if reserved is None
+            else reserved.used(record),
             self.admission.admitted(),
         ):
             await run_with_retries(
@@ -355,9 +366,11 @@ class Gateway:
                 record=record,
             )
 
-    async def _prepare(
+    async def prepare(
         self, path: str, body: bytes, request_id: str, service: ResponsesService
     ) -> tuple[GeneratePlan, str | None]:
+        """The body's plan and `user` (every 400 raised here), off the loop when it is large;
+        a Responses body's stored turns are read first (`handle`, `response_run_start`)."""
         # /v1/responses: the stored turn it continues, read before preparing.
         history = await service.history(body) if path == RESPONSES_PATH else []
         return await self._off_loop_if_large(
@@ -371,57 +384,6 @@ class Gateway:
                 history,
             ),
             body,
-        )
-
-    async def start_response(
-        self,
-        body: bytes,
-        *,
-        background: bool,
-        request_id: str,
-        creator_follows: bool = False,
-        session_key: str | None = None,
-        transport: str = "http1",
-        client: str = "-",
-        trace_headers: Mapping[str, str] | None = None,
-        tenant: Tenant | None = None,
-    ) -> LocalRun:
-        """Begin a `/v1/responses` request that outlives its connection: a background
-        response, or a stream a client may resume (docs/client-apis.md §3.5). The one place
-        such a run is admitted: a bad body, a draining gateway or no store is an error here,
-        before anything runs; then its generation is `handle` in the gateway's own nursery
-        (`response_runs.ResponseRuns`), writing to the event log. Returns the run at once;
-        with `creator_follows`, subscribed for the caller (`runs.unsubscribe` when done).
-        `tenant` is charged for the run as for any request, when its generation is admitted."""
-        if self.lifecycle.draining:
-            raise Draining()
-        plan, user = await self._prepare(RESPONSES_PATH, body, request_id, self.responses)
-        if not self.pool.ready:
-            raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not a run that fails
-        # A run always streams: its events are the log clients read.
-        plan = msgspec.structs.replace(plan, stream=True, include_usage=True)
-        assert plan.responses is not None
-        response = Response.of(response_id(plan), int(time.time()), plan.model, plan.responses)
-        if background:
-            response = msgspec.structs.replace(response, status=QUEUED)
-        generate = partial(
-            self.handle,
-            RESPONSES_PATH,
-            body,
-            request_id=request_id,
-            session_key=session_key,
-            transport=transport,
-            client=client,
-            trace_headers=trace_headers,
-            tenant=tenant,
-            prepared=(plan, user),
-        )
-        return await self.runs.start(
-            response.id,
-            JSON_ENCODER.encode(response),
-            generate,
-            background=background,
-            creator_follows=creator_follows,
         )
 
     def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:

@@ -56,7 +56,7 @@ class LogSink:
         return Taken.ALL
 
     async def send_body(self, body: bytes) -> None:
-        raise AssertionError("a run's plan always streams (Gateway.start_response)")
+        raise AssertionError("a run's plan always streams (response_run_start.py)")
 
     async def end_stream(self, end: StreamEnd) -> None:
         await self._runs.append(self._run, self._dialect.numbered(end.payloads), end=True)

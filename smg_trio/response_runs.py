@@ -20,9 +20,10 @@ the registry of this process's runs and their lifecycle; the rest of the concept
   it may finish within `--drain-timeout-s`, then it is cancelled and, being a background
   response, ends `incomplete` (reason `gateway_shutdown`); a resumable stream ends as a
   foreground stream does (the `error` and `response.failed` events).
-- `start` is the one place a run begins; `Gateway.start_response` is its only caller (where a
-  tenant's limits apply). A transport other than HTTP (a Responses WebSocket) starts runs and
-  follows them through the same two calls: `Gateway.start_response` and `follow`.
+- `start` is the one place a run begins; `response_run_start` is its only caller
+  (`admit_response` admits the create: its body, a tenant's budget; `AdmittedResponse.start`
+  begins it). A transport other than HTTP would start runs and follow them through the same
+  calls and `follow`.
 - An append goes to the run's window in memory (its caught-up local tails get it at once
   from the appending task, the others wake) and to the log at the next flush: one
   transaction per FLUSH_INTERVAL_S for every run of the process; a run's last append waits
@@ -170,14 +171,12 @@ class ResponseRuns:
         creator_follows: bool = False,
     ) -> LocalRun:
         """Begin a run: its row (status from `response`, the queued object), then its task.
-        Only `Gateway.start_response` calls this (module doc). `creator_follows`: the caller
-        is subscribed from the start and calls `unsubscribe` when its stream ends."""
+        Only `response_run_start.AdmittedResponse` calls this (module doc). `creator_follows`:
+        the caller is subscribed from the start and calls `unsubscribe` when its stream ends."""
+        self.check_accepting(background=background)
         log, nursery = self.log, self._nursery
-        if log is None or nursery is None:
-            raise ClientError(
-                "this gateway keeps no responses (start it with --response-store)",
-                param="background" if background else "store",
-            )
+        assert log is not None
+        assert nursery is not None
         status = _decode(response)["status"]
         if not await log.begin(
             run_id, self.owner, background=background, response=response, now=time.time()
@@ -193,6 +192,14 @@ class ResponseRuns:
         self.metrics.response_runs.labels(run.kind, "queued").inc()
         nursery.start_soon(self._run, run, generate)
         return run
+
+    def check_accepting(self, *, background: bool) -> None:
+        """The 400 of a run this gateway cannot keep (no store), before anything is charged."""
+        if not self.accepting:
+            raise ClientError(
+                "this gateway keeps no responses (start it with --response-store)",
+                param="background" if background else "store",
+            )
 
     async def _run(self, run: LocalRun, generate: Generate) -> None:
         sink = LogSink(self, run)

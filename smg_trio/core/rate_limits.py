@@ -142,6 +142,25 @@ def reconcile(rates: TenantRates, state: RateState, now: float, output_tokens: i
     return RateState(state.requests_tat, charge(rates.tokens, state.tokens_tat, now, output_tokens))
 
 
+def uncharge(rate: Rate, tat: float, now: float, cost: float) -> float:
+    """`tat` after `cost` units charged earlier are given back (an admission that was never
+    used: the tenant pays for what runs). The cost comes off whatever was charged since; a
+    `tat` in the past is as good as `now`, so the credit never goes beyond an idle limit's."""
+    return max(now, tat - cost * rate.interval_s)
+
+
+def refund(rates: TenantRates, state: RateState, now: float, tokens: int) -> RateState:
+    """The state after an admitted request that never ran (a background response cancelled
+    while it waited for a slot) gives back what `admit` charged: one request, `tokens`
+    prompt tokens."""
+    requests_tat, tokens_tat = state.requests_tat, state.tokens_tat
+    if rates.requests is not None:
+        requests_tat = uncharge(rates.requests, requests_tat, now, 1)
+    if rates.tokens is not None:
+        tokens_tat = uncharge(rates.tokens, tokens_tat, now, tokens)
+    return RateState(requests_tat, tokens_tat)
+
+
 def retry_after_header(retry_after_s: float) -> int:
     """`Retry-After` is whole seconds: rounded up, at least 1."""
     return max(1, math.ceil(retry_after_s))

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Final
 
 import msgspec
+import trio
 
 from smg_trio.core.api_dialect import NamedEventDialect, named_event
 from smg_trio.core.response_runs import ENDED_STATUSES, parse_retrieve_query
@@ -33,6 +34,7 @@ from smg_trio.gateway import Gateway
 from smg_trio.handoff import Taken
 from smg_trio.lifecycle import Draining
 from smg_trio.response_run import Tail
+from smg_trio.response_run_start import admit_response
 from smg_trio.response_runs import SynchronousResponse
 from smg_trio.response_store.event_log import LoggedEvent
 from smg_trio.response_store.service import ResponseNotFound
@@ -134,17 +136,32 @@ async def serve_run(
     tenant: Tenant | None = None,
 ) -> None:
     """`POST /v1/responses` that runs apart from its connection (module doc); `tenant` (its API
-    key's, `--api-keys`) is charged for the run's generation."""
-    run = await gateway.start_response(
-        body,
-        background=background,
-        request_id=request_id,
-        creator_follows=stream,  # a resumable stream's grace starts when this one ends
-        session_key=session_key,
-        transport=transport,
-        client=client,
-        tenant=tenant,
-    )
+    key's, `--api-keys`) is charged at the create: over its budget, the create is the 429."""
+    # A resumable stream's create may wait for its tenant's slot: a client that leaves then
+    # leaves the queue at once, as a foreground request's does (docs/fleet.md §2). A
+    # background create never waits, and is started even if its client hung up at once.
+    disconnect = None if background else client_disconnect_of(scope)
+    with trio.CancelScope() as admitting:
+        if disconnect is not None:
+            disconnect.on_fire(admitting.cancel)
+        try:
+            admitted = await admit_response(
+                gateway,
+                body,
+                background=background,
+                request_id=request_id,
+                session_key=session_key,
+                transport=transport,
+                client=client,
+                tenant=tenant,
+            )
+        finally:
+            if disconnect is not None:
+                disconnect.on_fire(None)
+    if admitting.cancelled_caught:
+        return  # nobody to answer
+    # A resumable stream's grace starts when this one ends.
+    run = await admitted.start(creator_follows=stream)
     if not stream:
         await send_json(send, 200, run.response)
         return

@@ -5,7 +5,7 @@ operator's. Updated per request (admission, refusal, end), never per token.
 
     smg_trio_tenant_requests{tenant, outcome}      admitted | rate_limited_requests |
                                                    rate_limited_tokens | queue_full |
-                                                   queue_timeout | left_queue
+                                                   queue_timeout | left_queue | refunded
     smg_trio_tenant_tokens{tenant, kind}           prompt (charged at admission) | output
     smg_trio_tenant_requests_running{tenant}       holding one of max_concurrent's slots
     smg_trio_tenant_requests_waiting{tenant}       in the tenant's queue for a slot

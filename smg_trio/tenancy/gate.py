@@ -3,14 +3,29 @@
     async with gate.admitted(tenant, prompt_tokens, usage):
         ...serve the request...
 
+or, for a Responses run whose create must hear the answer before the run begins
+(docs/client-apis.md §3.5), in two steps:
+
+    reservation = await gate.reserve(tenant, prompt_tokens, wait=False)  # 429 here
+    ...answer the create, start the run...
+    try:                                           # in the run
+        async with reservation.used(usage): ...generate...
+    finally:
+        await reservation.release()                # gives back what was not used
+
 1. Max concurrent: a slot is taken at once, or the request waits in the tenant's queue of at
    most `max_queue` waiting requests (full: 429 at once) for at most `queue_timeout_s` (then
    429). A waiting request whose client leaves is cancelled with its request task, and a
    cancelled wait leaves the queue at once: the count is decremented in a `finally`.
+   `reserve(wait=False)` (a background response) takes a place in the queue instead of waiting:
+   the run waits there when it begins, with no queue timeout (its client is not waiting; the
+   run's deadline bounds it), and leaves it when cancelled.
 2. Rates: one request and `prompt_tokens` tokens are charged, or the request is refused with
-   429 `rate_limit_exceeded` and Retry-After (and its slot freed). Prompt tokens are charged at
-   admission; the output tokens (`usage.output_tokens`, read when the block ends however
-   it ends) are charged then, so a long answer delays the tenant's next requests.
+   429 `rate_limit_exceeded` and Retry-After (and its slot or queue place freed). Prompt tokens
+   are charged at admission; the output tokens (`usage.output_tokens`, read when the block
+   ends however it ends) are charged then, so a long answer delays the tenant's next requests.
+   A reservation released unused (its run cancelled or failed before its generation began)
+   gives its charge back (`refund`): the tenant pays for what runs.
 3. State lives in this process, or with a `RedisState` in Redis, shared by every process and
    replica. Every Redis call is bounded (`REDIS_CALL_BUDGET_S`); a failed or slow call
    switches the gate to this process's own state with one logged warning, and Redis is tried
@@ -29,7 +44,7 @@ from typing import Final, Protocol, TypeVar
 
 import trio
 
-from smg_trio.core.rate_limits import Admitted, Limited, retry_after_header
+from smg_trio.core.rate_limits import Limited, retry_after_header
 from smg_trio.errors import RateLimited
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request_ids import new_request_id
@@ -92,17 +107,34 @@ class TenantGate:
     ) -> AsyncIterator[None]:
         """Hold the tenant's budget for the block (see the module doc); RateLimited if refused.
         No tenant (no `--api-keys`): nothing to hold."""
-        if tenant is None:
+        if tenant is None:  # the path of every request without --api-keys: nothing more
             yield
             return
-        if not tenant.limited:
-            self.metrics.admitted(tenant.name, prompt_tokens)
-            try:
+        reservation = await self.reserve(tenant, prompt_tokens)
+        try:
+            async with reservation.used(usage):
                 yield
-            finally:
-                self.metrics.finished(tenant.name, usage.output_tokens)
-            return
-        async with self._slot(tenant):
+        finally:
+            await reservation.release()
+
+    async def reserve(
+        self, tenant: Tenant | None, prompt_tokens: int, *, wait: bool = True
+    ) -> TenantReservation:
+        """Take the tenant's budget for one request (module doc): a slot (waiting for one in
+        the queue, or with `wait` false only a place in it) and its rates' charge; RateLimited
+        if refused, with nothing held."""
+        reservation = TenantReservation(self, tenant, prompt_tokens)
+        if tenant is None or not tenant.limited:
+            return reservation
+        try:
+            if tenant.max_concurrent is not None:
+                reservation.lease_id = new_request_id()
+                reservation.slot = await self._try_lease(tenant, reservation.lease_id)
+                if reservation.slot is None:
+                    self._enter_queue(tenant)
+                    reservation.queued = True
+                    if wait:
+                        await reservation.take_slot(self.queue_timeout_s)
             decision = await self._shared_or_local(
                 lambda shared: shared.admit(tenant, prompt_tokens),
                 lambda: self.local.admit(tenant, prompt_tokens),
@@ -110,38 +142,13 @@ class TenantGate:
             if isinstance(decision, Limited):
                 self.metrics.refused(tenant.name, f"rate_limited_{decision.kind}")
                 raise _rate_limited(tenant, decision, prompt_tokens)
-            assert isinstance(decision, Admitted)
-            self.metrics.admitted(tenant.name, prompt_tokens)
-            try:
-                yield
-            finally:
-                output = usage.output_tokens
-                self.metrics.finished(tenant.name, output)
-                if output > 0 and tenant.rates.tokens is not None:
-                    with trio.CancelScope(shield=True):
-                        await self._shared_or_local(
-                            lambda shared: shared.reconcile(tenant, output),
-                            lambda: self.local.reconcile(tenant, output),
-                        )
+            reservation.charged = True
+        except BaseException:
+            await reservation.release()
+            raise
+        return reservation
 
-    @asynccontextmanager
-    async def _slot(self, tenant: Tenant) -> AsyncIterator[None]:
-        if tenant.max_concurrent is None:
-            yield
-            return
-        lease_id = new_request_id()
-        held = await self._try_lease(tenant, lease_id)
-        if held is None:
-            held = await self._wait_for_slot(tenant, lease_id)
-        self.metrics.running(tenant.name, +1)
-        try:
-            yield
-        finally:
-            self.metrics.running(tenant.name, -1)
-            with trio.CancelScope(shield=True):
-                await self._release(tenant, lease_id, shared=held)
-
-    async def _wait_for_slot(self, tenant: Tenant, lease_id: str) -> bool:
+    def _enter_queue(self, tenant: Tenant) -> None:
         name = tenant.name
         waiting = self._waiting.get(name, 0)
         if waiting >= tenant.max_queue:
@@ -154,8 +161,22 @@ class TenantGate:
             )
         self._waiting[name] = waiting + 1
         self.metrics.waiting(name, +1)
+
+    def _leave_queue(self, tenant: Tenant) -> None:
+        name = tenant.name
+        self.metrics.waiting(name, -1)
+        left = self._waiting[name] - 1
+        if left:
+            self._waiting[name] = left
+        else:
+            del self._waiting[name]
+
+    async def _wait_for_slot(self, tenant: Tenant, lease_id: str, timeout_s: float) -> bool:
+        """Wait in the queue (a place the caller took) until a slot is leased: where (see
+        `_try_lease`). A wait past `timeout_s` is a 429; a cancelled one counts `left_queue`."""
+        name = tenant.name
         try:
-            with trio.move_on_after(self.queue_timeout_s):
+            with trio.move_on_after(timeout_s):
                 while True:
                     released = self._released.setdefault(name, trio.Event())
                     held = await self._try_lease(tenant, lease_id)
@@ -167,20 +188,13 @@ class TenantGate:
             self.metrics.refused(name, "queue_timeout")
             raise RateLimited(
                 f"tenant {name!r} is at its limit of {tenant.max_concurrent} concurrent "
-                f"requests and no slot freed within {self.queue_timeout_s:g} s; retry later",
-                retry_after_s=retry_after_header(self.queue_timeout_s),
+                f"requests and no slot freed within {timeout_s:g} s; retry later",
+                retry_after_s=retry_after_header(timeout_s),
                 kind="requests",
             )
         except trio.Cancelled:
             self.metrics.refused(name, "left_queue")
             raise
-        finally:  # a cancelled waiter (its client left) leaves the queue now
-            self.metrics.waiting(name, -1)
-            left = self._waiting[name] - 1
-            if left:
-                self._waiting[name] = left
-            else:
-                del self._waiting[name]
 
     async def _try_lease(self, tenant: Tenant, lease_id: str) -> bool | None:
         """A slot: True if leased in Redis, False if in this process, None if none is free."""
@@ -254,6 +268,83 @@ class TenantGate:
             self.metrics.shared_state(up=False)
         self._shared_down_until = trio.current_time() + self.redis_retry_s
         return None
+
+
+class TenantReservation:
+    """One request's share of its tenant's budget, from `TenantGate.reserve` (module doc): its
+    rates' charge, and a slot held or a place in the queue. `used` holds it while the request
+    generates; `release` gives back whatever was not used (idempotent, shielded)."""
+
+    def __init__(self, gate: TenantGate, tenant: Tenant | None, prompt_tokens: int) -> None:
+        self._gate = gate
+        self.tenant = tenant
+        self.prompt_tokens = prompt_tokens
+        self.lease_id = ""  # a slot's lease, named once the tenant has max_concurrent
+        self.slot: bool | None = None  # a leased slot: True in Redis, False here (_try_lease)
+        self.queued = False  # holds a place in the tenant's queue
+        self.charged = False  # its rates' charge, not yet used
+
+    async def take_slot(self, timeout_s: float) -> None:
+        """From a place in the queue to a slot (waiting at most `timeout_s`)."""
+        assert self.tenant is not None
+        assert self.queued
+        self.slot = await self._gate._wait_for_slot(self.tenant, self.lease_id, timeout_s)
+        self.queued = False
+        self._gate._leave_queue(self.tenant)
+
+    @asynccontextmanager
+    async def used(self, usage: Usage) -> AsyncIterator[None]:
+        """Hold the budget while the request generates: a queued reservation first waits for
+        its slot (bounded by the caller's deadline only); the output tokens are charged and the
+        slot freed when the block ends, however it ends."""
+        tenant, gate = self.tenant, self._gate
+        if tenant is None:
+            yield
+            return
+        if self.queued:
+            await self.take_slot(math.inf)
+        self.charged = False  # used: the charge stays
+        gate.metrics.admitted(tenant.name, self.prompt_tokens)
+        slot = self.slot
+        if slot is not None:
+            gate.metrics.running(tenant.name, +1)
+        try:
+            yield
+        finally:
+            output = usage.output_tokens
+            gate.metrics.finished(tenant.name, output)
+            with trio.CancelScope(shield=True):
+                if slot is not None:
+                    gate.metrics.running(tenant.name, -1)
+                    self.slot = None
+                    await gate._release(tenant, self.lease_id, shared=slot)
+                if output > 0 and tenant.rates.tokens is not None:
+                    await gate._shared_or_local(
+                        lambda shared: shared.reconcile(tenant, output),
+                        lambda: gate.local.reconcile(tenant, output),
+                    )
+
+    async def release(self) -> None:
+        """Give back what was not used: the place in the queue, the slot, and the rates'
+        charge of a request that never generated (`refunded` in the tenant's metrics)."""
+        tenant, gate = self.tenant, self._gate
+        if tenant is None:
+            return
+        if self.queued:
+            self.queued = False
+            gate._leave_queue(tenant)
+        slot, self.slot = self.slot, None
+        charged, self.charged = self.charged, False
+        with trio.CancelScope(shield=True):
+            if slot is not None:
+                await gate._release(tenant, self.lease_id, shared=slot)
+            if charged:
+                gate.metrics.refused(tenant.name, "refunded")
+                tokens = self.prompt_tokens
+                await gate._shared_or_local(
+                    lambda shared: shared.refund(tenant, tokens),
+                    lambda: gate.local.refund(tenant, tokens),
+                )
 
 
 def _rate_limited(tenant: Tenant, limited: Limited, prompt_tokens: int) -> RateLimited:

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import trio
 
-from smg_trio.core.rate_limits import Admitted, Limited, RateState, admit, is_idle, reconcile
+from smg_trio.core.rate_limits import (
+    Admitted,
+    Limited,
+    RateState,
+    admit,
+    is_idle,
+    reconcile,
+    refund,
+)
 from smg_trio.tenancy.api_keys import Tenant
 
 
@@ -31,6 +39,14 @@ class LocalState:
         state = reconcile(
             tenant.rates, self._rates.get(tenant.name, RateState()), now, output_tokens
         )
+        self._keep(tenant, state, now)
+
+    def refund(self, tenant: Tenant, tokens: int) -> None:
+        now = trio.current_time()
+        state = refund(tenant.rates, self._rates.get(tenant.name, RateState()), now, tokens)
+        self._keep(tenant, state, now)
+
+    def _keep(self, tenant: Tenant, state: RateState, now: float) -> None:
         if is_idle(tenant.rates, state, now):
             self._rates.pop(tenant.name, None)
         else:

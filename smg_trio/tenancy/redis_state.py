@@ -7,6 +7,8 @@ replicas with skewed clocks still share one timeline:
   the tenant's hash `smg_trio:tenant:{NAME}:rates` holds the two `tat`s and expires once both
   are in the past, so idle tenants cost nothing.
 - RECONCILE: `reconcile` (output tokens charged at the end of a request).
+- REFUND: `refund` (an admission that never ran given back: a background response cancelled
+  while it waited for a slot).
 - LEASE / RELEASE: max concurrent as a sorted set of leases scored by their expiry; expired
   leases (a process that died holding them) are dropped before counting. A lease lives for the
   request's deadline plus a grace, so a crashed replica's slots come back by themselves.
@@ -82,6 +84,24 @@ return 1
 """
 )
 
+# ARGV: requests interval (< 0: off), tokens interval (< 0: off), prompt tokens
+REFUND_SCRIPT: Final = (
+    _GCRA
+    + """
+local now = clock()
+local rtat = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
+local ttat = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+if tonumber(ARGV[1]) >= 0 then
+  rtat = math.max(now, rtat - tonumber(ARGV[1]))
+end
+if tonumber(ARGV[2]) >= 0 then
+  ttat = math.max(now, ttat - tonumber(ARGV[3]) * tonumber(ARGV[2]))
+end
+keep(KEYS[1], rtat, ttat, now)
+return 1
+"""
+)
+
 # ARGV: limit, lease id, lease lifetime (s)
 LEASE_SCRIPT: Final = (
     _GCRA
@@ -115,6 +135,7 @@ class Script:
 
 _ADMIT: Final = Script(ADMIT_SCRIPT)
 _RECONCILE: Final = Script(RECONCILE_SCRIPT)
+_REFUND: Final = Script(REFUND_SCRIPT)
 _LEASE: Final = Script(LEASE_SCRIPT)
 _RELEASE: Final = Script(RELEASE_SCRIPT)
 
@@ -162,6 +183,18 @@ class RedisState:
             return
         await _RECONCILE.run(
             self.redis, (_key(tenant, "rates"),), tenant.rates.tokens.interval_s, output_tokens
+        )
+
+    async def refund(self, tenant: Tenant, tokens: int) -> None:
+        rates = tenant.rates
+        if rates.requests is None and rates.tokens is None:
+            return
+        await _REFUND.run(
+            self.redis,
+            (_key(tenant, "rates"),),
+            -1.0 if rates.requests is None else rates.requests.interval_s,
+            -1.0 if rates.tokens is None else rates.tokens.interval_s,
+            tokens,
         )
 
     async def try_lease(self, tenant: Tenant, lease_id: str) -> bool:

@@ -19,6 +19,7 @@ from smg_trio.core.rate_limits import (
     admit,
     gcra,
     reconcile,
+    refund,
     requests_rate,
     retry_after_header,
     tokens_rate,
@@ -172,6 +173,47 @@ def test_output_tokens_are_a_debt_the_next_requests_wait_for() -> None:
     # tat 10 + 100 s; 100 more tokens fit once tat + 10 s is within the 60 s burst: at t = 60
     assert math.isclose(refused.retry_after_s, 59.0)
     assert reconcile(limits, state, 2.0, 0) is state
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(1, 600),
+    st.integers(1, 100_000),
+    st.floats(0.0, 100.0),
+    st.floats(0.0, 100.0),
+    st.floats(0.0, 100.0),
+    st.integers(0, 5000),
+)
+def test_a_refund_at_once_undoes_the_admission(
+    rpm: int, tpm: int, requests_tat: float, tokens_tat: float, now: float, tokens: int
+) -> None:
+    limits = TenantRates(requests_rate(rpm), tokens_rate(tpm))
+    before = RateState(requests_tat, tokens_tat)
+    decision = admit(limits, before, now, tokens)
+    if isinstance(decision, Limited):
+        return
+    after = refund(limits, decision.state, now, tokens)
+    # As good as never admitted: the same tat, a past one counting as now.
+    assert math.isclose(after.requests_tat, max(requests_tat, now), abs_tol=1e-6)
+    assert math.isclose(after.tokens_tat, max(tokens_tat, now), abs_tol=1e-6)
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(1, 600),
+    st.integers(1, 100_000),
+    st.floats(0.0, 100.0),
+    st.floats(0.0, 100.0),
+    st.floats(0.0, 200.0),
+    st.integers(0, 200_000),
+)
+def test_a_refund_never_gives_more_than_an_idle_tenant_has(
+    rpm: int, tpm: int, requests_tat: float, tokens_tat: float, now: float, tokens: int
+) -> None:
+    limits = TenantRates(requests_rate(rpm), tokens_rate(tpm))
+    refunded = refund(limits, RateState(requests_tat, tokens_tat), now, tokens)
+    assert refunded.requests_tat >= now
+    assert refunded.tokens_tat >= now
 
 
 def test_no_limits_admit_everything() -> None:

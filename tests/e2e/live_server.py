@@ -127,6 +127,7 @@ async def live_server(
     stream_interval: int = 1,
     random_engines: bool = False,
     api_keys: Path | None = None,
+    state_url: str | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -135,12 +136,14 @@ async def live_server(
     `model_path`: a model folder instead of the demo model, for the gateway and its engines;
     `random_engines`: the engines in random mode (each token drawn from its whole context)
     instead of replaying `replay_text`; `api_keys`: an `--api-keys` file (tenants), `api_key`
-    then being one of its keys, the one `LiveServer.auth` sends."""
+    then being one of its keys, the one `LiveServer.auth` sends; `state_url`: the tenants'
+    shared state (`--state-url redis://...`)."""
     config = zmq_gateway_config(
         workers,
         runtime,
         api_key=None if api_keys is not None else api_key,
         api_keys=api_keys,
+        state_url=state_url,
         request_timeout_s=request_timeout_s,
         max_body_bytes=max_body_bytes,
         certfile=None if tls is None else tls[0],

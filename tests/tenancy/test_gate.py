@@ -233,3 +233,116 @@ async def test_a_lease_whose_release_failed_is_released_when_redis_answers_again
                 pass
             async with other.admitted(tenant, 1, Usage()):
                 pass
+
+
+async def test_a_background_reservation_queues_without_waiting_and_gives_back_what_it_did_not_use(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """`reserve(wait=False)`: the rates are charged and a place in the queue is held at once;
+    the run waits for its slot past the queue timeout; released unused, its charge comes back."""
+    tenant = Tenant(
+        "acme", TenantRates(tokens=tokens_rate(250)), max_concurrent=1, max_queue=1
+    )  # 250 tokens a minute: two prompts of 100 fit, a third does not
+    g = gate(queue_timeout_s=3.0)
+    metrics = g.metrics
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            release = trio.Event()
+            holder = await g.reserve(tenant, 100, wait=False)
+            assert holder.slot is not None
+
+            async def run_holder() -> None:
+                async with holder.used(Usage()):
+                    await release.wait()
+
+            nursery.start_soon(run_holder)
+            queued = await g.reserve(tenant, 100, wait=False)  # no slot: a place, at once
+            assert queued.queued
+            assert sample(metrics, "smg_trio_tenant_requests_waiting", tenant="acme") == 1
+            with pytest.raises(RateLimited) as full:  # the queue's one place is taken
+                await g.reserve(tenant, 1, wait=False)
+            assert (full.value.status, full.value.retry_after_s) == (429, 1)
+            await queued.release()  # cancelled before it began: its place and charge back
+            assert sample(metrics, "smg_trio_tenant_requests_waiting", tenant="acme") == 0
+            # Without the refund 300 tokens would be over the 250: a 429 `tokens`.
+            again = await g.reserve(tenant, 100, wait=False)
+            ran_at: list[float] = []
+
+            async def run_again() -> None:
+                try:
+                    async with again.used(Usage()):
+                        ran_at.append(trio.current_time())
+                finally:
+                    await again.release()
+
+            started = trio.current_time()
+            nursery.start_soon(run_again)
+            await trio.sleep(10.0)  # well past the queue timeout: a background run waits on
+            assert ran_at == []
+            release.set()
+        await holder.release()
+    assert ran_at[0] - started == pytest.approx(10.0)
+    outcomes = "smg_trio_tenant_requests_total"
+    assert sample(metrics, outcomes, tenant="acme", outcome="refunded") == 1
+    assert sample(metrics, outcomes, tenant="acme", outcome="admitted") == 2
+    assert sample(metrics, outcomes, tenant="acme", outcome="queue_full") == 1
+    assert sample(metrics, "smg_trio_tenant_requests_running", tenant="acme") == 0
+
+
+async def test_a_queued_background_run_cancelled_leaves_the_queue_and_is_refunded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    tenant = Tenant("acme", TenantRates(requests=requests_rate(60)), max_concurrent=1, max_queue=2)
+    g = gate()
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            release = trio.Event()
+            await nursery.start(hold, g, tenant, release)
+            await trio.sleep(1.0)  # the holder's request is a second old: one more may pass
+            queued = await g.reserve(tenant, 1, wait=False)
+            with pytest.raises(RateLimited):  # 60 a minute: the next one is a second away
+                await g.reserve(tenant, 1, wait=False)
+            run = trio.CancelScope()
+
+            async def run_queued() -> None:
+                try:
+                    with run:
+                        async with queued.used(Usage()):
+                            raise AssertionError("a cancelled run must not generate")
+                finally:
+                    await queued.release()
+
+            nursery.start_soon(run_queued)
+            await trio.testing.wait_all_tasks_blocked()
+            run.cancel()  # POST /v1/responses/{id}/cancel while it waits for the slot
+            await trio.testing.wait_all_tasks_blocked()
+            assert sample(g.metrics, "smg_trio_tenant_requests_waiting", tenant="acme") == 0
+            refunded = await g.reserve(tenant, 1, wait=False)  # its request came back
+            await refunded.release()
+            release.set()
+    outcomes = "smg_trio_tenant_requests_total"
+    assert sample(g.metrics, outcomes, tenant="acme", outcome="left_queue") == 1
+    assert sample(g.metrics, outcomes, tenant="acme", outcome="refunded") == 2
+
+
+@needs_redis
+async def test_a_refund_through_redis_gives_the_charge_back_to_every_gate() -> None:
+    tenant = Tenant("acme", TenantRates(requests=requests_rate(60)), max_concurrent=1, max_queue=1)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            redis_server() as server,
+            open_redis(server.url) as one,
+            open_redis(server.url) as two,
+        ):
+            first = gate(shared=RedisState(one, lease_s=30.0))
+            second = gate(shared=RedisState(two, lease_s=30.0))
+            reserved = await first.reserve(tenant, 1, wait=False)
+            assert reserved.slot is True  # leased in Redis
+            with pytest.raises(RateLimited) as limited:
+                await second.reserve(tenant, 1, wait=False)
+            assert limited.value.error_type == "requests"
+            await reserved.release()  # its slot and its request, back in Redis
+            other = await second.reserve(tenant, 1, wait=False)
+            assert other.slot is True
+            await other.release()
+            assert [g.degraded for g in (first, second)] == [False, False]
