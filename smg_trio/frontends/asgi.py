@@ -86,7 +86,7 @@ from smg_trio.frontends.workers_api import (
     is_workers_path,
     serve_workers,
 )
-from smg_trio.gateway import OTHER_ENDPOINT, Gateway
+from smg_trio.gateway import Gateway
 from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
@@ -94,6 +94,7 @@ from smg_trio.request_ids import (
     new_request_id,
     request_id_from_header,
 )
+from smg_trio.request_observation import OTHER_ENDPOINT
 from smg_trio.tenancy.api_keys import Tenant, TenantTable
 from smg_trio.wire.responses_api import decode_head
 
