@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping
 from contextlib import nullcontext
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -43,13 +43,13 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.core.response_runs import QUEUED
 from smg_trio.endpoint_requests import RESPONSES_PATH, TOKEN_PATHS
-from smg_trio.errors import BackendUnavailable, ClientError, RequestTimeout
+from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
 from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
 from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
 from smg_trio.model import ModelDir
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.observability.request_record import DEADLINE, DRAIN, RequestRecord
+from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request import ClientSink
 from smg_trio.request_ids import new_request_id
@@ -79,9 +79,6 @@ if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/obs
     from smg_trio.observability.tracing import RequestTracer
 
 logger = logging.getLogger(__name__)
-
-# How long a request that ran out of time may still spend sending its timeout error.
-TIMEOUT_ERROR_GRACE_S: Final = 1.0
 
 
 class Gateway:
@@ -217,30 +214,12 @@ class Gateway:
                             responses,
                             prepared,
                         )
-                    await self._end_unfinished(live, sink, record)
+                    await live.end_if_cut_short(record, self.request_timeout_s)
                 finally:
                     logger.debug("%s: finished", path)
         finally:
             if len(body) >= RELEASE_HEAP_AFTER_BYTES:
                 await self.heap_releaser.release()
-
-    async def _end_unfinished(
-        self, live: LiveRequest, sink: ClientSink, record: RequestRecord
-    ) -> None:
-        """End a request cut short by the drain or by its deadline with that error."""
-        if live.drained:  # docs/resilience.md §4: past the drain timeout
-            record.aborted(DRAIN)
-            with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
-                await sink.fail(Draining("the gateway shut down before the request finished"))
-        elif live.timed_out:
-            error = RequestTimeout(
-                f"the request did not finish within {self.request_timeout_s:g} s"
-            )
-            record.failed(error)
-            record.aborted(DEADLINE)
-            # Past the deadline: telling the client gets a short, shielded grace of its own.
-            with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
-                await sink.fail(error)
 
     async def _handle(
         self,
