@@ -18,11 +18,11 @@ status or a final event).
   `draining` once a drain began, ended with that error if still running at the drain timeout,
   and given keep-alives while its stream is silent (docs/resilience.md §4–§5).
 - The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
-  response id and the engine request id's stem, and it is set as the current request id for
-  the log lines of the request (`request_ids`).
-- Every request handled here gets a `RequestRecord` (docs/observability.md §2): opened on
-  arrival, filled by the request's nursery once per engine batch, and handed to the metrics and
-  the request log when the request ends, however it ends.
+  response id and the engine request id's stem.
+- Every request handled here is observed (`request_observation.py`): its `RequestRecord`, its
+  metrics, its log line (with its request id on every line) and its trace (docs/observability.md
+  §2). Its body is prepared off the event loop when large (`request_preparation.py`), and after
+  a large body the freed heap goes back to the system (`heap.HeapReleaser`, docs/limits.md §2).
 """
 
 from __future__ import annotations
@@ -30,42 +30,27 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import nullcontext
-from functools import partial
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING
 
-import msgspec
 import trio
 
-from smg_trio.core.harmony_prompt import harmony_stop_ids
-from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
-from smg_trio.endpoint_requests import (
-    HANDLED_PATHS,
-    RESPONSES_PATH,
-    TOKEN_PATHS,
-    prepare_for_path,
-    token_answer,
-)
-from smg_trio.errors import BackendUnavailable, ClientError, GatewayError, RequestTimeout
-from smg_trio.heap import release_free_heap
-from smg_trio.lifecycle import Draining, Lifecycle, LiveRequest
+from smg_trio.endpoint_requests import TOKEN_PATHS
+from smg_trio.errors import BackendUnavailable, ClientError
+from smg_trio.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
+from smg_trio.lifecycle import Lifecycle, LiveRequest
 from smg_trio.memory_budget import MemoryBudget, Reservation, default_budget_bytes, prompt_bytes
 from smg_trio.model import ModelDir
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.observability.request_log import log_request
-from smg_trio.observability.request_record import (
-    CLIENT_GONE,
-    DEADLINE,
-    DRAIN,
-    RequestRecord,
-)
+from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
-from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.request import ClientSink
-from smg_trio.request_ids import current_request_id, new_request_id
+from smg_trio.request_ids import new_request_id
+from smg_trio.request_observation import observed_request
+from smg_trio.request_preparation import answer_token_request, prepare_request, prompt_model_for
 from smg_trio.response_runs import (
     DEFAULT_EVENTS_MAX,
     DEFAULT_RESUME_GRACE_S,
@@ -87,18 +72,6 @@ if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/obs
     from smg_trio.observability.tracing import RequestTracer
 
 logger = logging.getLogger(__name__)
-_T = TypeVar("_T")
-
-# The endpoint label of any other path (a WebSocket request may name anything).
-OTHER_ENDPOINT: Final = "other"
-# Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
-# cannot stall every other stream on the event loop; short ones are cheaper inline.
-INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
-# How long a request that ran out of time may still spend sending its timeout error.
-TIMEOUT_ERROR_GRACE_S: Final = 1.0
-# After a request whose body was at least this large, the freed heap is handed back to the
-# system (heap.release_free_heap; docs/limits.md §2). Per request, never per token.
-RELEASE_HEAP_AFTER_BYTES: Final = 1024 * 1024
 
 
 class Gateway:
@@ -127,16 +100,8 @@ class Gateway:
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
     ) -> None:
         self.model = model
-        self.prompt_model: PromptModel = msgspec.structs.replace(
-            model.prompt_model(),
-            tool_call_parser=tool_call_parser,
-            reasoning_parser=reasoning_parser,
-            harmony_stop_ids=(
-                harmony_stop_ids(model.tokenizer)
-                if uses_harmony(tool_call_parser, reasoning_parser)
-                else ()
-            ),
-            stream_interval=stream_interval,
+        self.prompt_model: PromptModel = prompt_model_for(
+            model, tool_call_parser, reasoning_parser, stream_interval
         )
         self.pool = pool
         self.request_timeout_s = request_timeout_s
@@ -152,8 +117,7 @@ class Gateway:
             created=int(time.time()),
         )
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
-        self._heap_release = trio.Lock()
-        self._heap_release_wanted = False
+        self.heap_releaser = HeapReleaser()  # after large bodies (docs/limits.md §2)
         self.metrics = metrics or GatewayMetrics(pool)
         self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
         self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
@@ -205,9 +169,8 @@ class Gateway:
         ends the response through `sink.fail`. `reservation` holds the body's bytes from the
         memory budget (the front end took it while reading); without one, the body's bytes are
         reserved here. Either way the prompt's ids are added once prepared (docs/limits.md §4).
-        `transport` (http1, h2, ws) and `client` (the peer's address) label its metrics and its
-        log line; `trace_headers` (the client's `traceparent`, `tracestate`) parent its trace
-        when tracing is on. `tenant` (the one its API key names, `--api-keys`) is charged for a
+        `transport`, `client` and `trace_headers` are for its observation (`observed_request`:
+        metrics, log line, trace). `tenant` (the one its API key names, `--api-keys`) is charged for a
         generation request through `tenant_gate` (docs/fleet.md §2). `responses`: the store's
         side of /v1/responses for this request (a Responses WebSocket's, with its
         connection-local cache); else the gateway's. `prepared`: the body's plan and user,
@@ -215,81 +178,44 @@ class Gateway:
         `response_run_start.admit_response` admitted).
         """
         request_id = request_id or new_request_id()
-        token = current_request_id.set(request_id)
-        endpoint = path if path in HANDLED_PATHS else OTHER_ENDPOINT
-        record = RequestRecord(
-            request_id, endpoint, transport, client, keeps_text=self.log_requests
-        )
-        self.metrics.request_started(record)
-        logger.debug("%s: started", path)
-        tracer = self.tracer
-        if tracer is not None:
-            traced = tracer.start(trace_headers or {}, record)
-            trace_token = outgoing_trace_headers.set(traced.outgoing)
         try:
-            with (
-                self.lifecycle.admit(sink) as live,
-                # The caller's reservation (held since the body was read), else one of ours.
-                nullcontext(reservation)
-                if reservation is not None
-                else self.memory_budget.reserve(len(body)) as held,
-            ):
-                await self._handle(
-                    path,
-                    body,
-                    sink,
-                    record,
-                    session_key,
-                    live,
-                    held,
-                    tenant,
-                    responses,
-                    prepared,
-                    reserved,
-                )
-            if live.drained:  # docs/resilience.md §4: past the drain timeout
-                record.aborted(DRAIN)
-                with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
-                    await sink.fail(Draining("the gateway shut down before the request finished"))
-            elif live.timed_out:
-                error = RequestTimeout(
-                    f"the request did not finish within {self.request_timeout_s:g} s"
-                )
-                record.failed(error)
-                record.aborted(DEADLINE)
-                # Past the deadline: telling the client gets a short, shielded grace of its own.
-                with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
-                    await sink.fail(error)
-        except BaseException as exc:
-            self._record_exit(record, exc)
-            raise
+            with observed_request(
+                self,
+                request_id,
+                path,
+                body,
+                transport=transport,
+                client=client,
+                trace_headers=trace_headers,
+            ) as record:
+                logger.debug("%s: started", path)
+                try:
+                    with (
+                        self.lifecycle.admit(sink) as live,
+                        # The caller's reservation (held since the body was read), else ours.
+                        nullcontext(reservation)
+                        if reservation is not None
+                        else self.memory_budget.reserve(len(body)) as held,
+                    ):
+                        await self._handle(
+                            path,
+                            body,
+                            sink,
+                            record,
+                            session_key,
+                            live,
+                            held,
+                            tenant,
+                            responses,
+                            prepared,
+                            reserved,
+                        )
+                    await live.end_if_cut_short(record, self.request_timeout_s)
+                finally:
+                    logger.debug("%s: finished", path)
         finally:
-            logger.debug("%s: finished", path)
-            ended = time.perf_counter()
-            self.metrics.request_finished(record, ended)
-            log_request(record, ended, with_text=self._logged_text(body, record))
-            if tracer is not None:
-                tracer.finish(traced, record, ended)
-                outgoing_trace_headers.reset(trace_token)
-            current_request_id.reset(token)
             if len(body) >= RELEASE_HEAP_AFTER_BYTES:
-                await self.release_heap()
-
-    async def release_heap(self) -> None:
-        """Hand the freed heap back to the system (heap.release_free_heap), off the loop."""
-        # One trim at a time; a request ending during a trim asks for one more after it, so
-        # the last large request of a burst is always followed by a trim.
-        self._heap_release_wanted = True
-        if self._heap_release.locked():
-            return
-        # Shielded and bounded (at most two trims of milliseconds each, off the event loop).
-        with trio.CancelScope(shield=True):
-            async with self._heap_release:
-                for _ in range(2):
-                    if not self._heap_release_wanted:
-                        break
-                    self._heap_release_wanted = False
-                    await trio.to_thread.run_sync(release_free_heap)
+                await self.heap_releaser.release()
 
     async def _handle(
         self,
@@ -307,16 +233,8 @@ class Gateway:
     ) -> None:
         if path in TOKEN_PATHS:
             await sink.send_body(
-                await self._off_loop_if_large(
-                    partial(
-                        token_answer,
-                        path,
-                        body,
-                        self.prompt_model,
-                        self.model.tokenizer,
-                        self.models.check,
-                    ),
-                    body,
+                await answer_token_request(
+                    path, body, self.prompt_model, self.model.tokenizer, self.models.check
                 )
             )
             return
@@ -369,59 +287,6 @@ class Gateway:
     async def prepare(
         self, path: str, body: bytes, request_id: str, service: ResponsesService
     ) -> tuple[GeneratePlan, str | None]:
-        """The body's plan and `user` (every 400 raised here), off the loop when it is large;
-        a Responses body's stored turns are read first (`handle`, `response_run_start`)."""
-        # /v1/responses: the stored turn it continues, read before preparing.
-        history = await service.history(body) if path == RESPONSES_PATH else []
-        return await self._off_loop_if_large(
-            partial(
-                prepare_for_path,
-                path,
-                body,
-                self.prompt_model,
-                self.models.check,
-                request_id,
-                history,
-            ),
-            body,
+        return await prepare_request(
+            path, body, request_id, self.prompt_model, self.models.check, service
         )
-
-    def _record_exit(self, record: RequestRecord, exc: BaseException) -> None:
-        """What an exception leaving `handle` says about the request, on its record."""
-        if isinstance(exc, GatewayError):
-            record.failed(exc)
-        elif _is_cancellation(exc):
-            # After the whole answer was handed to the transport, a cancel (the client closing
-            # as the last bytes went) ends nothing: the request was served.
-            if record.abort_cause is None and not record.answered:
-                record.aborted(DRAIN if self.lifecycle.draining else CLIENT_GONE)
-        else:
-            record.failed(GatewayError("internal error"))
-
-    def _logged_text(self, body: bytes, record: RequestRecord) -> dict[str, object] | None:
-        if not self.log_requests:
-            return None
-        texts = list(record.texts) if record.texts is not None else []
-        return {"request_body": body.decode("utf-8", "replace"), "completion_texts": texts}
-
-    @staticmethod
-    async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
-        if len(body) <= INLINE_PREPARE_MAX_BYTES:
-            return work()
-        try:
-            return await trio.to_thread.run_sync(work)
-        except GatewayError as error:
-            # trio's thread hand-off keeps the error in a reference cycle with the frames of
-            # its traceback, and those frames hold the decoded body, the templated prompt and
-            # this request's body until the cycle collector runs, which under a lull is never:
-            # 16 rejected 8 MB prompts held 400 MB (docs/limits.md §2). A client error needs
-            # no traceback; dropping it frees all of that now.
-            raise error.with_traceback(None) from None
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """`trio.Cancelled`, alone or as the only kind in a group (a nursery's strict groups)."""
-    if isinstance(exc, BaseExceptionGroup):
-        _, others = exc.split(trio.Cancelled)
-        return others is None
-    return isinstance(exc, trio.Cancelled)

@@ -11,7 +11,7 @@ free inside the process, not in use. Two glibc behaviours keep it:
 - Many small blocks (a tokenizer's per-token records) leave free space scattered through the
   heap and the worker threads' arenas, which only `malloc_trim` returns.
   `release_free_heap` calls it; the gateway does so after a request whose body was large, on a
-  worker thread, one trim at a time.
+  worker thread, one trim at a time (`HeapReleaser`).
 
 Elsewhere (musl, macOS) both are no-ops: the functions are looked up once, and absent is fine.
 """
@@ -23,11 +23,16 @@ import ctypes.util
 import logging
 from typing import Final
 
+import trio
+
 logger = logging.getLogger(__name__)
 
 # glibc's mallopt parameter number (malloc.h).
 M_MMAP_THRESHOLD: Final = -3
 MMAP_THRESHOLD_BYTES: Final = 1024 * 1024
+# After a request whose body was at least this large, the freed heap is handed back to the
+# system (`HeapReleaser`; docs/limits.md §2). Per request, never per token.
+RELEASE_HEAP_AFTER_BYTES: Final = 1024 * 1024
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -60,3 +65,27 @@ def release_free_heap() -> None:
     """Return the heap's free pages to the system (glibc `malloc_trim(0)`); a blocking call."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+class HeapReleaser:
+    """`release_free_heap` off the event loop, one trim at a time (the gateway's one)."""
+
+    def __init__(self) -> None:
+        self._lock = trio.Lock()
+        self._wanted = False
+
+    async def release(self) -> None:
+        """Hand the freed heap back to the system (`release_free_heap`), off the loop."""
+        # One trim at a time; a request ending during a trim asks for one more after it, so
+        # the last large request of a burst is always followed by a trim.
+        self._wanted = True
+        if self._lock.locked():
+            return
+        # Shielded and bounded (at most two trims of milliseconds each, off the event loop).
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                for _ in range(2):
+                    if not self._wanted:
+                        break
+                    self._wanted = False
+                    await trio.to_thread.run_sync(release_free_heap)

@@ -8,8 +8,9 @@ its own, with its sink:
   a new request is refused with 503 `draining` and `/health` answers 503; requests already
   running may finish for `timeout_s` (a second signal cuts that short); then each one left is cancelled (leaving its backend
   stream aborts its engine requests) and marked drained, so `Gateway.handle` ends its response
-  with the `draining` error: SSE an error event then `[DONE]`, WebSocket the id's error frame
-  (its one terminal frame).
+  with the `draining` error (`LiveRequest.end_if_cut_short`): SSE an error event then `[DONE]`,
+  WebSocket the id's error frame (its one terminal frame). A request past its deadline ends
+  the same way with the `request_timeout` error.
 - keep-alive (`keep_alive_forever(period_s)`, one task per process): every quarter period it
   scans the live streaming requests; a sink that sent nothing for four scans in a row (so
   silent for between 1 and 1.25 periods) gets `keep_alive()` (SSE: a `: keep-alive` comment;
@@ -29,7 +30,8 @@ from typing import Final, Protocol, cast, runtime_checkable
 
 import trio
 
-from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
+from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError, RequestTimeout
+from smg_trio.observability.request_record import DEADLINE, DRAIN, RequestRecord
 from smg_trio.request import ClientSink
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ DRAIN_END_GRACE_S: Final = 3.0
 """After the drain timeout: time for the cancelled requests to abort (≤ 1 s each, in parallel)
 and send their error events."""
 KEEPALIVE_SCANS_PER_PERIOD: Final = 4
+# How long a request that ran out of time may still spend sending its timeout error.
+TIMEOUT_ERROR_GRACE_S: Final = 1.0
 
 
 class Draining(BackendUnavailable):
@@ -90,6 +94,21 @@ class LiveRequest:
         """Ended by the deadline the gateway set on `scope` (one scope serves the drain and
         the request deadline: each costs a request a few microseconds)."""
         return self.scope.cancelled_caught and not self.drained
+
+    async def end_if_cut_short(self, record: RequestRecord, request_timeout_s: float) -> None:
+        """End the response of a request cut short by the drain or by its deadline with that
+        error (once its scope has been left), on its record too."""
+        if self.drained:  # docs/resilience.md §4: past the drain timeout
+            record.aborted(DRAIN)
+            with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
+                await self.sink.fail(Draining("the gateway shut down before the request finished"))
+        elif self.timed_out:
+            error = RequestTimeout(f"the request did not finish within {request_timeout_s:g} s")
+            record.failed(error)
+            record.aborted(DEADLINE)
+            # Past the deadline: telling the client gets a short, shielded grace of its own.
+            with trio.move_on_after(TIMEOUT_ERROR_GRACE_S, shield=True):
+                await self.sink.fail(error)
 
 
 class Lifecycle:

@@ -1,10 +1,12 @@
 """I/O. `serve(config)`: the model, one backend per worker, the Gateway, and hypercorn's trio
 server on one port, all in the caller's `trio.run`.
 
-    serve ─┬─ load the model folder, check every worker and the listener (ConfigError: nothing ran)
-           ├─ open one backend per worker spec (ZMQ: bind the handshake port the engines dial;
-           │   gRPC: a channel to the engine, ready once its health check passes), each held
-           │   by a task of `worker_lifetimes` so /workers can add and remove workers later
+    serve ─┬─ load the model folder, check every worker and the listener (http_listener.py);
+           │   a problem is a ConfigError and nothing ran
+           ├─ open one backend per worker spec (worker_backends.py; ZMQ: bind the handshake port
+           │   the engines dial; gRPC: a channel to the engine, ready once its health check
+           │   passes), each held by a task of `worker_lifetimes` so /workers can add and remove
+           │   workers later
            └─ frontends.http_server.serve_http(GatewayApp): our accept loop over hypercorn's
               protocols; HTTP/1.1 and h2c (prior knowledge or Upgrade) on one cleartext port,
               or, with a certificate and key, TLS on that port with ALPN offering h2 and
@@ -16,8 +18,8 @@ server on one port, all in the caller's `trio.run`.
   docs/resilience.md §4): new requests get 503 and running ones may finish for
   `drain_timeout_s` (a second signal, `hurry_trigger`, ends the wait at once), then end with a
   `draining` error event and their engine requests aborted; then the server stops accepting,
-  gives what is left `GRACEFUL_SHUTDOWN_S` (the last frames flush) and cancels it; the
-  backends close last. Without a trigger, `serve` runs until cancelled.
+  gives what is left `GRACEFUL_SHUTDOWN_S` (http_listener.py; the last frames flush) and
+  cancels it; the backends close last. Without a trigger, `serve` runs until cancelled.
 - One keep-alive task per process writes to streams silent for `keepalive_s` (lifecycle.py).
 - Every configuration problem is a ConfigError raised before any task or socket is started.
 - `/metrics` is served on the main port; with `metrics_port` also on a listener of its own
@@ -33,35 +35,26 @@ from __future__ import annotations
 import logging
 import random
 import signal
-import socket
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Final, assert_never, cast
+from typing import TYPE_CHECKING, cast
 
-import hypercorn.config
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.typing import ASGIFramework
 
-from smg_trio.backends.base import Backend
-from smg_trio.backends.grpc_backend import open_grpc_backend
-from smg_trio.backends.zmq_backend import open_zmq_backend
-from smg_trio.backends.zmq_clients import ZmqClient
-from smg_trio.config import DEFAULT_ENGINE_SILENCE_S, GatewayConfig, WorkerSpec
+from smg_trio.config import GatewayConfig
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
-from smg_trio.frontends.http_limits import HttpLimits
 from smg_trio.frontends.http_server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
 from smg_trio.frontends.probe_server import ProbeSnapshot, open_probe_server, publish_forever
 from smg_trio.gateway import Gateway
+from smg_trio.http_listener import check_listener, http_limits, hypercorn_config
 from smg_trio.memory_budget import memory_budget
-from smg_trio.model import ModelDir, load_model_dir
-from smg_trio.neutral.capabilities import require_adapter
-from smg_trio.neutral.runtime import Wire
+from smg_trio.model import load_model_dir
 from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
@@ -73,26 +66,13 @@ from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.tenancy.api_keys import load_api_keys
 from smg_trio.tenancy.gate import open_tenant_gate
+from smg_trio.worker_backends import check_worker_available, open_backend
 from smg_trio.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 
 if TYPE_CHECKING:
     from smg_trio.gateway_process import ProcessRole
     from smg_trio.observability.tracing import RequestTracer
 
-GRACEFUL_SHUTDOWN_S: Final = 5.0
-"""After the drain (lifecycle.py): how long the server lets connections flush before cancelling.
-An idle connection closes at once; one still sending its streams' last frames to a client that
-reads slowly gets this long, so its terminal frames arrive (docs/resilience.md §4: at 1 s, a
-slow reader's queued `draining` events and `done` frames were cut off with the connection)."""
-UNLIMITED_REQUESTS: Final = 2**62
-"""Requests per connection: unlimited. hypercorn's default (1,000) ends an h2 connection with a
-GOAWAY whose in-flight streams then hang (docs/http.md §3)."""
-LIFESPAN_TIMEOUT_S: Final = 5.0
-LISTEN_BACKLOG: Final = 2048  # as the supervisor's listener (supervisor.py)
-"""Connections the kernel queues for accept (it caps this at `net.core.somaxconn`). hypercorn's
-default, 100, overflowed when 1,000 clients connected at once to a busy loop: the kernel
-dropped their handshakes' last ACK and some came back as resets (issue 33's HTTP/1.1 load)."""
-HTTP_LOGGER: Final = "smg_trio.http"
 logger = logging.getLogger(__name__)
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
@@ -328,95 +308,3 @@ def tracing_for(
             f"--otlp-endpoint needs OpenTelemetry: pip install 'smg-trio[tracing]' ({exc})"
         ) from exc
     return partial(otlp_tracing, endpoint)
-
-
-def check_worker_available(spec: WorkerSpec) -> None:
-    """A worker this build can open; anything else is a ConfigError before startup.
-
-    `parse_worker_spec` already refused pairs without an adapter; this is the last guard before
-    a socket is opened, so a spec built by hand cannot slip through.
-    """
-    require_adapter(spec.runtime, spec.wire)
-
-
-@asynccontextmanager
-async def open_backend(
-    spec: WorkerSpec,
-    model: ModelDir,
-    *,
-    engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S,
-    clients: Mapping[WorkerSpec, ZmqClient] | None = None,
-) -> AsyncIterator[tuple[Backend, str]]:
-    """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC);
-    `clients`: this process's side of each ZMQ worker when several share it (processes.md §3)."""
-    check_worker_available(spec)
-    match spec.wire:
-        case Wire.ZMQ:
-            async with open_zmq_backend(
-                runtime=spec.runtime,
-                handshake_address=f"tcp://{spec.address}",
-                vocab_size=model.tokenizer.vocab_size,
-                engine_silence_s=engine_silence_s,
-                client=None if clients is None else clients.get(spec),
-            ) as zmq_backend:
-                yield zmq_backend, zmq_backend.handshake_address
-        case Wire.GRPC:
-            async with open_grpc_backend(
-                runtime=spec.runtime, address=spec.address, engine_silence_s=engine_silence_s
-            ) as grpc_backend:
-                yield grpc_backend, f"grpc://{spec.address}"
-        case _:
-            assert_never(spec.wire)
-
-
-def hypercorn_config(
-    config: GatewayConfig, *, port: int | None = None, tls: bool = True, fd: int | None = None
-) -> hypercorn.config.Config:
-    """The main listener's settings, or with `port` (and `tls=False`) the metrics listener's;
-    with `fd`, on that inherited listening socket instead of binding (docs/processes.md §2)."""
-    http = hypercorn.config.Config()
-    host = f"[{config.host}]" if ":" in config.host else config.host
-    http.bind = [f"{host}:{config.port if port is None else port}" if fd is None else f"fd://{fd}"]
-    if tls and config.certfile is not None and config.keyfile is not None:
-        http.certfile = str(config.certfile)
-        http.keyfile = str(config.keyfile)
-    http.alpn_protocols = ["h2", "http/1.1"]
-    http.keep_alive_timeout = config.idle_timeout_s
-    http.keep_alive_max_requests = UNLIMITED_REQUESTS
-    http.h2_max_concurrent_streams = config.h2_max_streams
-    http.graceful_timeout = GRACEFUL_SHUTDOWN_S
-    http.backlog = LISTEN_BACKLOG
-    http.startup_timeout = LIFESPAN_TIMEOUT_S
-    http.shutdown_timeout = LIFESPAN_TIMEOUT_S
-    http.accesslog = None  # one line per request is noise at token-streaming rates
-    http.errorlog = logging.getLogger(HTTP_LOGGER)
-    return http
-
-
-def http_limits(config: GatewayConfig) -> HttpLimits:
-    return HttpLimits(
-        idle_timeout_s=config.idle_timeout_s,
-        header_timeout_s=config.header_timeout_s,
-        body_timeout_s=config.body_timeout_s,
-        body_idle_s=config.body_idle_s,
-        max_connections=config.max_connections,
-        max_websockets=config.max_websockets,
-    ).resolved()
-
-
-def check_listener(
-    config: GatewayConfig, http: hypercorn.config.Config, *, port: int | None = None
-) -> None:
-    """Bind (and release) the listening address and load the TLS files, so a busy port or a
-    bad certificate is a ConfigError before any backend or engine is started."""
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as hypercorn binds
-        try:
-            probe.bind((config.host, config.port if port is None else port))
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {http.bind[0]}: {exc.strerror or exc}") from exc
-    try:
-        http.create_ssl_context()
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"cannot load the TLS certificate or key: {exc}") from exc

@@ -43,15 +43,11 @@ from smg_trio.backends.zmq_clients import answer_handshakes, client_addresses
 from smg_trio.backends.zmq_socket import private_ipc_dir
 from smg_trio.config import GatewayConfig
 from smg_trio.gateway_process import ProcessRole, encode_role
+from smg_trio.http_listener import check_listener, hypercorn_config
 from smg_trio.model import load_model_dir
 from smg_trio.neutral.runtime import Wire
-from smg_trio.serve import (
-    ShutdownTrigger,
-    check_listener,
-    check_worker_available,
-    hypercorn_config,
-    open_shutdown_signal,
-)
+from smg_trio.serve import ShutdownTrigger, open_shutdown_signal
+from smg_trio.worker_backends import check_worker_available
 
 logger = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ class WorkerLifetimes:
 async def open_worker_lifetimes(
     model: ModelDir, opener: BackendOpener, kv_index: KvIndex | None = None
 ) -> AsyncIterator[WorkerLifetimes]:
-    """Workers opened with `opener` (serve.open_backend) until the block ends.
+    """Workers opened with `opener` (worker_backends.open_backend) until the block ends.
 
     One failure comes out as itself, not in the ExceptionGroup trio's nursery puts it in: a
     startup ConfigError (a worker's busy port) stays the CLI's one-line exit 2, as it was when

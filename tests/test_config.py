@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from smg_trio.cli import build_parser, config_from_args
+from smg_trio.cli import build_parser
 from smg_trio.config import config_from_toml, parse_worker_spec
 from smg_trio.errors import ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serve_options import config_from_args
 
 
 @pytest.mark.parametrize(

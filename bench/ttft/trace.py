@@ -51,7 +51,7 @@ import trio
 from bench.load.h2c_client import open_h2c_connection
 from harness.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio import gateway as gateway_module
-from smg_trio import retrying
+from smg_trio import request_preparation, retrying
 from smg_trio.backends import zmq_codec, zmq_input_writer
 from smg_trio.config import GatewayConfig
 from smg_trio.engines.launch import EngineCommand
@@ -148,7 +148,7 @@ def instrumented() -> Iterator[None]:
     try:
         _before(http_h2.GatewayH2Protocol, "handle", "received", undo)
         _before(gateway_module.Gateway, "handle", "handle", undo)
-        _after(gateway_module, "prepare_for_path", "prepared", undo)  # as Gateway calls it
+        _after(request_preparation, "prepare_for_path", "prepared", undo)  # as it is called
         _after(retrying, "finalize", "finalized", undo)
         # The ADDs are handed to the writer (queued, or sent at once when it is idle).
         _before(zmq_input_writer.InputWriter, "send_adds", "queued", undo)

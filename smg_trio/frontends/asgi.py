@@ -3,21 +3,15 @@
     POST /v1/chat/completions, /v1/completions, /generate   → Gateway.handle (SSE or JSON)
     POST /v1/tokenize, /v1/detokenize                      → Gateway.handle (JSON)
     POST /tokenize, /detokenize                            → the same, under vLLM's names
-    GET  /v1/models                                        → the served model names
-    GET  /version                                          → `{"version": smg-trio's}`, as vLLM's
-    GET  /health, /readiness                               → 200 while ready to take requests
-                                                             (a worker ready, not draining), else 503
-    GET  /liveness                                         → 200 while the process serves at all
+    GET  /v1/models, /version, /health, /readiness,        → frontends.info_routes (the
+         /liveness, /metrics                                 gateway's own state, no engine)
     GET, POST /workers; DELETE /workers/{id}               → frontends.workers_api (admin key)
-    GET  /metrics                                          → Prometheus text (observability.metrics)
-    GET  /v1/ws (WebSocket)                                → frontends.websocket
-    GET  /v1/responses (WebSocket)                         → frontends.responses_socket
-                                                             (OpenAI's Responses WebSocket mode)
+    WebSocket /v1/ws, /v1/responses                        → frontends.websocket_admission
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
   object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
-  413 body too large, 400 bad JSON or parameters) and never a traceback. A bug becomes a logged
-  500; `trio.Cancelled` always propagates.
+  413 body too large, 400 bad JSON or parameters; `refusals.py`) and never a traceback. A bug
+  becomes a logged 500; `trio.Cancelled` always propagates.
 - With an API key configured, every route but the three probes and `/metrics` needs
   `Authorization: Bearer KEY`, or `x-api-key: KEY` as Anthropic's clients send it (vLLM leaves
   health and metrics open too: probes and scrapers carry no key). With `--api-keys FILE`, the
@@ -36,19 +30,14 @@
 - Every HTTP answer (HTTP/1.1 and h2, streams, bodies and errors alike) carries `x-request-id`:
   the client's own, or the one generated for the request (`request_ids`); the same id is the
   request's id in the gateway, its engine requests and its log lines.
-- At most `max_websockets` WebSockets are open at once; one more is accepted and closed at once
-  with 1013 "try again later" (docs/http.md §2).
 - The lifespan scope is answered at once (the backends are opened by `serve` around the app).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Final, cast
+from typing import Final
 
-import smg_trio
 from smg_trio.config import DEFAULT_SESSION_HEADER
 from smg_trio.endpoint_requests import HANDLED_PATHS, RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
@@ -56,7 +45,8 @@ from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.caller_auth import CallerAuth
 from smg_trio.frontends.client_disconnect import client_disconnect_of
 from smg_trio.frontends.http_limits import HttpLimits
-from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
+from smg_trio.frontends.info_routes import INFO_ROUTE_METHODS, OPEN_PATHS, answer_info
+from smg_trio.frontends.refusals import MethodNotAllowed, error_headers, refuse
 from smg_trio.frontends.request_body import read_body
 from smg_trio.frontends.response_runs_http import (
     is_cancel_path,
@@ -67,18 +57,17 @@ from smg_trio.frontends.response_runs_http import (
 )
 from smg_trio.frontends.response_started import ResponseStarted
 from smg_trio.frontends.responses import (
-    Header,
     Receive,
     Scope,
     Send,
     answer_lifespan,
     client_address,
+    header_map,
     http_transport,
-    send_error_discarding_body,
-    send_json,
 )
 from smg_trio.frontends.sse import SseResponse, respond
 from smg_trio.frontends.stored_responses import is_stored_response_path, serve_stored_response
+from smg_trio.frontends.websocket_admission import WEBSOCKET_PATH, WebSocketAdmission
 from smg_trio.frontends.workers_api import (
     WorkerAdmin,
     allowed_methods,
@@ -86,50 +75,25 @@ from smg_trio.frontends.workers_api import (
     is_workers_path,
     serve_workers,
 )
-from smg_trio.gateway import OTHER_ENDPOINT, Gateway
-from smg_trio.memory_budget import MemoryBudgetExceeded, Reservation
+from smg_trio.gateway import Gateway
+from smg_trio.memory_budget import Reservation
 from smg_trio.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
     new_request_id,
     request_id_from_header,
 )
+from smg_trio.request_observation import OTHER_ENDPOINT
 from smg_trio.tenancy.api_keys import Tenant, TenantTable
 from smg_trio.wire.responses_api import decode_head
 
 logger = logging.getLogger(__name__)
 
-WEBSOCKET_PATH: Final = "/v1/ws"
-HEALTH_PATH: Final = "/health"
-READINESS_PATH: Final = "/readiness"
-LIVENESS_PATH: Final = "/liveness"
-# Orchestrators' probes (docs/resilience.md §4): never behind the API key.
-PROBE_PATHS: Final = (HEALTH_PATH, READINESS_PATH, LIVENESS_PATH)
-MODELS_PATH: Final = "/v1/models"
-# vLLM's `GET /version` shape, with our own version: the server answering is smg-trio, whatever
-# engine runs behind it (docs/client-apis.md §4).
-VERSION_PATH: Final = "/version"
-VERSION_BODY: Final = b'{"version":"' + smg_trio.__version__.encode() + b'"}'
 ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
     **dict.fromkeys(HANDLED_PATHS, ("POST",)),
-    MODELS_PATH: ("GET", "HEAD"),
-    VERSION_PATH: ("GET", "HEAD"),
-    **dict.fromkeys(PROBE_PATHS, ("GET", "HEAD")),
-    METRICS_PATH: ("GET", "HEAD"),
+    **INFO_ROUTE_METHODS,
     WEBSOCKET_PATH: ("GET",),
 }
-HEALTHY_BODY: Final = b'{"status":"ok"}'
-WEBSOCKET_POLICY_VIOLATION: Final = 1008
-WEBSOCKET_INTERNAL_ERROR: Final = 1011
-WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
-
-# Each WebSocket path and the module serving it (its `handle_websocket`), imported on first use.
-WEBSOCKET_MODULES: Final = {
-    WEBSOCKET_PATH: "smg_trio.frontends.websocket",
-    RESPONSES_PATH: "smg_trio.frontends.responses_socket",
-}
-
-WebSocketHandler = Callable[[Gateway, Scope, Receive, Send, Tenant | None], Awaitable[None]]
 
 
 class GatewayApp:
@@ -148,34 +112,34 @@ class GatewayApp:
         tenants: TenantTable | None = None,
     ) -> None:
         self.gateway = gateway
-        self._auth = CallerAuth(api_key, tenants)
+        self._auth = auth = CallerAuth(api_key, tenants)
         self._max_body_bytes = max_body_bytes
         self._session_header = session_header.lower().encode()
         self._admin = admin
         self._admin_key = admin_api_key.encode() if admin_api_key and admin else None
         self._limits = (limits or HttpLimits()).resolved()
-        self.open_websockets = 0
+        self.websockets = WebSocketAdmission(gateway, auth, self._limits.max_websockets)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match scope["type"]:
             case "http":
                 await self._http(scope, receive, send)
             case "websocket":
-                await self._websocket(scope, receive, send)
+                await self.websockets.serve(scope, receive, send)
             case "lifespan":
                 await answer_lifespan(receive, send)
             case other:
                 raise ValueError(f"unknown ASGI scope type {other!r}")
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        header = _header_map(scope).get(REQUEST_ID_HEADER)
+        header = header_map(scope).get(REQUEST_ID_HEADER)
         try:
             request_id = request_id_from_header(header)
         except ClientError as error:
             request_id = new_request_id()
             tracked = ResponseStarted(send, request_id)
             self._count_rejected(scope, error)
-            await _refuse(scope, receive, tracked, error)
+            await refuse(scope, receive, tracked, error)
             return
         tracked = ResponseStarted(send, request_id)
         token = current_request_id.set(request_id)
@@ -195,24 +159,24 @@ class GatewayApp:
             # Raised before `Gateway.handle` (which answers its own errors through the sink).
             self._count_rejected(scope, error)
             if not tracked.started:
-                await _refuse(scope, receive, tracked, error, *_error_headers(error))
+                await refuse(scope, receive, tracked, error, *error_headers(error))
         except Exception:
             logger.exception("unexpected error in %s %s", scope["method"], scope["path"])
             if not tracked.started:
                 internal = GatewayError("internal error while serving the request")
-                await _refuse(scope, receive, tracked, internal)
+                await refuse(scope, receive, tracked, internal)
 
     async def _route(
         self, scope: Scope, receive: Receive, send: ResponseStarted, request_id: str
     ) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
-        headers = _header_map(scope)
+        headers = header_map(scope)
         if is_workers_path(path):
             await self._workers(method, path, headers, receive, send)
             return
         tenant = None
-        if path not in PROBE_PATHS and path != METRICS_PATH:
+        if path not in OPEN_PATHS:
             tenant = self._auth.tenant_of(headers)
         if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
             if method == "GET":  # a run's state or stream first (docs/client-apis.md §3.5)
@@ -224,7 +188,7 @@ class GatewayApp:
             return
         if is_cancel_path(path):  # POST /v1/responses/{id}/cancel
             if method != "POST":
-                raise _MethodNotAllowed(method, path, ("POST",))
+                raise MethodNotAllowed(method, path, ("POST",))
             with self.gateway.memory_budget.reserve() as reservation:
                 body = await self._read_body(receive, headers, reservation)
             if body.strip() not in (b"", b"{}"):  # it takes none: refused, not ignored
@@ -235,17 +199,9 @@ class GatewayApp:
         if allowed is None:
             raise ClientError(f"no route for {path}", status=404, code="not_found")
         if method not in allowed:
-            raise _MethodNotAllowed(method, path, allowed)
-        if path == LIVENESS_PATH:
-            await send_json(send, 200, HEALTHY_BODY)
-        elif path in PROBE_PATHS:
-            await self._health(send)
-        elif path == METRICS_PATH:
-            await send_metrics(send, self.gateway.metrics)
-        elif path == MODELS_PATH:
-            await send_json(send, 200, self.gateway.models.body())
-        elif path == VERSION_PATH:
-            await send_json(send, 200, VERSION_BODY)
+            raise MethodNotAllowed(method, path, allowed)
+        if path in INFO_ROUTE_METHODS:
+            await answer_info(self.gateway, path, send)
         elif path == WEBSOCKET_PATH:
             raise ClientError(
                 f"{WEBSOCKET_PATH} speaks WebSocket: send an Upgrade request",
@@ -318,7 +274,7 @@ class GatewayApp:
         assert self._admin is not None  # an admin key is only kept with an admin
         allowed = allowed_methods(path)
         if method not in allowed:
-            raise _MethodNotAllowed(method, path, allowed)
+            raise MethodNotAllowed(method, path, allowed)
         body = b""
         if method == "POST":
             with self.gateway.memory_budget.reserve() as reservation:
@@ -332,13 +288,6 @@ class GatewayApp:
             endpoint, http_transport(scope), error.status, error.code
         )
 
-    async def _health(self, send: Send) -> None:
-        if self.gateway.ready:
-            await send_json(send, 200, HEALTHY_BODY)
-        else:
-            reason = self.gateway.unready_reason().encode()
-            await send_json(send, 503, b'{"status":"unavailable","reason":"' + reason + b'"}')
-
     async def _read_body(
         self, receive: Receive, headers: dict[bytes, bytes], reservation: Reservation
     ) -> bytes:
@@ -346,93 +295,12 @@ class GatewayApp:
             receive, headers, reservation, max_body_bytes=self._max_body_bytes, limits=self._limits
         )
 
-    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        module = WEBSOCKET_MODULES.get(scope["path"])
-        if module is None:
-            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
-            return
-        try:
-            tenant = self._auth.tenant_of(_header_map(scope))
-        except ClientError:
-            await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
-            return
-        handler = _websocket_handler(module)
-        if handler is None:
-            await send({"type": "websocket.close", "code": WEBSOCKET_INTERNAL_ERROR})
-            return
-        if self.open_websockets >= self._limits.max_websockets:
-            await _refuse_websocket(receive, send)
-            return
-        self.open_websockets += 1
-        try:
-            await handler(self.gateway, scope, receive, send, tenant)
-        finally:
-            self.open_websockets -= 1
-
-
-class _MethodNotAllowed(ClientError):
-    def __init__(self, method: str, path: str, allowed: tuple[str, ...]) -> None:
-        super().__init__(
-            f"{method} is not allowed on {path}; use {' or '.join(allowed)}",
-            status=405,
-            code="method_not_allowed",
-        )
-        self.allowed = allowed
-
-
-def _error_headers(error: GatewayError) -> list[tuple[bytes, bytes]]:
-    if isinstance(error, _MethodNotAllowed):
-        return [(b"allow", ", ".join(error.allowed).encode())]
-    if error.status == 401:
-        return [(b"www-authenticate", b"Bearer")]
-    if isinstance(error, MemoryBudgetExceeded):
-        return [(b"retry-after", str(error.retry_after_s).encode())]
-    return []
-
 
 def _trace_headers(scope: Scope) -> dict[str, str]:
     """The client's W3C trace context headers (docs/observability.md §4)."""
-    headers = _header_map(scope)
+    headers = header_map(scope)
     return {
         name.decode(): headers[name].decode("latin-1")
         for name in (b"traceparent", b"tracestate")
         if name in headers
     }
-
-
-async def _refuse(
-    scope: Scope, receive: Receive, send: Send, error: GatewayError, *headers: Header
-) -> None:
-    """`error` as the whole answer to a request whose body was not read, in its path's API."""
-    dialect, http1 = dialect_for_path(scope["path"]), http_transport(scope) == "http1"
-    await send_error_discarding_body(receive, send, error, headers, dialect=dialect, http1=http1)
-
-
-def _header_map(scope: Scope) -> dict[bytes, bytes]:
-    # ASGI servers give lower-case names; a repeated header keeps its last value.
-    return {bytes(name).lower(): bytes(value) for name, value in scope["headers"]}
-
-
-def _websocket_handler(name: str) -> WebSocketHandler | None:
-    # Imported on first use: the WebSocket front ends are optional for HTTP-only deployments.
-    try:
-        module = importlib.import_module(name)
-    except ImportError:
-        logger.exception("the WebSocket front end is not available")
-        return None
-    return cast(WebSocketHandler, module.handle_websocket)
-
-
-async def _refuse_websocket(receive: Receive, send: Send) -> None:
-    # A close before the accept would be an HTTP 403; accepting first lets the client read
-    # the code: 1013 "try again later" (RFC 6455 §7.4.1 registry).
-    if (await receive())["type"] != "websocket.connect":
-        return
-    await send({"type": "websocket.accept"})
-    await send(
-        {
-            "type": "websocket.close",
-            "code": WEBSOCKET_TRY_AGAIN_LATER,
-            "reason": "the server is at its WebSocket limit",
-        }
-    )

@@ -40,6 +40,12 @@ def http_transport(scope: Mapping[str, object]) -> str:
     return "h2" if scope.get("http_version") == "2" else "http1"
 
 
+def header_map(scope: Scope) -> dict[bytes, bytes]:
+    """A scope's headers by name."""
+    # ASGI servers give lower-case names; a repeated header keeps its last value.
+    return {bytes(name).lower(): bytes(value) for name, value in scope["headers"]}
+
+
 async def send_json(
     send: Send,
     status: int,

@@ -11,8 +11,9 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 
 from smg_trio.errors import ClientGone
-from smg_trio.gateway import RELEASE_HEAP_AFTER_BYTES, Gateway
+from smg_trio.gateway import Gateway
 from smg_trio.handoff import Taken
+from smg_trio.heap import RELEASE_HEAP_AFTER_BYTES
 
 FRAME_BUFFER: Final = 16
 """Frames waiting for the sender; small, so backpressure reaches the requests quickly."""
@@ -99,4 +100,4 @@ async def serve_socket(
     # The socket's own large frames (hypercorn's message buffers, the decoded texts) are free
     # only now that it is gone: hand them back too (docs/limits.md §2).
     if session.largest_frame >= RELEASE_HEAP_AFTER_BYTES:
-        await gateway.release_heap()
+        await gateway.heap_releaser.release()
