@@ -339,7 +339,7 @@ def system_token_counts(base_url: str, setup: Setup) -> list[int]:
 
 def run_one(setup: Setup, policy: str, processes: int, workdir: Path) -> Outcome:
     kv_dir = Path(workdir) / f"{policy}-{processes}-{setup.seed}"
-    kv_dir.mkdir()
+    kv_dir.mkdir(parents=True)
     port = free_port()
     handshakes = [free_port(), free_port()]
     gateway = [
