@@ -20,7 +20,7 @@ crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20, as does
 request's first output, as vLLM sends them once its prefill is done. `logit_bias`,
 `allowed_token_ids` and `_bad_words_token_ids` steer the fake model (`engines.token_rules`);
 `structured_outputs` is refused as the real EngineCore refuses it (a `choice`, which only
-vLLM's front end turns into a grammar, or no `_backend`: `structured_outputs_problem`) and
+vLLM's front end turns into a grammar, or no `_backend`: `vllm_request_checks`) and
 followed only for a choice's grammar (`engines.choice_script`), after the
 reasoning when launched with `--reasoning-parser` and the ADD's `reasoning_ended` says so
 (`engines.reasoning_gate`), and reported, with the rest of the decoded SamplingParams (and
@@ -50,6 +50,7 @@ from smg_trio.engines.generation import (
 )
 from smg_trio.engines.reasoning_gate import grammar_gate
 from smg_trio.engines.token_rules import TokenRules
+from smg_trio.engines.vllm_request_checks import reject_undecodable, structured_outputs_problem
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
     RUNNER_UP_LOGPROB,
@@ -77,7 +78,6 @@ from smg_trio.wire.vllm_zmq import (
     EngineCoreRequest,
     ReadyResponse,
     VllmSamplingParams,
-    VllmStructuredOutputs,
     decode_request,
     decode_utility_call,
     encode_ready_response,
@@ -106,10 +106,7 @@ from smg_trio.wire.zmq_transport import (
 VLLM_VERSION: Final = "0.33.0"  # the layouts we speak (22-element request, 19-element output)
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 MAX_LOGPROBS: Final = 20
-# The backends vLLM's EngineCore can build (its front end writes one into `_backend`).
-GRAMMAR_BACKENDS: Final = frozenset({"xgrammar", "guidance", "outlines", "lm-format-enforcer"})
 HANDSHAKE_TIMEOUT_SECONDS: Final = 300.0  # HANDSHAKE_TIMEOUT_MINS = 5
-_GENERIC: Final = msgspec.msgpack.Decoder()
 
 
 class VllmWire:
@@ -187,7 +184,7 @@ class VllmWire:
         try:
             request = decode_request(payload)
         except BackendProtocolError as exc:
-            return _reject_undecodable(payload, str(exc))
+            return reject_undecodable(payload, str(exc))
         params = request.sampling_params
         if params is None:
             return Reject(request.request_id, request.client_index, "pooling is not supported")
@@ -372,45 +369,6 @@ def _finish_fields(outcome: Outcome | None) -> tuple[int | None, int | None, Req
             return FinishReason.ERROR, None, RequestError("validation_error", message, False)
         case _:
             assert_never(outcome)
-
-
-def structured_outputs_problem(constraint: VllmStructuredOutputs | None) -> str | None:
-    """Why the real EngineCore fails a request's grammar (a terminal ERROR output), or None.
-
-    Its grammar backends compile a JSON schema, JSON mode, a regex, a grammar or a structural
-    tag, never a `choice` (vLLM's front end turns one into a grammar first), and it builds its
-    backend from `_backend`, which only the front end sets (docs/wire.md §A.6.2).
-    """
-    if constraint is None:
-        return None
-    keys = (
-        constraint.json,
-        constraint.regex,
-        constraint.choice,
-        constraint.grammar,
-        constraint.json_object,
-        constraint.structural_tag,
-    )
-    given = sum(value is not None for value in keys)
-    if given != 1:
-        return f"structured outputs need exactly one constraint, got {given}"
-    if constraint.choice is not None:
-        return "grammar is not of valid supported types. (StructuredOutputOptions.CHOICE)"
-    if constraint.backend not in GRAMMAR_BACKENDS:
-        return f"Unsupported structured output backend: {constraint.backend}"
-    return None
-
-
-def _reject_undecodable(payload: bytes, reason: str) -> Command:
-    """An ADD that does not decode: answer with an error if its id and client can be read."""
-    try:
-        raw = _GENERIC.decode(payload)
-    except msgspec.DecodeError:
-        return Ignored(reason)
-    if not isinstance(raw, list) or not raw or not isinstance(raw[0], str):
-        return Ignored(reason)
-    client_index = raw[11] if len(raw) > 11 and type(raw[11]) is int else 0
-    return Reject(raw[0], client_index, reason)
 
 
 def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:
