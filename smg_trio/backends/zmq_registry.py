@@ -18,12 +18,7 @@ from typing import Any
 
 import trio
 
-from smg_trio.backends.base import (
-    NO_PREFIX_CACHE_DELTA,
-    EngineLoad,
-    EngineStatus,
-    PrefixCacheCounts,
-)
+from smg_trio.backends.base import EngineLoad, EngineStatus, PrefixCacheCounts
 from smg_trio.backends.in_flight import InFlight, InFlightTable
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
@@ -346,9 +341,7 @@ class EngineRegistry:
             if message.load is not None:
                 engine.load = message.load
             counts = message.prefix_cache  # deltas: summed here, exported as counters
-            if counts is not None and (
-                counts is not NO_PREFIX_CACHE_DELTA or engine.prefix_cache is None
-            ):
+            if counts is not None:
                 summed = engine.prefix_cache
                 engine.prefix_cache = counts if summed is None else summed.plus(counts)
         if message.utility is not None:

@@ -41,6 +41,9 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
+local function tats(key)
+  return tonumber(redis.call('HGET', key, 'r') or '0'), tonumber(redis.call('HGET', key, 't') or '0')
+end
 local function keep(key, rtat, ttat, now)
   redis.call('HSET', key, 'r', string.format('%.6f', rtat), 't', string.format('%.6f', ttat))
   local ms = math.ceil((math.max(rtat, ttat) - now) * 1000) + 1000
@@ -53,8 +56,7 @@ ADMIT_SCRIPT: Final = (
     _GCRA
     + """
 local now = clock()
-local rtat = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
-local ttat = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+local rtat, ttat = tats(KEYS[1])
 local rleft, tleft = -1, -1
 if tonumber(ARGV[2]) >= 0 then
   local tat, left = gcra(rtat, now, 1, tonumber(ARGV[1]), tonumber(ARGV[2]))
@@ -76,8 +78,7 @@ RECONCILE_SCRIPT: Final = (
     _GCRA
     + """
 local now = clock()
-local rtat = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
-local ttat = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+local rtat, ttat = tats(KEYS[1])
 ttat = math.max(ttat, now) + tonumber(ARGV[2]) * tonumber(ARGV[1])
 keep(KEYS[1], rtat, ttat, now)
 return 1
@@ -89,8 +90,7 @@ REFUND_SCRIPT: Final = (
     _GCRA
     + """
 local now = clock()
-local rtat = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
-local ttat = tonumber(redis.call('HGET', KEYS[1], 't') or '0')
+local rtat, ttat = tats(KEYS[1])
 if tonumber(ARGV[1]) >= 0 then
   rtat = math.max(now, rtat - tonumber(ARGV[1]))
 end
