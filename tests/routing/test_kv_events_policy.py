@@ -106,3 +106,46 @@ def test_new_prefixes_split_evenly_over_the_engines_caches() -> None:
         if prefix % 2:  # half the engines' events arrive before the next prefix
             index.apply(chosen, caches[chosen].admit(prompt).events)
     assert placed.count("w1") == placed.count("w2") == 4
+
+
+def test_prefixes_placed_before_the_block_size_is_known_count_at_the_engines_size() -> None:
+    # Real vLLM on the CPU stores blocks of 32 tokens; the policy keys at 16 until the first
+    # BlockStored says so. Two prefixes go to one engine and one to the other before any
+    # event; later the second engine holds more (it stored two more prefixes). Counted at the
+    # wrong size and never confirmed, the early placements made the first engine look fuller
+    # than it was, and it took the next prefix (a 10/6 split in the real-vLLM bench).
+    index = KvIndex()
+    policy = KvEventsPolicy(index)
+    workers = [loaded_worker("w1"), loaded_worker("w2")]
+    caches = {
+        name: PrefixCache(capacity_blocks=1000, block_size=32, seed=seed)
+        for seed, name in enumerate(("w1", "w2"))
+    }
+    prompts = [tuple(range(1000 * prefix, 1000 * prefix + 64)) for prefix in range(6)]
+    first = policy.choose(workers, ask(prompts[0]))
+    other = next(worker for worker in workers if worker is not first)
+    second = policy.choose(workers, ask(prompts[1]))
+    assert second is other
+    backend_of(other).in_flight = 1  # equal occupancy: the third goes to the idler, `first`
+    assert policy.choose(workers, ask(prompts[2])) is first
+    backend_of(other).in_flight = 0
+    for prompt, holder in ((prompts[0], first), (prompts[1], other), (prompts[2], first)):
+        index.apply(holder.name, caches[holder.name].admit(prompt).events)
+    assert index.block_size == 32
+    for prompt in prompts[3:5]:  # the other engine stores two more (traffic from elsewhere)
+        index.apply(other.name, caches[other.name].admit(prompt).events)
+    # first: 2 prefixes of 2 blocks; other: 3 prefixes of 2 blocks.
+    assert policy.choose(workers, ask(prompts[5])) is first
+
+
+def test_a_burst_routed_before_the_block_size_is_known_stays_together_after() -> None:
+    index = KvIndex()
+    policy = KvEventsPolicy(index)
+    workers = [loaded_worker("w1"), loaded_worker("w2")]
+    cache = PrefixCache(capacity_blocks=1000, block_size=32, seed=0)
+    chosen = policy.choose(workers, ask((*SYSTEM_B, 1)))
+    other = next(worker for worker in workers if worker is not chosen)
+    # Another prefix's events say the block size (32) before this prefix's events arrive.
+    index.apply(other.name, cache.admit(SYSTEM_A).events)
+    backend_of(chosen).in_flight = 3
+    assert {policy.choose(workers, ask((*SYSTEM_B, n))).name for n in range(4)} == {chosen.name}
