@@ -8,7 +8,7 @@ from smg_trio.engines.prefix_cache import PrefixCache
 from smg_trio.routing.kv_events import KvEventsPolicy, rendezvous
 from smg_trio.routing.kv_index import KvIndex, block_keys
 from smg_trio.routing.policies import build_policy
-from smg_trio.routing.vocabulary import RoutingContext
+from smg_trio.routing.vocabulary import RoutingContext, Worker
 from smg_trio.routing.workers import WorkerPool
 from tests.routing.loaded_workers import backend_of, loaded_worker
 
@@ -24,6 +24,18 @@ def engines_with(index: KvIndex, **held: tuple[int, ...]) -> None:
     for seed, (name, ids) in enumerate(held.items()):
         cache = PrefixCache(capacity_blocks=100, block_size=16, seed=seed)
         index.apply(name, cache.admit(ids).events)
+
+
+def two_engines(
+    block_size: int,
+) -> tuple[KvIndex, KvEventsPolicy, list[Worker], dict[str, PrefixCache]]:
+    """An index and policy over two idle workers, and each worker's engine cache."""
+    index = KvIndex()
+    caches = {
+        name: PrefixCache(capacity_blocks=1000, block_size=block_size, seed=seed)
+        for seed, name in enumerate(("w1", "w2"))
+    }
+    return index, KvEventsPolicy(index), [loaded_worker("w1"), loaded_worker("w2")], caches
 
 
 def test_the_longest_engine_reported_prefix_wins() -> None:
@@ -91,13 +103,7 @@ def test_a_retired_worker_is_forgotten_by_the_index() -> None:
 def test_new_prefixes_split_evenly_over_the_engines_caches() -> None:
     # Loads say nothing here (both idle between requests); occupancy does: the engine holding
     # fewer blocks (reported, or sent and not yet reported) takes the next new prefix.
-    index = KvIndex()
-    policy = KvEventsPolicy(index)
-    workers = [loaded_worker("w1"), loaded_worker("w2")]
-    caches = {
-        name: PrefixCache(capacity_blocks=1000, block_size=16, seed=seed)
-        for seed, name in enumerate(("w1", "w2"))
-    }
+    index, policy, workers, caches = two_engines(block_size=16)
     placed = []
     for prefix in range(8):
         prompt = tuple(range(1000 * prefix, 1000 * prefix + 64))
@@ -114,13 +120,7 @@ def test_prefixes_placed_before_the_block_size_is_known_count_at_the_engines_siz
     # event; later the second engine holds more (it stored two more prefixes). Counted at the
     # wrong size and never confirmed, the early placements made the first engine look fuller
     # than it was, and it took the next prefix (a 10/6 split in the real-vLLM bench).
-    index = KvIndex()
-    policy = KvEventsPolicy(index)
-    workers = [loaded_worker("w1"), loaded_worker("w2")]
-    caches = {
-        name: PrefixCache(capacity_blocks=1000, block_size=32, seed=seed)
-        for seed, name in enumerate(("w1", "w2"))
-    }
+    index, policy, workers, caches = two_engines(block_size=32)
     prompts = [tuple(range(1000 * prefix, 1000 * prefix + 64)) for prefix in range(6)]
     first = policy.choose(workers, ask(prompts[0]))
     other = next(worker for worker in workers if worker is not first)
