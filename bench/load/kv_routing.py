@@ -3,7 +3,7 @@ engines with KV events on (docs/routing.md §9.5), with one and with two gateway
 
     python -m bench kv_routing [--engines reference|vllm] [--processes 1 2]
         [--prefixes 16] [--users 24] [--system-words 120] [--kv-blocks 240] [--concurrency 8]
-        [--vllm-venv DIR --real-model DIR]
+        [--vllm-venv DIR --real-model DIR] [--rounds 3 --first-seed 32]
 
 Each configuration is started fresh (its gateway `smg-trio serve --processes N` and two engines
 as subprocesses, every engine cache empty), then sends `prefixes × users` completions
@@ -386,6 +386,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--vllm-venv", type=Path)
     parser.add_argument("--real-model", type=Path)
     parser.add_argument("--rounds", type=int, default=3, help="seeded orders per policy")
+    parser.add_argument(
+        "--first-seed", type=int, default=SEED, help="the first round's order (then +1 a round)"
+    )
     parser.add_argument("--workdir", type=Path, help="keep logs and sockets here (default: temp)")
     args = parser.parse_args(argv)
     if args.engines == "vllm" and (args.vllm_venv is None or args.real_model is None):
@@ -418,7 +421,7 @@ def main(argv: Sequence[str]) -> int:
             errors = 0
             for policy in args.policies:
                 for round_ in range(args.rounds):
-                    seeded = dataclasses.replace(setup, seed=SEED + round_)
+                    seeded = dataclasses.replace(setup, seed=args.first_seed + round_)
                     outcome = run_one(seeded, policy, processes, Path(workdir))
                     rate = outcome.rate
                     rates.setdefault(policy, []).append(rate)
@@ -449,7 +452,8 @@ def main(argv: Sequence[str]) -> int:
                     f"{gaps[policy]:.2f} points |"
                 )
     note = (
-        f"\n{args.rounds} rounds per policy (seeded orders {SEED}..{SEED + args.rounds - 1}); "
+        f"\n{args.rounds} rounds per policy (seeded orders {args.first_seed}.."
+        f"{args.first_seed + args.rounds - 1}); "
         f"{setup.prefixes} system prompts ({setup.system_words} words) × {setup.users} users, "
         f"{setup.prefixes * setup.users} completions of {MAX_TOKENS} tokens at concurrency "
         f"{setup.concurrency}, seeded order; 2 engines of {setup.kv_blocks} KV blocks "
