@@ -27,20 +27,16 @@ or, for a Responses run whose create must hear the answer before the run begins
    A reservation released unused (its run cancelled or failed before its generation began)
    gives its charge back (`refund`): the tenant pays for what runs.
 3. State lives in this process, or with a `RedisState` in Redis, shared by every process and
-   replica. Every Redis call is bounded (`REDIS_CALL_BUDGET_S`); a failed or slow call
-   switches the gate to this process's own state with one logged warning, and Redis is tried
-   again `REDIS_RETRY_S` later (a logged info when it answers again). Never no limits, never
-   an error to the client. A slot leased in one place is released in the same place.
+   replica; a Redis outage switches to this process's own state, never to no limits or to an
+   error (`tenant_state.py`).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol
 
 import trio
 
@@ -50,22 +46,15 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request_ids import new_request_id
 from smg_trio.routing.admission import DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.tenancy.api_keys import Tenant
-from smg_trio.tenancy.local_state import LocalState
-from smg_trio.tenancy.redis_client import RedisReplyError, RedisUnavailable, open_redis
+from smg_trio.tenancy.redis_client import open_redis
 from smg_trio.tenancy.redis_state import RedisState
+from smg_trio.tenancy.tenant_state import REDIS_RETRY_S, TenantState
 
-logger = logging.getLogger(__name__)
-_T = TypeVar("_T")
+__all__ = ["REDIS_RETRY_S", "TenantGate", "TenantReservation", "Usage", "open_tenant_gate"]
 
-# A Redis round trip on a LAN is well under a millisecond; past this the call is abandoned.
-REDIS_CALL_BUDGET_S: Final = 0.25
-# After a failed Redis call, this process's own state serves this long before Redis is retried.
-REDIS_RETRY_S: Final = 1.0
 # A waiter for a slot held in Redis re-checks this often (a slot may free in another process).
 SHARED_SLOT_POLL_S: Final = 0.05
 QUEUE_FULL_RETRY_AFTER_S: Final = 1
-# Redis leases remembered for release after an outage, at most.
-MAX_UNRELEASED: Final = 4096
 
 
 class Usage(Protocol):
@@ -85,21 +74,15 @@ class TenantGate:
         redis_retry_s: float = REDIS_RETRY_S,
     ) -> None:
         self.metrics = metrics
-        self.redis_retry_s = redis_retry_s
-        self.shared = shared
-        self.local = LocalState()
+        self.state = TenantState(metrics, shared, redis_retry_s=redis_retry_s)
         self.queue_timeout_s = queue_timeout_s
-        self._shared_down_until = -math.inf
         self._waiting: dict[str, int] = {}
         self._released: dict[str, trio.Event] = {}
-        # Redis leases whose release failed (an outage): released once Redis answers again,
-        # else they would hold their slots until they expire.
-        self._unreleased: list[tuple[Tenant, str]] = []
 
     @property
     def degraded(self) -> bool:
         """Redis is configured but this process serves from its own state now."""
-        return self.shared is not None and trio.current_time() < self._shared_down_until
+        return self.state.degraded
 
     @asynccontextmanager
     async def admitted(
@@ -129,16 +112,13 @@ class TenantGate:
         try:
             if tenant.max_concurrent is not None:
                 reservation.lease_id = new_request_id()
-                reservation.slot = await self._try_lease(tenant, reservation.lease_id)
+                reservation.slot = await self.state.try_lease(tenant, reservation.lease_id)
                 if reservation.slot is None:
                     self._enter_queue(tenant)
                     reservation.queued = True
                     if wait:
                         await reservation.take_slot(self.queue_timeout_s)
-            decision = await self._shared_or_local(
-                lambda shared: shared.admit(tenant, prompt_tokens),
-                lambda: self.local.admit(tenant, prompt_tokens),
-            )
+            decision = await self.state.admit(tenant, prompt_tokens)
             if isinstance(decision, Limited):
                 self.metrics.refused(tenant.name, f"rate_limited_{decision.kind}")
                 raise _rate_limited(tenant, decision, prompt_tokens)
@@ -162,7 +142,8 @@ class TenantGate:
         self._waiting[name] = waiting + 1
         self.metrics.waiting(name, +1)
 
-    def _leave_queue(self, tenant: Tenant) -> None:
+    def leave_queue(self, tenant: Tenant) -> None:
+        """A place in `tenant`'s queue is given up (its slot taken, or its request gone)."""
         name = tenant.name
         self.metrics.waiting(name, -1)
         left = self._waiting[name] - 1
@@ -171,18 +152,18 @@ class TenantGate:
         else:
             del self._waiting[name]
 
-    async def _wait_for_slot(self, tenant: Tenant, lease_id: str, timeout_s: float) -> bool:
+    async def wait_for_slot(self, tenant: Tenant, lease_id: str, timeout_s: float) -> bool:
         """Wait in the queue (a place the caller took) until a slot is leased: where (see
-        `_try_lease`). A wait past `timeout_s` is a 429; a cancelled one counts `left_queue`."""
+        `TenantState.try_lease`). A wait past `timeout_s` is a 429; a cancelled one counts `left_queue`."""
         name = tenant.name
         try:
             with trio.move_on_after(timeout_s):
                 while True:
                     released = self._released.setdefault(name, trio.Event())
-                    held = await self._try_lease(tenant, lease_id)
+                    held = await self.state.try_lease(tenant, lease_id)
                     if held is not None:
                         return held
-                    poll = SHARED_SLOT_POLL_S if self.shared is not None else math.inf
+                    poll = SHARED_SLOT_POLL_S if self.state.shared is not None else math.inf
                     with trio.move_on_after(poll):
                         await released.wait()
             self.metrics.refused(name, "queue_timeout")
@@ -196,78 +177,12 @@ class TenantGate:
             self.metrics.refused(name, "left_queue")
             raise
 
-    async def _try_lease(self, tenant: Tenant, lease_id: str) -> bool | None:
-        """A slot: True if leased in Redis, False if in this process, None if none is free."""
-        if self.shared is not None and not self.degraded:
-            shared = self.shared
-            while self._unreleased and not self.degraded:
-                owner, stale = self._unreleased.pop()
-                if await self._bounded(partial(shared.release, owner, stale)) is None:
-                    self._unreleased.append((owner, stale))
-            try:
-                answered = await self._bounded(lambda: shared.try_lease(tenant, lease_id))
-            except trio.Cancelled:  # the script may have run: release it, to be sure
-                self._remember_unreleased(tenant, lease_id)
-                raise
-            if answered is not None:
-                return True if answered[0] else None
-            self._remember_unreleased(tenant, lease_id)  # likewise
-        return False if self.local.try_lease(tenant) else None
-
-    async def _release(self, tenant: Tenant, lease_id: str, *, shared: bool) -> None:
-        if shared:
-            assert self.shared is not None
-            state = self.shared
-            if (
-                self.degraded
-                or await self._bounded(lambda: state.release(tenant, lease_id)) is None
-            ):
-                self._remember_unreleased(tenant, lease_id)
-        else:
-            self.local.release(tenant)
+    async def release_slot(self, tenant: Tenant, lease_id: str, *, shared: bool) -> None:
+        """Free a leased slot and wake the tenant's queue."""
+        await self.state.release(tenant, lease_id, shared=shared)
         released = self._released.pop(tenant.name, None)
         if released is not None:
             released.set()
-
-    def _remember_unreleased(self, tenant: Tenant, lease_id: str) -> None:
-        # Bounded: past the cap the oldest are left to expire on their own (LEASE_GRACE_S).
-        self._unreleased.append((tenant, lease_id))
-        del self._unreleased[:-MAX_UNRELEASED]
-
-    async def _shared_or_local(
-        self, shared_call: Callable[[RedisState], Awaitable[_T]], local_call: Callable[[], _T]
-    ) -> _T:
-        if self.shared is not None and not self.degraded:
-            state = self.shared
-            answered = await self._bounded(lambda: shared_call(state))
-            if answered is not None:
-                return answered[0]
-        return local_call()
-
-    async def _bounded(self, call: Callable[[], Awaitable[_T]]) -> tuple[_T] | None:
-        """One Redis call within its budget: `(its result,)`, or None (and this process's own
-        state for a while) if it failed or ran out of time."""
-        failure = f"took longer than {REDIS_CALL_BUDGET_S:g} s"
-        with trio.move_on_after(REDIS_CALL_BUDGET_S):
-            try:
-                result = await call()
-            except (RedisUnavailable, RedisReplyError) as exc:
-                failure = str(exc)
-            else:
-                if self._shared_down_until > -math.inf:
-                    logger.info("Redis answers again: tenant limits are shared again")
-                    self._shared_down_until = -math.inf
-                    self.metrics.shared_state(up=True)
-                return (result,)
-        if not self.degraded:
-            logger.warning(
-                "Redis tenant state unavailable (%s): limits are enforced per process "
-                "until it answers again",
-                failure,
-            )
-            self.metrics.shared_state(up=False)
-        self._shared_down_until = trio.current_time() + self.redis_retry_s
-        return None
 
 
 class TenantReservation:
@@ -280,7 +195,7 @@ class TenantReservation:
         self.tenant = tenant
         self.prompt_tokens = prompt_tokens
         self.lease_id = ""  # a slot's lease, named once the tenant has max_concurrent
-        self.slot: bool | None = None  # a leased slot: True in Redis, False here (_try_lease)
+        self.slot: bool | None = None  # a leased slot: True in Redis, False here (try_lease)
         self.queued = False  # holds a place in the tenant's queue
         self.charged = False  # its rates' charge, not yet used
 
@@ -288,9 +203,9 @@ class TenantReservation:
         """From a place in the queue to a slot (waiting at most `timeout_s`)."""
         assert self.tenant is not None
         assert self.queued
-        self.slot = await self._gate._wait_for_slot(self.tenant, self.lease_id, timeout_s)
+        self.slot = await self._gate.wait_for_slot(self.tenant, self.lease_id, timeout_s)
         self.queued = False
-        self._gate._leave_queue(self.tenant)
+        self._gate.leave_queue(self.tenant)
 
     @asynccontextmanager
     async def used(self, usage: Usage) -> AsyncIterator[None]:
@@ -317,12 +232,9 @@ class TenantReservation:
                 if slot is not None:
                     gate.metrics.running(tenant.name, -1)
                     self.slot = None
-                    await gate._release(tenant, self.lease_id, shared=slot)
+                    await gate.release_slot(tenant, self.lease_id, shared=slot)
                 if output > 0 and tenant.rates.tokens is not None:
-                    await gate._shared_or_local(
-                        lambda shared: shared.reconcile(tenant, output),
-                        lambda: gate.local.reconcile(tenant, output),
-                    )
+                    await gate.state.reconcile(tenant, output)
 
     async def release(self) -> None:
         """Give back what was not used: the place in the queue, the slot, and the rates'
@@ -332,19 +244,15 @@ class TenantReservation:
             return
         if self.queued:
             self.queued = False
-            gate._leave_queue(tenant)
+            gate.leave_queue(tenant)
         slot, self.slot = self.slot, None
         charged, self.charged = self.charged, False
         with trio.CancelScope(shield=True):
             if slot is not None:
-                await gate._release(tenant, self.lease_id, shared=slot)
+                await gate.release_slot(tenant, self.lease_id, shared=slot)
             if charged:
                 gate.metrics.refused(tenant.name, "refunded")
-                tokens = self.prompt_tokens
-                await gate._shared_or_local(
-                    lambda shared: shared.refund(tenant, tokens),
-                    lambda: gate.local.refund(tenant, tokens),
-                )
+                await gate.state.refund(tenant, self.prompt_tokens)
 
 
 def _rate_limited(tenant: Tenant, limited: Limited, prompt_tokens: int) -> RateLimited:
