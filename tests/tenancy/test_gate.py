@@ -226,8 +226,8 @@ async def test_a_lease_whose_release_failed_is_released_when_redis_answers_again
             reachable, unreachable = RedisState(good, lease_s=30.0), RedisState(dead, lease_s=30.0)
             g = gate(shared=reachable, redis_retry_s=0.0)
             async with g.admitted(tenant, 1, Usage()):
-                g.shared = unreachable  # the way to Redis breaks while the slot is held
-            g.shared = reachable  # and comes back: the slot is not left held in Redis
+                g.state.shared = unreachable  # the way to Redis breaks while the slot is held
+            g.state.shared = reachable  # and comes back: the slot is not left held in Redis
             other = gate(shared=RedisState(good, lease_s=30.0))
             async with g.admitted(tenant, 1, Usage()):
                 pass
