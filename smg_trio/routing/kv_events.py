@@ -122,6 +122,8 @@ class KvEventsPolicy:
         """`worker` left the pool."""
         self.index.forget(worker)
         self._pending = {key: name for key, name in self._pending.items() if name != worker}
+        self._unsized = deque(entry for entry in self._unsized if entry[1] != worker)
+        self._unsized_tokens = sum(len(ids) for ids, _ in self._unsized)
 
     def _choose(
         self, candidates: Sequence[Worker], ids: Sequence[int], keys: list[int], size: int

@@ -154,7 +154,8 @@ class TenantGate:
 
     async def wait_for_slot(self, tenant: Tenant, lease_id: str, timeout_s: float) -> bool:
         """Wait in the queue (a place the caller took) until a slot is leased: where (see
-        `TenantState.try_lease`). A wait past `timeout_s` is a 429; a cancelled one counts `left_queue`."""
+        `TenantState.try_lease`). A wait past `timeout_s` is a 429; a cancelled one counts
+        `left_queue`."""
         name = tenant.name
         try:
             with trio.move_on_after(timeout_s):
