@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -12,7 +14,7 @@ import trio.testing
 from prometheus_client import CollectorRegistry
 
 from harness.ports import free_port
-from harness.redis_server import redis_server
+from harness.redis_server import RedisServer, redis_server
 from smg_trio.core.rate_limits import TenantRates, requests_rate, tokens_rate
 from smg_trio.errors import RateLimited
 from smg_trio.observability.tenant_metrics import TenantMetrics
@@ -32,6 +34,21 @@ class Usage:
 
 def gate(**kwargs: Any) -> TenantGate:
     return TenantGate(TenantMetrics(CollectorRegistry()), **kwargs)
+
+
+@asynccontextmanager
+async def two_gates_on_one_redis() -> AsyncIterator[tuple[RedisServer, TenantGate, TenantGate]]:
+    """A redis-server of this test's own and two processes' gates on it, each its connection."""
+    async with (
+        redis_server() as server,
+        open_redis(server.url) as one,
+        open_redis(server.url) as two,
+    ):
+        yield (
+            server,
+            gate(shared=RedisState(one, lease_s=30.0)),
+            gate(shared=RedisState(two, lease_s=30.0)),
+        )
 
 
 def sample(metrics: TenantMetrics, name: str, **labels: str) -> float:
@@ -190,13 +207,7 @@ async def test_two_gates_on_one_redis_share_the_limits() -> None:
     """Two processes' gates on one Redis: one budget; the slot too; Redis killed: each its own."""
     tenant = Tenant("acme", TenantRates(requests=requests_rate(60)), max_concurrent=1, max_queue=0)
     with trio.fail_after(TEST_TIMEOUT_S):
-        async with (
-            redis_server() as server,
-            open_redis(server.url) as one,
-            open_redis(server.url) as two,
-        ):
-            first = gate(shared=RedisState(one, lease_s=30.0))
-            second = gate(shared=RedisState(two, lease_s=30.0))
+        async with two_gates_on_one_redis() as (server, first, second):
             async with first.admitted(tenant, 1, Usage()):
                 with pytest.raises(RateLimited) as shared_slot:
                     async with second.admitted(tenant, 1, Usage()):
@@ -329,13 +340,7 @@ async def test_a_queued_background_run_cancelled_leaves_the_queue_and_is_refunde
 async def test_a_refund_through_redis_gives_the_charge_back_to_every_gate() -> None:
     tenant = Tenant("acme", TenantRates(requests=requests_rate(60)), max_concurrent=1, max_queue=1)
     with trio.fail_after(TEST_TIMEOUT_S):
-        async with (
-            redis_server() as server,
-            open_redis(server.url) as one,
-            open_redis(server.url) as two,
-        ):
-            first = gate(shared=RedisState(one, lease_s=30.0))
-            second = gate(shared=RedisState(two, lease_s=30.0))
+        async with two_gates_on_one_redis() as (_, first, second):
             reserved = await first.reserve(tenant, 1, wait=False)
             assert reserved.slot is True  # leased in Redis
             with pytest.raises(RateLimited) as limited:
