@@ -21,11 +21,11 @@ from typing import Any, BinaryIO, Final
 
 import trio
 
-from smg_trio.config import GatewayConfig, WorkerSpec
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.vocabulary import Worker
-from smg_trio.serve import Serving, serve
+from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.serve import Serving, serve
 
 ENGINE_READY_S: Final = 30.0
 

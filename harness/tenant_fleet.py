@@ -25,7 +25,7 @@ import trio
 
 from harness.ports import free_port
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 READY_S: Final = 60.0
 REPLAY: Final = "Fleet replies are short. " * 8

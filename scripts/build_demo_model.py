@@ -2,12 +2,12 @@
 
 Reads the committed corpus in scripts/demo_corpus/ (file names sorted, lines in file order) and
 writes tokenizer.json, tokenizer_config.json, config.json, generation_config.json and README.md
-into smg_trio/demo_model/ (or `--out DIR`). There are no weights: the folder exists so the
+into smg_trio/model/demo_model/ (or `--out DIR`). There are no weights: the folder exists so the
 gateway can tokenize, template and detokenize for the reference engines and tests.
 
 The output is deterministic: the BPE trainer's merge order depends only on pair counts, with
 ties broken by pair ids, and every initial symbol id is fixed by seeding the full byte alphabet.
-tests/test_demo_model.py rebuilds into a temporary directory and compares bytes.
+tests/model/test_demo_model.py rebuilds into a temporary directory and compares bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_DIR = REPO_ROOT / "scripts" / "demo_corpus"
-DEFAULT_OUT = REPO_ROOT / "smg_trio" / "demo_model"
+DEFAULT_OUT = REPO_ROOT / "smg_trio" / "model" / "demo_model"
 
 # Trainer special tokens take ids 0.. in this order.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>")

@@ -2,7 +2,7 @@
 tokens, so tests can render Harmony prompts and replay Harmony output without gpt-oss's 200k
 vocabulary (docs/tools-and-reasoning.md §10).
 
-Reads smg_trio/demo_model/tokenizer.json, adds `<|start|>`, `<|end|>`, `<|message|>`,
+Reads smg_trio/model/demo_model/tokenizer.json, adds `<|start|>`, `<|end|>`, `<|message|>`,
 `<|channel|>`, `<|constrain|>`, `<|return|>` and `<|call|>` as special tokens after its ids, and
 writes tokenizer.json, tokenizer_config.json, config.json and generation_config.json into
 tests/harmony_model/ (or `--out DIR`). No chat template: Harmony prompts are rendered by the
@@ -19,7 +19,7 @@ from build_demo_model import added_tokens_decoder, write_json  # this script's f
 from tokenizers import AddedToken, Tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEMO_TOKENIZER = REPO_ROOT / "smg_trio" / "demo_model" / "tokenizer.json"
+DEMO_TOKENIZER = REPO_ROOT / "smg_trio" / "model" / "demo_model" / "tokenizer.json"
 DEFAULT_OUT = REPO_ROOT / "tests" / "harmony_model"
 HARMONY_TOKENS = (
     "<|start|>",

@@ -19,7 +19,7 @@
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
 
 `serve`'s flags, and how they overlay its TOML file into the GatewayConfig, are in
-serve_options.py; this module runs the commands. A configuration problem (a worker spec without
+serving/options.py; this module runs the commands. A configuration problem (a worker spec without
 a runtime, a missing model folder, a busy port) exits with status 2 and one line naming it,
 before anything is started.
 """
@@ -33,29 +33,29 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from smg_trio.config import DEFAULT_HOST, DEFAULT_PORT
 from smg_trio.engines.cli import add_engine_commands
 from smg_trio.errors import ConfigError
-from smg_trio.model import demo_model_path
-from smg_trio.request_ids import RequestIdLogFilter
-from smg_trio.serve_options import add_serve_options, config_from_args
+from smg_trio.model.folder import demo_model_path
+from smg_trio.observability.request_ids import RequestIdLogFilter
+from smg_trio.serving.config import DEFAULT_HOST, DEFAULT_PORT
+from smg_trio.serving.options import add_serve_options, config_from_args
 
 
 def _run_serve(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     import trio  # the server stack is imported only for the commands that run it
 
-    from smg_trio.heap import pin_mmap_threshold
     from smg_trio.observability.request_log import logging_to_stderr
-    from smg_trio.serve import serve_until_signal
+    from smg_trio.request.heap import pin_mmap_threshold
+    from smg_trio.serving.serve import serve_until_signal
 
     _tokenize_on_the_calling_thread()
     if config.processes > 1:
-        from smg_trio.supervisor import supervise
+        from smg_trio.serving.supervisor import supervise
 
         with logging_to_stderr(args.log_level, args.log_format):
             return trio.run(supervise, config, args.log_level, args.log_format)
-    pin_mmap_threshold()  # large request buffers go back to the system when freed (heap.py)
+    pin_mmap_threshold()  # large request buffers go back to the system when freed (request/heap.py)
     with logging_to_stderr(args.log_level, args.log_format):
         trio.run(serve_until_signal, config)
     return 0
@@ -71,7 +71,7 @@ def _tokenize_on_the_calling_thread() -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from smg_trio.demo import DemoOptions, main_demo
+    from smg_trio.serving.demo import DemoOptions, main_demo
 
     _configure_logging("WARNING")
     _tokenize_on_the_calling_thread()
@@ -94,7 +94,7 @@ def add_serve_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     serve = subparsers.add_parser(
         "serve", help="serve the OpenAI API (HTTP/1.1, HTTP/2, WebSocket) in front of engines"
     )
-    add_serve_options(serve)  # serve_options.py
+    add_serve_options(serve)  # serving/options.py
     serve.set_defaults(command=_run_serve)
 
 

@@ -172,10 +172,6 @@ class GatewayClient:
     async def cancel(self, stream_id: int) -> None:
         await self._send(_encode({"type": "cancel", "id": stream_id}))
 
-    async def send_raw(self, message: str | bytes) -> None:
-        """Send any frame as is (for tests of the server's protocol checks)."""
-        await self._connection.send_message(message)
-
     def _register(
         self, stream_id: int, frames_send: trio.MemorySendChannel[dict[str, Any]]
     ) -> None:

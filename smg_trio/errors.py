@@ -140,3 +140,12 @@ class RequestTimeout(GatewayError):
 
 class ClientGone(Exception):  # a signal, not an error
     """The client went away (closed connection, RST_STREAM, WebSocket close or cancel)."""
+
+
+class Draining(BackendUnavailable):
+    """The gateway is shutting down: no new request, and a running one past the drain timeout."""
+
+    code = "draining"
+
+    def __init__(self, message: str = "the gateway is shutting down; retry on another") -> None:
+        super().__init__(message)

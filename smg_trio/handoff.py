@@ -27,7 +27,7 @@ twice or skipped.
 Memory is NOT bounded here, on purpose: the caller bounds it. One engine request produces at
 most `max_tokens` outputs (plus a final one), so a mailbox fed by a request holds at most that
 many items; a mailbox fed by anything unbounded (a connection's bytes) has its own limit in
-front of it (`frontends/connection_writer.py`'s high water mark), for which the mailbox keeps
+front of it (`frontends/http/connection_writer.py`'s high water mark), for which the mailbox keeps
 the queued items' total size (`Mailbox(size_of=len)`, `queued_size`): put adds an item's size,
 a batch taken resets it.
 

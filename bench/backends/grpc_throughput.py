@@ -39,7 +39,7 @@ from smg_trio.backends.grpc_services import close_channel
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import SamplingParams

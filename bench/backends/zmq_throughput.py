@@ -57,7 +57,7 @@ from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.wire.openai_decode import decode_chat_request

@@ -195,7 +195,7 @@ PROFILE_AREAS: Final = (
     ("backend hand-off (event_stream, mailbox)", ("event_stream.py", "mailbox.py")),
     (
         "pipeline stops + detokenize",
-        ("smg_trio/core/stops.py", "smg_trio/core/detokenize.py", "smg_trio/model.py"),
+        ("smg_trio/core/stops.py", "smg_trio/core/detokenize.py", "smg_trio/model/folder.py"),
     ),
     (
         "pipeline render + assembler",

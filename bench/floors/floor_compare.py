@@ -35,7 +35,7 @@ from bench.load.transports import TransportName
 from bench.load.workload import LengthRange, prompt_words
 from bench.reports.results_page import Recording, publish, recording_parser
 from harness.ports import free_port
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 
 REQUESTS_PER_STREAM: Final = 4
 MIN_REQUESTS: Final = 16

@@ -52,7 +52,7 @@ from harness.ports import LOOPBACK
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan, StopSpec
-from smg_trio.model import ModelDir, demo_model_path, load_model_dir
+from smg_trio.model.folder import ModelDir, demo_model_path, load_model_dir
 from smg_trio.neutral.events import TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import SamplingParams

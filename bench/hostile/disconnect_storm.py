@@ -40,11 +40,11 @@ from bench.hostile.storm_clients import (
     ws_streams,
 )
 from smg_trio.backends.zmq_backend import ZmqBackend
-from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serve import Serving, serve
+from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.serve import Serving, serve
 
 ENGINE_READY_S: Final = 60.0
 FIRST_EVENTS_S: Final = 120.0

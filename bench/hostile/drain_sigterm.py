@@ -31,7 +31,7 @@ from bench.load.servers import (
 )
 from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 CHAT: Final = "/v1/chat/completions"
 GOOD: Final = frozenset({"finished", "drained"})

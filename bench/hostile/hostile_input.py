@@ -11,7 +11,7 @@ The gateway and the reference vLLM engine run as processes of their own, so the 
    seeded hostile WebSocket frames (over 4 sockets): 0 answers of 5xx, 0 sockets closed by
    the server, RSS within 20 % of the baseline afterwards.
 3. h2 frames: `--h2` seeded hostile HTTP/2 frame sequences, one h2c connection each, 8 at a
-   time (bench/hostile/h2_frames.py): 0 × 5xx, every well-formed request ended, GOAWAY codes.
+   time (harness/h2_frame_fuzz.py): 0 × 5xx, every well-formed request ended, GOAWAY codes.
 
 The figures replace its section of bench/RESULTS.md (not with `--no-write`).
 """
@@ -32,7 +32,6 @@ import httpx
 import trio
 import trio_websocket
 
-from bench.hostile.h2_frames import H2FuzzResult, fuzz_h2
 from bench.load.servers import (
     reference_engine_command,
     smg_trio_command,
@@ -41,9 +40,10 @@ from bench.load.servers import (
 )
 from bench.reports.results_page import Recording, recording_parser
 from harness.h2_frame_corpus import h2_sequences
+from harness.h2_frame_fuzz import H2FuzzResult, fuzz_h2
 from harness.hostile_corpus import expected_id, hostile_bodies, hostile_frames
 from harness.ports import free_port
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 ANSWER_WITHIN_S: Final = 2.0
 PEAK_LIMIT_MB: Final = 1024

@@ -29,7 +29,7 @@ from bench.load.servers import (
 from bench.load.stats import RunSummary
 from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 TRANSPORTS: Final = ("h2c", "http1", "ws")
 CONNECTIONS: Final = {"h2c": 10, "http1": 1, "ws": 10}  # HTTP/1.1: one per stream, as needed

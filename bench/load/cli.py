@@ -73,7 +73,7 @@ from bench.reports.results_page import (
     publish,
     replace_section,
 )
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 
 STEP_PLANS: Final = {  # scenario (a): requests per stream, minimum requests per run
     # At step 0 a request takes milliseconds: 128 one-stream requests make the added-TTFT p50

@@ -55,7 +55,7 @@ import trio.lowlevel
 from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
 from smg_trio.core.finalize import WorkerTarget
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.policies import ConsistentHash
 from smg_trio.routing.vocabulary import RoutingContext, Worker

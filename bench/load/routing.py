@@ -37,7 +37,7 @@ import trio
 from bench.reports.results_page import Recording, recording_parser
 from harness.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.serve import Serving
+from smg_trio.serving.serve import Serving
 
 REPLAY: Final = "Routing picks a worker for every request, and the engine answers. " * 20
 FAST: Final = ("power_of_two", "round_robin")  # against a 5 ms- and a 50 ms-step engine

@@ -29,7 +29,7 @@ from bench.load.workload import (
     first_stop_position,
     request_specs,
 )
-from smg_trio.model import load_model_dir
+from smg_trio.model.folder import load_model_dir
 
 STOP: Final = "HALT NOW"
 REPLAY_TEXT: Final = (

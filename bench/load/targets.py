@@ -46,7 +46,7 @@ from harness.ports import LOOPBACK, free_port
 from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import ModelDir, load_model_dir
+from smg_trio.model.folder import ModelDir, load_model_dir
 from smg_trio.neutral.runtime import Runtime
 
 GATEWAY_READY_S: Final = 60.0  # a gateway in front of an engine that is already up

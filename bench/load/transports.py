@@ -28,7 +28,7 @@ from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.client import GatewayClient, open_gateway_client
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan, StopSpec
-from smg_trio.model import ModelDir
+from smg_trio.model.folder import ModelDir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint as PlanEndpoint
 from smg_trio.neutral.runtime import Runtime, Wire

@@ -38,7 +38,7 @@ from smg_trio.core.render import ChatStreamRenderer, sse
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.stops import Emit, Stop, StopScanner
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import EngineEvent, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams

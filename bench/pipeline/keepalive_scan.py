@@ -17,7 +17,7 @@ from typing import Final, cast
 import trio
 
 from bench.reports.results_page import Recording, recording_parser
-from smg_trio.lifecycle import Lifecycle
+from smg_trio.request.live_requests import Lifecycle
 
 CHUNKS: Final = 1_000_000
 SCANS: Final = 50

@@ -26,7 +26,7 @@ from smg_trio.core.api_dialect import OPENAI, split_named_events
 from smg_trio.core.plan import GeneratePlan, ParserSetup, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams

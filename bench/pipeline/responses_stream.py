@@ -32,11 +32,11 @@ from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
-from smg_trio.response_store.stores import StoredResponse, open_response_store
+from smg_trio.responses.store.stores import StoredResponse, open_response_store
 from smg_trio.wire.responses_objects import ResponseSettings
 
 RESPONSE_BYTES: Final = 4096

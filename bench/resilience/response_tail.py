@@ -34,13 +34,13 @@ from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
 from smg_trio.core.api_dialect import named_event
 from smg_trio.core.stream_end import StreamEnd
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.observability.metrics import GatewayMetrics
-from smg_trio.response_run_flusher import FLUSH_INTERVAL_S
-from smg_trio.response_run_followers import TAIL_POLL_S
-from smg_trio.response_run_sink import LogSink
-from smg_trio.response_runs import ResponseRuns
-from smg_trio.response_store.stores import open_response_store
+from smg_trio.responses.flusher import FLUSH_INTERVAL_S
+from smg_trio.responses.followers import TAIL_POLL_S
+from smg_trio.responses.log_sink import LogSink
+from smg_trio.responses.runs import ResponseRuns
+from smg_trio.responses.store.stores import open_response_store
 
 ROUND_CAP_S: Final = 120.0
 SETTLE_S: Final = 0.3

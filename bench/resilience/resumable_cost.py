@@ -27,7 +27,7 @@ import trio
 from bench.reports.results_page import Recording, recording_parser
 from harness.ports import free_port
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 TEXT: Final = "Tokens stream from the engine to the client, one event per token. " * 12
 ROUND_CAP_S: Final = 60.0

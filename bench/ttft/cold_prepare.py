@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from bench.reports.results_page import Recording, recording_parser
-from smg_trio.endpoint_requests import prepare_for_path
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.request.endpoints import prepare_for_path
 
 MAX_CALLS: Final = 2000
 WARM_UP: Final = 50

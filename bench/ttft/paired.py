@@ -52,7 +52,7 @@ from bench.load.servers import (
 from bench.load.targets import reference_engine, smg_target
 from bench.load.workload import RequestSpec, prompt_words, request_body
 from harness.ports import LOOPBACK, free_port
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 
 CHECKOUT: Final = Path(__file__).resolve().parents[2]
 MAX_ROUNDS: Final = 2000

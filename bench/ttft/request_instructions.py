@@ -37,7 +37,7 @@ from bench.load.servers import (
     wait_serving,
 )
 from harness.ports import LOOPBACK, free_port
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 READY_S: Final = 300.0  # the gateway imports and starts under callgrind, ~20x slower
 CLIENT_S: Final = 600.0

@@ -14,7 +14,7 @@ gateway's code):
     received    the gateway's h2 protocol is handed the request's bytes
     handle      Gateway.handle starts (h2 events, stream, app task, body read)
     prepared    endpoint_requests.prepare_for_path returned (decode, template, tokenize)
-    finalized   finalize (retrying.py) returned: the engine request
+    finalized   finalize (request/retrying.py) returned: the engine request
     queued      the ZMQ backend handed the ADD to its input socket's writer
     add_sent    the ZMQ ADD left the backend's input socket (from the writer task, or from
                 the request's own when the writer is idle)
@@ -50,13 +50,16 @@ import trio
 
 from bench.load.h2c_client import open_h2c_connection
 from harness.served_gateway import served_gateway, zmq_gateway_config
-from smg_trio import gateway as gateway_module
-from smg_trio import request_preparation, retrying
 from smg_trio.backends import zmq_codec, zmq_input_writer
-from smg_trio.config import GatewayConfig
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.frontends import connection_writer, http_h2, sse
+from smg_trio.frontends import sse
+from smg_trio.frontends.http import connection_writer
+from smg_trio.frontends.http import h2_protocol as http_h2
 from smg_trio.neutral.runtime import Runtime
+from smg_trio.request import gateway as gateway_module
+from smg_trio.request import preparation as request_preparation
+from smg_trio.request import retrying
+from smg_trio.serving.config import GatewayConfig
 
 STAGES: Final = (
     "sent",
@@ -146,7 +149,7 @@ def instrumented() -> Iterator[None]:
     """The gateway's functions wrapped for the trace, and put back on leaving."""
     undo: Undo = []
     try:
-        _before(http_h2.GatewayH2Protocol, "handle", "received", undo)
+        _before(http_h2.GuardedH2Protocol, "handle", "received", undo)
         _before(gateway_module.Gateway, "handle", "handle", undo)
         _after(request_preparation, "prepare_for_path", "prepared", undo)  # as it is called
         _after(retrying, "finalize", "finalized", undo)

@@ -53,11 +53,11 @@ from smg_trio.backends.grpc_services import (
     parse_address,
 )
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S, InFlightTable
+from smg_trio.backends.trace_context import outgoing_trace_headers
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
 from smg_trio.neutral.capabilities import require_adapter
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.observability.trace_context import outgoing_trace_headers
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)
@@ -96,11 +96,6 @@ class GrpcBackend:
         self._protocol_errors = 0
         self._info: EngineInfo | None = None
         self._readiness = EngineReadiness(f"{runtime.value} engine at {client.address}")
-
-    @property
-    def engine_info(self) -> EngineInfo | None:
-        """What the engine said at its last ready transition (None before)."""
-        return self._info
 
     @asynccontextmanager
     async def open_stream(self, finalized: Finalized) -> AsyncIterator[EngineEventStream]:

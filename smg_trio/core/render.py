@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import msgspec
 
-from smg_trio.errors import GatewayError
 from smg_trio.wire.openai import ToolCall
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
@@ -29,7 +28,6 @@ from smg_trio.wire.openai_responses import (
     MatchedStop,
     PromptLogprobs,
     Usage,
-    error_body,
 )
 
 SSE_DONE = b"data: [DONE]\n\n"
@@ -46,11 +44,6 @@ def token_ids_field(ids: TokenIds) -> tuple[int, ...] | msgspec.UnsetType:
 def sse(payload: bytes) -> bytes:
     """One server-sent event carrying `payload`."""
     return b"data: " + payload + b"\n\n"
-
-
-def sse_error(err: GatewayError) -> bytes:
-    """The mid-stream error event; the caller sends `SSE_DONE` after it."""
-    return b"data: " + error_body(err) + b"\n\n"
 
 
 def websocket_chunk(stream_id: str | int, payload: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """Pure. The tokenizer seam: what core/ needs from a tokenizer, as a Protocol.
 
-`smg_trio.hf_tokenizer.ModelTokenizer` implements it over Hugging Face `tokenizers`; tests implement it
+`smg_trio.model.hf_tokenizer.ModelTokenizer` implements it over Hugging Face `tokenizers`; tests implement it
 with small scripted vocabularies (the spec's T1 "word mock" and T2 "byte mock").
 """
 

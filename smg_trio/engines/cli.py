@@ -36,7 +36,7 @@ from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
 from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
 from smg_trio.errors import ConfigError
-from smg_trio.model import ModelDir, demo_model_path, load_model_dir, read_json_object
+from smg_trio.model.folder import ModelDir, demo_model_path, load_model_dir, read_json_object
 
 if TYPE_CHECKING:
     from smg_trio.engines.grpc_policy import ServedModel

@@ -48,7 +48,7 @@ class Mode(enum.StrEnum):
 
 
 class Vocabulary(Protocol):
-    """What `TokenSource.for_tokenizer` needs; `smg_trio.hf_tokenizer.ModelTokenizer` has it."""
+    """What `TokenSource.for_tokenizer` needs; `smg_trio.model.hf_tokenizer.ModelTokenizer` has it."""
 
     @property
     def vocab_size(self) -> int: ...

@@ -12,7 +12,7 @@ from smg_trio.core.anthropic_rendering import AnthropicDialect
 from smg_trio.core.anthropic_request import COUNT_TOKENS_PATH, MESSAGES_PATH
 from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.responses_dialect import ResponsesDialect
-from smg_trio.endpoint_requests import RESPONSES_PATH
+from smg_trio.request.endpoints import RESPONSES_PATH
 
 DIALECTS: Final[Mapping[str, Callable[[], ApiDialect]]] = {
     RESPONSES_PATH: ResponsesDialect,

@@ -1,12 +1,14 @@
 """I/O. The gateway's ASGI application (no framework): routing, auth, body limits, JSON errors.
 
-    POST /v1/chat/completions, /v1/completions, /generate   → Gateway.handle (SSE or JSON)
-    POST /v1/tokenize, /v1/detokenize                      → Gateway.handle (JSON)
-    POST /tokenize, /detokenize                            → the same, under vLLM's names
-    GET  /v1/models, /version, /health, /readiness,        → frontends.info_routes (the
-         /liveness, /metrics                                 gateway's own state, no engine)
-    GET, POST /workers; DELETE /workers/{id}               → frontends.workers_api (admin key)
-    WebSocket /v1/ws, /v1/responses                        → frontends.websocket_admission
+    GENERATE, TOKENS routes                   → Gateway.handle (SSE or JSON)
+    HEALTH, LIVENESS, METRICS, MODELS, VERSION → frontends.info_routes (the gateway's own
+                                                 state, no engine)
+    WORKERS, WORKER                           → frontends.workers_api (admin key)
+    STORED_RESPONSE, CANCEL_RESPONSE          → frontends.response_runs_http, stored_responses
+    a WebSocket upgrade                       → frontends.websocket_admission
+
+Every path and its methods are declared once, in the route table (`request/routes.py`); this
+app dispatches on the route's kind.
 
 - Every answer that is not a generation stream is JSON; every bad input is an OpenAI error
   object with its status (404 unknown path, 405 wrong method, 401 missing or wrong API key,
@@ -36,64 +38,49 @@
 from __future__ import annotations
 
 import logging
-from typing import Final
+from dataclasses import replace
 
-from smg_trio.config import DEFAULT_SESSION_HEADER
-from smg_trio.endpoint_requests import HANDLED_PATHS, RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.answers import answer_lifespan, client_address, header_map, http_transport
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.caller_auth import CallerAuth
-from smg_trio.frontends.client_disconnect import client_disconnect_of
-from smg_trio.frontends.http_limits import HttpLimits
-from smg_trio.frontends.info_routes import INFO_ROUTE_METHODS, OPEN_PATHS, answer_info
+from smg_trio.frontends.http.asgi_types import Receive, Scope, Send
+from smg_trio.frontends.http.client_disconnect import client_disconnect_of
+from smg_trio.frontends.http.limits import HttpLimits
+from smg_trio.frontends.info_routes import answer_info
 from smg_trio.frontends.refusals import MethodNotAllowed, error_headers, refuse
 from smg_trio.frontends.request_body import read_body
 from smg_trio.frontends.response_runs_http import (
-    is_cancel_path,
     refuse_deleting_a_running_response,
     serve_cancel,
     serve_retrieve,
     serve_run,
 )
 from smg_trio.frontends.response_started import ResponseStarted
-from smg_trio.frontends.responses import (
-    Receive,
-    Scope,
-    Send,
-    answer_lifespan,
-    client_address,
-    header_map,
-    http_transport,
-)
-from smg_trio.frontends.sse import SseResponse, respond
-from smg_trio.frontends.stored_responses import is_stored_response_path, serve_stored_response
-from smg_trio.frontends.websocket_admission import WEBSOCKET_PATH, WebSocketAdmission
+from smg_trio.frontends.sse import respond
+from smg_trio.frontends.stored_responses import serve_stored_response
+from smg_trio.frontends.websocket_admission import WebSocketAdmission
 from smg_trio.frontends.workers_api import (
     WorkerAdmin,
-    allowed_methods,
     authorize_admin,
-    is_workers_path,
     serve_workers,
 )
-from smg_trio.gateway import Gateway
-from smg_trio.memory_budget import Reservation
-from smg_trio.request_ids import (
+from smg_trio.observability.request_ids import (
     REQUEST_ID_HEADER,
     current_request_id,
     new_request_id,
     request_id_from_header,
 )
-from smg_trio.request_observation import OTHER_ENDPOINT
+from smg_trio.request.arrival import DEFAULT_SESSION_HEADER, Arrival
+from smg_trio.request.endpoints import RESPONSES_PATH
+from smg_trio.request.gateway import Gateway
+from smg_trio.request.memory_budget import Reservation
+from smg_trio.request.observation import OTHER_ENDPOINT
+from smg_trio.request.routes import INFO_KINDS, ROUTES, Route, RouteKind, route_for
 from smg_trio.tenancy.api_keys import Tenant, TenantTable
 from smg_trio.wire.responses_api import decode_head
 
 logger = logging.getLogger(__name__)
-
-ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
-    **dict.fromkeys(HANDLED_PATHS, ("POST",)),
-    **INFO_ROUTE_METHODS,
-    WEBSOCKET_PATH: ("GET",),
-}
 
 
 class GatewayApp:
@@ -172,109 +159,102 @@ class GatewayApp:
         path: str = scope["path"]
         method: str = scope["method"]
         headers = header_map(scope)
-        if is_workers_path(path):
-            await self._workers(method, path, headers, receive, send)
+        route = route_for(path)
+        if route is not None and route.kind in (RouteKind.WORKERS, RouteKind.WORKER):
+            await self._workers(route, method, path, headers, receive, send)  # the admin key
             return
-        tenant = None
-        if path not in OPEN_PATHS:
-            tenant = self._auth.tenant_of(headers)
-        if is_stored_response_path(path):  # GET/DELETE /v1/responses/{id}
-            if method == "GET":  # a run's state or stream first (docs/client-apis.md §3.5)
-                await serve_retrieve(self.gateway, scope, path, send)
-            else:
-                if method == "DELETE":
-                    await refuse_deleting_a_running_response(self.gateway, path)
-                await serve_stored_response(self.gateway.responses, method, path, send)
-            return
-        if is_cancel_path(path):  # POST /v1/responses/{id}/cancel
-            if method != "POST":
-                raise MethodNotAllowed(method, path, ("POST",))
-            with self.gateway.memory_budget.reserve() as reservation:
-                body = await self._read_body(receive, headers, reservation)
-            if body.strip() not in (b"", b"{}"):  # it takes none: refused, not ignored
-                raise ClientError("POST /v1/responses/{id}/cancel takes no body")
-            await serve_cancel(self.gateway, path, send)
-            return
-        allowed = ROUTE_METHODS.get(path)
-        if allowed is None:
+        tenant = None if route is not None and route.open else self._auth.tenant_of(headers)
+        if route is None:
             raise ClientError(f"no route for {path}", status=404, code="not_found")
-        if method not in allowed:
-            raise MethodNotAllowed(method, path, allowed)
-        if path in INFO_ROUTE_METHODS:
-            await answer_info(self.gateway, path, send)
-        elif path == WEBSOCKET_PATH:
-            raise ClientError(
-                f"{WEBSOCKET_PATH} speaks WebSocket: send an Upgrade request",
-                status=426,
-                code="upgrade_required",
-            )
-        else:
-            # The body's bytes are held from the memory budget from before it is read until
-            # the response ends (docs/limits.md §4).
-            session = headers.get(self._session_header)
-            session_key = None if session is None else session.decode("latin-1")
-            with self.gateway.memory_budget.reserve() as reservation:
-                body = await self._read_body(receive, headers, reservation)
-                if path == RESPONSES_PATH:
-                    head = decode_head(body)
-                    if head.background or (
-                        head.stream and head.store is not False and self.gateway.runs.accepting
-                    ):
-                        await serve_run(
-                            self.gateway,
-                            scope,
-                            send,
-                            body,
-                            request_id=request_id,
-                            background=head.background is True,
-                            stream=head.stream is True,
-                            session_key=session_key,
-                            transport=http_transport(scope),
-                            client=client_address(scope),
-                            tenant=tenant,
-                        )
-                        return
-                await respond(
-                    lambda response: self._generate(
-                        scope, body, response, request_id, session_key, reservation, tenant
-                    ),
-                    client_disconnect_of(scope),
-                    send,
-                    dialect_for_path(path),
-                    *send.direct_sending(scope),
+        if method not in route.methods:
+            raise MethodNotAllowed(method, path, route.methods)
+        match route.kind:
+            case RouteKind.STORED_RESPONSE if method == "GET":
+                # A run's state or stream first (docs/client-apis.md §3.5).
+                await serve_retrieve(self.gateway, scope, path, send)
+            case RouteKind.STORED_RESPONSE:
+                await refuse_deleting_a_running_response(self.gateway, path)
+                await serve_stored_response(self.gateway.responses, method, path, send)
+            case RouteKind.CANCEL_RESPONSE:
+                with self.gateway.memory_budget.reserve() as reservation:
+                    body = await self._read_body(receive, headers, reservation)
+                if body.strip() not in (b"", b"{}"):  # it takes none: refused, not ignored
+                    raise ClientError("POST /v1/responses/{id}/cancel takes no body")
+                await serve_cancel(self.gateway, path, send)
+            case RouteKind.WEBSOCKET_ONLY:
+                raise ClientError(
+                    f"{path} speaks WebSocket: send an Upgrade request",
+                    status=426,
+                    code="upgrade_required",
                 )
+            case kind if kind in INFO_KINDS:
+                await answer_info(self.gateway, kind, send)
+            case RouteKind.GENERATE | RouteKind.TOKENS:
+                await self._handle(scope, receive, send, headers, request_id, tenant)
+            case other:
+                raise ValueError(f"no handler for the route kind {other}")
 
-    async def _generate(
+    async def _handle(
         self,
         scope: Scope,
-        body: bytes,
-        response: SseResponse,
+        receive: Receive,
+        send: ResponseStarted,
+        headers: dict[bytes, bytes],
         request_id: str,
-        session_key: str | None,
-        reservation: Reservation,
         tenant: Tenant | None,
     ) -> None:
-        await self.gateway.handle(
-            scope["path"],
-            body,
-            response,
-            request_id=request_id,
-            session_key=session_key,
-            reservation=reservation,
-            transport=http_transport(scope),
-            client=client_address(scope),
-            trace_headers=None if self.gateway.tracer is None else _trace_headers(scope),
-            tenant=tenant,
-        )
+        path: str = scope["path"]
+        session = headers.get(self._session_header)
+        # The body's bytes are held from the memory budget from before it is read until the
+        # response ends (docs/limits.md §4).
+        with self.gateway.memory_budget.reserve() as reservation:
+            body = await self._read_body(receive, headers, reservation)
+            arrival = Arrival(
+                request_id=request_id,
+                session_key=None if session is None else session.decode("latin-1"),
+                transport=http_transport(scope),
+                client=client_address(scope),
+                tenant=tenant,
+                body_reservation=reservation,
+            )
+            if path == RESPONSES_PATH:
+                head = decode_head(body)
+                if head.background or (
+                    head.stream and head.store is not False and self.gateway.runs.accepting
+                ):
+                    await serve_run(
+                        self.gateway,
+                        scope,
+                        send,
+                        body,
+                        replace(arrival, body_reservation=None),
+                        background=head.background is True,
+                        stream=head.stream is True,
+                    )
+                    return
+            if self.gateway.tracer is not None:
+                arrival = replace(arrival, trace_headers=_trace_headers(scope))
+            await respond(
+                lambda response: self.gateway.handle(path, body, response, arrival),
+                client_disconnect_of(scope),
+                send,
+                dialect_for_path(path),
+                *send.direct_sending(scope),
+            )
 
     async def _workers(
-        self, method: str, path: str, headers: dict[bytes, bytes], receive: Receive, send: Send
+        self,
+        route: Route,
+        method: str,
+        path: str,
+        headers: dict[bytes, bytes],
+        receive: Receive,
+        send: Send,
     ) -> None:
         authorize_admin(self._admin_key, headers.get(b"authorization", b""))
         assert self._admin is not None  # an admin key is only kept with an admin
-        allowed = allowed_methods(path)
-        if method not in allowed:
-            raise MethodNotAllowed(method, path, allowed)
+        if method not in route.methods:
+            raise MethodNotAllowed(method, path, route.methods)
         body = b""
         if method == "POST":
             with self.gateway.memory_budget.reserve() as reservation:
@@ -283,7 +263,7 @@ class GatewayApp:
 
     def _count_rejected(self, scope: Scope, error: GatewayError) -> None:
         path = scope["path"]
-        endpoint = path if path in ROUTE_METHODS else OTHER_ENDPOINT
+        endpoint = path if path in ROUTES else OTHER_ENDPOINT
         self.gateway.metrics.request_rejected(
             endpoint, http_transport(scope), error.status, error.code
         )

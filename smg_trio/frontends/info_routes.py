@@ -4,11 +4,12 @@
                                 draining), else 503 with the reason (docs/resilience.md §4)
     GET  /liveness            → 200 while the process serves at all
     GET  /metrics             → Prometheus text (observability.metrics)
-    GET  /v1/models           → the served model names (served_models.py)
+    GET  /v1/models           → the served model names (request/served_models.py)
     GET  /version             → `{"version": smg-trio's}`, as vLLM's (docs/client-apis.md §4)
 
-Each also answers HEAD. The probes and `/metrics` are never behind the API key (`OPEN_PATHS`):
-orchestrators' probes and scrapers carry no key, and vLLM leaves them open too.
+Each also answers HEAD (the route table, request/routes.py, declares the paths and methods).
+The probes and `/metrics` are never behind the API key (their routes are `open`): orchestrators'
+probes and scrapers carry no key, and vLLM leaves them open too.
 """
 
 from __future__ import annotations
@@ -16,44 +17,33 @@ from __future__ import annotations
 from typing import Final
 
 import smg_trio
-from smg_trio.frontends.metrics_app import METRICS_PATH, send_metrics
-from smg_trio.frontends.responses import Send, send_json
-from smg_trio.gateway import Gateway
+from smg_trio.frontends.answers import send_json
+from smg_trio.frontends.http.asgi_types import Send
+from smg_trio.frontends.metrics_app import send_metrics
+from smg_trio.request.gateway import Gateway
+from smg_trio.request.routes import RouteKind
 
-HEALTH_PATH: Final = "/health"
-READINESS_PATH: Final = "/readiness"
-LIVENESS_PATH: Final = "/liveness"
-# Orchestrators' probes (docs/resilience.md §4): never behind the API key.
-PROBE_PATHS: Final = (HEALTH_PATH, READINESS_PATH, LIVENESS_PATH)
-OPEN_PATHS: Final = (*PROBE_PATHS, METRICS_PATH)
-MODELS_PATH: Final = "/v1/models"
 # vLLM's `GET /version` shape, with our own version: the server answering is smg-trio, whatever
 # engine runs behind it (docs/client-apis.md §4).
-VERSION_PATH: Final = "/version"
 VERSION_BODY: Final = b'{"version":"' + smg_trio.__version__.encode() + b'"}'
-INFO_ROUTE_METHODS: Final[dict[str, tuple[str, ...]]] = {
-    MODELS_PATH: ("GET", "HEAD"),
-    VERSION_PATH: ("GET", "HEAD"),
-    **dict.fromkeys(PROBE_PATHS, ("GET", "HEAD")),
-    METRICS_PATH: ("GET", "HEAD"),
-}
 HEALTHY_BODY: Final = b'{"status":"ok"}'
 
 
-async def answer_info(gateway: Gateway, path: str, send: Send) -> None:
-    """The answer of one of `INFO_ROUTE_METHODS`' paths."""
-    if path == LIVENESS_PATH:
-        await send_json(send, 200, HEALTHY_BODY)
-    elif path in PROBE_PATHS:
-        await _health(gateway, send)
-    elif path == METRICS_PATH:
-        await send_metrics(send, gateway.metrics)
-    elif path == MODELS_PATH:
-        await send_json(send, 200, gateway.models.body())
-    elif path == VERSION_PATH:
-        await send_json(send, 200, VERSION_BODY)
-    else:
-        raise ValueError(f"{path} is not an info route")
+async def answer_info(gateway: Gateway, kind: RouteKind, send: Send) -> None:
+    """The answer of a route of one of the `INFO_KINDS` (request/routes.py)."""
+    match kind:
+        case RouteKind.LIVENESS:
+            await send_json(send, 200, HEALTHY_BODY)
+        case RouteKind.HEALTH:
+            await _health(gateway, send)
+        case RouteKind.METRICS:
+            await send_metrics(send, gateway.metrics)
+        case RouteKind.MODELS:
+            await send_json(send, 200, gateway.models.body())
+        case RouteKind.VERSION:
+            await send_json(send, 200, VERSION_BODY)
+        case _:
+            raise ValueError(f"{kind} is not an info route")
 
 
 async def _health(gateway: Gateway, send: Send) -> None:

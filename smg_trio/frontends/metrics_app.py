@@ -9,18 +9,16 @@ from __future__ import annotations
 from typing import Final
 
 from smg_trio.errors import ClientError
-from smg_trio.frontends.responses import (
-    Receive,
-    Scope,
-    Send,
+from smg_trio.frontends.answers import (
     answer_lifespan,
     http_transport,
     send_error_discarding_body,
     send_json,
 )
+from smg_trio.frontends.http.asgi_types import Receive, Scope, Send
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
+from smg_trio.request.routes import METRICS_PATH
 
-METRICS_PATH: Final = "/metrics"
 WEBSOCKET_POLICY_VIOLATION: Final = 1008
 
 

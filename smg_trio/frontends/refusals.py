@@ -9,16 +9,10 @@ is discarded as the answer goes out (`responses.send_error_discarding_body`).
 from __future__ import annotations
 
 from smg_trio.errors import ClientError, GatewayError
+from smg_trio.frontends.answers import http_transport, send_error_discarding_body
 from smg_trio.frontends.api_paths import dialect_for_path
-from smg_trio.frontends.responses import (
-    Header,
-    Receive,
-    Scope,
-    Send,
-    http_transport,
-    send_error_discarding_body,
-)
-from smg_trio.memory_budget import MemoryBudgetExceeded
+from smg_trio.frontends.http.asgi_types import Header, Receive, Scope, Send
+from smg_trio.request.memory_budget import MemoryBudgetExceeded
 
 
 class MethodNotAllowed(ClientError):

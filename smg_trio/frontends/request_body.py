@@ -17,10 +17,10 @@ from collections.abc import Callable
 import trio
 
 from smg_trio.errors import ClientError, ClientGone
-from smg_trio.frontends.http_limits import HttpLimits
-from smg_trio.frontends.hypercorn_seam import memory_channel_of
-from smg_trio.frontends.responses import Message, Receive
-from smg_trio.memory_budget import Reservation
+from smg_trio.frontends.http.asgi_types import Message, Receive
+from smg_trio.frontends.http.hypercorn_seam import memory_channel_of
+from smg_trio.frontends.http.limits import HttpLimits
+from smg_trio.request.memory_budget import Reservation
 
 
 async def read_body(
@@ -88,7 +88,7 @@ class _Body:
 def _queued_reader(receive: Receive) -> Callable[[], Message | None] | None:
     """A reader of what is already queued on `receive` (None once nothing is), when `receive`
     is a trio memory channel's, as hypercorn's trio worker hands every app (found through the
-    seam, frontends/hypercorn_seam.py); else None."""
+    seam, frontends/http/hypercorn_seam.py); else None."""
     channel = memory_channel_of(receive)
     if not isinstance(channel, trio.MemoryReceiveChannel):
         return None

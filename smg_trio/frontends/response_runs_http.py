@@ -22,39 +22,31 @@ import msgspec
 import trio
 
 from smg_trio.core.api_dialect import NamedEventDialect, named_event
-from smg_trio.core.response_runs import ENDED_STATUSES, parse_retrieve_query
+from smg_trio.core.run_events import ENDED_STATUSES, parse_retrieve_query
 from smg_trio.core.stream_end import StreamEnd
-from smg_trio.errors import ClientError
-from smg_trio.frontends.client_disconnect import client_disconnect_of
+from smg_trio.errors import ClientError, Draining
+from smg_trio.frontends.answers import send_json
+from smg_trio.frontends.http.asgi_types import Scope, Send
+from smg_trio.frontends.http.client_disconnect import client_disconnect_of
 from smg_trio.frontends.response_started import ResponseStarted
-from smg_trio.frontends.responses import Scope, Send, send_json
 from smg_trio.frontends.sse import SseResponse, respond
-from smg_trio.frontends.stored_responses import STORED_RESPONSE_PREFIX
-from smg_trio.gateway import Gateway
 from smg_trio.handoff import Taken
-from smg_trio.lifecycle import Draining
-from smg_trio.response_run import Tail
-from smg_trio.response_run_start import admit_response
-from smg_trio.response_runs import SynchronousResponse
-from smg_trio.response_store.event_log import LoggedEvent
-from smg_trio.response_store.service import ResponseNotFound
-from smg_trio.tenancy.api_keys import Tenant
+from smg_trio.request.arrival import Arrival
+from smg_trio.request.gateway import Gateway
+from smg_trio.request.routes import path_id
+from smg_trio.request.run_start import admit_response
+from smg_trio.responses.run import Tail
+from smg_trio.responses.runs import SynchronousResponse
+from smg_trio.responses.store.event_log import LoggedEvent
+from smg_trio.responses.store.service import ResponseNotFound
 
-CANCEL_SUFFIX: Final = "/cancel"
 _EVENTS: Final = NamedEventDialect()
 """The log's events are framed and numbered already: sent as they are."""
 _END: Final = StreamEnd()  # a Responses stream has no end marker: its last event ends it
 
 
-def is_cancel_path(path: str) -> bool:
-    """`/v1/responses/{id}/cancel`."""
-    rest = path.removeprefix(STORED_RESPONSE_PREFIX)
-    run_id = rest.removesuffix(CANCEL_SUFFIX)
-    return rest != path and run_id != rest and bool(run_id) and "/" not in run_id
-
-
 async def serve_cancel(gateway: Gateway, path: str, send: Send) -> None:
-    run_id = path.removeprefix(STORED_RESPONSE_PREFIX).removesuffix(CANCEL_SUFFIX)
+    run_id = path_id(path)
     response = await gateway.runs.cancel(run_id)
     if response is None:
         if gateway.responses.store is not None and await gateway.responses.store.get(run_id):
@@ -65,7 +57,7 @@ async def serve_cancel(gateway: Gateway, path: str, send: Send) -> None:
 
 async def refuse_deleting_a_running_response(gateway: Gateway, path: str) -> None:
     """`DELETE` of a response still generating is a 400: its run would write it again."""
-    run_id = path.removeprefix(STORED_RESPONSE_PREFIX)
+    run_id = path_id(path)
     current = await gateway.runs.retrieve(run_id)
     if current is not None and msgspec.json.decode(current)["status"] not in ENDED_STATUSES:
         raise ClientError(
@@ -77,7 +69,7 @@ async def refuse_deleting_a_running_response(gateway: Gateway, path: str) -> Non
 
 async def serve_retrieve(gateway: Gateway, scope: Scope, path: str, send: ResponseStarted) -> None:
     """`GET /v1/responses/{id}` with its query (module doc)."""
-    run_id = path.removeprefix(STORED_RESPONSE_PREFIX)
+    run_id = path_id(path)
     query = parse_retrieve_query(scope.get("query_string", b""))
     if not query.stream:
         current = await gateway.runs.retrieve(run_id)
@@ -126,17 +118,14 @@ async def serve_run(
     scope: Scope,
     send: ResponseStarted,
     body: bytes,
+    arrival: Arrival,
     *,
-    request_id: str,
     background: bool,
     stream: bool,
-    session_key: str | None,
-    transport: str,
-    client: str,
-    tenant: Tenant | None = None,
 ) -> None:
-    """`POST /v1/responses` that runs apart from its connection (module doc); `tenant` (its API
-    key's, `--api-keys`) is charged at the create: over its budget, the create is the 429."""
+    """`POST /v1/responses` that runs apart from its connection (module doc); the arrival's
+    tenant (its API key's, `--api-keys`) is charged at the create: over its budget, the create
+    is the 429."""
     # A resumable stream's create may wait for its tenant's slot: a client that leaves then
     # leaves the queue at once, as a foreground request's does (docs/fleet.md §2). A
     # background create never waits, and is started even if its client hung up at once.
@@ -145,16 +134,7 @@ async def serve_run(
         if disconnect is not None:
             disconnect.on_fire(admitting.cancel)
         try:
-            admitted = await admit_response(
-                gateway,
-                body,
-                background=background,
-                request_id=request_id,
-                session_key=session_key,
-                transport=transport,
-                client=client,
-                tenant=tenant,
-            )
+            admitted = await admit_response(gateway, body, background=background, arrival=arrival)
         finally:
             if disconnect is not None:
                 disconnect.on_fire(None)

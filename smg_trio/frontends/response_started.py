@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from smg_trio.frontends.responses import Message, Scope, Send
-from smg_trio.frontends.sse import DirectChunks, StartNow, direct_chunks_of
+from smg_trio.frontends.http.asgi_types import DirectChunks, Message, Scope, Send, direct_chunks_of
+from smg_trio.frontends.sse import StartNow
 from smg_trio.handoff import Taken
-from smg_trio.request_ids import REQUEST_ID_HEADER
+from smg_trio.observability.request_ids import REQUEST_ID_HEADER
 
 
 class ResponseStarted:

@@ -39,9 +39,8 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketScope
 
 from smg_trio.core.api_dialect import split_named_events
-from smg_trio.endpoint_requests import RESPONSES_PATH
 from smg_trio.errors import ClientError, ClientGone, GatewayError
-from smg_trio.frontends.responses import client_address
+from smg_trio.frontends.answers import client_address
 from smg_trio.frontends.responses_socket_cache import SocketResponses
 from smg_trio.frontends.responses_socket_events import (
     Cancel,
@@ -68,9 +67,11 @@ from smg_trio.frontends.responses_socket_steering import (
     with_queued_input,
 )
 from smg_trio.frontends.websocket_sender import FrameOutbox, serve_socket
-from smg_trio.gateway import Gateway
-from smg_trio.memory_budget import Reservation
-from smg_trio.request_ids import new_request_id
+from smg_trio.observability.request_ids import new_request_id
+from smg_trio.request.arrival import Arrival
+from smg_trio.request.endpoints import RESPONSES_PATH
+from smg_trio.request.gateway import Gateway
+from smg_trio.request.memory_budget import Reservation
 from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds
 
@@ -103,7 +104,7 @@ class _Lane:
         self.running: _Running | None = None
 
 
-class _Socket:
+class _ResponsesSocket:
     """One accepted Responses WebSocket: its lanes and the way to its sender task."""
 
     def __init__(
@@ -229,17 +230,15 @@ class _Socket:
                             RESPONSES_PATH, TRANSPORT, error.status, error.code
                         )
                         raise
-                    await self._gateway.handle(
-                        RESPONSES_PATH,
-                        http_body,
-                        sink,
+                    arrival = Arrival(
                         request_id=request_id,
                         transport=TRANSPORT,
                         client=self._client,
-                        reservation=reservation,
                         tenant=self._tenant,
+                        body_reservation=reservation,
                         responses=self._responses,
                     )
+                    await self._gateway.handle(RESPONSES_PATH, http_body, sink, arrival)
                 except GatewayError as error:  # raised only while nothing was sent
                     await sink.fail(error)
                 except ClientGone:
@@ -365,5 +364,7 @@ async def handle_websocket(
         gateway,
         receive,
         send,
-        lambda nursery, frames: _Socket(gateway, nursery, frames, client_address(scope), tenant),
+        lambda nursery, frames: _ResponsesSocket(
+            gateway, nursery, frames, client_address(scope), tenant
+        ),
     )

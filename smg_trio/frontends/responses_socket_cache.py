@@ -24,8 +24,8 @@ from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError
-from smg_trio.request import ClientSink, ForwardingSink
-from smg_trio.response_store.service import ResponseNotFound, ResponsesService
+from smg_trio.responses.store.service import ResponseNotFound, ResponsesService
+from smg_trio.sink import ClientSink, ForwardingSink
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.responses_api import decode_head
 

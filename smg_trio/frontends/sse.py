@@ -11,7 +11,7 @@ The request's API dialect (`core/api_dialect.py`) frames the events and spells t
 
 hypercorn never raises when sending to a client that left (it advertises ASGI 2.1), so the
 only news of a vanished client is `http.disconnect`, which our task group turns into the
-request's `ClientDisconnect` (`frontends.client_disconnect`): `respond` registers a callback
+request's `ClientDisconnect` (`frontends.http.client_disconnect`): `respond` registers a callback
 that marks the response gone (every later `send_chunks` raises `ClientGone`) and cancels the
 request's scope from the next scheduling round, which leaves the backend stream and aborts the
 engine request. No task watches `receive`.
@@ -34,25 +34,26 @@ Two rules keep that news from being lost or coming too late (docs/architecture.m
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Final, Protocol, TypeAlias, assert_never
+from typing import Final, TypeAlias, assert_never
 
 import trio
 
 from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientGone, GatewayError
-from smg_trio.frontends.client_disconnect import ClientDisconnect
-from smg_trio.frontends.responses import Message, Send, send_error, send_json
+from smg_trio.frontends.answers import send_error, send_json
+from smg_trio.frontends.http.asgi_types import (
+    DirectChunks,
+    Message,
+    Send,
+)
+from smg_trio.frontends.http.client_disconnect import ClientDisconnect
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 from smg_trio.handoff import Taken
 
 logger = logging.getLogger(__name__)
-
-DIRECT_CHUNKS_KEY: Final = "smg_trio.direct_chunks"
-"""Where `frontends.http_server` puts each connection (a `DirectChunksSource`) in the state
-hypercorn copies into every request's scope."""
 
 KEEPALIVE_COMMENT: Final = b": keep-alive\n\n"
 """An SSE comment: clients ignore it, proxies with idle timeouts see bytes (resilience.md §5)."""
@@ -70,38 +71,6 @@ cancelled there is lost from the h2 connection (hypercorn has already taken its 
 stream's DATA would arrive without HEADERS, a connection error for the client. Under a storm of
 thousands of streams on a loaded loop that wait took over 30 s; only a connection whose peer
 stopped reading waits longer, and hypercorn's own (shielded) write on it is stuck as long."""
-
-
-class DirectChunks(Protocol):
-    """A way to send a body chunk without ASGI's layers (docs/performance.md §2): an HTTP/1.1
-    connection writes it to its socket, an h2 stream frames it as DATA. `write_chunk_now`
-    answers as a hand-off's `take_now` (smg_trio/handoff.py): ALL, sent; PART, with the rest
-    still to write (`write_rest`; only HTTP/1.1 leaves one); REFUSED, nothing sent (then ASGI
-    `send` must). `start_now`: the same for a `200` head with `headers` and the first chunk,
-    sent together (docs/performance.md §3)."""
-
-    def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]: ...
-
-    def start_now(
-        self, headers: Sequence[tuple[bytes, bytes]], first: bytes
-    ) -> tuple[Taken, bytes]: ...
-
-    async def write_rest(self, rest: bytes) -> None: ...
-
-
-class DirectChunksSource(Protocol):
-    """What `frontends.http_server` puts under `DIRECT_CHUNKS_KEY`: each connection."""
-
-    def chunks_for(self, send: Send) -> DirectChunks | None: ...
-
-
-def direct_chunks_of(scope: Mapping[str, Any], send: Send) -> DirectChunks | None:
-    """The direct chunk writer of the response that hypercorn's `send` answers, if any."""
-    state = scope.get("state")
-    source: DirectChunksSource | None = (
-        state.get(DIRECT_CHUNKS_KEY) if isinstance(state, dict) else None
-    )
-    return None if source is None else source.chunks_for(send)
 
 
 StartNow: TypeAlias = Callable[[Sequence[tuple[bytes, bytes]], bytes], tuple[Taken, bytes]]
@@ -129,7 +98,9 @@ class SseResponse:
         self._dialect = dialect  # how this API frames events and errors (core/api_dialect.py)
         self._lifecycle = SinkLifecycle()
         self._client_gone = False
-        self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
+        self.quiet = (
+            False  # the keep-alive scan's flag (request/live_requests.py); cleared per chunk
+        )
 
     @property
     def state(self) -> SinkState:

@@ -39,8 +39,8 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, WebsocketSco
 from smg_trio.core.api_dialect import ApiDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import ClientError, ClientGone, GatewayError
+from smg_trio.frontends.answers import client_address
 from smg_trio.frontends.api_paths import dialect_for_path
-from smg_trio.frontends.responses import client_address
 from smg_trio.frontends.sink_state import ErrorForm, SinkLifecycle, SinkState, Step
 from smg_trio.frontends.websocket_frames import (
     KEEPALIVE_FRAME,
@@ -56,9 +56,10 @@ from smg_trio.frontends.websocket_frames import (
     salvaged_envelope,
 )
 from smg_trio.frontends.websocket_sender import FrameOutbox, serve_socket
-from smg_trio.gateway import Gateway
 from smg_trio.handoff import Taken
-from smg_trio.request_ids import request_id_from_header
+from smg_trio.observability.request_ids import request_id_from_header
+from smg_trio.request.arrival import Arrival
+from smg_trio.request.gateway import Gateway
 from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 
@@ -101,7 +102,9 @@ class _StreamSink:
         self._scope = scope
         self._lifecycle = SinkLifecycle()
         self.ended = False
-        self.quiet = False  # the keep-alive scan's flag (lifecycle.py); cleared per chunk
+        self.quiet = (
+            False  # the keep-alive scan's flag (request/live_requests.py); cleared per chunk
+        )
         self._framed: list[bytes] = []  # framed by `send_chunks_now`, not yet with the sender
 
     def gone_before_engine(self) -> bool:
@@ -173,7 +176,7 @@ class _StreamSink:
         self.ended = True
 
 
-class _Socket:
+class _StreamsSocket:
     """One accepted WebSocket: its live request ids and the way to its sender task."""
 
     def __init__(
@@ -313,15 +316,13 @@ class _Socket:
                     # One yield first: the socket's reader hands over a cancel frame that came
                     # in the same read as the request, so it costs no ADD (rapid reset).
                     await trio.lowlevel.checkpoint()
-                    await self._gateway.handle(
-                        path,
-                        body,
-                        sink,
+                    arrival = Arrival(
                         request_id=request_id,
                         transport=WEBSOCKET_TRANSPORT,
                         client=self._client,
                         tenant=self._tenant,
                     )
+                    await self._gateway.handle(path, body, sink, arrival)
                 except GatewayError as err:  # raised only while nothing was sent
                     await sink.fail(err)
                 except ClientGone:
@@ -365,5 +366,7 @@ async def handle_websocket(
         gateway,
         receive,
         send,
-        lambda nursery, frames: _Socket(gateway, nursery, frames, client_address(scope), tenant),
+        lambda nursery, frames: _StreamsSocket(
+            gateway, nursery, frames, client_address(scope), tenant
+        ),
     )

@@ -18,24 +18,29 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, cast
 
-from smg_trio.endpoint_requests import RESPONSES_PATH
 from smg_trio.errors import ClientError
+from smg_trio.frontends.answers import header_map
 from smg_trio.frontends.caller_auth import CallerAuth
-from smg_trio.frontends.responses import Receive, Scope, Send, header_map
-from smg_trio.gateway import Gateway
+from smg_trio.frontends.http.asgi_types import Receive, Scope, Send
+from smg_trio.request.gateway import Gateway
+from smg_trio.request.routes import (
+    RESPONSES_WEBSOCKET_PROTOCOL,
+    WEBSOCKET_PROTOCOL,
+    websocket_protocol,
+)
 from smg_trio.tenancy.api_keys import Tenant
 
 logger = logging.getLogger(__name__)
 
-WEBSOCKET_PATH: Final = "/v1/ws"
 WEBSOCKET_POLICY_VIOLATION: Final = 1008
 WEBSOCKET_INTERNAL_ERROR: Final = 1011
 WEBSOCKET_TRY_AGAIN_LATER: Final = 1013
 
-# Each WebSocket path and the module serving it (its `handle_websocket`), imported on first use.
+# Each WebSocket protocol (its paths: the route table's `websocket`) and the module serving it
+# (its `handle_websocket`), imported on first use.
 WEBSOCKET_MODULES: Final = {
-    WEBSOCKET_PATH: "smg_trio.frontends.websocket",
-    RESPONSES_PATH: "smg_trio.frontends.responses_socket",
+    WEBSOCKET_PROTOCOL: "smg_trio.frontends.websocket",
+    RESPONSES_WEBSOCKET_PROTOCOL: "smg_trio.frontends.responses_socket",
 }
 
 WebSocketHandler = Callable[[Gateway, Scope, Receive, Send, Tenant | None], Awaitable[None]]
@@ -52,7 +57,8 @@ class WebSocketAdmission:
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """One WebSocket connection's ASGI scope, from its first message to its close."""
-        module = WEBSOCKET_MODULES.get(scope["path"])
+        protocol = websocket_protocol(scope["path"])
+        module = None if protocol is None else WEBSOCKET_MODULES[protocol]
         if module is None:
             await send({"type": "websocket.close", "code": WEBSOCKET_POLICY_VIOLATION})
             return

@@ -11,9 +11,9 @@ import trio
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable
 
 from smg_trio.errors import ClientGone
-from smg_trio.gateway import Gateway
 from smg_trio.handoff import Taken
-from smg_trio.heap import RELEASE_HEAP_AFTER_BYTES
+from smg_trio.request.gateway import Gateway
+from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES
 
 FRAME_BUFFER: Final = 16
 """Frames waiting for the sender; small, so backpressure reaches the requests quickly."""

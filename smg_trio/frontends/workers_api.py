@@ -21,11 +21,11 @@ from typing import Final, Protocol
 import msgspec
 
 from smg_trio.errors import ClientError
-from smg_trio.frontends.responses import Send, send_json
+from smg_trio.frontends.answers import send_json
+from smg_trio.frontends.http.asgi_types import Send
+from smg_trio.request.routes import WORKERS_PATH, path_id
 from smg_trio.routing.workers import WorkerSnapshot
 
-WORKERS_PATH: Final = "/workers"
-WORKERS_PREFIX: Final = WORKERS_PATH + "/"
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -56,10 +56,6 @@ class _WorkerList(msgspec.Struct):
     object: str = "list"
 
 
-def is_workers_path(path: str) -> bool:
-    return path == WORKERS_PATH or path.startswith(WORKERS_PREFIX)
-
-
 def authorize_admin(admin_api_key: bytes | None, authorization: bytes) -> None:
     if admin_api_key is None:
         raise ClientError(
@@ -76,14 +72,10 @@ def authorize_admin(admin_api_key: bytes | None, authorization: bytes) -> None:
         )
 
 
-def allowed_methods(path: str) -> tuple[str, ...]:
-    return ("GET", "POST") if path == WORKERS_PATH else ("DELETE",)
-
-
 async def serve_workers(
     admin: WorkerAdmin, method: str, path: str, body: bytes, send: Send
 ) -> None:
-    """Answer one authorized /workers request whose method `allowed_methods` accepts."""
+    """Answer one authorized /workers request whose method its route accepts."""
     if path == WORKERS_PATH and method == "GET":
         await send_json(send, 200, _ENCODER.encode(_WorkerList(data=admin.snapshot())))
     elif path == WORKERS_PATH:
@@ -98,5 +90,5 @@ async def serve_workers(
             send, 201, _ENCODER.encode({"worker": added.worker, "address": added.address})
         )
     else:
-        removed = admin.remove(path.removeprefix(WORKERS_PREFIX))
+        removed = admin.remove(path_id(path))
         await send_json(send, 202, _ENCODER.encode(removed))

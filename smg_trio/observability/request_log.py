@@ -28,8 +28,8 @@ from typing import Any, Final, TextIO
 from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.msgspec import MsgspecFormatter
 
+from smg_trio.observability.request_ids import RequestIdLogFilter
 from smg_trio.observability.request_record import RequestRecord
-from smg_trio.request_ids import RequestIdLogFilter
 
 REQUEST_LOGGER: Final = "smg_trio.requests"
 LOG_FORMATS: Final = ("text", "json")

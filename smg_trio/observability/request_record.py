@@ -1,6 +1,6 @@
 """I/O. One request's record: what it was, when its tokens came, and how it ended.
 
-`Gateway.handle` opens a `RequestRecord` when a request arrives; `request.py` updates it once
+`Gateway.handle` opens a `RequestRecord` when a request arrives; `request/nursery.py` updates it once
 per engine batch (never per token); at the end the gateway hands it to the metrics and to the
 request log (docs/observability.md §2). It reads the monotonic clock, hence I/O.
 

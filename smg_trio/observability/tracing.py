@@ -33,8 +33,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from smg_trio.backends.trace_context import TraceHeaders
 from smg_trio.observability.request_record import RequestRecord
-from smg_trio.observability.trace_context import TraceHeaders
 
 SERVICE_NAME: Final = "smg-trio"
 ROOT_SPAN: Final = "smg_trio.request"

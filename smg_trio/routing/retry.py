@@ -5,7 +5,7 @@ Only failures that say the worker could not take the request at all are retried:
 ready or reachable (`BackendUnavailable`), the engine died or went silent (`EngineDead`), or it
 refused the request as overloaded or unavailable (`EngineRejected` with 429 or 503). A refusal
 of the request itself (a 400, an engine's 500 on its content) would fail again anywhere. The
-gateway retries only while nothing reached the client (`retrying.py`).
+gateway retries only while nothing reached the client (`request/retrying.py`).
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ import trio
 
 from smg_trio.core.rate_limits import Limited, retry_after_header
 from smg_trio.errors import RateLimited
+from smg_trio.observability.request_ids import new_request_id
 from smg_trio.observability.tenant_metrics import TenantMetrics
-from smg_trio.request_ids import new_request_id
 from smg_trio.routing.admission import DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.tenancy.redis_client import open_redis

@@ -266,19 +266,6 @@ class CompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     best_of: int | None = None
     max_tokens: int | None = 16  # OpenAI's documented default for completions
 
-    @property
-    def single_prompt(self) -> str | tuple[int, ...]:
-        """The prompt as text or token ids; valid only after `validate_completion`."""
-        prompt = self.prompt
-        if isinstance(prompt, str):
-            return prompt
-        first = prompt[0]
-        if isinstance(first, str):
-            return first
-        if isinstance(first, tuple):
-            return first
-        return tuple(p for p in prompt if isinstance(p, int))
-
 
 class GenerateSamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """SGLang `sampling_params`; defaults are SGLang's (`max_new_tokens` 128)."""

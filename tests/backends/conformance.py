@@ -28,7 +28,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
 from smg_trio.errors import EngineDead
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams

@@ -24,12 +24,12 @@ from harness.served_gateway import served_gateway
 from smg_trio.backends.asyncio_bridge import AsyncioBridge, open_asyncio_bridge
 from smg_trio.backends.grpc_backend import GrpcBackend, open_grpc_backend
 from smg_trio.backends.grpc_services import close_channel
-from smg_trio.config import GatewayConfig, WorkerSpec
 from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serve import Serving
+from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.serve import Serving
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
 from tests.backends.conformance import EngineFactory, EngineUnderTest

@@ -152,7 +152,7 @@ async def consume(
     *,
     task_status: trio.TaskStatus[trio.lowlevel.Task] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The request's side: register the step, then loop as request.py does."""
+    """The request's side: register the step, then loop as request/nursery.py does."""
     request_name.set("request")
     stream.consume_inline(step)
     task_status.started(trio.lowlevel.current_task())

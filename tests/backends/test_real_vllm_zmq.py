@@ -25,7 +25,7 @@ import trio
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.model import ModelDir, load_model_dir
+from smg_trio.model.folder import ModelDir, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import SamplingParams

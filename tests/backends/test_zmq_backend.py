@@ -18,7 +18,7 @@ from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.errors import EngineDead, EngineRejected
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Runtime
 from tests.backends import conformance
 from tests.backends.conformance import (

@@ -19,7 +19,6 @@ import trio
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from smg_trio.backends.kv_event_subscriber import subscribe_kv_events
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.backends.zmq_lifetime import (
     open_socket_monitor,
@@ -29,6 +28,7 @@ from smg_trio.backends.zmq_lifetime import (
 from smg_trio.backends.zmq_socket import TrioZmqSocket, ipc_address, private_ipc_dir
 from smg_trio.engines.kv_publisher import KvEventPublisher
 from smg_trio.neutral.runtime import Runtime
+from smg_trio.routing.kv_event_subscriber import subscribe_kv_events
 from smg_trio.routing.kv_index import KvIndex
 
 TEST_TIMEOUT_S: Final = 10
@@ -194,7 +194,7 @@ async def test_a_kv_subscriber_cancelled_at_any_step_of_its_start_leaves_nothing
         async with kv_publisher(directory) as (events, replay):
             start = partial(subscribe_kv_events, "w1", events, replay, KvIndex())
             runs = await cancel_at_every_step(
-                start, ("smg_trio.backends.kv_event_subscriber",), caplog
+                start, ("smg_trio.routing.kv_event_subscriber",), caplog
             )
     assert runs >= 2  # at least one step before it started
 

@@ -22,7 +22,7 @@ from harness.generations import (
 from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams

@@ -20,7 +20,7 @@ from smg_trio.core.anthropic_request import (
 )
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ClientError
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.wire import openai as oa
 

@@ -136,7 +136,7 @@ def test_matches_transformers_oracle(source: str, gen: bool) -> None:
 
 
 def test_shipped_templates_match_oracle() -> None:
-    from smg_trio.model import demo_model_path, load_model_dir
+    from smg_trio.model.folder import demo_model_path, load_model_dir
 
     model = load_model_dir(demo_model_path())
     assert model.chat_template is not None

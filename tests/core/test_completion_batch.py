@@ -15,7 +15,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_completion
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.errors import ClientError
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.wire.openai_decode import decode_completion_request

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from smg_trio.core.detokenize import REPLACEMENT_CHAR, Detokenizer
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from tests.core.mock_tokenizers import (
     BPE_END,
     BPE_EOS,

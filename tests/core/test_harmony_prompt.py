@@ -14,7 +14,7 @@ import pytest
 from smg_trio.core.harmony_prompt import harmony_stop_ids, typescript_type
 from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ClientError, ConfigError
-from smg_trio.model import load_model_dir
+from smg_trio.model.folder import load_model_dir
 from tests.core.test_prepare import MODEL, chat
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

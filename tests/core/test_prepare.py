@@ -13,8 +13,8 @@ from smg_trio.core.chat_template import ChatTemplate
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError
-from smg_trio.hf_tokenizer import ModelTokenizer
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.model.hf_tokenizer import ModelTokenizer
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 from smg_trio.wire import openai_decode as oad

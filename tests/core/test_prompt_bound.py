@@ -14,8 +14,8 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from smg_trio.core.prompt_bound import CHUNK_CHARS, PromptLimit, bounded_encode
 from smg_trio.errors import ClientError
-from smg_trio.hf_tokenizer import max_bytes_per_token
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.model.hf_tokenizer import max_bytes_per_token
 
 DEMO = load_model_dir(demo_model_path())
 TOKENIZER = DEMO.tokenizer

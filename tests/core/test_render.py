@@ -20,10 +20,9 @@ from smg_trio.core.render import (
     CompletionStreamRenderer,
     FinishedChoice,
     sse,
-    sse_error,
     websocket_chunk,
 )
-from smg_trio.errors import EngineRejected
+from smg_trio.errors import EngineRejected, GatewayError
 from smg_trio.wire.openai_responses import (
     JSON_ENCODER,
     ChatCompletionChunk,
@@ -34,7 +33,14 @@ from smg_trio.wire.openai_responses import (
     CompletionChoice,
     TokenLogprob,
     Usage,
+    error_body,
 )
+
+
+def sse_error(err: GatewayError) -> bytes:
+    """The mid-stream error event (the sink sends `SSE_DONE` after it)."""
+    return b"data: " + error_body(err) + b"\n\n"
+
 
 CHAT_HEAD = b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m"'
 CMPL_HEAD = b'{"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"m"'

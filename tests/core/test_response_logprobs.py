@@ -19,8 +19,8 @@ from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.prepare import prepare_chat
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.hf_tokenizer import ModelTokenizer
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.model.hf_tokenizer import ModelTokenizer
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams

@@ -19,7 +19,7 @@ from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.core.responses_request import prepare_responses
 from smg_trio.errors import ClientError, EngineRejected
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import ConstraintKind

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from smg_trio.core.prepare import chat_prompt_ids
 from smg_trio.core.tokenize import detokenize_body, tokenize_body
 from smg_trio.errors import ClientError
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.wire.openai_decode import decode_chat_request
 from smg_trio.wire.openai_tokenize import (
     TokenizeChatRequest,

@@ -25,9 +25,9 @@ from harness.served_gateway import served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime
-from smg_trio.serve import Serving
+from smg_trio.serving.serve import Serving
 
 SHUTDOWN_S: Final = 5.0
 API_KEY: Final = "sk-test-key"

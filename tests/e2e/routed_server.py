@@ -14,7 +14,7 @@ import trio
 
 from harness.served_gateway import ServedGateway, served_gateway, zmq_gateway_config
 from smg_trio.backends.zmq_backend import ZmqBackend
-from smg_trio.serve import Serving
+from smg_trio.serving.serve import Serving
 from tests.e2e.live_server import REPLAY_TEXT, engine_command, engine_log, write_replay
 
 ADMIN_KEY: Final = "admin-test-key"

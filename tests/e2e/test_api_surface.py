@@ -18,7 +18,7 @@ import trio
 import trio_websocket
 
 from smg_trio.core.prepare import prepare_chat
-from smg_trio.request_ids import RequestIdLogFilter
+from smg_trio.observability.request_ids import RequestIdLogFilter
 from smg_trio.wire.openai_decode import decode_chat_request
 from tests.e2e.live_server import API_KEY, MODEL, LiveServer, live_server
 
@@ -213,7 +213,7 @@ async def test_log_lines_of_a_request_carry_its_id(server: LiveServer) -> None:
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             seen.append((record.name, record.__dict__["request_id"]))
-            if record.name == "smg_trio.gateway" and "finished" in record.getMessage():
+            if record.name == "smg_trio.request.gateway" and "finished" in record.getMessage():
                 finished.set()
 
     handler = Collect(level=logging.DEBUG)
@@ -231,7 +231,7 @@ async def test_log_lines_of_a_request_carry_its_id(server: LiveServer) -> None:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
-    gateway_lines = [rid for name, rid in seen if name == "smg_trio.gateway"]
+    gateway_lines = [rid for name, rid in seen if name == "smg_trio.request.gateway"]
     assert gateway_lines == ["logged", "logged"]  # started, finished
 
 

@@ -19,7 +19,7 @@ import trio
 
 from harness.ports import free_port
 from smg_trio.cli import main
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 
 TEST_TIMEOUT_S: Final = 30.0
 CTRL_C_BOUND_S: Final = 2.0

@@ -20,7 +20,7 @@ from openai import OpenAI
 from openai.types import CompletionUsage
 
 from smg_trio.client import open_gateway_client
-from smg_trio.demo import instructions
+from smg_trio.serving.demo import instructions
 from tests.e2e.live_server import (
     API_KEY,
     MODEL,

@@ -1,5 +1,5 @@
 """Hostile HTTP/2 frame sequences against the gateway (harness/h2_frame_corpus.py, run by
-bench/hostile/h2_frames.py): every mutation at least three times, seeded, over h2c to the
+harness/h2_frame_fuzz.py): every mutation at least three times, seeded, over h2c to the
 gateway and the reference vLLM EngineCore. Each well-formed request ends (answered, reset, or
 its connection closed by GOAWAY), none is answered 5xx or with an internal error event, the
 server's frames always parse, and afterwards the gateway serves as before with no engine
@@ -15,8 +15,8 @@ import httpx
 import pytest
 import trio
 
-from bench.hostile.h2_frames import fuzz_h2
 from harness.h2_frame_corpus import MUTATIONS, h2_sequences
+from harness.h2_frame_fuzz import fuzz_h2
 from tests.e2e.live_server import MODEL, LiveServer, live_server
 
 pytestmark = pytest.mark.timeout(180)

@@ -22,7 +22,7 @@ from openai.types.chat import (
 )
 
 from smg_trio.core.harmony_prompt import harmony_stop_ids
-from smg_trio.model import load_model_dir
+from smg_trio.model.folder import load_model_dir
 from tests.e2e.live_server import (
     MODEL,
     LiveServer,

@@ -23,7 +23,7 @@ from harness.hostile_corpus import (
     hostile_bodies,
     hostile_frames,
 )
-from smg_trio.memory_budget import MemoryBudget
+from smg_trio.request.memory_budget import MemoryBudget
 from tests.e2e.live_server import LiveServer, chat_body, live_server
 
 TEST_S: Final = 30.0

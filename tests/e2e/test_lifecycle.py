@@ -16,8 +16,8 @@ import httpx
 import pytest
 import trio
 
-from smg_trio.http_listener import GRACEFUL_SHUTDOWN_S
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.serving.http_listener import GRACEFUL_SHUTDOWN_S
 from tests.e2e.h2_client import H2Client, open_h2_client
 from tests.e2e.live_server import (
     REPLAY_HEAD,

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import trio
 
-from smg_trio.model import load_model_dir
+from smg_trio.model.folder import load_model_dir
 from tests.backends.test_real_vllm_zmq import (
     MODEL,
     PROMPT_TEXT,

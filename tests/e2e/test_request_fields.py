@@ -24,7 +24,7 @@ from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import prepare_chat_completion, prepare_completion, prepare_generate
 from smg_trio.errors import ClientError
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.capabilities import (
     SUPPORTED_PAIRS,
     BadWords,

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from harness.ports import free_port
-from smg_trio.response_runs import STALE_AFTER_S
+from smg_trio.responses.runs import STALE_AFTER_S
 from tests.e2e.live_server import (
     MODEL,
     REPLAY_HEAD,
@@ -31,7 +31,7 @@ from tests.e2e.live_server import (
     write_replay,
 )
 from tests.e2e.test_cli import serve_command, serving_port
-from tests.response_store.postgres_server import postgres_server
+from tests.responses.store.postgres_server import postgres_server
 
 TEST_TIMEOUT_S: Final = 30.0
 PROMPT: Final = "How does the gateway work?"

@@ -26,7 +26,7 @@ from tests.e2e.live_server import (
     openai_client,
 )
 from tests.e2e.test_cli import serve_command, serving_port
-from tests.response_store.postgres_server import postgres_server
+from tests.responses.store.postgres_server import postgres_server
 
 TEST_TIMEOUT_S: Final = 30.0
 FIRST: Final = "How does the gateway work?"

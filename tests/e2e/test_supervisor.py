@@ -23,7 +23,7 @@ import trio
 
 from harness.ports import free_port
 from smg_trio.cli import main
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from tests.e2e.live_server import engine_command, write_replay
 
 # A cap against hangs, not a bound: a supervisor, two gateway processes and an engine start

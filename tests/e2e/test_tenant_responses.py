@@ -20,8 +20,8 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.redis_server import redis_server
-from smg_trio.endpoint_requests import RESPONSES_PATH, prepare_for_path
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.request.endpoints import RESPONSES_PATH, prepare_for_path
 from tests.e2e.live_server import MODEL, LiveServer, live_server
 from tests.tenancy import needs_redis
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import trio
 
-from smg_trio.model import ModelDir, load_model_dir
+from smg_trio.model.folder import ModelDir, load_model_dir
 from tests.e2e import real_vllm
 from tests.e2e.differential import Answer, Divergence, diff, fold_stream
 from tests.e2e.real_vllm import MODEL, SERVED_NAME

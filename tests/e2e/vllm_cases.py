@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import httpx
 
-from smg_trio.model import ModelDir
+from smg_trio.model.folder import ModelDir
 from tests.e2e.differential import Divergence
 from tests.e2e.real_vllm import MAX_MODEL_LEN, SERVED_NAME
 

@@ -14,7 +14,7 @@ from smg_trio.engines.choice_script import (
     grammar_alternatives,
     regex_alternatives,
 )
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 
 TOKENIZER = load_model_dir(demo_model_path()).tokenizer
 

@@ -20,7 +20,7 @@ from smg_trio.engines.generation import (
     check_stop,
     ordinary_token_ids,
 )
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 
 ORDINARY = tuple(range(10, 60))
 EOS = (2, 0)

@@ -27,7 +27,7 @@ from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire._proto import common_pb2 as common

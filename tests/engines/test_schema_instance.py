@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.schema_instance import answers_in_json, schema_text
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ import msgspec
 
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Seeded, StopRules
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.sampling import EngineRequest, SamplingParams
 from smg_trio.wire import tokenspeed_zmq
 from smg_trio.wire.tokenspeed_zmq import OutputRow

@@ -13,7 +13,7 @@ from smg_trio.core.finalize import WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.generation import Generation, Greedy, StopRules
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import EosIds, SamplingParams
 from smg_trio.wire import vllm_zmq

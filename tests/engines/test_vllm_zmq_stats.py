@@ -14,7 +14,7 @@ from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.prefix_cache import PrefixCache
 from smg_trio.engines.vllm_zmq_engine import VllmWire
 from smg_trio.engines.wire_adapter import Emission, Load
-from smg_trio.model import demo_model_path
+from smg_trio.model.folder import demo_model_path
 from smg_trio.wire.vllm_zmq_outputs import FullSchedulerStats, PrefixCacheStats, decode_outputs
 
 MODEL: Final = load_engine_model(demo_model_path())

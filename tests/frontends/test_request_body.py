@@ -11,10 +11,10 @@ import trio
 import trio.testing
 
 from smg_trio.errors import ClientError, ClientGone
-from smg_trio.frontends.http_limits import HttpLimits
+from smg_trio.frontends.http.asgi_types import Message
+from smg_trio.frontends.http.limits import HttpLimits
 from smg_trio.frontends.request_body import read_body
-from smg_trio.frontends.responses import Message
-from smg_trio.memory_budget import MemoryBudget
+from smg_trio.request.memory_budget import MemoryBudget
 
 TEST_TIMEOUT_S: Final = 5.0
 LIMITS: Final = HttpLimits(body_timeout_s=10.0, body_idle_s=2.0)

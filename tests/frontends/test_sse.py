@@ -13,8 +13,8 @@ import trio
 from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.errors import BackendUnavailable, ClientError, ClientGone, EngineDead
-from smg_trio.frontends.client_disconnect import ClientDisconnect
-from smg_trio.frontends.responses import Message
+from smg_trio.frontends.http.asgi_types import Message
+from smg_trio.frontends.http.client_disconnect import ClientDisconnect
 from smg_trio.frontends.sink_state import SinkState
 from smg_trio.frontends.sse import SSE_HEADERS, SseResponse, respond
 from smg_trio.handoff import Taken

@@ -1,7 +1,7 @@
 """A real gateway for WebSocket tests: the reference vLLM EngineCore as a subprocess (replay mode)
 on the real ZMQ wire, a Gateway over our ZMQ backend, and the production HTTP server
 (`frontends/http_server.serve_http`: our accept loop over hypercorn's protocols) on a loopback
-port serving `/v1/ws` with `handle_websocket` (a minimal ASGI app, independent of serve.py)."""
+port serving `/v1/ws` with `handle_websocket` (a minimal ASGI app, independent of serving/serve.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from smg_trio.backends.zmq_backend import ZmqBackend, open_zmq_backend
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.engines.launch import EngineCommand
-from smg_trio.frontends.http_limits import HttpLimits
-from smg_trio.frontends.http_server import serve_http
-from smg_trio.frontends.responses import answer_lifespan
+from smg_trio.frontends.answers import answer_lifespan
+from smg_trio.frontends.http.limits import HttpLimits
+from smg_trio.frontends.http.server import serve_http
 from smg_trio.frontends.websocket import handle_websocket
-from smg_trio.gateway import Gateway
-from smg_trio.model import demo_model_path, load_model_dir
+from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.request.gateway import Gateway
 from smg_trio.routing.workers import RoundRobin, Worker, WorkerPool
 
 REPLAY_TEXT: Final = "Tokens stream from the engine to you. STOP This part is never shown. "

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import trio
 
+from smg_trio.observability.request_ids import RequestIdLogFilter, current_request_id
 from smg_trio.observability.request_log import (
     LOG_QUEUE_SIZE,
     REQUEST_LOGGER,
@@ -22,7 +23,6 @@ from smg_trio.observability.request_log import (
     JsonLineFormatter,
     logging_to_stderr,
 )
-from smg_trio.request_ids import RequestIdLogFilter, current_request_id
 from tests.e2e.live_server import API_KEY, live_server
 
 TEST_S: Final = 20.0

@@ -20,9 +20,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from smg_trio.backends.asyncio_bridge import open_asyncio_bridge
 from smg_trio.backends.grpc_services import close_channel
-from smg_trio.gateway import Gateway
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.observability.tracing import ROOT_SPAN, RequestTracer, tracer_provider
+from smg_trio.request.gateway import Gateway
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as engine_pb2
 from tests.backends.grpc_reference import grpc_gateway, start_engine, stop_engine

@@ -17,7 +17,7 @@ from smg_trio.errors import (
     GatewayError,
 )
 from smg_trio.handoff import Taken
-from smg_trio.retrying import FirstByteGuard
+from smg_trio.request.retrying import FirstByteGuard
 from smg_trio.routing.workers import Outcome
 
 

@@ -1,0 +1,106 @@
+"""I/O. A request body made ready for `Gateway.handle`, off the event loop when it is large.
+
+`prompt_model_for` is the model as preparation sees it, with the server's parsers. A generation
+path's body becomes its plan (`endpoint_requests.prepare_for_path`; a Responses
+body after the stored turn it continues is read, `ResponsesService.history`); a token path's
+body becomes its whole answer (`endpoint_requests.token_answer`).
+
+- Bodies up to `INLINE_PREPARE_MAX_BYTES` are prepared inline: a thread hop costs more than a
+  short prompt's templating and tokenizing (docs/performance.md §3). Larger ones are prepared on
+  a worker thread (`trio.to_thread`), so a huge prompt cannot stall every other stream on the
+  event loop (docs/ecosystem.md §5).
+- A client error raised on the worker thread comes back without its traceback, which would
+  otherwise hold the request's body and prompt until the cycle collector ran (docs/limits.md
+  §2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Final, TypeVar
+
+import msgspec
+import trio
+
+from smg_trio.core.harmony_prompt import harmony_stop_ids
+from smg_trio.core.parsers.registry import uses_harmony
+from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.prepare import PromptModel
+from smg_trio.core.tokenize import TokenNames
+from smg_trio.errors import GatewayError
+from smg_trio.model.folder import ModelDir
+from smg_trio.request.endpoints import (
+    RESPONSES_PATH,
+    CheckModel,
+    prepare_for_path,
+    token_answer,
+)
+from smg_trio.responses.store.service import ResponsesService
+
+_T = TypeVar("_T")
+
+# Prompts longer than this are templated and tokenized on a worker thread, so a huge prompt
+# cannot stall every other stream on the event loop; short ones are cheaper inline.
+INLINE_PREPARE_MAX_BYTES: Final = 16 * 1024
+
+
+def prompt_model_for(
+    model: ModelDir,
+    tool_call_parser: str | None,
+    reasoning_parser: str | None,
+    stream_interval: int,
+) -> PromptModel:
+    """`model`'s `PromptModel` with the parsers and the stream interval the server was given;
+    with gpt-oss's parsers, the Harmony stop ids too."""
+    return msgspec.structs.replace(
+        model.prompt_model(),
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        harmony_stop_ids=(
+            harmony_stop_ids(model.tokenizer)
+            if uses_harmony(tool_call_parser, reasoning_parser)
+            else ()
+        ),
+        stream_interval=stream_interval,
+    )
+
+
+async def prepare_request(
+    path: str,
+    body: bytes,
+    request_id: str,
+    model: PromptModel,
+    check_model: CheckModel,
+    service: ResponsesService,
+) -> tuple[GeneratePlan, str | None]:
+    """The plan of a generation path's body and the body's `user` (`prepare_for_path`)."""
+    # /v1/responses: the stored turn it continues, read before preparing.
+    history = await service.history(body) if path == RESPONSES_PATH else []
+    return await _off_loop_if_large(
+        partial(prepare_for_path, path, body, model, check_model, request_id, history),
+        body,
+    )
+
+
+async def answer_token_request(
+    path: str, body: bytes, model: PromptModel, tokenizer: TokenNames, check_model: CheckModel
+) -> bytes:
+    """The whole answer of a token path's body (`token_answer`)."""
+    return await _off_loop_if_large(
+        partial(token_answer, path, body, model, tokenizer, check_model), body
+    )
+
+
+async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
+    if len(body) <= INLINE_PREPARE_MAX_BYTES:
+        return work()
+    try:
+        return await trio.to_thread.run_sync(work)
+    except GatewayError as error:
+        # trio's thread hand-off keeps the error in a reference cycle with the frames of
+        # its traceback, and those frames hold the decoded body, the templated prompt and
+        # this request's body until the cycle collector runs, which under a lull is never:
+        # 16 rejected 8 MB prompts held 400 MB (docs/limits.md §2). A client error needs
+        # no traceback; dropping it frees all of that now.
+        raise error.with_traceback(None) from None

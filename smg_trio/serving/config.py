@@ -1,0 +1,326 @@
+"""The gateway's configuration: worker specs, listener, limits; from flags or a TOML file.
+
+A worker spec is `RUNTIME+WIRE://ADDRESS`, e.g. `vllm+zmq://127.0.0.1:27937` (listen there for a
+vLLM EngineCore handshake) or `sglang+grpc://127.0.0.1:8200`. The runtime is always explicit: a
+spec without one (`zmq://...`), an unknown runtime, or a runtime with no adapter for the wire is a
+ConfigError before anything starts. A query may name the engine's KV-event publisher and its
+replay socket for the kv_events policy (docs/routing.md §9):
+`vllm+zmq://127.0.0.1:27937?kv_events=tcp://127.0.0.1:5557&kv_replay=tcp://127.0.0.1:5558`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from smg_trio.core.parsers.registry import check_parser_names
+from smg_trio.errors import ConfigError, UnsupportedRuntime
+from smg_trio.neutral.capabilities import capabilities_of, require_adapter
+from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire
+from smg_trio.request.arrival import DEFAULT_SESSION_HEADER
+from smg_trio.responses.store.stores import check_store_url
+from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
+from smg_trio.routing.policies import POLICY_NAMES
+from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
+from smg_trio.tenancy.api_keys import load_api_keys
+from smg_trio.tenancy.redis_client import RedisAddress
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8000
+DEFAULT_MAX_BODY_BYTES: Final = 8 * 1024 * 1024
+DEFAULT_REQUEST_TIMEOUT_S: Final = 600.0  # generous: long generations on slow engines
+# Resilience (docs/resilience.md): engine silence while a first token or a probe answer is
+# awaited, the drain on SIGTERM/SIGINT, and the keep-alive of silent streams.
+DEFAULT_ENGINE_SILENCE_S: Final = 30.0
+DEFAULT_DRAIN_TIMEOUT_S: Final = 30.0
+DEFAULT_KEEPALIVE_S: Final = 15.0
+
+
+KV_EVENT_SCHEMES: Final = ("tcp://", "ipc://")
+
+
+class WorkerSpec(msgspec.Struct, frozen=True):
+    runtime: Runtime
+    wire: Wire
+    address: str  # host:port (ZMQ: the handshake listener; gRPC: the engine's server)
+    kv_events: str | None = None  # the engine's KV-event PUB endpoint, which we connect to
+    kv_replay: str | None = None  # its replay ROUTER endpoint
+
+    def __str__(self) -> str:
+        return f"{self.runtime.value}+{self.wire.value}://{self.address}{self.query}"
+
+    @property
+    def query(self) -> str:
+        pairs = [(k, v) for k, v in (("kv_events", self.kv_events), ("kv_replay", self.kv_replay))]
+        text = "&".join(f"{key}={value}" for key, value in pairs if value is not None)
+        return f"?{text}" if text else ""
+
+
+class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
+    model_path: Path
+    workers: tuple[WorkerSpec, ...]
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    # The names clients may put in `model` (`--served-model-name`, repeatable); the first is
+    # the one responses and /v1/models lead with. Empty: the model folder's name.
+    served_model_names: tuple[str, ...] = ()
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    # Routing and admission (docs/routing.md): the policy for every model, or per served name
+    # (TOML `model_policies = {"alias" = "cache_aware"}`); retries before the first byte; the
+    # global concurrency limit with its queue; the /workers API's key (None: no /workers).
+    policy: str = "round_robin"
+    model_policies: dict[str, str] = msgspec.field(default_factory=dict)
+    session_header: str = DEFAULT_SESSION_HEADER
+    max_retries: int = DEFAULT_MAX_RETRIES
+    # Moves of a request to another worker after output began (docs/resilience.md §9); 0: none.
+    migration_limit: int = DEFAULT_MIGRATION_LIMIT
+    max_concurrent_requests: int | None = None
+    max_queue: int = DEFAULT_MAX_QUEUE
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    admin_api_key: str | None = None
+    # The served model's output parsers, by vLLM's names (docs/tools-and-reasoning.md §6).
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    # Bytes of bodies and prompt ids all requests in flight may hold (docs/limits.md §4);
+    # None: a quarter of physical memory.
+    memory_budget_mb: int | None = None
+    # Streamed tokens per chunk after a choice's first (vLLM's --stream-interval; 1 = every
+    # engine batch as it comes; docs/performance.md §4).
+    stream_interval: int = 1
+    # HTTP server limits (docs/http.md): seconds, and 0 = derived from the fd limit for caps.
+    idle_timeout_s: float = 75.0
+    header_timeout_s: float = 20.0
+    body_timeout_s: float = 60.0
+    body_idle_s: float = 15.0
+    max_connections: int = 0
+    max_websockets: int = 0
+    h2_max_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS we advertise (hypercorn's, smg's)
+    # Observability (docs/observability.md): a second, metrics-only listener; prompt and
+    # completion text in the request log lines; OTLP/HTTP traces endpoint.
+    metrics_port: int | None = None
+    # Probes (/health, /readiness, /liveness, /metrics) in a process of their own, answered
+    # however busy the event loop is (docs/resilience.md §8).
+    probe_port: int | None = None
+    log_requests: bool = False
+    otlp_endpoint: str | None = None
+    # /v1/responses' store (docs/client-apis.md §3.3): sqlite:///PATH or postgresql://...;
+    # None: a SQLite file in the user's data dir, opened on first use.
+    response_store: str | None = None
+    # Tenants (docs/fleet.md §2): a TOML file of API keys → tenant with optional budgets
+    # (tenancy/api_keys.py), in place of `api_key`; where their limits live: None, in each
+    # process; redis://HOST:PORT/DB, shared by every process and replica.
+    api_keys: Path | None = None
+    state_url: str | None = None
+    # Responses that outlive their connection (docs/client-apis.md §3.5): how long a finished
+    # run's events stay in the log, how many events of one response it keeps (the oldest go
+    # first), and how long a resumable stream nobody follows keeps generating.
+    response_retention_s: float = 3600.0
+    response_events_max: int = 65536
+    resume_grace_s: float = 30.0
+    # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
+    # serves, with no supervisor.
+    processes: int = 1
+
+
+def parse_worker_spec(spec: str) -> WorkerSpec:
+    spec_base, _, query = spec.partition("?")
+    kv_events, kv_replay = _kv_event_endpoints(spec, query)
+    scheme, sep, address = spec_base.partition("://")
+    if not sep or not address:
+        raise ConfigError(f"worker {spec!r}: expected RUNTIME+WIRE://HOST:PORT")
+    runtime_name, plus, wire_name = scheme.partition("+")
+    if not plus:
+        raise ConfigError(
+            f"worker {spec!r} names no runtime: write it as RUNTIME+{scheme}://{address} "
+            "(runtime: sglang, vllm, tokenspeed, mlx or trtllm); it is never guessed"
+        )
+    try:
+        runtime = parse_runtime(runtime_name)
+        wire = parse_wire(wire_name)
+        require_adapter(runtime, wire)
+    except UnsupportedRuntime as exc:
+        raise ConfigError(f"worker {spec!r}: {exc.message}") from exc
+    host, colon, port = address.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"worker {spec!r}: the address must be HOST:PORT, got {address!r}")
+    return WorkerSpec(runtime, wire, address, kv_events, kv_replay)
+
+
+def _kv_event_endpoints(spec: str, query: str) -> tuple[str | None, str | None]:
+    """`kv_events=ENDPOINT[&kv_replay=ENDPOINT]` from a worker spec's query."""
+    values: dict[str, str] = {}
+    for pair in query.split("&") if query else ():
+        key, eq, value = pair.partition("=")
+        if key not in ("kv_events", "kv_replay") or not eq:
+            raise ConfigError(
+                f"worker {spec!r}: unknown query {pair!r}; known: kv_events=, kv_replay="
+            )
+        if not value.startswith(KV_EVENT_SCHEMES) or len(value) <= len("tcp://"):
+            raise ConfigError(f"worker {spec!r}: {key} must be a tcp:// or ipc:// endpoint")
+        values[key] = value
+    if "kv_replay" in values and "kv_events" not in values:
+        raise ConfigError(f"worker {spec!r}: kv_replay needs kv_events")
+    return values.get("kv_events"), values.get("kv_replay")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A TOML config file's tables (`--config`: the same content as the flags)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def config_from_mapping(data: dict[str, Any], *, source: str, base: Path) -> GatewayConfig:
+    known = set(GatewayConfig.__struct_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown keys {unknown}; known: {sorted(known)}")
+    raw_workers = data.get("workers", [])
+    if not isinstance(raw_workers, list) or not all(isinstance(w, str) for w in raw_workers):
+        raise ConfigError(f"{source}: `workers` must be a list of RUNTIME+WIRE://HOST:PORT strings")
+    fields = dict(data)
+    fields["workers"] = tuple(parse_worker_spec(w) for w in raw_workers)
+    for key in ("model_path", "certfile", "keyfile", "api_keys"):
+        if isinstance(fields.get(key), str):
+            fields[key] = base / fields[key]
+    try:
+        config = msgspec.convert(fields, GatewayConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+    return validated(config)
+
+
+def validated(config: GatewayConfig) -> GatewayConfig:
+    if not config.workers:
+        raise ConfigError("at least one --worker RUNTIME+WIRE://HOST:PORT is needed")
+    if (config.certfile is None) != (config.keyfile is None):
+        raise ConfigError("TLS needs both a certificate and a key (--certfile and --keyfile)")
+    if not 0 <= config.port < 65536:
+        raise ConfigError(f"port must be in 0..65535, got {config.port}")
+    if config.max_body_bytes < 1024:
+        raise ConfigError(f"max_body_bytes must be at least 1024, got {config.max_body_bytes}")
+    if any(not name for name in config.served_model_names):
+        raise ConfigError("a served model name must not be empty")
+    for name in ("request_timeout_s", "engine_silence_s", "keepalive_s"):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+    if not config.drain_timeout_s >= 0:
+        raise ConfigError(f"drain_timeout_s must be 0 or more, got {config.drain_timeout_s}")
+    validate_routing(config)
+    check_parser_names(config.tool_call_parser, config.reasoning_parser)
+    if config.memory_budget_mb is not None and config.memory_budget_mb < 1:
+        raise ConfigError(f"memory_budget_mb must be at least 1, got {config.memory_budget_mb}")
+    check_http_limits(config)
+    if config.response_store is not None:
+        check_store_url(config.response_store)
+    for name in ("response_retention_s", "resume_grace_s"):
+        if not getattr(config, name) >= 0:
+            raise ConfigError(f"{name} must be 0 or more, got {getattr(config, name)}")
+    if config.response_events_max < 16:
+        raise ConfigError(
+            f"response_events_max must be at least 16, got {config.response_events_max}"
+        )
+    for name in ("metrics_port", "probe_port"):
+        value = getattr(config, name)
+        if value is not None and not 0 <= value < 65536:
+            raise ConfigError(f"{name} must be in 0..65535, got {value}")
+    check_processes(config)
+    check_tenancy(config)
+    return config
+
+
+def check_tenancy(config: GatewayConfig) -> None:
+    if config.api_keys is not None:
+        if config.api_key is not None:
+            raise ConfigError(
+                "--api-key and --api-keys exclude each other: put the key in the file"
+            )
+        load_api_keys(config.api_keys)  # every error now, before anything starts
+    if config.state_url is not None:
+        if config.api_keys is None:
+            raise ConfigError("--state-url holds tenant limits: it needs --api-keys FILE")
+        RedisAddress(config.state_url)
+
+
+def check_processes(config: GatewayConfig) -> None:
+    """What several gateway processes cannot share (docs/processes.md §4)."""
+    if config.processes < 1:
+        raise ConfigError(f"processes must be at least 1, got {config.processes}")
+    if config.processes == 1:
+        return
+    for spec in config.workers:
+        if capabilities_of(spec.runtime, spec.wire).one_gateway_process:
+            raise ConfigError(
+                f"worker {spec}: TokenSpeed over ZMQ answers one client only (no client_index, "
+                f"outputs[0] only: docs/wire.md §B.7); use --processes 1 for it"
+            )
+    refused = (
+        ("probe_port", "--probe-port"),
+        ("admin_api_key", "--admin-api-key (/workers would change one process only)"),
+    )
+    for name, flag in refused:
+        if getattr(config, name) is not None:
+            raise ConfigError(f"{flag} is not supported with --processes {config.processes}")
+
+
+def validate_routing(config: GatewayConfig) -> None:
+    policies = (config.policy, *config.model_policies.values())
+    subscribed = [str(spec) for spec in config.workers if spec.kv_events is not None]
+    if subscribed and "kv_events" not in policies:
+        raise ConfigError(
+            f"worker {subscribed[0]} names a KV-event publisher, but no policy reads KV events: "
+            "use policy kv_events (or a model_policies entry), or drop ?kv_events="
+        )
+    for where, policy in (("policy", config.policy), *config.model_policies.items()):
+        if policy not in POLICY_NAMES:
+            raise ConfigError(
+                f"{where}: unknown routing policy {policy!r}; known: {', '.join(POLICY_NAMES)}"
+            )
+        if policy == "kv_events" and not any(spec.kv_events for spec in config.workers):
+            raise ConfigError(
+                f"{where}: kv_events needs the engines' KV-event publishers: add "
+                "?kv_events=tcp://HOST:PORT to the worker specs (docs/routing.md §9)"
+            )
+    names = config.served_model_names
+    unknown = sorted(set(config.model_policies) - set(names)) if names else []
+    if unknown:
+        raise ConfigError(f"model_policies names models that are not served: {unknown}")
+    if config.stream_interval < 1:
+        raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")
+    if config.max_retries < 0:
+        raise ConfigError(f"max_retries must be 0 or more, got {config.max_retries}")
+    if config.migration_limit < 0:
+        raise ConfigError(f"migration_limit must be 0 or more, got {config.migration_limit}")
+    limit = config.max_concurrent_requests
+    if limit is not None and limit < 1:
+        raise ConfigError(f"max_concurrent_requests must be at least 1, got {limit}")
+    if config.max_queue < 0:
+        raise ConfigError(f"max_queue must be 0 or more, got {config.max_queue}")
+    if not config.queue_timeout_s > 0:
+        raise ConfigError(f"queue_timeout_s must be positive, got {config.queue_timeout_s}")
+    if not config.session_header:
+        raise ConfigError("session_header must not be empty")
+
+
+def check_http_limits(config: GatewayConfig) -> None:
+    for name in ("idle_timeout_s", "header_timeout_s", "body_timeout_s", "body_idle_s"):
+        if not getattr(config, name) > 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+    for name in ("max_connections", "max_websockets"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"{name} must be 0 (derived from the fd limit) or more")
+    if config.h2_max_streams < 1:
+        raise ConfigError(f"h2_max_streams must be at least 1, got {config.h2_max_streams}")

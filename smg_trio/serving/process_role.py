@@ -1,0 +1,45 @@
+"""Pure. What the supervisor tells one gateway process among several (`serve --processes N`,
+docs/processes.md): its `ProcessRole`, written as JSON into the supervisor's run directory and
+read by `python -m smg_trio.serving.gateway_process ROLE_FILE`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from smg_trio.backends.zmq_clients import ZmqClient, zmq_client
+from smg_trio.neutral.runtime import Wire
+from smg_trio.serving.config import GatewayConfig, WorkerSpec
+
+
+class ProcessRole(msgspec.Struct, frozen=True, kw_only=True):
+    """Gateway process `index` of `count`, as the supervisor starts it."""
+
+    index: int
+    count: int
+    run_dir: Path  # the supervisor's owner-only directory: ZMQ sockets, registrations
+    metrics_dir: Path  # PROMETHEUS_MULTIPROC_DIR, set in this process's environment
+    http_fd: int  # the listening socket of the main port, inherited
+    metrics_fd: int | None  # the listening socket of `--metrics-port`, inherited
+    log_level: str
+    log_format: str
+    supervisor_pid: int
+    config: GatewayConfig
+
+    def zmq_clients(self) -> dict[WorkerSpec, ZmqClient]:
+        """This process's side of every ZMQ worker of the configuration."""
+        return {
+            spec: zmq_client(self.run_dir, number, self.count, self.index)
+            for number, spec in enumerate(self.config.workers)
+            if spec.wire is Wire.ZMQ
+        }
+
+
+def encode_role(role: ProcessRole) -> bytes:
+    return msgspec.json.encode(msgspec.to_builtins(role, enc_hook=str))
+
+
+def decode_role(payload: bytes) -> ProcessRole:
+    return msgspec.json.decode(payload, type=ProcessRole, dec_hook=lambda kind, value: kind(value))
