@@ -1,11 +1,16 @@
 """I/O. The one hand-off between tasks: a coalescing mailbox with one owner, and the producer's
 right to do the owner's job itself while the owner is idle (docs/architecture.md §4).
 
-Every queue toward a socket or a request follows the same shape: many producers, one owner task
-(the client writer of a request, a connection's writer, a WebSocket's sender, a backend's input
-writer, a request's scanner). Producers never wait: `put_nowait` only appends, and the owner
-takes everything that accumulated since its last batch in one `get_batch`, so an owner that
-falls behind sees fewer, larger batches instead of slowing its producers.
+Every queue toward a socket or a request follows the same shape: many producers, one owner
+task. The mailboxes and their owners: a request's engine events (`backends/event_stream.py`,
+owned by the request's own task, its scanner), a request's payloads (`ChunkWriter` in
+`request/nursery.py`, owned by its client writer task), a connection's bytes
+(`frontends/http/connection_writer.py`, owned by the connection's writer task) and a ZMQ
+backend's outgoing messages (`backends/zmq_input_writer.py`, owned by its input writer task).
+(A WebSocket's sender is fed by a bounded trio channel instead, `frontends/websocket_sender.py`:
+its backpressure must reach the requests.) Producers never wait: `put_nowait` only appends,
+and the owner takes everything that accumulated since its last batch in one `get_batch`, so an
+owner that falls behind sees fewer, larger batches instead of slowing its producers.
 
 `offer(item, take_now)` is the "send it now if the owner is idle" step, written once: when the
 owner is idle (nothing queued, and it is parked waiting for the next item or not started yet;
@@ -20,9 +25,13 @@ went out at once:
 - `REFUSED`: none of it; the item was queued for the owner as it was.
 
 `take_now` returns `(Taken, rest)`; `rest` is what the owner must still do (ignored for ALL).
-Framing rule (docs/architecture.md §4): bytes are framed once, by the task that takes them on;
-what `take_now` did not send stays framed in the rest, so a numbered event can never be framed
-twice or skipped.
+The producers that offer: a request's step handing payloads to its writer
+(`ChunkWriter.hand_over`), a lone h2 stream's framed bytes (`ConnectionWriter.write_through`)
+and a new stream's ADDs (`InputWriter.send_adds`). The backend's reader running a request's
+step in its place asks `owner_parked` instead (the step must run in the owner's context, so
+an owner not started yet does not count). Framing rule (docs/architecture.md §3.2): bytes are
+framed once, by the task that takes them on; what `take_now` did not send stays framed in the
+rest, so a numbered event can never be framed twice or skipped.
 
 Memory is NOT bounded here, on purpose: the caller bounds it. One engine request produces at
 most `max_tokens` outputs (plus a final one), so a mailbox fed by a request holds at most that

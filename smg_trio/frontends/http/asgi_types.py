@@ -16,7 +16,7 @@ Send: TypeAlias = Callable[[Message], Awaitable[None]]
 Header: TypeAlias = tuple[bytes, bytes]
 
 DIRECT_CHUNKS_KEY: Final = "smg_trio.direct_chunks"
-"""Where `frontends.http.server` puts each connection (a `DirectChunksSource`) in the state
+"""Where `frontends.http.connection` puts each connection (a `DirectChunksSource`) in the state
 hypercorn copies into every request's scope."""
 
 
@@ -38,7 +38,7 @@ class DirectChunks(Protocol):
 
 
 class DirectChunksSource(Protocol):
-    """What `frontends.http.server` puts under `DIRECT_CHUNKS_KEY`: each connection."""
+    """What `frontends.http.connection` puts under `DIRECT_CHUNKS_KEY`: each connection."""
 
     def chunks_for(self, send: Send) -> DirectChunks | None: ...
 

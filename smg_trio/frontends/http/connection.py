@@ -1,9 +1,10 @@
 """I/O. One client connection under our accept loop (`frontends/http/server.py`): our worker in
 place of hypercorn's TCPServer, driving hypercorn's protocols (`frontends/http/protocol_switch.py`)
-with shielded bookkeeping, a header timer, one writer per connection
-(`frontends/http/connection_writer.py`), and the writes that go past hypercorn's ASGI layers: an
-HTTP/1.1 chunk, an h2 stream's DATA, and a response's head with its first chunk
-(docs/performance.md §2, §3; docs/http.md). Everything it needs of hypercorn's internals comes
+with shielded bookkeeping, a header timer, a writer task per connection for an h2
+connection's or a WebSocket's bytes (`frontends/http/connection_writer.py`; a plain HTTP/1.1
+response is written by the task that has its bytes, its awaited writes under `send_lock`), and
+the writes that go past hypercorn's ASGI layers: an HTTP/1.1 chunk, an h2 stream's DATA, and a
+response's head with its first chunk (docs/performance.md §2, §3; docs/http.md). Everything it needs of hypercorn's internals comes
 through `frontends/http/hypercorn_seam.py`."""
 
 from __future__ import annotations

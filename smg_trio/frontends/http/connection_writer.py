@@ -1,11 +1,12 @@
-"""I/O. One socket write per scheduling round for everything an h2 connection (or a WebSocket)
-has pending.
+"""I/O. One socket write per scheduling round for everything an h2 connection (or a WebSocket,
+over h2 or HTTP/1.1) has pending.
 
 hypercorn's protocols write each piece of output as it is made: over h2 its one send task
 frames a stream's DATA and awaits the socket write (a lock, a syscall, two checkpoints) before
 it looks at the next stream, and every response head is written by the task that sent it. At
 64 streams on one connection that is a syscall per chunk, the largest single cost of a streamed
-chunk (docs/performance.md §2). `ConnectionWriter` is the connection's one writer instead:
+chunk (docs/performance.md §2). `ConnectionWriter` is instead the writer task every connection
+has, through which an h2 connection's and a WebSocket's bytes go:
 
 - The queue is the one hand-off (`smg_trio/handoff.py`): a `Mailbox[bytes]` owned by the
   writer task. `push` appends the bytes and wakes the writer; it returns at once (no
@@ -28,8 +29,14 @@ chunk (docs/performance.md §2). `ConnectionWriter` is the connection's one writ
   last response is never cut off; once the writer task ended it writes the queue itself
   (`Mailbox.get_batch_nowait`). `stop` ends the writer after its last write: it queues an
   empty piece, which wakes the writer and writes nothing.
-- HTTP/1.1 connections keep hypercorn's awaited writes (frontends/http/server.py says why);
-  an h2c upgrade's 101 is written that way before the h2 protocol pushes anything here.
+- A plain HTTP/1.1 response never comes here: `HttpConnection.protocol_send`
+  (frontends/http/connection.py, which says why: h11 decides keep-alive from how far it read
+  the request when the response ends) writes its bytes to the kernel at once from the task
+  that has them, and what the kernel did not take by an awaited write under the connection's
+  `send_lock` (`write_rest`); so do its direct chunks (`write_chunk_now`, `start_now`). This
+  writer's task then idles until the connection closes. An h2c upgrade's 101 is written that
+  way too, before the h2 protocol pushes anything here; a WebSocket's frames come here over
+  HTTP/1.1 as over h2.
 - A failed write (the peer is gone) calls `on_broken` once (hypercorn's `Closed` to the
   protocol, as its own write did) and drops whatever is pushed after it.
 """
@@ -49,7 +56,8 @@ HIGH_WATER_BYTES: Final = 256 * 1024
 
 
 class ConnectionWriter:
-    """The single writer of one connection's byte stream (see the module doc)."""
+    """The writer task of one connection's byte stream: an h2 connection's or a WebSocket's
+    (see the module doc)."""
 
     __slots__ = (
         "_broken",
