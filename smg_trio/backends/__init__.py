@@ -1,1 +1,1 @@
-"""I/O. backends."""
+"""I/O. The gateway's engine clients (ZMQ, gRPC) around one in-flight table."""
