@@ -6,7 +6,7 @@
    an HTTP stream sends: chat (OpenAI dialect) against Responses (its renderer, its items, its
    numbering dialect); plain text, and with output parsers (qwen3 reasoning, a hermes call).
 2. Per stored response: `put` then `get` of a ~4 KB response in the SQLite store, each through
-   the thread pool (`response_store/pool.py`), from trio.
+   the thread pool (`responses/store/pool.py`), from trio.
 
 Bounded: `--repetitions` (default 15) generations per variant (the best one is reported: on a
 shared machine the rest measure the neighbours), `--stores` (default 200) round trips (medians);

@@ -13,7 +13,7 @@ gateway's code):
     sent        the client hands the request to its connection
     received    the gateway's h2 protocol is handed the request's bytes
     handle      Gateway.handle starts (h2 events, stream, app task, body read)
-    prepared    endpoint_requests.prepare_for_path returned (decode, template, tokenize)
+    prepared    prepare_for_path (request/endpoints.py) returned (decode, template, tokenize)
     finalized   finalize (request/retrying.py) returned: the engine request
     queued      the ZMQ backend handed the ADD to its input socket's writer
     add_sent    the ZMQ ADD left the backend's input socket (from the writer task, or from

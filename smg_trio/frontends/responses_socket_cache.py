@@ -3,7 +3,7 @@ recent responses, so `previous_response_id` chains on the socket with `store: fa
 OpenAI's WebSocket mode does; with `store: true` the store is read on a miss.
 
 `SocketResponses` is the store's side of /v1/responses for the requests of one socket
-(`Gateway.handle(..., responses=)`): `history` looks in the cache first; `storing` puts a
+(the `responses` of each request's `Arrival`, request/arrival.py): `history` looks in the cache first; `storing` puts a
 `CachingSink` under the store's `StoringSink`, so a response is cached once it is whole, after
 the store kept it (when it was to be kept) and before the client hears its end: a client that
 reads the end can chain on it at once, and a response whose store write failed (the client

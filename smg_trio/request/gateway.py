@@ -1,10 +1,12 @@
 """I/O. The gateway's request entry point, shared by every front end (HTTP and WebSocket).
 
-`Gateway.handle(path, body, sink)` decodes and validates the body and prepares it; admission
-control then lets it through, queues it or turns it away (429), and `retrying.run_with_retries`
-finalizes it for the worker the `routing.workers.WorkerPool` picks and runs the per-request
-nursery, on another worker if the first could not take it before any byte was sent
-(docs/routing.md), all under the request deadline. A request that fails before it reaches a
+`Gateway.handle(path, body, sink, arrival)` decodes and validates the body and prepares it
+(`arrival`, request/arrival.py: who sent it and how); admission control then lets it through,
+queues it or turns it away (429), and `retrying.run_with_retries` finalizes it for the worker
+the `routing.workers.WorkerPool` picks and runs the per-request nursery, on another worker if
+the first could not take it before any byte was sent (docs/routing.md), all under the request
+deadline. `Gateway.handle_admitted` does the same for a Responses run that request/run_start.py
+admitted. A request that fails before it reaches a
 backend raises a GatewayError for the front end to hand to its sink; anything later reaches
 `sink.fail` directly. Either way the sink's state decides what the error becomes (an HTTP
 status or a final event).
@@ -14,9 +16,10 @@ status or a final event).
   `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
-- Every request is admitted into `lifecycle` (request/live_requests.py) for its lifetime: refused with 503
-  `draining` once a drain began, ended with that error if still running at the drain timeout,
-  and given keep-alives while its stream is silent (docs/resilience.md §4–§5).
+- Every request is admitted into the gateway's `Lifecycle` (`lifecycle`, request/live_requests.py)
+  for its lifetime: refused with 503 `draining` once a drain began, ended with that error if
+  still running at the drain timeout, and given keep-alives while its stream is silent
+  (docs/resilience.md §4–§5).
 - The request id (the client's `x-request-id`, else a fresh one) is the plan's id, so it is the
   response id and the engine request id's stem.
 - Every request handled here is observed (`request/observation.py`): its `RequestRecord`, its

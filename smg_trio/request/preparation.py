@@ -1,9 +1,9 @@
 """I/O. A request body made ready for `Gateway.handle`, off the event loop when it is large.
 
 `prompt_model_for` is the model as preparation sees it, with the server's parsers. A generation
-path's body becomes its plan (`endpoint_requests.prepare_for_path`; a Responses
+path's body becomes its plan (`endpoints.prepare_for_path`; a Responses
 body after the stored turn it continues is read, `ResponsesService.history`); a token path's
-body becomes its whole answer (`endpoint_requests.token_answer`).
+body becomes its whole answer (`endpoints.token_answer`).
 
 - Bodies up to `INLINE_PREPARE_MAX_BYTES` are prepared inline: a thread hop costs more than a
   short prompt's templating and tokenizing (docs/performance.md §3). Larger ones are prepared on

@@ -20,7 +20,7 @@ the registry of this process's runs and their lifecycle; the rest of the concept
   it may finish within `--drain-timeout-s`, then it is cancelled and, being a background
   response, ends `incomplete` (reason `gateway_shutdown`); a resumable stream ends as a
   foreground stream does (the `error` and `response.failed` events).
-- `start` is the one place a run begins; `response_run_start` is its only caller
+- `start` is the one place a run begins; `request/run_start.py` is its only caller
   (`admit_response` admits the create: its body, a tenant's budget; `AdmittedResponse.start`
   begins it). A transport other than HTTP would start runs and follow them through the same
   calls and `follow`.
@@ -173,7 +173,7 @@ class ResponseRuns:
         creator_follows: bool = False,
     ) -> LocalRun:
         """Begin a run: its row (status from `response`, the queued object), then its task.
-        Only `response_run_start.AdmittedResponse` calls this (module doc). `creator_follows`:
+        Only `run_start.AdmittedResponse` (request/) calls this (module doc). `creator_follows`:
         the caller is subscribed from the start and calls `unsubscribe` when its stream ends."""
         self.check_accepting(background=background)
         log, nursery = self.log, self._nursery

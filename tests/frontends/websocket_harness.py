@@ -1,6 +1,6 @@
 """A real gateway for WebSocket tests: the reference vLLM EngineCore as a subprocess (replay mode)
 on the real ZMQ wire, a Gateway over our ZMQ backend, and the production HTTP server
-(`frontends/http_server.serve_http`: our accept loop over hypercorn's protocols) on a loopback
+(`frontends/http/server.serve_http`: our accept loop over hypercorn's protocols) on a loopback
 port serving `/v1/ws` with `handle_websocket` (a minimal ASGI app, independent of serving/serve.py)."""
 
 from __future__ import annotations

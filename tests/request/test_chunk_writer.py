@@ -1,5 +1,6 @@
-"""The scanner → writer hand-off (request.ChunkWriter): what the sink takes at once goes out from
-the scanner; anything else, and anything after it, goes through the writer task, in order."""
+"""The scanner → writer hand-off (`ChunkWriter`, request/nursery.py): what the sink takes at
+once goes out from the scanner; anything else, and anything after it, goes through the writer
+task, in order."""
 
 from __future__ import annotations
 
