@@ -285,9 +285,9 @@ class _Streams(dict[int, "HTTPStream | WSStream"]):
 
 
 class H2StreamChunks:
-    """A `DirectChunks` for one h2 stream (frontends/sse.py): a body chunk, and the response's
-    head with its first chunk, are framed by the task that has them and handed to the
-    connection's writer, without hypercorn's ASGI layers (docs/performance.md §2). All or
+    """A `DirectChunks` (frontends/http/asgi_types.py) for one h2 stream: a body chunk, and the
+    response's head with its first chunk, are framed by the task that has them and handed to
+    the connection's writer, without hypercorn's ASGI layers (docs/performance.md §2). All or
     nothing: the rest is never partial."""
 
     __slots__ = ("_send", "_start_now", "_stream_id", "_write_now")
