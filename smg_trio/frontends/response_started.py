@@ -17,7 +17,7 @@ class ResponseStarted:
     """Wraps the server's ASGI `send` (see the module doc)."""
 
     def __init__(self, send: Send, request_id: str) -> None:
-        self._send = send  # the server's own `send` (frontends.http.asgi_types.direct_chunks_of knows it)
+        self._send = send  # the server's own `send` (asgi_types.direct_chunks_of knows it)
         self._id_header = (REQUEST_ID_HEADER, request_id.encode("ascii"))
         self.started = False
 
