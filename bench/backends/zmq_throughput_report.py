@@ -192,7 +192,7 @@ PROFILE_AREAS: Final = (
         ("zmq_codec.py", "vllm_zmq_outputs.py", "zmq_transport.py", "msgpack.Decoder"),
     ),
     ("backend demultiplex (zmq_registry, in_flight)", ("zmq_registry.py", "in_flight.py")),
-    ("backend hand-off (event_stream, mailbox)", ("event_stream.py", "mailbox.py")),
+    ("backend hand-off (event_stream, mailbox)", ("event_stream.py", "handoff.py")),
     (
         "pipeline stops + detokenize",
         ("smg_trio/core/stops.py", "smg_trio/core/detokenize.py", "smg_trio/model/folder.py"),

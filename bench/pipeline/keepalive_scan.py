@@ -3,7 +3,7 @@
 
 - per chunk: the one flag store a sink does (`quiet = False`) versus what a per-stream timer
   would do instead (move its cancel scope's deadline, which reads the clock);
-- per scan: `Lifecycle.scan_keep_alives` over N live streaming requests (four scans per
+- per scan: `LiveRequests.scan_keep_alives` over N live streaming requests (four scans per
   keep-alive period, whatever the token rate).
 """
 
@@ -17,7 +17,7 @@ from typing import Final, cast
 import trio
 
 from bench.reports.results_page import Recording, recording_parser
-from smg_trio.request.live_requests import Lifecycle
+from smg_trio.request.live_requests import LiveRequests
 
 CHUNKS: Final = 1_000_000
 SCANS: Final = 50
@@ -46,12 +46,12 @@ async def _per_chunk_ns() -> tuple[float, float]:
 
 
 async def _scan_us(streams: int) -> float:
-    lifecycle = Lifecycle()
+    lifecycle = LiveRequests()
     with ExitStack() as stack:
         for _ in range(streams):  # admitted as the gateway admits them, without running
             live = stack.enter_context(lifecycle.admit(_QuietSink()))  # type: ignore[arg-type]
             live.streaming = True
-        sinks = [cast(_QuietSink, live.sink) for live in lifecycle.live_requests]
+        sinks = [cast(_QuietSink, live.sink) for live in lifecycle.requests]
         scans_ns = 0
         for _ in range(SCANS):
             start = time.perf_counter_ns()

@@ -102,7 +102,7 @@ async def stream_tail(
         def send_now(events: list[LoggedEvent]) -> Taken:
             return response.send_chunks_now([named_event(e.name, e.data) for e in events])
 
-        with gateway.lifecycle.admit(response) as live:
+        with gateway.live_requests.admit(response) as live:
             live.streaming = True
             await gateway.runs.follow(tail, send, send_now)
         if live.drained or live.timed_out:

@@ -16,7 +16,7 @@ status or a final event).
   `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
-- Every request is admitted into the gateway's `Lifecycle` (`lifecycle`, request/live_requests.py)
+- Every request is admitted into the gateway's `LiveRequests` (`live_requests`, request/live_requests.py)
   for its lifetime: refused with 503 `draining` once a drain began, ended with that error if
   still running at the drain timeout, and given keep-alives while its stream is silent
   (docs/resilience.md §4–§5).
@@ -49,7 +49,7 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.endpoints import RESPONSES_PATH, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
-from smg_trio.request.live_requests import Lifecycle, LiveRequest
+from smg_trio.request.live_requests import LiveRequest, LiveRequests
 from smg_trio.request.memory_budget import (
     MemoryBudget,
     Reservation,
@@ -126,7 +126,7 @@ class Gateway:
         self.max_retries = max_retries
         self.migration_limit = migration_limit  # docs/resilience.md §9
         self._rng = rng or random.Random()
-        self.lifecycle = Lifecycle()
+        self.live_requests = LiveRequests()
         self.models = (
             ServedModels(  # /v1/models and the request's `model` (request/served_models.py)
                 served_model_names or (model.served_name,),
@@ -156,10 +156,10 @@ class Gateway:
     @property
     def ready(self) -> bool:
         """Ready to take requests: a worker is ready and the gateway is not draining."""
-        return self.pool.ready and not self.lifecycle.draining
+        return self.pool.ready and not self.live_requests.draining
 
     def unready_reason(self) -> str:
-        return "the gateway is draining" if self.lifecycle.draining else "no worker is ready"
+        return "the gateway is draining" if self.live_requests.draining else "no worker is ready"
 
     async def handle(
         self, path: str, body: bytes, sink: ClientSink, arrival: Arrival | None = None
@@ -196,7 +196,7 @@ class Gateway:
                 try:
                     reservation = arrival.body_reservation
                     with (
-                        self.lifecycle.admit(sink) as live,
+                        self.live_requests.admit(sink) as live,
                         # The caller's reservation (held since the body was read), else ours.
                         nullcontext(reservation)
                         if reservation is not None

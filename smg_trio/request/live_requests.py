@@ -102,7 +102,7 @@ class LiveRequest:
                 await self.sink.fail(error)
 
 
-class Lifecycle:
+class LiveRequests:
     """The gateway's live requests (module doc)."""
 
     def __init__(self) -> None:
@@ -112,7 +112,7 @@ class Lifecycle:
         self._emptied.set()
 
     @property
-    def live_requests(self) -> frozenset[LiveRequest]:
+    def requests(self) -> frozenset[LiveRequest]:
         return frozenset(self._live)
 
     @contextmanager

@@ -29,7 +29,7 @@ from smg_trio.observability.request_log import log_request
 from smg_trio.observability.request_record import CLIENT_GONE, DRAIN, RequestRecord
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.endpoints import HANDLED_PATHS
-from smg_trio.request.live_requests import Lifecycle
+from smg_trio.request.live_requests import LiveRequests
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
     from smg_trio.observability.tracing import RequestTracer
@@ -48,7 +48,7 @@ class Observers(Protocol):
     @property
     def log_requests(self) -> bool: ...  # --log-requests: bodies and texts in the log line
     @property
-    def lifecycle(self) -> Lifecycle: ...
+    def live_requests(self) -> LiveRequests: ...
 
 
 @contextmanager
@@ -77,7 +77,7 @@ def observed_request(
     try:
         yield record
     except BaseException as exc:
-        _record_exit(record, exc, draining=observers.lifecycle.draining)
+        _record_exit(record, exc, draining=observers.live_requests.draining)
         raise
     finally:
         ended = time.perf_counter()

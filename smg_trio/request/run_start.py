@@ -95,7 +95,7 @@ async def admit_response(
 ) -> AdmittedResponse:
     """Everything that may refuse the create (module doc), `tenant`'s budget last; a
     resumable stream's create (not `background`) may wait here for the tenant's slot."""
-    if gateway.lifecycle.draining:
+    if gateway.live_requests.draining:
         raise Draining()
     plan, user = await gateway.prepare(RESPONSES_PATH, body, arrival.request_id, gateway.responses)
     if not gateway.pool.ready:

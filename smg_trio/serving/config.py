@@ -1,4 +1,4 @@
-"""The gateway's configuration: worker specs, listener, limits; from flags or a TOML file.
+"""I/O. The gateway's configuration: worker specs, listener, limits; from flags or a TOML file.
 
 A worker spec is `RUNTIME+WIRE://ADDRESS`, e.g. `vllm+zmq://127.0.0.1:27937` (listen there for a
 vLLM EngineCore handshake) or `sglang+grpc://127.0.0.1:8200`. The runtime is always explicit: a

@@ -195,7 +195,7 @@ async def serve(
             else:
                 await shutdown_trigger()
             logger.info("shutting down: %d requests still in flight", _in_flight(gateway))
-            await gateway.lifecycle.drain(config.drain_timeout_s, hurry=hurry_trigger)
+            await gateway.live_requests.drain(config.drain_timeout_s, hurry=hurry_trigger)
 
         async def serve_then_stop(task_status: trio.TaskStatus[list[str]]) -> None:
             await serve_http(
@@ -212,7 +212,7 @@ async def serve(
             # The nursery of responses that outlive their connection (docs/client-apis.md
             # §3.4): the drain waits for them as for any request; cancelled after it.
             await nursery.start(gateway.runs.serve)
-            nursery.start_soon(gateway.lifecycle.keep_alive_forever, config.keepalive_s)
+            nursery.start_soon(gateway.live_requests.keep_alive_forever, config.keepalive_s)
             if metrics.multiprocess_dir is not None and metrics.worker_state is not None:
                 nursery.start_soon(mirror_worker_state_forever, metrics.worker_state)
             if probes is not None:

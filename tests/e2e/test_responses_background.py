@@ -336,7 +336,7 @@ async def test_drain_waits_for_background_responses_then_ends_them_incomplete(
             short = (await http.post("/v1/responses", json={**body, "stop": [STOP]})).json()
             server.stop.set()  # as SIGTERM
             runs = server.serving.gateway.runs
-            while not server.serving.gateway.lifecycle.draining:  # noqa: ASYNC110 (a flag)
+            while not server.serving.gateway.live_requests.draining:  # noqa: ASYNC110 (a flag)
                 await trio.sleep(0.01)
             # Asked once, while the long response still runs: the listener is open until the
             # drain ends. (Asked on every poll, a late ask could find the drain over, the
