@@ -169,6 +169,8 @@ class GatewayApp:
         if method not in route.methods:
             raise MethodNotAllowed(method, path, route.methods)
         match route.kind:
+            case RouteKind.GENERATE | RouteKind.TOKENS:  # first: the common case
+                await self._handle(scope, receive, send, headers, request_id, tenant)
             case RouteKind.STORED_RESPONSE if method == "GET":
                 # A run's state or stream first (docs/client-apis.md §3.5).
                 await serve_retrieve(self.gateway, scope, path, send)
@@ -189,8 +191,6 @@ class GatewayApp:
                 )
             case kind if kind in INFO_KINDS:
                 await answer_info(self.gateway, kind, send)
-            case RouteKind.GENERATE | RouteKind.TOKENS:
-                await self._handle(scope, receive, send, headers, request_id, tenant)
             case other:
                 raise ValueError(f"no handler for the route kind {other}")
 
