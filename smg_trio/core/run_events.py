@@ -5,7 +5,7 @@ a run the generation did not end itself (cancelled, interrupted, abandoned).
 A run's status follows OpenAI's: `queued` (stored, not yet generating), `in_progress`, then one
 of `completed`, `incomplete`, `failed`, `cancelled`. The current response object is read from
 the lifecycle events the renderer makes (`response.created`, `response.in_progress` and the
-endings); token deltas are never parsed.
+endings), its output so far from the events between them (`core/run_output.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from smg_trio.core.run_output import cut_items
 from smg_trio.errors import ClientError
 from smg_trio.wire.openai_responses import JSON_ENCODER
 
@@ -110,6 +111,8 @@ def with_status(
     `error` of a failed one: its code and message)."""
     obj: dict[str, Any] = _decode(response)
     obj["status"] = status
+    if status in ENDED_STATUSES:  # what was generated stays; an item cut short says so
+        cut_items(obj.get("output"))
     if reason is not None:
         obj["incomplete_details"] = {"reason": reason}
     if error is not None:
