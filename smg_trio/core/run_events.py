@@ -17,6 +17,7 @@ import msgspec
 
 from smg_trio.core.run_output import cut_items
 from smg_trio.errors import ClientError
+from smg_trio.neutral.validation import INT64_MAX, shown
 from smg_trio.wire.openai_responses import JSON_ENCODER
 
 QUEUED: Final = "queued"
@@ -75,8 +76,11 @@ def parse_retrieve_query(query: bytes) -> RetrieveQuery:
                 raise ClientError(
                     f"starting_after must be an integer, got {value!r}", param=name
                 ) from None
-            if starting_after < 0:
-                raise ClientError("starting_after must be 0 or more", param=name)
+            if not 0 <= starting_after <= INT64_MAX:  # a sequence number: a store's int64
+                raise ClientError(
+                    f"starting_after must be in [0, {INT64_MAX}], got {shown(starting_after)}",
+                    param=name,
+                )
         elif name == "include_obfuscation":
             if _flag(name, value):
                 raise ClientError(

@@ -155,3 +155,22 @@ async def test_every_responses_field_refuses_hostile_numbers_over_the_responses_
                     what = (field.path, number[:24])
                     assert event["status"] == 400, (what, event)
                     assert_names_field(event["error"], field, what)
+
+
+async def test_a_retrieves_starting_after_beyond_int64_is_a_400_naming_it(
+    server: LiveServer,
+) -> None:
+    """The one number of a query string: a sequence number, which a store keeps as int64
+    (a larger one reached SQLite: `OverflowError`)."""
+    with trio.fail_after(TEST_S):
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=TEST_S) as client:
+            created = await client.post(
+                "/v1/responses", json={"input": "hi", "max_output_tokens": 2, "background": True}
+            )
+            response_id = created.json()["id"]
+            for number in (str(2**63), HUGE_INT, "9" * 5000, "-1"):
+                response = await client.get(
+                    f"/v1/responses/{response_id}?stream=true&starting_after={number}"
+                )
+                assert response.status_code == 400, response.text[:300]
+                assert response.json()["error"]["param"] == "starting_after"
