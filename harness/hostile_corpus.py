@@ -3,7 +3,8 @@
 Every item starts from a valid request of one endpoint and is bent by one or two mutations
 drawn from what an attacker (or a buggy client) sends: cut-off or bit-flipped JSON, values of
 the wrong type, huge or negative numbers, deep nesting (in a known field and in an unknown
-one), long strings, junk bytes, non-objects. The same seed always gives the same items, so a
+one), long strings, junk bytes, non-objects, and (issue 45) numbers no field holds on every
+numeric field the request Structs declare. The same seed always gives the same items, so a
 failure names its seed and index. Valid bodies ask for at most two tokens: a mutation that
 leaves a request valid costs the engine almost nothing.
 """
@@ -15,6 +16,20 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
+
+from harness.numeric_fields import (
+    BELOW_INT64,
+    BEYOND_FLOAT,
+    BEYOND_INT64,
+    BOOL,
+    ENDPOINTS,
+    FLOAT_OVERFLOW,
+    HUGE_INT,
+    NEGATIVE,
+    NEGATIVE_OVERFLOW,
+    body_with,
+    numeric_fields,
+)
 
 CHAT: Final = "/v1/chat/completions"
 COMPLETIONS: Final = "/v1/completions"
@@ -36,6 +51,7 @@ POST_PATHS: Final = (
 )
 GET_PATHS: Final = ("/v1/models", "/health", "/v1/ws", "/nowhere")
 DEEP: Final = 5000
+HUGE_NUMBER_SHARE: Final = 0.15  # of the bodies: issue 45's class (`huge_number`)
 _LENGTHS: Final = frozenset({"max_tokens", "max_output_tokens"})
 
 VALID: Final[dict[str, tuple[dict[str, Any], ...]]] = {
@@ -112,6 +128,7 @@ _ODD_VALUES: Final[tuple[Any, ...]] = (
 class HostileBody:
     path: str
     body: bytes
+    huge_number: bool = False  # of issue 45's class (`huge_number`)
 
 
 def _deep(rng: random.Random) -> str:
@@ -159,8 +176,57 @@ def _text_mutations() -> tuple[Callable[[str, random.Random], str], ...]:
 _MUTATIONS: Final = _text_mutations()
 
 
+# Issue 45's class: a number no field holds (beyond int64, beyond float range, an overflowing
+# float, a bool, a negative; CPython's 4300-digit str() limit too), on a numeric field the
+# request Structs declare (harness/numeric_fields.py), or in a field of free JSON (template
+# kwargs, a tool's schema, an unknown field) where nothing checks numbers.
+_HUGE_NUMBERS: Final = (
+    BEYOND_INT64,
+    BELOW_INT64,
+    HUGE_INT,
+    BEYOND_FLOAT,
+    FLOAT_OVERFLOW,
+    NEGATIVE_OVERFLOW,
+    "-" + HUGE_INT,
+    "9" * 5000,
+    "1E+99999",
+    "1e-400",
+    "-0",
+    BOOL,
+    NEGATIVE,
+)
+_FREE_JSON: Final = (
+    '"chat_template_kwargs":{"n":%s}',
+    '"tools":[{"type":"function","function":{"name":"f","parameters":{"maximum":%s}}}]',
+    '"zz_unknown":[%s]',
+    '"metadata":{"k":%s}',
+)
+
+
+def huge_number(path: str, rng: random.Random) -> str:
+    """A valid body of `path` with one number no field holds (issue 45)."""
+    number = rng.choice(_HUGE_NUMBERS)
+    struct, base = ENDPOINTS[path]
+    fields = numeric_fields(struct)
+    if fields and rng.random() < 0.8:
+        return body_with(base, rng.choice(fields), number).decode()
+    text = json.dumps(base)
+    return text[:1] + rng.choice(_FREE_JSON) % number + "," + text[1:]
+
+
 def hostile_text(path: str, rng: random.Random) -> str:
     """One mutated body of `path` (POST paths only)."""
+    return hostile_item(path, rng)[0]
+
+
+def hostile_item(path: str, rng: random.Random) -> tuple[str, bool]:
+    """One mutated body of `path`, and whether it is of issue 45's class (`huge_number`)."""
+    if rng.random() < HUGE_NUMBER_SHARE:
+        return huge_number(path, rng), True
+    return _mutated(path, rng), False
+
+
+def _mutated(path: str, rng: random.Random) -> str:
     text = _mutate_value(rng.choice(VALID[path]), rng) if rng.random() < 0.4 else None
     if text is None or rng.random() < 0.5:
         base = text or json.dumps(rng.choice(VALID[path]))
@@ -172,7 +238,8 @@ def hostile_bodies(seed: int, count: int) -> Iterator[HostileBody]:
     rng = random.Random(seed)
     for _ in range(count):
         path = rng.choice(POST_PATHS)
-        yield HostileBody(path, hostile_text(path, rng).encode("utf-8", "surrogatepass"))
+        text, huge = hostile_item(path, rng)
+        yield HostileBody(path, text.encode("utf-8", "surrogatepass"), huge)
 
 
 def frame_id(index: int) -> str:

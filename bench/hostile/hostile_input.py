@@ -9,7 +9,9 @@ The gateway and the reference vLLM engine run as processes of their own, so the 
    stay under 1 GB, and 10 s later the RSS must be within 20 % of the baseline.
 2. Fuzz: `--bodies` seeded hostile bodies over every endpoint (8 at a time) and `--frames`
    seeded hostile WebSocket frames (over 4 sockets): 0 answers of 5xx, 0 sockets closed by
-   the server, RSS within 20 % of the baseline afterwards.
+   the server, RSS within 20 % of the baseline afterwards. 15 % of the bodies (and frames)
+   are of issue 45's class, numbers no field holds on the numeric fields the request Structs
+   declare (harness/numeric_fields.py), reported on a row of their own.
 3. h2 frames: `--h2` seeded hostile HTTP/2 frame sequences, one h2c connection each, 8 at a
    time (harness/h2_frame_fuzz.py): 0 × 5xx, every well-formed request ended, GOAWAY codes.
 
@@ -174,6 +176,8 @@ class FuzzResult:
     server_errors: int = 0
     sockets_closed: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
+    huge_bodies: int = 0  # of issue 45's class: numbers no field holds
+    huge_statuses: Counter[int] = field(default_factory=Counter)
     ids_expected: int = 0
     ids_without_terminal: int = 0
     ids_ended_twice: int = 0
@@ -197,6 +201,9 @@ async def fuzz(args: argparse.Namespace, base_url: str, watch: RssWatch) -> Fuzz
                     result.bodies += 1
                     result.statuses[response.status_code] += 1
                     result.server_errors += response.status_code >= 500
+                    if item.huge_number:
+                        result.huge_bodies += 1
+                        result.huge_statuses[response.status_code] += 1
 
             async with trio.open_nursery() as nursery:
                 for offset in range(8):
@@ -316,6 +323,7 @@ def report(
         )
     back = fuzzed.after_mb - fuzzed.baseline_mb
     statuses = ", ".join(f"{status}: {n}" for status, n in sorted(fuzzed.statuses.items()))
+    huge = ", ".join(f"{status}: {n}" for status, n in sorted(fuzzed.huge_statuses.items()))
     lines += [
         "",
         f"| fuzz (seed {args.seed}) | sent | statuses | 5xx / internal_error | ids named "
@@ -328,6 +336,11 @@ def report(
         f"{fuzzed.peak_mb:.0f} MB | {fuzzed.after_mb:.0f} MB ({back:+.0f} MB, "
         f"{'ok' if back <= FUZZ_RSS_BACK_MB else 'FAIL'}) from {fuzzed.baseline_mb:.0f} MB | "
         f"{fuzzed.seconds:.1f} s |",
+        "",
+        "| of which numbers no field holds (issue 45) | bodies | statuses | 5xx |",
+        "|---|---|---|---|",
+        f"| beyond int64 / float range, 1e400, bools, negatives | {fuzzed.huge_bodies} | "
+        f"{huge} | {sum(n for status, n in fuzzed.huge_statuses.items() if status >= 500)} |",
         *h2_rows(h2, args),
     ]
     return "\n".join(lines) + "\n"

@@ -91,6 +91,8 @@ def decode_messages_request(body: bytes) -> an.MessagesRequest:
 def decode_count_tokens_request(body: bytes) -> an.CountTokensRequest:
     """`POST /v1/messages/count_tokens`."""
     req = decode_body(_COUNT_DECODER, body, _decode_error)
+    if isinstance(req.thinking, an.ThinkingEnabled):  # Anthropic's floor, as /v1/messages
+        check_at_least(req.thinking.budget_tokens, "thinking.budget_tokens", 1024)
     _check_shape(req)
     return req
 

@@ -5,7 +5,7 @@ a run the generation did not end itself (cancelled, interrupted, abandoned).
 A run's status follows OpenAI's: `queued` (stored, not yet generating), `in_progress`, then one
 of `completed`, `incomplete`, `failed`, `cancelled`. The current response object is read from
 the lifecycle events the renderer makes (`response.created`, `response.in_progress` and the
-endings); token deltas are never parsed.
+endings), its output so far from the events between them (`core/run_output.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
+from smg_trio.core.run_output import cut_items
 from smg_trio.errors import ClientError
+from smg_trio.neutral.validation import INT64_MAX, shown
 from smg_trio.wire.openai_responses import JSON_ENCODER
 
 QUEUED: Final = "queued"
@@ -74,8 +76,11 @@ def parse_retrieve_query(query: bytes) -> RetrieveQuery:
                 raise ClientError(
                     f"starting_after must be an integer, got {value!r}", param=name
                 ) from None
-            if starting_after < 0:
-                raise ClientError("starting_after must be 0 or more", param=name)
+            if not 0 <= starting_after <= INT64_MAX:  # a sequence number: a store's int64
+                raise ClientError(
+                    f"starting_after must be in [0, {INT64_MAX}], got {shown(starting_after)}",
+                    param=name,
+                )
         elif name == "include_obfuscation":
             if _flag(name, value):
                 raise ClientError(
@@ -110,6 +115,8 @@ def with_status(
     `error` of a failed one: its code and message)."""
     obj: dict[str, Any] = _decode(response)
     obj["status"] = status
+    if status in ENDED_STATUSES:  # what was generated stays; an item cut short says so
+        cut_items(obj.get("output"))
     if reason is not None:
         obj["incomplete_details"] = {"reason": reason}
     if error is not None:

@@ -25,6 +25,7 @@ import msgspec
 from smg_trio.core.api_dialect import named_event
 from smg_trio.core.responses_dialect import ResponsesDialect
 from smg_trio.errors import ClientError, GatewayError
+from smg_trio.wire.decode_errors import read_decode_error
 from smg_trio.wire.openai_responses import JSON_ENCODER
 
 CREATE: Final = "response.create"
@@ -35,6 +36,7 @@ STREAM_ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 _encode = JSON_ENCODER.encode
 _decode = msgspec.json.decode
+_decode_members = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
 def event_error(
@@ -78,6 +80,15 @@ def read_event(text: str) -> ClientEvent:
     """The client event a text frame carries (the caller checked its nesting depth)."""
     try:
         event = _decode(text)
+    except msgspec.ValidationError as exc:  # JSON, but a number past float range (1e400)
+        member = _member_out_of_range(text)
+        return Refused(
+            event_error(
+                f"{member or 'the frame'}: {read_decode_error(exc).text}",
+                "invalid_value",
+                param=member,
+            )
+        )
     except msgspec.DecodeError as exc:
         return Refused(event_error(f"the frame is not valid JSON: {exc}", "invalid_json"))
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
@@ -100,6 +111,21 @@ def read_event(text: str) -> ClientEvent:
             param="type",
         )
     )
+
+
+def _member_out_of_range(text: str) -> str | None:
+    """The top-level member whose value holds the number no float holds (the create's field,
+    as the HTTP body's decoder names it: issue 45), or None when the frame is no object."""
+    try:
+        members = _decode_members(text)
+    except msgspec.DecodeError:
+        return None
+    for name, raw in members.items():
+        try:
+            _decode(raw)
+        except msgspec.DecodeError:
+            return name
+    return None
 
 
 def _lane(value: object) -> str | None:

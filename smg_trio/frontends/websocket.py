@@ -61,6 +61,7 @@ from smg_trio.observability.request_ids import request_id_from_header
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.gateway import Gateway
 from smg_trio.tenancy.api_keys import Tenant
+from smg_trio.wire.decode_errors import read_decode_error
 from smg_trio.wire.json_depth import MAX_JSON_DEPTH, JsonTooDeep, json_depth_exceeds, shallow_json
 
 logger = logging.getLogger(__name__)
@@ -253,7 +254,8 @@ class _StreamsSocket:
 
     async def _reject_malformed(self, text: str, exc: msgspec.DecodeError) -> None:
         if isinstance(exc, msgspec.ValidationError):
-            err = _protocol_error(f"invalid message: {exc}", "invalid_message")
+            where = read_decode_error(exc).path or None  # `id` beyond int64 names `id`
+            err = _protocol_error(f"invalid message: {exc}", "invalid_message", param=where)
         else:
             err = _protocol_error(f"the frame is not valid JSON: {exc}", "invalid_json")
         await self.outbox.send_frame(error_frame(self._unlive_request_id(_envelope_of(text)), err))

@@ -15,13 +15,14 @@ from smg_trio.core.api_dialect import OPENAI, ApiDialect
 from smg_trio.core.stream_end import ChoiceFinish, StreamEnd
 from smg_trio.errors import GatewayError
 from smg_trio.wire.openai_responses import JSON_ENCODER, ErrorDetail, Usage
+from smg_trio.wire.request_numbers import Int
 
 MAX_ID_LENGTH: Final = 256
 # Sent on a stream silent for the keep-alive period (docs/resilience.md §5); `"id": null` so it
 # never touches a live id. ASGI has no way to send a WebSocket ping, so it is a frame.
 KEEPALIVE_FRAME: Final = b'{"type":"keepalive","id":null}'
 
-StreamId = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | int
+StreamId = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | Int
 
 
 class RequestMessage(msgspec.Struct, frozen=True, tag_field="type", tag="request"):

@@ -46,17 +46,31 @@ _TOKEN_ID_END: Final = 2**32  # without a vocab size, ids must still fit the eng
 def check_between(
     value: float | None, param: str, low: float, high: float, *, low_open: bool = False
 ) -> None:
-    """`value` unset, or a finite number in [low, high] (`(low, high]` when `low_open`)."""
+    """`value` unset, or a finite number in [low, high] (`(low, high]` when `low_open`).
+
+    An int of any size is compared exactly, never converted to a float (a 300-digit one is
+    a 400 here, not an OverflowError: issue 45)."""
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ClientError(f"{param} must be a number, got {value!r}", param=param)
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ClientError(f"{param} must be a finite number, got {value}", param=param)
     too_low = value <= low if low_open else value < low
     if too_low or value > high:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
-        raise ClientError(f"{param} must be in {interval}, got {value:g}", param=param)
+        raise ClientError(f"{param} must be in {interval}, got {shown(value)}", param=param)
+
+
+def shown(value: int | float) -> str:
+    """A number for a message: a float as `%g`, an int as written unless it is very long (then
+    by its size: `str` of a 5000-digit int raises ValueError, CPython's conversion limit)."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if value.bit_length() <= 80:
+        return str(value)
+    digits = int(value.bit_length() * math.log10(2)) + 1
+    return f"{'-' if value < 0 else ''}an integer of about {digits} digits"
 
 
 def check_at_least(value: int | None, param: str, low: int) -> None:
@@ -66,7 +80,7 @@ def check_at_least(value: int | None, param: str, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ClientError(f"{param} must be an integer, got {value!r}", param=param)
     if value < low:
-        raise ClientError(f"{param} must be at least {low}, got {value}", param=param)
+        raise ClientError(f"{param} must be at least {low}, got {shown(value)}", param=param)
 
 
 def check_count(items: Sized | None, param: str, max_count: int) -> None:

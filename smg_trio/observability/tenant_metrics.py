@@ -9,8 +9,10 @@ operator's. Updated per request (admission, refusal, end), never per token.
     smg_trio_tenant_tokens{tenant, kind}           prompt (charged at admission) | output
     smg_trio_tenant_requests_running{tenant}       holding one of max_concurrent's slots
     smg_trio_tenant_requests_waiting{tenant}       in the tenant's queue for a slot
-    smg_trio_tenant_shared_state_up                1 while Redis holds the limits (or none
-                                                   is configured), 0 while per process
+    smg_trio_tenant_shared_state_up                with --state-url only: 1 while Redis holds
+                                                   the limits, 0 while a Redis outage has them
+                                                   per process (absent without --state-url:
+                                                   nothing is shared, so no value is true)
 """
 
 from __future__ import annotations
@@ -47,14 +49,21 @@ class TenantMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
-        self.shared_up = Gauge(
-            "smg_trio_tenant_shared_state_up",
-            "1 while tenant limits are shared through Redis (or kept in-process by "
-            "configuration), 0 while a Redis outage has them enforced per process",
-            registry=r,
-            multiprocess_mode="livemin",
-        )
-        self.shared_up.set(1)
+        self.shared_up: Gauge | None = None
+        """Registered by `sharing_state` (a `--state-url` is configured), else absent."""
+
+    def sharing_state(self) -> None:
+        """The limits are meant to be shared through Redis: the gauge exists, 1 until an
+        outage says otherwise (without a state URL it is never registered)."""
+        if self.shared_up is None:
+            self.shared_up = Gauge(
+                "smg_trio_tenant_shared_state_up",
+                "1 while tenant limits are shared through Redis (--state-url), 0 while a "
+                "Redis outage has them enforced per process",
+                registry=self.registry,
+                multiprocess_mode="livemin",
+            )
+            self.shared_up.set(1)
 
     def admitted(self, tenant: str, prompt_tokens: int) -> None:
         self.requests.labels(tenant, "admitted").inc()
@@ -73,4 +82,6 @@ class TenantMetrics:
         self.waiting_requests.labels(tenant).inc(change)
 
     def shared_state(self, *, up: bool) -> None:
+        self.sharing_state()
+        assert self.shared_up is not None
         self.shared_up.set(1 if up else 0)

@@ -59,7 +59,7 @@ class EventLogFlusher:
                         run.durable_seq,
                         tuple(events),
                         run.status,
-                        run.response,
+                        run.logged_response(),
                         run.ending,
                     )
                 )

@@ -22,6 +22,7 @@ from smg_trio.core.run_events import (
     error_of,
     with_status,
 )
+from smg_trio.core.run_output import OutputSoFar
 from smg_trio.errors import GatewayError
 from smg_trio.handoff import Taken
 from smg_trio.responses.store.event_log import LoggedEvent
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 LOCAL_WINDOW: Final = 512
 """Events of a local run kept in memory for its tails (older ones are read from the log)."""
+OUTPUT_LOG_INTERVAL_S: Final = 0.5
+"""A running run's output is rewritten in the log at most this often (`logged_response`)."""
 
 _decode = msgspec.json.decode
 
@@ -62,8 +65,16 @@ class LocalRun:
     id: str
     background: bool
     status: str
-    response: bytes
+    announced: bytes
+    """The response object as its last lifecycle event announced it (its `output` filled in
+    only by the generation's own last event); `response` adds the output so far."""
     next_seq: int = 0
+    output: OutputSoFar = field(default_factory=OutputSoFar)
+    """The output its events built so far (core/run_output.py)."""
+    _shown: tuple[int, bytes, bytes] | None = field(default=None, init=False, repr=False)
+    """(output changes, announced, response) of the last `response` made: made once per change."""
+    _logged: tuple[float, bytes, bytes] | None = field(default=None, init=False, repr=False)
+    """(when, announced, response) of the object last handed to the log (`logged_response`)."""
     window: list[LoggedEvent] = field(default_factory=list)
     """The run's last events (between LOCAL_WINDOW and twice that), oldest first."""
     changed: trio.Event = field(default_factory=trio.Event)
@@ -85,6 +96,41 @@ class LocalRun:
     """Followers parked at its newest event, fed by its appends (docs/client-apis.md §3.5)."""
 
     @property
+    def response(self) -> bytes:
+        """The run's current response object: as announced, with the output so far (a
+        running run's text, and what a cancelled or cut-off one generated before its end)."""
+        shown = self._shown
+        changes, announced = self.output.changes, self.announced
+        if shown is not None and shown[0] == changes and shown[1] is announced:
+            return shown[2]
+        response = self.output.onto(announced, ended=self.status in ENDED_STATUSES)
+        self._shown = (changes, announced, response)
+        return response
+
+    def logged_response(self) -> bytes:
+        """The object the flusher writes with the run's events: `response`, its output
+        refreshed at most every OUTPUT_LOG_INTERVAL_S while the run goes on (the output of a
+        long run is not rewritten per flush; housekeeping writes a stale one within a
+        heartbeat), exact when its status changes or it ends."""
+        logged, now = self._logged, trio.current_time()
+        if (
+            logged is not None
+            and not self.ending
+            and logged[1] is self.announced
+            and now < logged[0] + OUTPUT_LOG_INTERVAL_S
+        ):
+            return logged[2]
+        response = self.response
+        self._logged = (now, self.announced, response)
+        return response
+
+    @property
+    def output_unlogged(self) -> bool:
+        """Its output changed since the log last got its object."""
+        logged = self._logged
+        return logged is not None and logged[2] is not self.response
+
+    @property
     def oldest_in_memory(self) -> int:
         """The number of the oldest event the window holds (the next one's when empty)."""
         return self.window[0].seq if self.window else self.next_seq
@@ -94,20 +140,24 @@ class LocalRun:
         return "background" if self.background else "resumable"
 
     def take_state(self, events: Sequence[tuple[bytes, bytes]], *, end: bool) -> None:
-        """The run's status and object after `events` (read from its lifecycle events)."""
-        status, response = self.status, self.response
+        """The run's status and object after `events`: the object from its lifecycle events,
+        the output so far from the others (core/run_output.py)."""
+        status, response = self.status, self.announced
         error = None
+        output = self.output
         for name, data in events:
             if name in LIFECYCLE_EVENTS:
                 obj = _decode(data)["response"]
                 status, response = obj["status"], msgspec.json.encode(obj)
             elif name == b"error":
                 error = error_of(data)
+            else:
+                output.take(name, data)
         if end and status not in ENDED_STATUSES:
             # Failed before `response.created` (e.g. refused at admission): only its `error`
             # event says why, and the object keeps it as OpenAI's failed responses do.
             status, response = FAILED, with_status(response, FAILED, error=error)
-        self.status, self.response = status, response
+        self.status, self.announced = status, response
 
     def show(self, first: int, events: Sequence[tuple[bytes, bytes]]) -> list[LoggedEvent]:
         """`events`, numbered from `first`, into the run's window; returns them numbered."""

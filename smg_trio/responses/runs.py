@@ -136,6 +136,7 @@ class ResponseRuns:
             now = time.time()
             try:
                 if self._local:
+                    self._log_stale_output()
                     for run_id in await log.beat(self.owner, now):
                         run = self._local.get(run_id)
                         if run is not None:
@@ -148,6 +149,18 @@ class ResponseRuns:
                     await log.expire(now - self.retention_s)
             except GatewayError as error:  # the store is down: try again next beat
                 logger.warning("response runs housekeeping: %s", error.message)
+
+    def _log_stale_output(self) -> None:
+        """A run whose output grew since the log got its object (the flusher rewrites it at
+        most every OUTPUT_LOG_INTERVAL_S): flushed again, so another process's retrieve sees
+        it within a heartbeat even when the run's events stopped."""
+        flusher = self._flusher
+        if flusher is None:
+            return
+        for run in self._local.values():
+            if not run.ending and run.output_unlogged:
+                flusher.mark(run)
+                flusher.want()
 
     async def end_stale(self, now: float | None = None) -> list[str]:
         """End, `incomplete`, the open runs of processes that stopped refreshing them."""

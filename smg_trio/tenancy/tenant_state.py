@@ -48,6 +48,8 @@ class TenantState:
     ) -> None:
         self.metrics = metrics
         self.shared = shared
+        if shared is not None:  # the gauge says something only when a state is shared
+            metrics.sharing_state()
         self.local = LocalState()
         self.redis_retry_s = redis_retry_s
         self._shared_down_until = -math.inf

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from smg_trio.wire.request_numbers import Int
+
 # ---------------------------------------------------------------------------------------------
 # Request
 
@@ -124,7 +126,7 @@ ToolChoice = ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone
 class ThinkingEnabled(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="enabled"
 ):
-    budget_tokens: int
+    budget_tokens: Int
 
 
 class ThinkingDisabled(
@@ -160,11 +162,11 @@ class CountTokensRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
 class MessagesRequest(CountTokensRequest, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """`POST /v1/messages`."""
 
-    max_tokens: int
+    max_tokens: Int
     stop_sequences: tuple[str, ...] | None = None
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: Int | None = None
     stream: bool = False
     metadata: Metadata | None = None
 

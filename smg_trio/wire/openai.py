@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from smg_trio.wire.request_numbers import Int
+
 # ---------------------------------------------------------------------------------------------
 # Requests
 
@@ -161,30 +163,30 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
     temperature: float | None = None
     top_p: float | None = None
-    n: int | None = None
+    n: Int | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    stream_interval: int | None = None  # vLLM: tokens per streamed chunk, at least the server's
+    stream_interval: Int | None = None  # vLLM: tokens per streamed chunk, at least the server's
     stop: StopField = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    seed: int | None = None
+    seed: Int | None = None
     user: str | None = None
     # vLLM / SGLang extensions
-    top_k: int | None = None
+    top_k: Int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
-    min_tokens: int = 0
-    stop_token_ids: tuple[int, ...] | None = None
+    min_tokens: Int = 0
+    stop_token_ids: tuple[Int, ...] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     include_stop_str_in_output: bool = False
-    allowed_token_ids: tuple[int, ...] | None = None
+    allowed_token_ids: tuple[Int, ...] | None = None
     bad_words: tuple[str, ...] | None = None
-    truncate_prompt_tokens: int | None = None
+    truncate_prompt_tokens: Int | None = None
     # Structured outputs: OpenAI's response_format and vLLM's extras (one constraint in all).
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -192,7 +194,7 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     guided_regex: str | None = None
     guided_choice: tuple[str, ...] | None = None
     guided_grammar: str | None = None
-    prompt_logprobs: int | None = None  # vLLM: top-k logprobs of each prompt position
+    prompt_logprobs: Int | None = None  # vLLM: top-k logprobs of each prompt position
     return_token_ids: bool | None = None  # vLLM: prompt and generated token ids in the answer
 
     @property
@@ -230,10 +232,10 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     """POST /v1/chat/completions."""
 
     messages: tuple[ChatMessage, ...]
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: Int | None = None
+    max_completion_tokens: Int | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: Int | None = None
     tools: tuple[Tool, ...] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -259,35 +261,35 @@ class CompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     """POST /v1/completions. Exactly one prompt per request (checked by validation)."""
 
     # One array type per msgspec union: list forms are told apart by `validate_completion`.
-    prompt: str | tuple[str | int | tuple[int, ...], ...]
+    prompt: str | tuple[str | Int | tuple[Int, ...], ...]
     suffix: str | None = None
     echo: bool | None = None
-    logprobs: int | None = None
-    best_of: int | None = None
-    max_tokens: int | None = 16  # OpenAI's documented default for completions
+    logprobs: Int | None = None
+    best_of: Int | None = None
+    max_tokens: Int | None = 16  # OpenAI's documented default for completions
 
 
 class GenerateSamplingParams(msgspec.Struct, frozen=True, kw_only=True):
     """SGLang `sampling_params`; defaults are SGLang's (`max_new_tokens` 128)."""
 
-    max_new_tokens: int | None = 128
-    min_new_tokens: int = 0
+    max_new_tokens: Int | None = 128
+    min_new_tokens: Int = 0
     temperature: float | None = None
     top_p: float | None = None
-    top_k: int | None = None
+    top_k: Int | None = None
     min_p: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     stop: StopField = None
-    stop_token_ids: tuple[int, ...] | None = None
+    stop_token_ids: tuple[Int, ...] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
-    n: int = 1
-    seed: int | None = None
-    sampling_seed: int | None = None  # SGLang's own name for the seed
+    n: Int = 1
+    seed: Int | None = None
+    sampling_seed: Int | None = None  # SGLang's own name for the seed
     # SGLang's structured outputs: at most one (docs/request-fields.md §2).
     json_schema: str | None = None
     regex: str | None = None
@@ -307,14 +309,14 @@ class GenerateRequest(msgspec.Struct, frozen=True, kw_only=True):
     """POST /generate (SGLang native). One prompt: `text` or `input_ids`, not both."""
 
     text: str | None = None
-    input_ids: tuple[int, ...] | None = None
+    input_ids: tuple[Int, ...] | None = None
     sampling_params: GenerateSamplingParams = GenerateSamplingParams()
     stream: bool = False
     rid: str | None = None
     return_logprob: bool = False
-    top_logprobs_num: int = 0
+    top_logprobs_num: Int = 0
     return_text_in_logprobs: bool = False  # each logprob entry's token text, else null
-    logprob_start_len: int | None = None  # SGLang's input logprobs: only the default (-1) here
+    logprob_start_len: Int | None = None  # SGLang's input logprobs: only the default (-1) here
     model: str | None = None
 
 

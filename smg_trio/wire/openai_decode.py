@@ -234,7 +234,8 @@ def validate_generate(req: GenerateRequest) -> None:
     sp = req.sampling_params
     check_knobs(sp, "sampling_params.")
     check_between(sp.n, "sampling_params.n", 1, MAX_CHOICES)
-    check_between(sp.effective_seed, "sampling_params.seed", INT64_MIN, INT64_MAX)
+    seed_param = "sampling_params." + ("seed" if sp.seed is not None else "sampling_seed")
+    check_between(sp.effective_seed, seed_param, INT64_MIN, INT64_MAX)
     check_lengths(
         sp.max_new_tokens,
         "sampling_params.max_new_tokens",

@@ -23,6 +23,7 @@ from smg_trio.wire.openai import ChatCompletionRequest
 # One error rendering for every body the gateway decodes: the parameter named from msgspec's path.
 from smg_trio.wire.openai_decode import _decode_error as decode_error
 from smg_trio.wire.openai_decode import decode_chat_request
+from smg_trio.wire.request_numbers import Int
 
 
 class TokenizeOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,7 +61,7 @@ TokenizeRequest = TokenizePromptRequest | TokenizeChatRequest
 
 class DetokenizeRequest(msgspec.Struct, frozen=True, kw_only=True):
     model: str | None = None
-    tokens: tuple[int, ...]
+    tokens: tuple[Int, ...]
 
 
 class TokenizeResponse(msgspec.Struct, frozen=True, kw_only=True):

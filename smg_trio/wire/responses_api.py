@@ -21,6 +21,7 @@ from msgspec import UNSET, UnsetType
 from smg_trio.errors import ClientError
 from smg_trio.wire.decode_errors import decode_body, read_decode_error
 from smg_trio.wire.json_depth import check_json_depth
+from smg_trio.wire.request_numbers import Int
 
 # OpenAI's limits on `metadata`: 16 pairs, keys up to 64 characters, values up to 512.
 MAX_METADATA_PAIRS: Final = 16
@@ -136,7 +137,7 @@ class ResponsesRequest(_Forbid, frozen=True):
     input: str | tuple[dict[str, Any], ...]
     model: str | None = None
     instructions: str | None = None
-    max_output_tokens: int | None = None
+    max_output_tokens: Int | None = None
     temperature: float | None = None
     top_p: float | None = None
     tools: tuple[FunctionTool, ...] | None = None
@@ -152,8 +153,8 @@ class ResponsesRequest(_Forbid, frozen=True):
     user: str | None = None
     # vLLM's extensions of the Responses body that map onto chat's handling unchanged.
     stop: str | tuple[str, ...] | None = None
-    top_k: int | None = None
-    seed: int | None = None
+    top_k: Int | None = None
+    seed: Int | None = None
 
 
 class ResponsesHead(msgspec.Struct, frozen=True):

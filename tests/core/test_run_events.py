@@ -38,6 +38,9 @@ def test_honoured_queries(query: bytes, expected: RetrieveQuery) -> None:
         (b"starting_after=3", "starting_after"),
         (b"stream=true&starting_after=x", "starting_after"),
         (b"stream=true&starting_after=-2", "starting_after"),
+        (b"stream=true&starting_after=9223372036854775808", "starting_after"),  # issue 45
+        (b"stream=true&starting_after=" + b"9" * 300, "starting_after"),
+        (b"stream=true&starting_after=" + b"9" * 5000, "starting_after"),
         (b"include_obfuscation=true", "include_obfuscation"),
         (b"include[]=message.output_text.logprobs", "include[]"),
         (b"frobnicate=1", "frobnicate"),

@@ -6,6 +6,7 @@ the server still serves afterwards), prompts too long to fit, deep JSON, and the
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -22,6 +23,7 @@ from harness.hostile_corpus import (
     expected_id,
     hostile_bodies,
     hostile_frames,
+    huge_number,
 )
 from smg_trio.request.memory_budget import MemoryBudget
 from tests.e2e.live_server import LiveServer, chat_body, live_server
@@ -30,6 +32,7 @@ TEST_S: Final = 30.0
 SEED: Final = 17
 BODIES: Final = 240
 FRAMES: Final = 80
+HUGE_PER_PATH: Final = 24
 BIG_PROMPT_CHARS: Final = 1_000_000
 CHAT: Final = "/v1/chat/completions"
 
@@ -69,6 +72,33 @@ async def test_fuzzed_bodies_on_every_endpoint_never_get_a_5xx(server: LiveServe
                     response = await client.request(method, path, content=b"{[")
                     if method != "HEAD":
                         assert_api_answer(response, (method, path))
+            await assert_serves(client)
+
+
+async def test_numbers_no_field_holds_never_get_a_5xx(server: LiveServer) -> None:
+    """Issue 45's class of the corpus on every endpoint, over HTTP and over /v1/ws: a 300- or
+    5000-digit integer, 1e400, a bool or a negative, on a numeric field or in free JSON."""
+    rng = random.Random(SEED)
+    bodies = [(path, huge_number(path, rng)) for path in POST_PATHS for _ in range(HUGE_PER_PATH)]
+    with trio.fail_after(TEST_S):
+        async with (
+            httpx.AsyncClient(base_url=server.base_url, timeout=TEST_S) as client,
+            trio_websocket.open_websocket_url(f"ws://127.0.0.1:{server.port}/v1/ws") as ws,
+        ):
+            for index, (path, body) in enumerate(bodies):
+                response = await client.post(path, content=body)
+                assert_api_answer(response, (index, path, body[:200]))
+                frame = f'{{"type":"request","id":{index},"path":"{path}","body":{body}}}'
+                await ws.send_message(frame)
+                while True:
+                    answer = await next_frame(ws)
+                    if answer["type"] == "error":
+                        error = answer["error"]
+                        assert "internal_error" not in (error.get("code"), error["type"]), answer
+                        assert error["type"] != "api_error", answer
+                    if answer["type"] in ("done", "response", "error"):
+                        assert answer["id"] == index, answer
+                        break
             await assert_serves(client)
 
 

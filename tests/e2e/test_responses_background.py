@@ -128,6 +128,46 @@ async def test_cancel_ends_the_response_and_aborts_the_engine(tmp_path: Path) ->
     assert numbers == list(range(6, 6 + len(tail)))
 
 
+async def test_retrieve_shows_the_output_so_far_and_a_cancel_keeps_it(tmp_path: Path) -> None:
+    """Issue 45, with the openai SDK: `retrieve()` of a running background response shows the
+    text streamed so far (it was `output == []`), and the `cancelled` object keeps every
+    delta generated before the cancel, its message `incomplete`, as OpenAI's do."""
+    async with live_server(tmp_path, step_ms=40.0) as server:
+        with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
+            created = await trio.to_thread.run_sync(
+                lambda: client.responses.create(model=MODEL, input=PROMPT, background=True)
+            )
+
+            def deltas(count: int) -> str:
+                seen: list[str] = []
+                with client.responses.retrieve(created.id, stream=True) as stream:
+                    for event in stream:
+                        if event.type == "response.output_text.delta":
+                            seen.append(event.delta)
+                            if len(seen) == count:
+                                break
+                return "".join(seen)
+
+            streamed = await trio.to_thread.run_sync(deltas, 8)
+            running = await trio.to_thread.run_sync(client.responses.retrieve, created.id)
+            cancelled = await trio.to_thread.run_sync(client.responses.cancel, created.id)
+            stored = await trio.to_thread.run_sync(client.responses.retrieve, created.id)
+            every = await trio.to_thread.run_sync(events_of, server, created.id, None)
+    assert running.status == "in_progress"
+    assert running.output_text.startswith(streamed)
+    assert REPLAY_TEXT.startswith(running.output_text)
+    assert running.output[0].status == "in_progress"
+    generated = "".join(e.delta for e in every if e.type == "response.output_text.delta")
+    assert cancelled.status == "cancelled"
+    assert cancelled.output_text == generated
+    assert generated.startswith(running.output_text)
+    assert cancelled.output[0].status == "incomplete"
+    assert stored.model_dump() == cancelled.model_dump()
+    assert every[-1].type == "response.cancelled"
+    (message,) = every[-1].response["output"]  # (an event the SDK has no type for: a dict)
+    assert message["content"][0]["text"] == generated
+
+
 async def test_a_killed_client_never_kills_a_background_response(tmp_path: Path) -> None:
     async with live_server(tmp_path, step_ms=5.0) as server:
         with trio.fail_after(TEST_TIMEOUT_S):
@@ -357,6 +397,11 @@ async def test_drain_waits_for_background_responses_then_ends_them_incomplete(
     assert completed["output"][0]["content"][0]["text"] == REPLAY_HEAD
     assert drained["status"] == "incomplete"
     assert drained["incomplete_details"] == {"reason": "gateway_shutdown"}
+    # What it generated before the drain cut it stays (issue 45), its message cut short.
+    (message,) = drained["output"]
+    assert message["status"] == "incomplete"
+    assert message["content"][0]["text"]
+    assert REPLAY_TEXT.startswith(message["content"][0]["text"])
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "draining"
 

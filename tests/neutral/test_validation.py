@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from smg_trio.errors import ClientError
 from smg_trio.neutral.sampling import SamplingParams
@@ -98,3 +100,20 @@ def test_context_length_names_where_the_tokens_came_from() -> None:
     with pytest.raises(ClientError) as caught:
         check_context_length(100, 10, 100, "prompt")
     assert (caught.value.param, caught.value.code) == ("prompt", "context_length_exceeded")
+
+
+@given(
+    value=st.one_of(st.integers(), st.integers(300, 5000).map(lambda d: -(10**d))),
+    low=st.integers(-(2**63), 0),
+    high=st.integers(0, 2**63 - 1),
+)
+def test_check_between_compares_an_int_of_any_size_exactly(value: int, low: int, high: int) -> None:
+    """Issue 45: a 300-digit int raised OverflowError (math.isfinite, `%g`): a 500."""
+    inside = low <= value <= high
+    if inside:
+        check_between(value, "seed", low, high)
+        return
+    with pytest.raises(ClientError) as refused:
+        check_between(value, "seed", low, high)
+    assert refused.value.param == "seed"
+    assert len(refused.value.message) < 200  # a huge int is shown by its first digits

@@ -13,12 +13,13 @@ import trio
 import trio.testing
 
 from smg_trio.core.api_dialect import named_event
+from smg_trio.core.responses_items import ResponseItems
 from smg_trio.core.stream_end import StreamEnd
 from smg_trio.handoff import Taken
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.responses.log_sink import LogSink
-from smg_trio.responses.run import LOCAL_WINDOW
-from smg_trio.responses.runs import ResponseRuns
+from smg_trio.responses.run import LOCAL_WINDOW, OUTPUT_LOG_INTERVAL_S
+from smg_trio.responses.runs import HEARTBEAT_S, ResponseRuns
 from smg_trio.responses.store.event_log import LoggedEvent
 from smg_trio.responses.store.stores import open_response_store
 
@@ -154,3 +155,55 @@ async def test_caught_up_follower_gets_appends_handed_over_without_gap_or_duplic
     assert by_append[0] > EVENTS // 8  # (after a refusal, none until its task caught up)
     assert ended_in_log_at_end == [True]
     assert not held
+
+
+async def test_the_logs_copy_of_a_running_run_shows_its_output_and_a_cancel_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 45: another process's retrieve reads the log's copy of the object. While the run
+    generates it holds the output so far within a heartbeat (rewritten at most every
+    OUTPUT_LOG_INTERVAL_S, not per flush), and a cancel stores what was generated before it,
+    the open item `incomplete`."""
+    pieces = [f"piece {n} " for n in range(40)]
+    all_sent = trio.Event()
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            open_response_store(f"sqlite:///{tmp_path / 'r.sqlite3'}") as store,
+            trio.open_nursery() as nursery,
+        ):
+            runs = ResponseRuns(store.events, GatewayMetrics())
+            await nursery.start(runs.serve)
+
+            async def generate(sink: LogSink) -> None:
+                items = ResponseItems("req")
+                created = b'{"type":"response.created","response":%s}' % RESPONSE
+                await sink.send_chunks([named_event(b"response.created", created)])
+                for piece in pieces:
+                    sink.send_chunks_now([items.content(piece)])
+                    await trio.sleep(0.001)
+                all_sent.set()
+                await trio.sleep_forever()  # still generating, as far as anyone can tell
+
+            run = await runs.start("resp_long", RESPONSE, generate, background=True)
+            await all_sent.wait()
+            assert text_of(run.response) == "".join(pieces)  # this process: at once
+            await trio.sleep(HEARTBEAT_S + OUTPUT_LOG_INTERVAL_S)
+            running = await store.events.run("resp_long")
+            cancelled = await runs.cancel("resp_long")
+            stored = await store.events.run("resp_long")
+            nursery.cancel_scope.cancel()
+    assert running is not None
+    assert running.status == "in_progress"
+    assert text_of(running.response) == "".join(pieces)
+    assert cancelled is not None
+    assert stored is not None
+    assert stored.response == cancelled
+    obj = msgspec.json.decode(cancelled)
+    assert obj["status"] == "cancelled"
+    assert text_of(cancelled) == "".join(pieces)
+    assert obj["output"][0]["status"] == "incomplete"
+
+
+def text_of(response: bytes) -> str:
+    output = msgspec.json.decode(response)["output"]
+    return "".join(part["text"] for item in output for part in item["content"])

@@ -179,6 +179,21 @@ async def test_output_tokens_are_charged_when_the_request_ends(
     assert sample(g.metrics, tokens, tenant="acme", kind="output") == 450
 
 
+async def test_shared_state_gauge_exists_only_with_a_state_url() -> None:
+    """Issue 45: without --state-url nothing is shared, so `..._shared_state_up` is absent
+    (it said 1); with one it is 1 from the start, before any call reached Redis."""
+    up = "smg_trio_tenant_shared_state_up"
+    alone, shared = TenantMetrics(CollectorRegistry()), TenantMetrics(CollectorRegistry())
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            open_tenant_gate(alone, None, request_timeout_s=30.0),
+            open_tenant_gate(shared, url, request_timeout_s=30.0),
+        ):
+            assert alone.registry.get_sample_value(up) is None
+            assert shared.registry.get_sample_value(up) == 1
+
+
 async def test_redis_unreachable_falls_back_to_this_process_with_a_warning(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
