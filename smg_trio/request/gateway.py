@@ -9,9 +9,12 @@ backend raises a GatewayError for the front end to hand to its sink; anything la
 `sink.fail` directly. Either way the sink's state decides what the error becomes (an HTTP
 status or a final event).
 
-- `model` must be one of the served names (`request/served_models.py`, `--served-model-name`); a
-  missing one means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
-  `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
+- `model` must be one of the served names (`request/served_models.py`, `--served-model-name`,
+  `[[models]]`); a missing one means the first model. Any other is vLLM's 404 (`The model `X`
+  does not exist.`, type `NotFoundError`, param `model`), with OpenAI's code `model_not_found`,
+  on every path. The named model (`ServedModel`) is picked once per request, before it is
+  prepared: its tokenizer, template and parsers prepare it, and only its workers are routed
+  to (docs/fleet.md §4).
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
 - Every request is admitted into `lifecycle` (request/live_requests.py) for its lifetime: refused with 503
@@ -30,6 +33,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -54,8 +58,9 @@ from smg_trio.request.memory_budget import (
     prompt_bytes,
 )
 from smg_trio.request.observation import observed_request
-from smg_trio.request.preparation import answer_token_request, prepare_request, prompt_model_for
+from smg_trio.request.preparation import answer_token_request, prepare_request
 from smg_trio.request.retrying import run_with_retries
+from smg_trio.request.served_model import ServedModel, served_model
 from smg_trio.request.served_models import ServedModels
 from smg_trio.responses.runs import (
     DEFAULT_EVENTS_MAX,
@@ -112,11 +117,19 @@ class Gateway:
         response_retention_s: float = DEFAULT_RETENTION_S,
         response_events_max: int = DEFAULT_EVENTS_MAX,
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
+        more_models: Sequence[ServedModel] = (),
     ) -> None:
-        self.model = model
-        self.prompt_model: PromptModel = prompt_model_for(
-            model, tool_call_parser, reasoning_parser, stream_interval
+        """`model` under `served_model_names` with the parsers is the first model;
+        `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too."""
+        first = served_model(
+            model,
+            served_model_names,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+            stream_interval=stream_interval,
         )
+        self.model = model
+        self.prompt_model: PromptModel = first.prompt_model
         self.pool = pool
         self.request_timeout_s = request_timeout_s
         self.admission = admission or Admission()
@@ -124,14 +137,8 @@ class Gateway:
         self.migration_limit = migration_limit  # docs/resilience.md §9
         self._rng = rng or random.Random()
         self.lifecycle = Lifecycle()
-        self.models = (
-            ServedModels(  # /v1/models and the request's `model` (request/served_models.py)
-                served_model_names or (model.served_name,),
-                model.path,
-                self.prompt_model.context_length,
-                created=int(time.time()),
-            )
-        )
+        # /v1/models and the request's `model` (request/served_models.py)
+        self.models = ServedModels((first, *more_models), created=int(time.time()))
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self.heap_releaser = HeapReleaser()  # after large bodies (docs/limits.md §2)
         self.metrics = metrics or GatewayMetrics(pool)
@@ -218,10 +225,11 @@ class Gateway:
         reservation: Reservation,
         run: AdmittedRun | None,
     ) -> None:
+        served = self.models.for_body(body)
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(
-                    path, body, self.prompt_model, self.model.tokenizer, self.models.check
+                    path, body, served.prompt_model, served.folder.tokenizer, served.check
                 )
             )
             return
@@ -244,9 +252,12 @@ class Gateway:
         prompt_ids = [part.ids for part in plan.prompts]
         reservation.grow(prompt_bytes(prompt_ids))
         context = RoutingContext(
-            model=plan.model, prompt_ids=plan.prompt_ids, session_key=arrival.session_key or user
+            model=plan.model,
+            model_key=self.model_key(served),
+            prompt_ids=plan.prompt_ids,
+            session_key=arrival.session_key or user,
         )
-        if not self.pool.ready:
+        if not self.pool.ready_for(context.model_key):
             raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
         # The tenant's budget (docs/fleet.md §2): a slot, a request and the prompt tokens now
         # (a run's were taken at its create), the output tokens when the request ends; then
@@ -262,7 +273,7 @@ class Gateway:
                 plan,
                 context,
                 self.pool,
-                self.prompt_model.tokenizer,
+                served.prompt_model.tokenizer,
                 sink,
                 max_retries=self.max_retries,
                 migration_limit=self.migration_limit,
@@ -274,6 +285,17 @@ class Gateway:
     async def prepare(
         self, path: str, body: bytes, request_id: str, service: ResponsesService
     ) -> tuple[GeneratePlan, str | None]:
+        """The body's plan, prepared for the model it names, and its `user`."""
+        served = self.models.for_body(body)
         return await prepare_request(
-            path, body, request_id, self.prompt_model, self.models.check, service
+            path, body, request_id, served.prompt_model, served.check, service
         )
+
+    def model_key(self, served: ServedModel) -> str | None:
+        """What narrows the pool to `served`'s workers: its key, or None when the gateway
+        serves one model (every worker is its own)."""
+        return served.key if len(self.models.models) > 1 else None
+
+    def ready_for(self, body: bytes) -> bool:
+        """A worker of the model `body` names can take it (the 404 for an unknown name)."""
+        return self.pool.ready_for(self.model_key(self.models.for_body(body)))
