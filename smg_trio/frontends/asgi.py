@@ -188,7 +188,7 @@ class GatewayApp:
                     code="upgrade_required",
                 )
             case kind if kind in INFO_KINDS:
-                await answer_info(self.gateway, kind, send)
+                await answer_info(self.gateway, kind, send, tenant)
             case RouteKind.GENERATE | RouteKind.TOKENS:
                 await self._handle(scope, receive, send, headers, request_id, tenant)
             case other:

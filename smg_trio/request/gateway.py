@@ -75,6 +75,7 @@ from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.sink import ClientSink
+from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.tenancy.gate import TenantGate, TenantReservation
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
@@ -225,7 +226,7 @@ class Gateway:
         reservation: Reservation,
         run: AdmittedRun | None,
     ) -> None:
-        served = self.models.for_body(body)
+        served = self.models.for_body(body, arrival.tenant)
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(
@@ -237,7 +238,7 @@ class Gateway:
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `_serve`)
         service = arrival.responses or self.responses
         if run is None:
-            plan, user = await self.prepare(path, body, record.request_id, service)
+            plan, user = await self.prepare(path, body, record.request_id, service, arrival.tenant)
             if plan.responses is not None and plan.responses.background:
                 # Only a run (`request/run_start.py`: HTTP's POST /v1/responses) serves one; any
                 # other way in would serve it in the foreground: refused, not ignored.
@@ -283,10 +284,16 @@ class Gateway:
             )
 
     async def prepare(
-        self, path: str, body: bytes, request_id: str, service: ResponsesService
+        self,
+        path: str,
+        body: bytes,
+        request_id: str,
+        service: ResponsesService,
+        tenant: Tenant | None = None,
     ) -> tuple[GeneratePlan, str | None]:
-        """The body's plan, prepared for the model it names, and its `user`."""
-        served = self.models.for_body(body)
+        """The body's plan, prepared for the model it names (if `tenant` may use it), and its
+        `user`."""
+        served = self.models.for_body(body, tenant)
         return await prepare_request(
             path, body, request_id, served.prompt_model, served.check, service
         )

@@ -7,7 +7,9 @@ any other name is vLLM's 404 (`ModelNotFound`).
 `for_body` picks a request's model once, before it is prepared: with one model, that model
 (preparation checks the name, as it always did, at no extra cost); with several, the body's
 `model` is read first (a JSON decode that skips every other value; a body whose `model` cannot
-be read goes to the first model, whose preparation reports the body's error).
+be read goes to the first model, whose preparation reports the body's error). A tenant limited
+to some models (`models` in `--api-keys`) gets OpenAI's 404 for any other, and a `/v1/models`
+of its own models.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import msgspec
 from smg_trio.observability.request_ids import new_request_id
 from smg_trio.request.endpoints import ModelNotFound
 from smg_trio.request.served_model import ServedModel
+from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.wire.openai_responses import JSON_ENCODER, ModelCard, ModelList, ModelPermission
 
 
@@ -48,8 +51,9 @@ class ServedModels:
         """Every served name, the first model's first."""
         return tuple(self._by_name)
 
-    def body(self) -> bytes:
-        """/v1/models: one card per served name, each with its own model's folder and limit."""
+    def body(self, tenant: Tenant | None = None) -> bytes:
+        """/v1/models: one card per served name, each with its own model's folder and limit;
+        only the models `tenant` may use (docs/fleet.md §4)."""
         cards = tuple(
             ModelCard(
                 id=name,
@@ -61,6 +65,7 @@ class ServedModels:
                 ),
             )
             for model in self.models
+            if tenant is None or tenant.may_use(model.names)
             for name in model.names
         )
         return JSON_ENCODER.encode(ModelList(data=cards))
@@ -79,12 +84,23 @@ class ServedModels:
             raise ModelNotFound(model)
         return found
 
-    def for_body(self, body: bytes) -> ServedModel:
-        """The model a request body names (see the module doc)."""
-        if len(self.models) == 1:
+    def for_body(self, body: bytes, tenant: Tenant | None = None) -> ServedModel:
+        """The model a request body names (see the module doc), if `tenant` may use it: else
+        OpenAI's 404 for a model the key cannot use."""
+        restricted = tenant is not None and tenant.models is not None
+        if len(self.models) == 1 and not restricted:
             return self.first
-        try:
-            named = _NAMED_DECODER.decode(body)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return self.first
-        return self.pick(named.model)
+        named = _named(body)
+        served = self.first if named is None else self.pick(named)
+        if tenant is not None and not tenant.may_use(served.names):
+            raise ModelNotFound(named or served.key, no_access=True)
+        return served
+
+
+def _named(body: bytes) -> str | None:
+    """The body's `model`; None when it names none or cannot be read (its preparation says
+    what is wrong with it)."""
+    try:
+        return _NAMED_DECODER.decode(body).model
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None

@@ -294,7 +294,15 @@ def check_tenancy(config: GatewayConfig) -> None:
             raise ConfigError(
                 "--api-key and --api-keys exclude each other: put the key in the file"
             )
-        load_api_keys(config.api_keys)  # every error now, before anything starts
+        table = load_api_keys(config.api_keys)  # every error now, before anything starts
+        served = {name for spec in config.model_specs for name in spec.names}
+        for tenant in table.tenants:
+            unknown = sorted((tenant.models or frozenset()) - served)
+            if unknown:
+                raise ConfigError(
+                    f"{config.api_keys}: tenants.{tenant.name}.models names models that are "
+                    f"not served: {unknown}"
+                )
     if config.state_url is not None:
         if config.api_keys is None:
             raise ConfigError("--state-url holds tenant limits: it needs --api-keys FILE")

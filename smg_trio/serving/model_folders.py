@@ -6,6 +6,8 @@ and `max_model_len` applied; and which folder a worker's `?model=NAME` means.
   unreadable file is a ConfigError naming it.
 - `max_model_len` may lower the folder's context length, never raise it (vLLM refuses a
   length above the one the model derives, as we do); a folder without one takes it as is.
+- Each model's `DeclaredModel` is what its workers' engines are checked against
+  (backends/declared_model.py): its names, folder and the folder's own context length.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.errors import ConfigError
 from smg_trio.model.folder import ModelDir, load_model_dir
 from smg_trio.serving.model_specs import ModelSpec
@@ -24,22 +27,40 @@ class ModelFolders:
 
     specs: tuple[ModelSpec, ...]
     folders: tuple[ModelDir, ...]
+    declared: tuple[DeclaredModel, ...]
 
-    def of(self, name: str | None) -> tuple[str, ModelDir]:
-        """The key and folder of the model served as `name` (None: the first model);
-        KeyError for a name no model is served as."""
-        for spec, folder in zip(self.specs, self.folders, strict=True):
+    def of(self, name: str | None) -> tuple[ModelDir, DeclaredModel]:
+        """The folder and declaration of the model served as `name` (None: the first
+        model); KeyError for a name no model is served as."""
+        for index, spec in enumerate(self.specs):
             if name is None or name in spec.names:
-                return spec.names[0], folder
+                return self.folders[index], self.declared[index]
         raise KeyError(name)
 
 
 def load_model_folders(specs: tuple[ModelSpec, ...]) -> ModelFolders:
-    return ModelFolders(specs, tuple(load_spec_folder(spec) for spec in specs))
+    loaded = [(spec, load_model_dir(spec.model_path, served_name=spec.names[0])) for spec in specs]
+    return ModelFolders(
+        specs,
+        tuple(with_overrides(spec, folder) for spec, folder in loaded),
+        tuple(
+            DeclaredModel(
+                key=spec.names[0],
+                names=spec.names,
+                path=str(spec.model_path),
+                context_length=folder.context_length,
+            )
+            for spec, folder in loaded
+        ),
+    )
 
 
 def load_spec_folder(spec: ModelSpec) -> ModelDir:
-    folder = load_model_dir(spec.model_path, served_name=spec.names[0])
+    """`spec`'s folder with its own template and context bound."""
+    return with_overrides(spec, load_model_dir(spec.model_path, served_name=spec.names[0]))
+
+
+def with_overrides(spec: ModelSpec, folder: ModelDir) -> ModelDir:
     if spec.chat_template is not None:
         try:
             template = spec.chat_template.read_text(encoding="utf-8")

@@ -29,6 +29,7 @@ import trio
 import zmq
 
 from smg_trio.backends.base import Backend
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ClientError, ConfigError, GatewayError
 from smg_trio.model.folder import ModelDir
@@ -39,7 +40,9 @@ from smg_trio.serving.config import WorkerSpec, parse_worker_spec
 from smg_trio.serving.model_folders import ModelFolders
 
 # Opens one worker's backend and says the address it bound (ZMQ) or dials (gRPC).
-BackendOpener = Callable[[WorkerSpec, ModelDir], AbstractAsyncContextManager[tuple[Backend, str]]]
+BackendOpener = Callable[
+    [WorkerSpec, ModelDir, DeclaredModel], AbstractAsyncContextManager[tuple[Backend, str]]
+]
 
 
 class WorkerLifetimes:
@@ -84,8 +87,8 @@ class WorkerLifetimes:
         spec: WorkerSpec,
         task_status: trio.TaskStatus[tuple[Worker, str]],
     ) -> None:
-        model_key, model = self.folders.of(spec.model)
-        async with self._open_backend(spec, model) as (backend, address):
+        model, declared = self.folders.of(spec.model)
+        async with self._open_backend(spec, model, declared) as (backend, address):
             worker_id = f"w{next(self._ids)}"  # only a worker that opened takes an id
             bound = address.partition("://")[2]
             target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)
@@ -94,7 +97,7 @@ class WorkerLifetimes:
                 target=target,
                 backend=backend,
                 spec=f"{spec.runtime.value}+{spec.wire.value}://{bound}{spec.query}",
-                model=model_key,
+                model=declared.key,
             )
             closed = self._close[worker_id] = trio.Event()
             index = self._kv_index

@@ -39,6 +39,11 @@ class ServedFolder:
     replay_text: str
     chat_template: Path | None = None
     max_model_len: int | None = None
+    engine_folder: Path | None = None  # the folder its engines load (default: `folder`)
+
+    @property
+    def engines_load(self) -> Path:
+        return self.folder if self.engine_folder is None else self.engine_folder
 
 
 @dataclass
@@ -131,9 +136,12 @@ async def models_server(
                     argv = [
                         *engine_command(next(addresses), replay, 2.0),
                         "--model-path",
-                        str(model.folder),
+                        str(model.engines_load),
                     ]
                     process = await served.start_engine(argv)
                     server.engines.setdefault(model.names[0], []).append(process)
-            await served.wait_ready(served.serving.gateway.pool.workers)
+            # A model whose engines load another folder is never ready: not waited for.
+            proper = {m.names[0] for m in models if m.engines_load == m.folder}
+            pool = served.serving.gateway.pool
+            await served.wait_ready(w for w in pool.workers if w.model in proper)
             yield server

@@ -15,7 +15,9 @@ import httpx
 import trio
 import trio_websocket
 
+from harness.ports import free_port
 from smg_trio.model.folder import demo_model_path, load_model_dir
+from tests.e2e.live_server import engine_command
 from tests.e2e.models_server import HARMONY_MODEL, models_server, two_models
 
 TEST_TIMEOUT_S: Final = 40.0
@@ -197,3 +199,127 @@ async def test_a_model_whose_engines_all_died_answers_503_and_the_other_serves_o
             assert len(demo_statuses) > 10
             assert set(demo_statuses) == {200}  # 0 errors among the other model's requests
             assert (await client.get("/health")).status_code == 200
+
+
+async def test_a_worker_added_at_runtime_serves_the_model_it_names(tmp_path: Path) -> None:
+    admin = {"authorization": "Bearer admin-key"}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            models_server(tmp_path, two_models(tmp_path), admin_api_key="admin-key") as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=20, headers=admin) as client,
+        ):
+            listed = (await client.get("/workers")).json()["data"]
+            assert [(row["id"], row["model"]) for row in listed] == [
+                ("w1", "demo"),
+                ("w2", "harmony"),
+            ]
+            unknown = await client.post(
+                "/workers", json={"worker": f"vllm+zmq://127.0.0.1:{free_port()}?model=gpt-4o"}
+            )
+            assert unknown.status_code == 400
+            assert "names model 'gpt-4o', which is not served" in unknown.json()["error"]["message"]
+            added = await client.post(
+                "/workers", json={"worker": f"vllm+zmq://127.0.0.1:{free_port()}?model=demo-alias"}
+            )
+            assert added.status_code == 201, added.text
+            row = added.json()["worker"]
+            assert (row["id"], row["model"]) == ("w3", "demo")
+            assert row["spec"].endswith("?model=demo-alias")
+            replay = tmp_path / "replay-demo.txt"
+            await server.served.start_engine(
+                [*engine_command(added.json()["address"], replay, 2.0)]
+            )
+            (third,) = [w for w in server.served.serving.gateway.pool.workers if w.name == "w3"]
+            await third.backend.wait_ready()
+            removed = await client.delete("/workers/w1")
+            assert removed.status_code == 202
+            for _ in range(3):
+                reply = await client.post("/v1/chat/completions", json=chat("demo"))
+                assert DEMO_TEXT.startswith(reply.json()["choices"][0]["message"]["content"])
+            rows = {r.id: r for r in server.served.serving.gateway.pool.snapshot()}
+            assert rows["w3"].requests == 3
+            assert "w1" not in rows
+
+
+KEYS: Final = """
+[keys]
+"sk-all" = "all"
+"sk-demo" = "demo-only"
+"sk-capped" = "capped"
+
+[tenants.demo-only]
+models = ["demo-alias"]
+
+[tenants.capped]
+max_concurrent = 1
+max_queue = 0
+"""
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+async def test_a_tenant_sees_and_uses_only_its_models_and_its_budget_spans_them(
+    tmp_path: Path,
+) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(KEYS, encoding="utf-8")
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            models_server(tmp_path, two_models(tmp_path), api_keys=keys) as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=20) as client,
+        ):
+            listed = await client.get("/v1/models", headers=auth("sk-demo"))
+            assert [card["id"] for card in listed.json()["data"]] == ["demo", "demo-alias"]
+            everything = await client.get("/v1/models", headers=auth("sk-all"))
+            assert len(everything.json()["data"]) == 3
+            for path, body in (
+                ("/v1/chat/completions", chat("harmony")),
+                ("/v1/tokenize", {"model": "harmony", "prompt": "hi"}),
+                ("/v1/responses", {"model": "harmony", "input": "hi", "background": True}),
+            ):
+                refused = await client.post(path, json=body, headers=auth("sk-demo"))
+                assert refused.status_code == 404, refused.text
+                error = refused.json()["error"]
+                assert error["code"] == "model_not_found"
+                assert error["message"] == (
+                    "The model `harmony` does not exist or you do not have access to it."
+                )
+            for model in ("demo", "demo-alias", None):
+                reply = await client.post(
+                    "/v1/chat/completions", json=chat(model), headers=auth("sk-demo")
+                )
+                assert reply.status_code == 200, reply.text
+            reply = await client.post(
+                "/v1/chat/completions", json=chat("harmony"), headers=auth("sk-all")
+            )
+            assert reply.status_code == 200
+            # One request at a time, whichever model it asks for: while a demo stream holds
+            # the tenant's one slot, a harmony request is over the budget.
+            long = chat("demo", stream=True, max_tokens=100, ignore_eos=True)
+            over_budget: list[httpx.Response] = []
+            async with client.stream(
+                "POST", "/v1/chat/completions", json=long, headers=auth("sk-capped")
+            ) as held:
+                assert held.status_code == 200
+                async for _ in held.aiter_raw():  # read to its end, the slot held meanwhile
+                    if not over_budget:
+                        over_budget.append(
+                            await client.post(
+                                "/v1/chat/completions",
+                                json=chat("harmony"),
+                                headers=auth("sk-capped"),
+                            )
+                        )
+            assert over_budget[0].status_code == 429, over_budget[0].text
+            statuses = []
+            for _ in range(50):  # the slot comes back once the gateway saw the client leave
+                free = await client.post(
+                    "/v1/chat/completions", json=chat("harmony"), headers=auth("sk-capped")
+                )
+                statuses.append(free.status_code)
+                if free.status_code == 200:
+                    break
+                await trio.sleep(0.05)
+            assert statuses[-1] == 200, statuses

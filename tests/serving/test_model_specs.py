@@ -210,3 +210,19 @@ def test_chat_template_file_and_max_model_len_apply_to_the_folder(tmp_path: Path
         load_spec_folder(
             ModelSpec(model_path=demo_model_path(), chat_template=tmp_path / "missing.jinja")
         )
+
+
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        ('["chat", "gpt-4o"]', "tenants.acme.models names models that are not served: ['gpt-4o']"),
+        ("[]", "tenants.acme.models is empty"),
+    ],
+)
+def test_a_tenant_limited_to_models_that_are_not_served_is_a_config_error(
+    tmp_path: Path, models: str, message: str
+) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[keys]\n"sk-1" = "acme"\n[tenants.acme]\nmodels = {models}\n')
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        from_toml(tmp_path, f'api_keys = "{keys}"\n' + TWO_TABLES)
