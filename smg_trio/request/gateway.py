@@ -227,6 +227,7 @@ class Gateway:
         run: AdmittedRun | None,
     ) -> None:
         served = self.models.for_body(body, arrival.tenant)
+        record.model = served.key  # metrics and the log line say it (docs/fleet.md §4)
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(

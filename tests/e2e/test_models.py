@@ -8,15 +8,19 @@ engines all died answers 503 while the other serves on."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import pytest
 import trio
 import trio_websocket
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness.ports import free_port
 from smg_trio.model.folder import demo_model_path, load_model_dir
+from smg_trio.observability.request_log import REQUEST_MESSAGE
 from tests.e2e.live_server import engine_command
 from tests.e2e.models_server import HARMONY_MODEL, models_server, two_models
 
@@ -323,3 +327,38 @@ async def test_a_tenant_sees_and_uses_only_its_models_and_its_budget_spans_them(
                     break
                 await trio.sleep(0.05)
             assert statuses[-1] == 200, statuses
+
+
+async def test_metrics_and_log_lines_say_the_model(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="smg_trio.requests")
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            models_server(tmp_path, two_models(tmp_path)) as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=20) as client,
+        ):
+            for model in ("demo", "harmony", "harmony", "gpt-4o"):
+                await client.post("/v1/chat/completions", json=chat(model))
+            text = (await client.get("/metrics")).text
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+    def total(name: str, **labels: str) -> float:
+        return sum(
+            value
+            for (found, pairs), value in samples.items()
+            if found == name and labels.items() <= dict(pairs).items()
+        )
+
+    assert total("smg_trio_model_requests_total", model="demo", status="200") == 1
+    assert total("smg_trio_model_requests_total", model="harmony", status="200") == 2
+    assert total("smg_trio_model_requests_total", model="none", status="404") == 1
+    assert total("smg_trio_completion_tokens_total", model="harmony") == 8
+    assert total("smg_trio_time_to_first_token_seconds_count", model="demo") == 1
+    assert total("smg_trio_worker_ready", model="harmony") == 1
+    models = [getattr(r, "model", "?") for r in caplog.records if r.getMessage() == REQUEST_MESSAGE]
+    assert models == ["demo", "harmony", "harmony", None]
