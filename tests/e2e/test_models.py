@@ -362,3 +362,68 @@ async def test_metrics_and_log_lines_say_the_model(
     assert total("smg_trio_worker_ready", model="harmony") == 1
     models = [getattr(r, "model", "?") for r in caplog.records if r.getMessage() == REQUEST_MESSAGE]
     assert models == ["demo", "harmony", "harmony", None]
+
+
+async def test_a_stream_migrates_only_to_a_worker_of_its_own_model(tmp_path: Path) -> None:
+    """Engine 0 of the demo model is killed mid-stream: its streams go on on the other demo
+    worker (docs/resilience.md §9), never on the harmony model's idle one."""
+    models = two_models(tmp_path, demo_workers=2)
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            models_server(tmp_path, models) as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=20) as client,
+        ):
+            body = chat("demo", stream=True, max_tokens=150, ignore_eos=True)
+            ends: list[str] = []
+            started = [trio.Event() for _ in range(6)]
+
+            async def one(index: int) -> None:
+                raw = bytearray()
+                async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                    async for data in reply.aiter_raw():
+                        raw.extend(data)
+                        started[index].set()
+                events = [line for line in raw.decode().splitlines() if line.startswith("data: ")]
+                ends.append(events[-1] if "error" not in events[-2] else events[-2])
+
+            async with trio.open_nursery() as nursery:
+                for index in range(6):  # round robin: three on each demo worker
+                    nursery.start_soon(one, index)
+                for event in started:
+                    await event.wait()
+                server.engines["demo"][0].kill()
+            assert ends == ["data: [DONE]"] * 6
+            rows = {row.id: row for row in server.served.serving.gateway.pool.snapshot()}
+            assert rows["w3"].model == "harmony"
+            assert rows["w3"].requests == 0  # the idle worker of the other model got none
+            assert rows["w2"].requests >= 6  # its own three and the three that moved
+
+
+async def test_a_drain_lets_every_models_streams_finish(tmp_path: Path) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            models_server(tmp_path, two_models(tmp_path)) as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=20) as client,
+        ):
+            ends: dict[str, str] = {}
+            started = {"demo": trio.Event(), "harmony": trio.Event()}
+
+            async def one(model: str) -> None:
+                body = chat(model, stream=True, max_tokens=60, ignore_eos=True)
+                raw = bytearray()
+                async with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                    async for data in reply.aiter_raw():
+                        raw.extend(data)
+                        started[model].set()
+                assert b'"error"' not in raw
+                ends[model] = raw.decode().rstrip().rsplit("\n", 1)[-1]
+
+            async with trio.open_nursery() as nursery:
+                for model in started:
+                    nursery.start_soon(one, model)
+                for event in started.values():
+                    await event.wait()
+                server.served.stop.set()  # as SIGTERM: new requests 503, running ones finish
+                refused = await client.post("/v1/chat/completions", json=chat("harmony"))
+                assert refused.status_code == 503
+            assert ends == {"demo": "data: [DONE]", "harmony": "data: [DONE]"}
