@@ -36,7 +36,7 @@ class ServedFolder:
     names: tuple[str, ...]
     folder: Path
     workers: int
-    replay_text: str
+    replay_text: str | None  # None: the engines in random mode (each token from its context)
     chat_template: Path | None = None
     max_model_len: int | None = None
     engine_folder: Path | None = None  # the folder its engines load (default: `folder`)
@@ -130,8 +130,10 @@ async def models_server(
             server = ModelsServer(served, models)
             addresses = iter(served.serving.worker_addresses)
             for model in models:
-                replay = tmp_path / f"replay-{model.names[0]}.txt"
-                replay.write_text(model.replay_text, encoding="utf-8")
+                replay = None
+                if model.replay_text is not None:
+                    replay = tmp_path / f"replay-{model.names[0]}.txt"
+                    replay.write_text(model.replay_text, encoding="utf-8")
                 for _ in range(model.workers):
                     argv = [
                         *engine_command(next(addresses), replay, 2.0),

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.ports import free_port
 from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.observability.request_log import REQUEST_MESSAGE
-from tests.e2e.live_server import engine_command
-from tests.e2e.models_server import HARMONY_MODEL, models_server, two_models
+from tests.e2e.live_server import engine_command, live_server
+from tests.e2e.models_server import HARMONY_MODEL, ServedFolder, models_server, two_models
 
 TEST_TIMEOUT_S: Final = 40.0
 DEMO_TEXT: Final = "Demo engine says hi."
@@ -427,3 +427,44 @@ async def test_a_drain_lets_every_models_streams_finish(tmp_path: Path) -> None:
                 refused = await client.post("/v1/chat/completions", json=chat("harmony"))
                 assert refused.status_code == 503
             assert ends == {"demo": "data: [DONE]", "harmony": "data: [DONE]"}
+
+
+async def test_greedy_text_equals_each_models_own_one_model_server(tmp_path: Path) -> None:
+    """Engines in random mode (each token drawn from the whole context, as a model's greedy
+    choice is): an answer depends on the prompt's ids, so a wrong tokenizer or template
+    anywhere would change it."""
+    models = [
+        ServedFolder(("demo_model",), demo_model_path(), 1, None),
+        ServedFolder(("harmony_model",), HARMONY_MODEL, 1, None),
+    ]
+    bodies = [
+        ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12}),
+        ("/v1/completions", {"prompt": "Routing<|message|> by model", "max_tokens": 12}),
+    ]
+
+    async def answers(base_url: str, model: str) -> list[str]:
+        texts = []
+        async with httpx.AsyncClient(base_url=base_url, timeout=20) as client:
+            for path, body in bodies:
+                reply = await client.post(path, json={**body, "model": model, "temperature": 0})
+                assert reply.status_code == 200, reply.text
+                texts.append(reply.json()["choices"][0]["text"])
+        return texts
+
+    for folder in ("both", "demo_model", "harmony_model"):
+        (tmp_path / folder).mkdir()
+    with trio.fail_after(TEST_TIMEOUT_S):
+        together: dict[str, list[str]] = {}
+        async with models_server(tmp_path / "both", models) as server:
+            for model in models:
+                together[model.names[0]] = await answers(server.base_url, model.names[0])
+        for model in models:
+            async with live_server(
+                tmp_path / model.names[0],
+                model_path=model.folder,
+                random_engines=True,
+                api_key=None,
+            ) as alone:
+                own = await answers(alone.base_url, model.names[0])
+            assert together[model.names[0]] == own
+        assert together["demo_model"] != together["harmony_model"]
