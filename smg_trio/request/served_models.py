@@ -46,11 +46,6 @@ class ServedModels:
     def first(self) -> ServedModel:
         return self.models[0]
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every served name, the first model's first."""
-        return tuple(self._by_name)
-
     def body(self, tenant: Tenant | None = None) -> bytes:
         """/v1/models: one card per served name, each with its own model's folder and limit;
         only the models `tenant` may use (docs/fleet.md §4)."""
@@ -69,11 +64,6 @@ class ServedModels:
             for name in model.names
         )
         return JSON_ENCODER.encode(ModelList(data=cards))
-
-    def check(self, model: str | None) -> None:
-        """A request may name any served model, or none."""
-        if model is not None and model not in self._by_name:
-            raise ModelNotFound(model)
 
     def pick(self, model: str | None) -> ServedModel:
         """The model a request names (None: the first); the 404 for any other name."""

@@ -28,7 +28,8 @@ PREFIXES: Final = 4
 
 
 async def test_kv_routing_and_its_index_are_per_model(tmp_path: Path) -> None:
-    workers, flags = [], []
+    workers: list[WorkerSpec] = []
+    flags: list[tuple[str, ...]] = []
     for number in range(2):
         events, replay = f"ipc://{tmp_path}/kv{number}.sock", f"ipc://{tmp_path}/kv{number}r.sock"
         workers.append(WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0", events, replay))
