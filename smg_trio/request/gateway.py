@@ -239,7 +239,7 @@ class Gateway:
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `_serve`)
         service = arrival.responses or self.responses
         if run is None:
-            plan, user = await self.prepare(path, body, record.request_id, service, arrival.tenant)
+            plan, user = await self._prepared(served, path, body, record.request_id, service)
             if plan.responses is not None and plan.responses.background:
                 # Only a run (`request/run_start.py`: HTTP's POST /v1/responses) serves one; any
                 # other way in would serve it in the foreground: refused, not ignored.
@@ -295,6 +295,16 @@ class Gateway:
         """The body's plan, prepared for the model it names (if `tenant` may use it), and its
         `user`."""
         served = self.models.for_body(body, tenant)
+        return await self._prepared(served, path, body, request_id, service)
+
+    async def _prepared(
+        self,
+        served: ServedModel,
+        path: str,
+        body: bytes,
+        request_id: str,
+        service: ResponsesService,
+    ) -> tuple[GeneratePlan, str | None]:
         return await prepare_request(
             path, body, request_id, served.prompt_model, served.check, service
         )

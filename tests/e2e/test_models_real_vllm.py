@@ -37,7 +37,10 @@ REFERENCE: Final = {"demo": demo_model_path(), "harmony": HARMONY_MODEL}
 
 
 def greedy_answers(base_url: str, model: str, *, chat: bool = True) -> list[str]:
-    """The greedy texts of every prompt (and of one chat turn) from `model` at `base_url`."""
+    """The greedy texts of every prompt (and of one chat turn) from `model` at `base_url`,
+    without a final U+FFFD: incomplete UTF-8 at the end is flushed as U+FFFD by us and dropped
+    by vLLM, a deliberate divergence of any one-model gateway (docs/stops-and-finalize.md §3,
+    §5 case 38)."""
     texts = []
     with httpx.Client(base_url=base_url, timeout=120) as client:
         for prompt in PROMPTS:
@@ -55,7 +58,7 @@ def greedy_answers(base_url: str, model: str, *, chat: bool = True) -> list[str]
             reply = client.post("/v1/chat/completions", json=body)
             assert reply.status_code == 200, reply.text
             texts.append(reply.json()["choices"][0]["message"]["content"])
-    return texts
+    return [text.removesuffix("\ufffd") for text in texts]
 
 
 def reference_engine(handshake_port: int, folder: Path) -> list[str]:
