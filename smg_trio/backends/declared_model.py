@@ -1,12 +1,15 @@
 """Pure. The model a worker was declared for (docs/fleet.md §4), checked against what its
 engine says of its own model: an engine that shows another model is refused (never routed to,
-one error log line naming both), not trusted to serve the wrong model's requests.
+one error log line naming both), not trusted to serve the wrong model's requests. Only a
+gateway serving several models checks (serving/worker_lifetimes.py): with one, the engines
+are trusted as they always were, a folder and an engine naming one model differently (a local
+copy of a hub model) being common.
 
 What an engine says differs by wire:
 - gRPC (GetModelInfo): its served model name or model id, and its context length. The name
   matches when it, or its last path component, is one of the model's served names, its
   folder's path or its folder's name (`meta-llama/Llama-3.1-8B` matches a folder named
-  `Llama-3.1-8B`); an engine reporting no name is not judged on it.
+  `Llama-3.1-8B`; case aside); an engine reporting no name is not judged on it.
 - ZMQ (vLLM's registration, TokenSpeed's): no model name at all, only `max_model_len` (after
   KV-cache fitting). An engine whose context is longer than the folder's own context length
   (before any `max_model_len` of ours) loaded another model: vLLM never exceeds the length a
@@ -43,5 +46,5 @@ class DeclaredModel(msgspec.Struct, frozen=True, kw_only=True):
     def _names_it(self, name: str) -> bool:
         stem = name.rstrip("/").rsplit("/", 1)[-1]
         folder = self.path.rstrip("/").rsplit("/", 1)[-1]
-        known = {*self.names, self.path, folder}
-        return name in known or stem in known
+        known = {known.casefold() for known in (*self.names, self.path, folder)}
+        return name.casefold() in known or stem.casefold() in known

@@ -7,7 +7,7 @@ the request runs and observed once it ended. Worker and engine figures are not u
 `WorkerStateCollector` reads the backends' own counts when `/metrics` is scraped.
 
 Labels stay low-cardinality: endpoint (the served paths), transport (http1, h2, ws), worker (the
-configured specs), model (the served models' keys, never a client's unknown name: docs/fleet.md
+configured specs), served_model (the served models' keys, never a client's unknown name: docs/fleet.md
 §4), status (an HTTP status code), code (the error codes the gateway defines), finish reason
 and abort cause.
 """
@@ -71,7 +71,7 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
-        by_worker = ("endpoint", "model", "worker")
+        by_worker = ("endpoint", "served_model", "worker")
         self.ttft = Histogram(
             "smg_trio_time_to_first_token_seconds",
             "From the request's arrival (body read) to its first engine token",
@@ -82,7 +82,7 @@ class GatewayMetrics:
         self.inter_token = Histogram(
             "smg_trio_inter_token_latency_seconds",
             "Gap between engine batches divided by the batch's tokens; one sample per batch",
-            ("model", "worker"),
+            ("served_model", "worker"),
             buckets=INTER_TOKEN_BUCKETS,
             registry=r,
         )
@@ -114,7 +114,7 @@ class GatewayMetrics:
             "smg_trio_model_requests",
             "Requests answered, by the served model they asked for (its key; none: no served "
             "model was picked, e.g. an unknown one) and HTTP status",
-            ("model", "status"),
+            ("served_model", "status"),
             registry=r,
         )
         self.finishes = Counter(

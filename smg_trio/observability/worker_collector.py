@@ -42,7 +42,7 @@ class WorkerStateCollector(Collector):
         )
         ready.add_metric([], 1.0 if self._pool.ready else 0.0)
         yield ready
-        by_worker = ["worker", "runtime", "wire", "model"]
+        by_worker = ["worker", "runtime", "wire", "served_model"]
         worker_ready = GaugeMetricFamily(
             "smg_trio_worker_ready", "1 while the worker has a ready engine", labels=by_worker
         )

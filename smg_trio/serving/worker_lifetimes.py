@@ -41,7 +41,7 @@ from smg_trio.serving.model_folders import ModelFolders
 
 # Opens one worker's backend and says the address it bound (ZMQ) or dials (gRPC).
 BackendOpener = Callable[
-    [WorkerSpec, ModelDir, DeclaredModel], AbstractAsyncContextManager[tuple[Backend, str]]
+    [WorkerSpec, ModelDir, DeclaredModel | None], AbstractAsyncContextManager[tuple[Backend, str]]
 ]
 
 
@@ -88,7 +88,10 @@ class WorkerLifetimes:
         task_status: trio.TaskStatus[tuple[Worker, str]],
     ) -> None:
         model, declared = self.folders.of(spec.model)
-        async with self._open_backend(spec, model, declared) as (backend, address):
+        # With one model the engines are trusted as before; with several, an engine showing
+        # another model than its worker's is refused (backends/declared_model.py).
+        checked = declared if len(self.folders.specs) > 1 else None
+        async with self._open_backend(spec, model, checked) as (backend, address):
             worker_id = f"w{next(self._ids)}"  # only a worker that opened takes an id
             bound = address.partition("://")[2]
             target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)

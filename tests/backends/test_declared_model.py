@@ -14,7 +14,15 @@ CHAT = DeclaredModel(
 
 @pytest.mark.parametrize(
     "name",
-    ["", "chat", "chat-latest", "/models/Llama-3.1-8B", "meta-llama/Llama-3.1-8B", "Llama-3.1-8B/"],
+    [
+        "",
+        "chat",
+        "chat-latest",
+        "/models/Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B",
+        "Llama-3.1-8B/",
+        "meta-llama/llama-3.1-8b",
+    ],
 )
 def test_an_engine_naming_the_model_or_its_folder_or_nothing_is_taken(name: str) -> None:
     assert CHAT.refusal(max_model_len=8192, name=name) is None

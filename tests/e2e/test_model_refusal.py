@@ -2,7 +2,7 @@
 (docs/fleet.md §4, backends/declared_model.py): never routed to, one error log line naming
 both, that model's requests 503 and the other models untouched. Over ZMQ the registration's
 context length tells (an engine of the demo model, 4096, dialling a 256-token model's worker);
-over gRPC the name GetModelInfo reports."""
+over gRPC the name GetModelInfo reports. A gateway of one model checks nothing (as before)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import trio
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.model_specs import ModelSpec
 from smg_trio.serving.serve import Serving, serve
 from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.models_server import HARMONY_MODEL, ServedFolder, models_server
@@ -75,12 +76,15 @@ async def test_a_grpc_engine_naming_another_model_is_refused(
     with trio.fail_after(TEST_TIMEOUT_S), (tmp_path / "engine.log").open("wb") as log:
         process, port = await start_engine(Runtime.VLLM, log)  # serves the demo model
         try:
-            config = GatewayConfig(
-                model_path=HARMONY_MODEL,
-                served_model_names=("harmony",),
-                workers=(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}"),),
+            config = GatewayConfig(  # the demo model's worker has no engine: not needed
+                model_path=demo_model_path(),
+                workers=(
+                    WorkerSpec(Runtime.VLLM, Wire.ZMQ, "127.0.0.1:0"),
+                    WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}", model="harmony"),
+                ),
                 port=0,
                 response_store=f"sqlite:///{tmp_path / 'responses.sqlite3'}",
+                models=(ModelSpec(model_path=HARMONY_MODEL, served_model_names=("harmony",)),),
             )
             stop = trio.Event()
             async with trio.open_nursery() as nursery:

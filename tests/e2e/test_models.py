@@ -354,12 +354,12 @@ async def test_metrics_and_log_lines_say_the_model(
             if found == name and labels.items() <= dict(pairs).items()
         )
 
-    assert total("smg_trio_model_requests_total", model="demo", status="200") == 1
-    assert total("smg_trio_model_requests_total", model="harmony", status="200") == 2
-    assert total("smg_trio_model_requests_total", model="none", status="404") == 1
-    assert total("smg_trio_completion_tokens_total", model="harmony") == 8
-    assert total("smg_trio_time_to_first_token_seconds_count", model="demo") == 1
-    assert total("smg_trio_worker_ready", model="harmony") == 1
+    assert total("smg_trio_model_requests_total", served_model="demo", status="200") == 1
+    assert total("smg_trio_model_requests_total", served_model="harmony", status="200") == 2
+    assert total("smg_trio_model_requests_total", served_model="none", status="404") == 1
+    assert total("smg_trio_completion_tokens_total", served_model="harmony") == 8
+    assert total("smg_trio_time_to_first_token_seconds_count", served_model="demo") == 1
+    assert total("smg_trio_worker_ready", served_model="harmony") == 1
     models = [getattr(r, "model", "?") for r in caplog.records if r.getMessage() == REQUEST_MESSAGE]
     assert models == ["demo", "harmony", "harmony", None]
 
