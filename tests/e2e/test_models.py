@@ -468,3 +468,23 @@ async def test_greedy_text_equals_each_models_own_one_model_server(tmp_path: Pat
                 own = await answers(alone.base_url, model.names[0])
             assert together[model.names[0]] == own
         assert together["demo_model"] != together["harmony_model"]
+
+
+async def test_a_background_response_runs_on_the_model_it_names(tmp_path: Path) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            models_server(tmp_path, two_models(tmp_path)) as server,
+            httpx.AsyncClient(base_url=server.base_url, timeout=20) as client,
+        ):
+            body = {"model": "harmony", "input": "Hi", "max_output_tokens": 4, "background": True}
+            created = await client.post("/v1/responses", json=body)
+            assert created.status_code == 200, created.text
+            for _ in range(200):  # a 4-token run ends within a second
+                got = (await client.get(f"/v1/responses/{created.json()['id']}")).json()
+                if got["status"] not in ("queued", "in_progress"):
+                    break
+                await trio.sleep(0.05)
+            assert got["status"] == "incomplete", got  # its 4 tokens, as a foreground one
+            assert got["model"] == "harmony"
+            assert HARMONY_TEXT.startswith(got["output"][0]["content"][0]["text"])
+            assert server.requests_by_model() == {"demo": 0, "harmony": 1}
