@@ -43,6 +43,7 @@ COMMANDS: Final = (
             "prefix-cache hit rates: kv_events and others",
         ),
         ("kv_index_memory", "bench.load.kv_index_memory:main", "the KV index with 1 M blocks"),
+        ("model_memory", "bench.load.model_memory:main", "resident memory per loaded model"),
         ("vllm_serve_compare", "bench.load.vllm_serve_compare:main", "vllm bench serve, both"),
         ("counted_engine", "bench.load.counted_engine:main", "(helper) engine with a tally"),
     ),

@@ -42,6 +42,7 @@ from smg_trio.backends.asyncio_bridge import (
     open_asyncio_bridge,
 )
 from smg_trio.backends.base import BackendStatistics, EngineStatus
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.grpc_calls import GrpcCall, apply_response, failure_of
 from smg_trio.backends.grpc_readiness import EngineReadiness
@@ -81,8 +82,11 @@ class GrpcBackend:
         *,
         health_period_s: float,
         health_timeout_s: float,
+        declared: DeclaredModel | None = None,
     ) -> None:
         self.runtime: Final = runtime
+        self._declared = declared
+        self._refusal: str | None = None  # why its engine shows another model (logged once)
         self.wire: Final = Wire.GRPC
         self._client = client
         self._bridge = bridge
@@ -272,9 +276,29 @@ class GrpcBackend:
             if not healthy:
                 readiness.take_out(f"the engine reports itself unhealthy: {message!r}")
                 return
+            if info is not None and self._refused(info):
+                return
             if info is not None:
                 self._info = info
             readiness.check_passed(info)
+
+    def _refused(self, info: EngineInfo) -> bool:
+        """The engine shows another model than its worker's (backends/declared_model.py):
+        out, one error line; checked again at the next health check (it may be replaced)."""
+        declared = self._declared
+        refusal = (
+            None
+            if declared is None
+            else declared.refusal(max_model_len=info.max_model_len, name=info.served_model_name)
+        )
+        if refusal is not None:
+            if refusal != self._refusal:
+                logger.error(
+                    "the %s engine at %s is refused: %s", self.runtime.value, self.address, refusal
+                )
+            self._readiness.take_out(f"refused: {refusal}")
+        self._refusal = refusal
+        return refusal is not None
 
 
 def _cancel_tasks(calls: Sequence[GrpcCall]) -> None:
@@ -293,6 +317,7 @@ async def open_grpc_backend(
     health_timeout_s: float = HEALTH_TIMEOUT_S,
     watchdog_period_s: float = WATCHDOG_PERIOD_S,
     engine_silence_s: float = ENGINE_SILENCE_S,
+    declared: DeclaredModel | None = None,
 ) -> AsyncIterator[GrpcBackend]:
     """A client for the engine at `address`, with its health and silence watchers running.
 
@@ -320,6 +345,7 @@ async def open_grpc_backend(
             runtime,
             health_period_s=health_period_s,
             health_timeout_s=health_timeout_s,
+            declared=declared,
         )
         try:
             async with backend._in_flight.serving(

@@ -41,6 +41,7 @@ import zmq
 
 from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
 from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
@@ -296,6 +297,7 @@ async def open_zmq_backend(
     probe_period_s: float = PROBE_PERIOD_S,
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
     client: ZmqClient | None = None,
+    declared: DeclaredModel | None = None,
 ) -> AsyncIterator[ZmqBackend]:
     """Bind the sockets, run the socket-owner tasks, and yield the engine client.
 
@@ -307,6 +309,8 @@ async def open_zmq_backend(
     `watchdog_period_s`, `engine_silence_s`, `probe_period_s`: docs/resilience.md §1–§2.
     `client`: this process is one of several (docs/processes.md §3): bind its own input and
     output (not `data_address`) and no handshake (`handshake_address` is only reported).
+    `declared`: the model the worker serves; an engine registering another is refused
+    (backends/declared_model.py).
     On exit every open stream fails with BackendUnavailable and its engine requests are aborted.
     """
     check_settings(
@@ -340,6 +344,7 @@ async def open_zmq_backend(
             addresses=(handshake[1], inputs[1], outputs[1]),
             client=client,
         )
+        engine._registry.declared = declared
         monitor = stack.enter_context(open_socket_monitor(inputs[0], MONITORED_EVENTS))
         prober = EngineProber(
             engine._registry,

@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from smg_trio.backends.base import EngineLoad, EngineStatus, PrefixCacheCounts
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.in_flight import InFlight, InFlightTable
 from smg_trio.backends.zmq_codec import (
     OutputMessage,
@@ -137,6 +138,8 @@ class EngineRegistry:
         requests, or ours just aborted): to abort. None: not collected (one process)."""
         self.on_revived: Callable[[EngineSlot, list[str]], None] = lambda _engine, _ids: None
         """Told the ids to abort on an engine that answered again after going silent."""
+        self.declared: DeclaredModel | None = None
+        """The model this worker was declared for: an engine showing another is refused."""
 
     # --- engines ----------------------------------------------------------------------------
 
@@ -186,7 +189,18 @@ class EngineRegistry:
             self.protocol_error(exc)
             return
         logger.info("engine %d registered: %s", engine.index, engine.registration)
+        self._refuse_another_model(engine)
         self.notify_readiness()
+
+    def _refuse_another_model(self, engine: EngineSlot) -> None:
+        """Out for good (until it says HELLO again) if it shows another model than declared."""
+        declared, registration = self.declared, engine.registration
+        if declared is None or registration is None:
+            return
+        refusal = declared.refusal(max_model_len=registration.max_model_len)
+        if refusal is not None:
+            engine.dead_reason = f"refused: {refusal}"
+            logger.error("engine %d refused: %s", engine.index, refusal)
 
     def on_client_registration(self, runtime: Runtime, frames: Sequence[bytes]) -> bool:
         """One of several processes (no handshake socket here, docs/processes.md §3): the
@@ -204,6 +218,7 @@ class EngineRegistry:
         engine.registration, engine.said_ready = registration, True
         self.in_flight.heard_from(engine, trio.current_time())
         logger.info("engine %d registered: %s", engine.index, registration)
+        self._refuse_another_model(engine)
         self.notify_readiness()
         return True
 
@@ -220,6 +235,7 @@ class EngineRegistry:
         engine.restart()
         engine.registration, engine.awaiting_answer = registration, True
         logger.info("engine %d: registration recovered; waiting for its answer", engine_index)
+        self._refuse_another_model(engine)
 
     def answered(self, engine: EngineSlot) -> None:
         """An engine this restarted process only knew from a sibling answered: ready here."""

@@ -190,7 +190,7 @@ class GatewayApp:
                     code="upgrade_required",
                 )
             case kind if kind in INFO_KINDS:
-                await answer_info(self.gateway, kind, send)
+                await answer_info(self.gateway, kind, send, tenant)
             case other:
                 raise ValueError(f"no handler for the route kind {other}")
 

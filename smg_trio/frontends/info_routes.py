@@ -22,6 +22,7 @@ from smg_trio.frontends.http.asgi_types import Send
 from smg_trio.frontends.metrics_app import send_metrics
 from smg_trio.request.gateway import Gateway
 from smg_trio.request.routes import RouteKind
+from smg_trio.tenancy.api_keys import Tenant
 
 # vLLM's `GET /version` shape, with our own version: the server answering is smg-trio, whatever
 # engine runs behind it (docs/client-apis.md §4).
@@ -29,8 +30,11 @@ VERSION_BODY: Final = b'{"version":"' + smg_trio.__version__.encode() + b'"}'
 HEALTHY_BODY: Final = b'{"status":"ok"}'
 
 
-async def answer_info(gateway: Gateway, kind: RouteKind, send: Send) -> None:
-    """The answer of a route of one of the `INFO_KINDS` (request/routes.py)."""
+async def answer_info(
+    gateway: Gateway, kind: RouteKind, send: Send, tenant: Tenant | None = None
+) -> None:
+    """The answer of a route of one of the `INFO_KINDS` (request/routes.py); `/v1/models`
+    lists only the models `tenant` may use (docs/fleet.md §4)."""
     match kind:
         case RouteKind.LIVENESS:
             await send_json(send, 200, HEALTHY_BODY)
@@ -39,7 +43,7 @@ async def answer_info(gateway: Gateway, kind: RouteKind, send: Send) -> None:
         case RouteKind.METRICS:
             await send_metrics(send, gateway.metrics)
         case RouteKind.MODELS:
-            await send_json(send, 200, gateway.models.body())
+            await send_json(send, 200, gateway.models.body(tenant))
         case RouteKind.VERSION:
             await send_json(send, 200, VERSION_BODY)
         case _:

@@ -7,8 +7,9 @@ the request runs and observed once it ended. Worker and engine figures are not u
 `WorkerStateCollector` reads the backends' own counts when `/metrics` is scraped.
 
 Labels stay low-cardinality: endpoint (the served paths), transport (http1, h2, ws), worker (the
-configured specs), status (an HTTP status code), code (the error codes the gateway defines),
-finish reason and abort cause.
+configured specs), served_model (the served models' keys, never a client's unknown name: docs/fleet.md
+§4), status (an HTTP status code), code (the error codes the gateway defines), finish reason
+and abort cause.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="livesum",
         )
-        by_worker = ("endpoint", "worker")
+        by_worker = ("endpoint", "served_model", "worker")
         self.ttft = Histogram(
             "smg_trio_time_to_first_token_seconds",
             "From the request's arrival (body read) to its first engine token",
@@ -81,7 +82,7 @@ class GatewayMetrics:
         self.inter_token = Histogram(
             "smg_trio_inter_token_latency_seconds",
             "Gap between engine batches divided by the batch's tokens; one sample per batch",
-            ("worker",),
+            ("served_model", "worker"),
             buckets=INTER_TOKEN_BUCKETS,
             registry=r,
         )
@@ -107,6 +108,13 @@ class GatewayMetrics:
             "smg_trio_completion_tokens",
             "Completion tokens of finished requests (as their usage reports them)",
             by_worker,
+            registry=r,
+        )
+        self.model_requests = Counter(
+            "smg_trio_model_requests",
+            "Requests answered, by the served model they asked for (its key; none: no served "
+            "model was picked, e.g. an unknown one) and HTTP status",
+            ("served_model", "status"),
             registry=r,
         )
         self.finishes = Counter(
@@ -171,7 +179,7 @@ class GatewayMetrics:
             ("start", "source"),
             registry=r,
         )
-        self._routes: dict[tuple[str, str, str], _RouteChildren] = {}
+        self._routes: dict[tuple[str, str, str, str], _RouteChildren] = {}
         self.worker_state = None if pool is None else WorkerStateCollector(pool, extra_sources)
         if self.worker_state is not None:
             r.register(self.worker_state)
@@ -186,15 +194,15 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
     def request_started(self, record: RequestRecord) -> None:
-        self._route(record.endpoint, record.transport, record.worker).in_flight.inc()
+        self._route(record.endpoint, record.transport, record.worker, "").in_flight.inc()
 
-    def _route(self, endpoint: str, transport: str, worker: str) -> _RouteChildren:
+    def _route(self, endpoint: str, transport: str, worker: str, model: str) -> _RouteChildren:
         # `labels()` validates and locks on every call; a request's children are looked up once
         # per route instead (a handful of routes per gateway).
-        key = (endpoint, transport, worker)
+        key = (endpoint, transport, worker, model)
         children = self._routes.get(key)
         if children is None:
-            children = self._routes[key] = _RouteChildren(self, endpoint, transport, worker)
+            children = self._routes[key] = _RouteChildren(self, endpoint, transport, worker, model)
         return children
 
     def request_rejected(self, endpoint: str, transport: str, status: int, code: str) -> None:
@@ -206,12 +214,13 @@ class GatewayMetrics:
         """Observe everything of `record`, which ended at `ended` (perf_counter)."""
         endpoint, transport = record.endpoint, record.transport
         # In flight was counted under the route the request started on (no worker yet).
-        self._route(endpoint, transport, NO_WORKER).in_flight.dec()
-        route = self._route(endpoint, transport, record.worker)
+        self._route(endpoint, transport, NO_WORKER, "").in_flight.dec()
+        route = self._route(endpoint, transport, record.worker, record.model or NO_WORKER)
         if record.status == 200:
             route.served.inc()
         else:
             self.requests.labels(endpoint, transport, str(record.status)).inc()
+        self.model_requests.labels(record.model or NO_WORKER, str(record.status)).inc()
         if record.error_code is not None:
             self.errors.labels(endpoint, transport, record.error_code).inc()
         if record.abort_cause is not None:
@@ -255,19 +264,22 @@ def observe_all(child: Histogram, values: Sequence[float]) -> None:
 
 
 class _RouteChildren:
-    """The labelled children one (endpoint, transport, worker) route updates per request."""
+    """The labelled children one (endpoint, transport, worker, model) route updates per
+    request."""
 
-    def __init__(self, metrics: GatewayMetrics, endpoint: str, transport: str, worker: str):
+    def __init__(
+        self, metrics: GatewayMetrics, endpoint: str, transport: str, worker: str, model: str
+    ) -> None:
         self._metrics = metrics
         self._endpoint = endpoint
         self.in_flight = metrics.in_flight.labels(endpoint, transport)
         self.served = metrics.requests.labels(endpoint, transport, "200")
-        self.prompt_tokens = metrics.prompt_tokens.labels(endpoint, worker)
-        self.completion_tokens = metrics.completion_tokens.labels(endpoint, worker)
-        self.queue = metrics.queue.labels(endpoint, worker)
-        self.ttft = metrics.ttft.labels(endpoint, worker)
-        self.e2e = metrics.e2e.labels(endpoint, worker)
-        self.inter_token = metrics.inter_token.labels(worker)
+        self.prompt_tokens = metrics.prompt_tokens.labels(endpoint, model, worker)
+        self.completion_tokens = metrics.completion_tokens.labels(endpoint, model, worker)
+        self.queue = metrics.queue.labels(endpoint, model, worker)
+        self.ttft = metrics.ttft.labels(endpoint, model, worker)
+        self.e2e = metrics.e2e.labels(endpoint, model, worker)
+        self.inter_token = metrics.inter_token.labels(model, worker)
         self._finishes: dict[str, Counter] = {}
 
     def finished(self, reason: str) -> Counter:

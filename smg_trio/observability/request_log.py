@@ -48,12 +48,13 @@ request_logger: Final = logging.getLogger(REQUEST_LOGGER)
 
 def request_fields(record: RequestRecord, ended: float) -> dict[str, Any]:
     """What one request's line says (docs/observability.md §2); times in seconds."""
-    fields = {
+    fields: dict[str, Any] = {
         "request_id": record.request_id,
         "endpoint": record.endpoint,
         "transport": record.transport,
         "client": record.client,
         "worker": record.worker,
+        "model": record.model or None,  # the served model's key (docs/fleet.md §4)
         "status": record.status,
         "error_code": record.error_code,
         "abort_cause": record.abort_cause,

@@ -52,6 +52,7 @@ class RequestRecord:
         "migrated_at",
         "migration_refused",
         "migrations",
+        "model",
         "picked",
         "prompt_tokens",
         "request_id",
@@ -80,6 +81,7 @@ class RequestRecord:
         self.arrived = time.perf_counter()
         self.worker = NO_WORKER
         self.runtime = NO_WORKER
+        self.model = ""  # the key of the served model it asked for, once picked (fleet.md §4)
         self.picked: float | None = None  # a worker was chosen (the plan is ready)
         self.sent: float | None = None  # the engine requests went out
         self.first_token: float | None = None

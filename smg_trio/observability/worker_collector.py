@@ -42,7 +42,7 @@ class WorkerStateCollector(Collector):
         )
         ready.add_metric([], 1.0 if self._pool.ready else 0.0)
         yield ready
-        by_worker = ["worker", "runtime", "wire"]
+        by_worker = ["worker", "runtime", "wire", "served_model"]
         worker_ready = GaugeMetricFamily(
             "smg_trio_worker_ready", "1 while the worker has a ready engine", labels=by_worker
         )
@@ -102,7 +102,7 @@ class WorkerStateCollector(Collector):
         }
         for worker in workers:
             stats = worker.backend.statistics()
-            labels = [worker.name, stats.runtime.value, stats.wire.value]
+            labels = [worker.name, stats.runtime.value, stats.wire.value, worker.model]
             worker_ready.add_metric(labels, 1.0 if stats.ready else 0.0)
             in_flight.add_metric(labels, float(stats.in_flight))
             streams.add_metric(labels, float(stats.open_streams))

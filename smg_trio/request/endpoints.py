@@ -63,9 +63,11 @@ HANDLED_PATHS: Final = (*GENERATE_PATHS, *TOKEN_PATHS)
 class ModelNotFound(ClientError):
     """A `model` that is none of the served names: vLLM's 404 (message, type and param)."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, no_access: bool = False) -> None:
+        # `no_access`: served, but not to this tenant (OpenAI's words for a key's model).
+        tail = " or you do not have access to it." if no_access else "."
         super().__init__(
-            f"The model `{model}` does not exist.",
+            f"The model `{model}` does not exist{tail}",
             status=404,
             code="model_not_found",
             param="model",

@@ -11,9 +11,12 @@ backend raises a GatewayError for the front end to hand to its sink; anything la
 `sink.fail` directly. Either way the sink's state decides what the error becomes (an HTTP
 status or a final event).
 
-- `model` must be one of the served names (`request/served_models.py`, `--served-model-name`); a
-  missing one means the first. Any other is vLLM's 404 (`The model `X` does not exist.`, type
-  `NotFoundError`, param `model`), with OpenAI's code `model_not_found`, on every path.
+- `model` must be one of the served names (`request/served_models.py`, `--served-model-name`,
+  `[[models]]`); a missing one means the first model. Any other is vLLM's 404 (`The model `X`
+  does not exist.`, type `NotFoundError`, param `model`), with OpenAI's code `model_not_found`,
+  on every path. The named model (`ServedModel`) is picked once per request, before it is
+  prepared: its tokenizer, template and parsers prepare it, and only its workers are routed
+  to (docs/fleet.md §4).
 - /v1/tokenize and /v1/detokenize are answered here too (a whole JSON body through the sink),
   so HTTP and the WebSocket protocol serve them alike.
 - Every request is admitted into the gateway's `LiveRequests` (`live_requests`, request/live_requests.py)
@@ -33,6 +36,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -57,8 +61,9 @@ from smg_trio.request.memory_budget import (
     prompt_bytes,
 )
 from smg_trio.request.observation import observed_request
-from smg_trio.request.preparation import answer_token_request, prepare_request, prompt_model_for
+from smg_trio.request.preparation import answer_token_request, prepare_request
 from smg_trio.request.retrying import run_with_retries
+from smg_trio.request.served_model import ServedModel, served_model
 from smg_trio.request.served_models import ServedModels
 from smg_trio.responses.runs import (
     DEFAULT_EVENTS_MAX,
@@ -73,6 +78,7 @@ from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
 from smg_trio.routing.vocabulary import RoutingContext
 from smg_trio.routing.workers import NO_READY_WORKER, WorkerPool
 from smg_trio.sink import ClientSink
+from smg_trio.tenancy.api_keys import Tenant
 from smg_trio.tenancy.gate import TenantGate, TenantReservation
 
 if TYPE_CHECKING:  # OpenTelemetry is imported only when tracing is on (docs/observability.md §4)
@@ -115,11 +121,19 @@ class Gateway:
         response_retention_s: float = DEFAULT_RETENTION_S,
         response_events_max: int = DEFAULT_EVENTS_MAX,
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
+        more_models: Sequence[ServedModel] = (),
     ) -> None:
-        self.model = model
-        self.prompt_model: PromptModel = prompt_model_for(
-            model, tool_call_parser, reasoning_parser, stream_interval
+        """`model` under `served_model_names` with the parsers is the first model;
+        `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too."""
+        first = served_model(
+            model,
+            served_model_names,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+            stream_interval=stream_interval,
         )
+        self.model = model
+        self.prompt_model: PromptModel = first.prompt_model
         self.pool = pool
         self.request_timeout_s = request_timeout_s
         self.admission = admission or Admission()
@@ -127,14 +141,8 @@ class Gateway:
         self.migration_limit = migration_limit  # docs/resilience.md §9
         self._rng = rng or random.Random()
         self.live_requests = LiveRequests()
-        self.models = (
-            ServedModels(  # /v1/models and the request's `model` (request/served_models.py)
-                served_model_names or (model.served_name,),
-                model.path,
-                self.prompt_model.context_length,
-                created=int(time.time()),
-            )
-        )
+        # /v1/models and the request's `model` (request/served_models.py)
+        self.models = ServedModels((first, *more_models), created=int(time.time()))
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self.heap_releaser = HeapReleaser()  # after large bodies (docs/limits.md §2)
         self.metrics = metrics or GatewayMetrics(pool)
@@ -221,10 +229,12 @@ class Gateway:
         reservation: Reservation,
         run: AdmittedRun | None,
     ) -> None:
+        served = self.models.for_body(body, arrival.tenant)
+        record.model = served.key  # metrics and the log line say it (docs/fleet.md §4)
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(
-                    path, body, self.prompt_model, self.model.tokenizer, self.models.check
+                    path, body, served.prompt_model, served.folder.tokenizer, served.check
                 )
             )
             return
@@ -232,7 +242,7 @@ class Gateway:
         live.scope.deadline = deadline  # past it, `live.timed_out` (handled in `_serve`)
         service = arrival.responses or self.responses
         if run is None:
-            plan, user = await self.prepare(path, body, record.request_id, service)
+            plan, user = await self._prepared(served, path, body, record.request_id, service)
             if plan.responses is not None and plan.responses.background:
                 # Only a run (`request/run_start.py`: HTTP's POST /v1/responses) serves one; any
                 # other way in would serve it in the foreground: refused, not ignored.
@@ -247,9 +257,12 @@ class Gateway:
         prompt_ids = [part.ids for part in plan.prompts]
         reservation.grow(prompt_bytes(prompt_ids))
         context = RoutingContext(
-            model=plan.model, prompt_ids=plan.prompt_ids, session_key=arrival.session_key or user
+            model=plan.model,
+            model_key=self.model_key(served),
+            prompt_ids=plan.prompt_ids,
+            session_key=arrival.session_key or user,
         )
-        if not self.pool.ready:
+        if not self.pool.ready_for(context.model_key):
             raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
         # The tenant's budget (docs/fleet.md §2): a slot, a request and the prompt tokens now
         # (a run's were taken at its create), the output tokens when the request ends; then
@@ -265,7 +278,7 @@ class Gateway:
                 plan,
                 context,
                 self.pool,
-                self.prompt_model.tokenizer,
+                served.prompt_model.tokenizer,
                 sink,
                 max_retries=self.max_retries,
                 migration_limit=self.migration_limit,
@@ -275,8 +288,35 @@ class Gateway:
             )
 
     async def prepare(
-        self, path: str, body: bytes, request_id: str, service: ResponsesService
+        self,
+        path: str,
+        body: bytes,
+        request_id: str,
+        service: ResponsesService,
+        tenant: Tenant | None = None,
+    ) -> tuple[GeneratePlan, str | None]:
+        """The body's plan, prepared for the model it names (if `tenant` may use it), and its
+        `user`."""
+        served = self.models.for_body(body, tenant)
+        return await self._prepared(served, path, body, request_id, service)
+
+    async def _prepared(
+        self,
+        served: ServedModel,
+        path: str,
+        body: bytes,
+        request_id: str,
+        service: ResponsesService,
     ) -> tuple[GeneratePlan, str | None]:
         return await prepare_request(
-            path, body, request_id, self.prompt_model, self.models.check, service
+            path, body, request_id, served.prompt_model, served.check, service
         )
+
+    def model_key(self, served: ServedModel) -> str | None:
+        """What narrows the pool to `served`'s workers: its key, or None when the gateway
+        serves one model (every worker is its own)."""
+        return served.key if len(self.models.models) > 1 else None
+
+    def ready_for(self, body: bytes) -> bool:
+        """A worker of the model `body` names can take it (the 404 for an unknown name)."""
+        return self.pool.ready_for(self.model_key(self.models.for_body(body)))

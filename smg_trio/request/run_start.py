@@ -97,8 +97,10 @@ async def admit_response(
     resumable stream's create (not `background`) may wait here for the tenant's slot."""
     if gateway.live_requests.draining:
         raise Draining()
-    plan, user = await gateway.prepare(RESPONSES_PATH, body, arrival.request_id, gateway.responses)
-    if not gateway.pool.ready:
+    plan, user = await gateway.prepare(
+        RESPONSES_PATH, body, arrival.request_id, gateway.responses, arrival.tenant
+    )
+    if not gateway.ready_for(body):  # a worker of the body's model (docs/fleet.md §4)
         raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not a run that fails
     gateway.runs.check_accepting(background=background)
     # A run always streams: its events are the log clients read.

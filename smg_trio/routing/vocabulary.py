@@ -23,6 +23,7 @@ class Worker(msgspec.Struct, frozen=True):
     target: WorkerTarget
     backend: Backend
     spec: str = ""  # RUNTIME+WIRE://HOST:PORT with the bound port (a ZMQ port 0 resolved)
+    model: str = ""  # the key (first served name) of the model it serves (docs/fleet.md §4)
 
 
 class RoutingContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -30,6 +31,9 @@ class RoutingContext(msgspec.Struct, frozen=True, kw_only=True):
 
     model: str | None = None
     """The served model name the client asked for (None: the first), for per-model policies."""
+    model_key: str | None = None
+    """The key of the model serving the request: only its workers are candidates (None: every
+    worker, as for a pool of one model's workers)."""
     prompt_ids: tuple[int, ...] = ()
     """The (first) prompt's token ids: cache_aware matches their prefix."""
     session_key: str | None = None

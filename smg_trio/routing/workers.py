@@ -48,6 +48,7 @@ class WorkerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     spec: str
     runtime: str
     wire: str
+    model: str  # the key of the model it serves ("": not said)
     ready: bool  # the backend can take a request
     routable: bool  # ready, breaker not open and not being removed: a candidate now
     in_flight: int  # the backend's own count of engine requests
@@ -109,6 +110,15 @@ class WorkerPool:
             for entry in self._entries.values()
         )
 
+    def ready_for(self, model_key: str | None) -> bool:
+        """`ready`, among the workers of one model (None: any)."""
+        return any(
+            entry.on_drained is None
+            and (model_key is None or entry.worker.model == model_key)
+            and entry.worker.backend.statistics().ready
+            for entry in self._entries.values()
+        )
+
     def add(self, worker: Worker) -> None:
         """A new worker, routable at once; ValueError if its name is taken."""
         if worker.name in self._entries:
@@ -135,12 +145,14 @@ class WorkerPool:
         now: float = 0.0,
         exclude: Collection[str] = (),
     ) -> Worker:
-        """The policy's choice among the candidates now, preferring ones not in `exclude`;
-        BackendUnavailable when there is none."""
+        """The policy's choice among the candidates now (the workers of the context's model),
+        preferring ones not in `exclude`; BackendUnavailable when there is none."""
+        key = context.model_key
         candidates = [
             entry.worker
             for entry in self._entries.values()
             if entry.on_drained is None
+            and (key is None or entry.worker.model == key)
             and entry.breaker.allows(now)
             and entry.worker.backend.statistics().ready
         ]
@@ -186,6 +198,7 @@ class WorkerPool:
                     spec=entry.worker.spec,
                     runtime=statistics.runtime.value,
                     wire=statistics.wire.value,
+                    model=entry.worker.model,
                     ready=statistics.ready,
                     routable=statistics.ready
                     and entry.on_drained is None

@@ -6,6 +6,8 @@ spec without one (`zmq://...`), an unknown runtime, or a runtime with no adapter
 ConfigError before anything starts. A query may name the engine's KV-event publisher and its
 replay socket for the kv_events policy (docs/routing.md §9):
 `vllm+zmq://127.0.0.1:27937?kv_events=tcp://127.0.0.1:5557&kv_replay=tcp://127.0.0.1:5558`.
+With several models (serving/model_specs.py, docs/fleet.md §4), `?model=NAME` says which model
+the worker serves (any of its served names; none: the first model).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from smg_trio.responses.store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
+from smg_trio.serving.model_specs import ModelSpec, check_models, unfold_model_tables
 from smg_trio.tenancy.api_keys import load_api_keys
 from smg_trio.tenancy.redis_client import RedisAddress
 
@@ -48,13 +51,18 @@ class WorkerSpec(msgspec.Struct, frozen=True):
     address: str  # host:port (ZMQ: the handshake listener; gRPC: the engine's server)
     kv_events: str | None = None  # the engine's KV-event PUB endpoint, which we connect to
     kv_replay: str | None = None  # its replay ROUTER endpoint
+    model: str | None = None  # a served name of the model it serves (None: the first model)
 
     def __str__(self) -> str:
         return f"{self.runtime.value}+{self.wire.value}://{self.address}{self.query}"
 
     @property
     def query(self) -> str:
-        pairs = [(k, v) for k, v in (("kv_events", self.kv_events), ("kv_replay", self.kv_replay))]
+        pairs = (
+            ("kv_events", self.kv_events),
+            ("kv_replay", self.kv_replay),
+            ("model", self.model),
+        )
         text = "&".join(f"{key}={value}" for key, value in pairs if value is not None)
         return f"?{text}" if text else ""
 
@@ -91,6 +99,13 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # The served model's output parsers, by vLLM's names (docs/tools-and-reasoning.md §6).
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
+    # The model's chat template from a Jinja file instead of its folder's (vLLM's
+    # --chat-template FILE), and its context bound below the folder's (--max-model-len).
+    chat_template: Path | None = None
+    max_model_len: int | None = None
+    # Further models served by the same gateway (docs/fleet.md §4); the fields above are the
+    # first. A worker names its model with `?model=NAME`.
+    models: tuple[ModelSpec, ...] = ()
     # Bytes of bodies and prompt ids all requests in flight may hold (docs/limits.md §4);
     # None: a quarter of physical memory.
     memory_budget_mb: int | None = None
@@ -131,10 +146,23 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # serves, with no supervisor.
     processes: int = 1
 
+    @property
+    def model_specs(self) -> tuple[ModelSpec, ...]:
+        """Every served model, the first from the gateway's own model fields."""
+        first = ModelSpec(
+            model_path=self.model_path,
+            served_model_names=self.served_model_names,
+            tool_call_parser=self.tool_call_parser,
+            reasoning_parser=self.reasoning_parser,
+            chat_template=self.chat_template,
+            max_model_len=self.max_model_len,
+        )
+        return (first, *self.models)
+
 
 def parse_worker_spec(spec: str) -> WorkerSpec:
     spec_base, _, query = spec.partition("?")
-    kv_events, kv_replay = _kv_event_endpoints(spec, query)
+    kv_events, kv_replay, model = _query_values(spec, query)
     scheme, sep, address = spec_base.partition("://")
     if not sep or not address:
         raise ConfigError(f"worker {spec!r}: expected RUNTIME+WIRE://HOST:PORT")
@@ -153,24 +181,29 @@ def parse_worker_spec(spec: str) -> WorkerSpec:
     host, colon, port = address.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"worker {spec!r}: the address must be HOST:PORT, got {address!r}")
-    return WorkerSpec(runtime, wire, address, kv_events, kv_replay)
+    return WorkerSpec(runtime, wire, address, kv_events, kv_replay, model)
 
 
-def _kv_event_endpoints(spec: str, query: str) -> tuple[str | None, str | None]:
-    """`kv_events=ENDPOINT[&kv_replay=ENDPOINT]` from a worker spec's query."""
+def _query_values(spec: str, query: str) -> tuple[str | None, str | None, str | None]:
+    """`kv_events=ENDPOINT[&kv_replay=ENDPOINT]` and `model=NAME` from a worker spec's query."""
     values: dict[str, str] = {}
     for pair in query.split("&") if query else ():
         key, eq, value = pair.partition("=")
-        if key not in ("kv_events", "kv_replay") or not eq:
+        if key not in ("kv_events", "kv_replay", "model") or not eq:
             raise ConfigError(
-                f"worker {spec!r}: unknown query {pair!r}; known: kv_events=, kv_replay="
+                f"worker {spec!r}: unknown query {pair!r}; known: kv_events=, kv_replay=, model="
             )
-        if not value.startswith(KV_EVENT_SCHEMES) or len(value) <= len("tcp://"):
+        if key in values:
+            raise ConfigError(f"worker {spec!r}: {key}= is given twice")
+        if key == "model":
+            if not value:
+                raise ConfigError(f"worker {spec!r}: model= needs a served model name")
+        elif not value.startswith(KV_EVENT_SCHEMES) or len(value) <= len("tcp://"):
             raise ConfigError(f"worker {spec!r}: {key} must be a tcp:// or ipc:// endpoint")
         values[key] = value
     if "kv_replay" in values and "kv_events" not in values:
         raise ConfigError(f"worker {spec!r}: kv_replay needs kv_events")
-    return values.get("kv_events"), values.get("kv_replay")
+    return values.get("kv_events"), values.get("kv_replay"), values.get("model")
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -191,9 +224,12 @@ def config_from_mapping(data: dict[str, Any], *, source: str, base: Path) -> Gat
     raw_workers = data.get("workers", [])
     if not isinstance(raw_workers, list) or not all(isinstance(w, str) for w in raw_workers):
         raise ConfigError(f"{source}: `workers` must be a list of RUNTIME+WIRE://HOST:PORT strings")
-    fields = dict(data)
-    fields["workers"] = tuple(parse_worker_spec(w) for w in raw_workers)
-    for key in ("model_path", "certfile", "keyfile", "api_keys"):
+    fields, table_workers = unfold_model_tables(data, source, base)
+    workers = [parse_worker_spec(w) for w in raw_workers]
+    for model, listed in table_workers:
+        workers.extend(_serving(parse_worker_spec(w), model) for w in listed)
+    fields["workers"] = tuple(workers)
+    for key in ("model_path", "certfile", "keyfile", "api_keys", "chat_template"):
         if isinstance(fields.get(key), str):
             fields[key] = base / fields[key]
     try:
@@ -203,9 +239,19 @@ def config_from_mapping(data: dict[str, Any], *, source: str, base: Path) -> Gat
     return validated(config)
 
 
+def _serving(spec: WorkerSpec, model: str | None) -> WorkerSpec:
+    """A [[models]] table's worker: the table's model (a `?model=` must not say otherwise)."""
+    if model is None or spec.model == model:
+        return spec
+    if spec.model is not None:
+        raise ConfigError(f"worker {spec} is listed under model {model!r} but names another")
+    return msgspec.structs.replace(spec, model=model)
+
+
 def validated(config: GatewayConfig) -> GatewayConfig:
     if not config.workers:
         raise ConfigError("at least one --worker RUNTIME+WIRE://HOST:PORT is needed")
+    check_models(config.model_specs, [spec.model for spec in config.workers], config.model_policies)
     if (config.certfile is None) != (config.keyfile is None):
         raise ConfigError("TLS needs both a certificate and a key (--certfile and --keyfile)")
     if not 0 <= config.port < 65536:
@@ -248,7 +294,15 @@ def check_tenancy(config: GatewayConfig) -> None:
             raise ConfigError(
                 "--api-key and --api-keys exclude each other: put the key in the file"
             )
-        load_api_keys(config.api_keys)  # every error now, before anything starts
+        table = load_api_keys(config.api_keys)  # every error now, before anything starts
+        served = {name for spec in config.model_specs for name in spec.names}
+        for tenant in table.tenants:
+            unknown = sorted((tenant.models or frozenset()) - served)
+            if unknown:
+                raise ConfigError(
+                    f"{config.api_keys}: tenants.{tenant.name}.models names models that are "
+                    f"not served: {unknown}"
+                )
     if config.state_url is not None:
         if config.api_keys is None:
             raise ConfigError("--state-url holds tenant limits: it needs --api-keys FILE")
@@ -277,14 +331,19 @@ def check_processes(config: GatewayConfig) -> None:
 
 
 def validate_routing(config: GatewayConfig) -> None:
-    policies = (config.policy, *config.model_policies.values())
+    policies = (
+        config.policy,
+        *config.model_policies.values(),
+        *(model.policy for model in config.models if model.policy is not None),
+    )
     subscribed = [str(spec) for spec in config.workers if spec.kv_events is not None]
     if subscribed and "kv_events" not in policies:
         raise ConfigError(
             f"worker {subscribed[0]} names a KV-event publisher, but no policy reads KV events: "
             "use policy kv_events (or a model_policies entry), or drop ?kv_events="
         )
-    for where, policy in (("policy", config.policy), *config.model_policies.items()):
+    model_own = [(f"model {m.names[0]!r}", m.policy) for m in config.models if m.policy]
+    for where, policy in (("policy", config.policy), *config.model_policies.items(), *model_own):
         if policy not in POLICY_NAMES:
             raise ConfigError(
                 f"{where}: unknown routing policy {policy!r}; known: {', '.join(POLICY_NAMES)}"
@@ -294,10 +353,6 @@ def validate_routing(config: GatewayConfig) -> None:
                 f"{where}: kv_events needs the engines' KV-event publishers: add "
                 "?kv_events=tcp://HOST:PORT to the worker specs (docs/routing.md §9)"
             )
-    names = config.served_model_names
-    unknown = sorted(set(config.model_policies) - set(names)) if names else []
-    if unknown:
-        raise ConfigError(f"model_policies names models that are not served: {unknown}")
     if config.stream_interval < 1:
         raise ConfigError(f"stream_interval must be at least 1, got {config.stream_interval}")
     if config.max_retries < 0:

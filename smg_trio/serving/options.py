@@ -48,6 +48,7 @@ _CONFIG_FLAGS = (
     "admin_api_key",
     "tool_call_parser",
     "reasoning_parser",
+    "max_model_len",
     "memory_budget_mb",
     "stream_interval",
     # HTTP limits (add_http_limit_flags)
@@ -69,7 +70,7 @@ _CONFIG_FLAGS = (
     "processes",
     "state_url",
 )
-_PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys")
+_PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys", "chat_template")
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
@@ -91,9 +92,22 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
             data[name] = value.resolve()  # a Path: flags are relative to the working directory
     if args.workers:
         data["workers"] = list(args.workers)
-    if "model_path" not in data:
-        raise ConfigError("--model-path DIR (or model_path in the config file) is required")
+    if args.models:  # as --worker replaces `workers`, --model replaces the file's [[models]]
+        data["models"] = [_model_table(text) for text in args.models]
+    if "model_path" not in data and not data.get("models"):
+        raise ConfigError(
+            "--model-path DIR or --model NAME=DIR (or model_path or [[models]] in the config "
+            "file) is required"
+        )
     return config_from_mapping(data, source=source, base=base)
+
+
+def _model_table(text: str) -> dict[str, Any]:
+    """`--model NAME=DIR` as the [[models]] table it stands for."""
+    name, eq, path = text.partition("=")
+    if not eq or not name or not path:
+        raise ConfigError(f"--model {text!r}: expected NAME=DIR (a served name and a folder)")
+    return {"model_path": Path(path).resolve(), "served_model_names": [name]}
 
 
 def add_serve_options(serve: argparse.ArgumentParser) -> None:
@@ -102,11 +116,20 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--model-path", type=Path, metavar="DIR", help="model folder (tokenizer + configs)"
     )
     serve.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        metavar="NAME=DIR",
+        help="a further model served as NAME (the first one when there is no --model-path); "
+        "its workers name it: --worker 'vllm+zmq://H:P?model=NAME' (docs/fleet.md §4)",
+    )
+    serve.add_argument(
         "--worker",
         dest="workers",
         action="append",
         metavar="SPEC",
-        help="RUNTIME+WIRE://HOST:PORT, e.g. vllm+zmq://127.0.0.1:27937; repeat for several",
+        help="RUNTIME+WIRE://HOST:PORT, e.g. vllm+zmq://127.0.0.1:27937; repeat for several; "
+        "?model=NAME: the model it serves (default: the first)",
     )
     serve.add_argument(
         "--config", type=Path, metavar="FILE", help="TOML file with the same settings"
@@ -151,6 +174,18 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--reasoning-parser", metavar="NAME", help="separate reasoning (e.g. deepseek_r1, qwen3)"
+    )
+    serve.add_argument(
+        "--chat-template",
+        type=Path,
+        metavar="FILE",
+        help="a Jinja chat template in place of the model folder's (the first model)",
+    )
+    serve.add_argument(
+        "--max-model-len",
+        type=int,
+        metavar="N",
+        help="the model's context length, at most its folder's (the first model)",
     )
     serve.add_argument(
         "--api-keys",

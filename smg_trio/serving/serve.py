@@ -50,13 +50,13 @@ from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.frontends.http.probe_server import ProbeSnapshot, open_probe_server, publish_forever
 from smg_trio.frontends.http.server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
-from smg_trio.model.folder import load_model_dir
 from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.gateway import Gateway
 from smg_trio.request.memory_budget import memory_budget
+from smg_trio.request.served_model import served_model
 from smg_trio.responses.store.stores import default_store_url, open_response_store
 from smg_trio.routing.admission import Admission
 from smg_trio.routing.kv_index import KvIndex
@@ -64,6 +64,7 @@ from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.http_listener import check_listener, http_limits, hypercorn_config
+from smg_trio.serving.model_folders import load_model_folders
 from smg_trio.serving.process_role import ProcessRole
 from smg_trio.serving.worker_backends import check_worker_available, open_backend
 from smg_trio.serving.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
@@ -103,8 +104,8 @@ async def serve(
     processes (serving/gateway_process.py, docs/processes.md). See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
-    names = config.served_model_names
-    model = load_model_dir(config.model_path, served_name=names[0] if names else None)
+    folders = load_model_folders(config.model_specs)  # every served model (docs/fleet.md §4)
+    model = folders.folders[0]
     http_config = hypercorn_config(config, fd=None if role is None else role.http_fd)
     if role is None:  # else the supervisor bound the ports and checked the TLS files
         check_listener(config, http_config)
@@ -125,7 +126,9 @@ async def serve(
         clients = {} if role is None else role.zmq_clients()
         opener = partial(open_backend, engine_silence_s=config.engine_silence_s, clients=clients)
         kv_index = kv_index_for(config)
-        lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener, kv_index))
+        lifetimes = await stack.enter_async_context(
+            open_worker_lifetimes(folders, opener, kv_index)
+        )
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
         addresses = [address for _, address in opened]
         pool = routing_pool(config, [worker for worker, _ in opened], kv_index)
@@ -149,7 +152,7 @@ async def serve(
             model,
             pool,
             request_timeout_s=config.request_timeout_s,
-            served_model_names=names or (model.served_name,),
+            served_model_names=config.served_model_names or (model.served_name,),
             admission=Admission(
                 config.max_concurrent_requests,
                 max_queue=config.max_queue,
@@ -169,6 +172,16 @@ async def serve(
             response_retention_s=config.response_retention_s,
             response_events_max=config.response_events_max,
             resume_grace_s=config.resume_grace_s,
+            more_models=[
+                served_model(
+                    folder,
+                    spec.names,
+                    tool_call_parser=spec.tool_call_parser,
+                    reasoning_parser=spec.reasoning_parser,
+                    stream_interval=config.stream_interval,
+                )
+                for spec, folder in zip(config.models, folders.folders[1:], strict=True)
+            ],
         )
         limits = http_limits(config)
         app = GatewayApp(
@@ -255,23 +268,29 @@ def _in_flight(gateway: Gateway) -> int:
 def kv_index_for(config: GatewayConfig) -> KvIndex | None:
     """The process's one KV index when a policy reads it (docs/routing.md §9), else None: no
     worker's KV events are subscribed to."""
-    policies = (config.policy, *config.model_policies.values())
+    policies = (
+        config.policy,
+        *config.model_policies.values(),
+        *(spec.policy for spec in config.models),
+    )
     return KvIndex() if "kv_events" in policies else None
 
 
 def routing_pool(
     config: GatewayConfig, workers: list[Worker], kv_index: KvIndex | None = None
 ) -> WorkerPool:
-    """The pool with the configured policy, and one per served name that has its own."""
+    """The pool with the configured policy (the first model's), one per further model (its
+    own `policy`, else the configured one, a fresh instance: a model's routing state is its
+    own), and one per served name that has its own in `model_policies`."""
     rng = random.Random()
-    return WorkerPool(
-        workers,
-        build_policy(config.policy, rng, kv_index),
-        model_policies={
-            name: build_policy(policy, rng, kv_index)
-            for name, policy in config.model_policies.items()
-        },
-    )
+    policies = {
+        name: build_policy(policy, rng, kv_index) for name, policy in config.model_policies.items()
+    }
+    for spec in config.models:
+        own = build_policy(spec.policy or config.policy, rng, kv_index)
+        for name in spec.names:
+            policies.setdefault(name, own)
+    return WorkerPool(workers, build_policy(config.policy, rng, kv_index), model_policies=policies)
 
 
 async def serve_until_signal(config: GatewayConfig) -> None:

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import assert_never
 
 from smg_trio.backends.base import Backend
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.grpc_backend import open_grpc_backend
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.backends.zmq_clients import ZmqClient
@@ -35,12 +36,14 @@ def check_worker_available(spec: WorkerSpec) -> None:
 async def open_backend(
     spec: WorkerSpec,
     model: ModelDir,
+    declared: DeclaredModel | None = None,
     *,
     engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S,
     clients: Mapping[WorkerSpec, ZmqClient] | None = None,
 ) -> AsyncIterator[tuple[Backend, str]]:
     """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC);
-    `clients`: this process's side of each ZMQ worker when several share it (processes.md §3)."""
+    `clients`: this process's side of each ZMQ worker when several share it (processes.md §3);
+    `declared`: the model its engine must show (backends/declared_model.py)."""
     check_worker_available(spec)
     match spec.wire:
         case Wire.ZMQ:
@@ -50,11 +53,15 @@ async def open_backend(
                 vocab_size=model.tokenizer.vocab_size,
                 engine_silence_s=engine_silence_s,
                 client=None if clients is None else clients.get(spec),
+                declared=declared,
             ) as zmq_backend:
                 yield zmq_backend, zmq_backend.handshake_address
         case Wire.GRPC:
             async with open_grpc_backend(
-                runtime=spec.runtime, address=spec.address, engine_silence_s=engine_silence_s
+                runtime=spec.runtime,
+                address=spec.address,
+                engine_silence_s=engine_silence_s,
+                declared=declared,
             ) as grpc_backend:
                 yield grpc_backend, f"grpc://{spec.address}"
         case _:

@@ -1,16 +1,19 @@
 """I/O. Workers whose backends live in tasks of one nursery, so the gateway can add and remove
 workers while it serves (docs/routing.md §6).
 
-    open_worker_lifetimes(model) ─ nursery
+    open_worker_lifetimes(folders) ─ nursery
         ├─ task per worker: async with open_backend(spec) ─ started(worker) ─ wait for `close`
         │    └─ with `?kv_events=` and a KV index: its KV-event subscriber (docs/routing.md §9)
         └─ leaving the block closes every worker (their backends' own bounded cleanup)
 
 - `open_worker(spec)` starts one task and returns once its backend is open (a ZMQ worker bound
   its handshake port, a gRPC one made its channel); a failure to open raises there, nothing
-  left running.
+  left running. The worker serves the model its `?model=NAME` names (the first without one):
+  its backend is opened for that model's folder and the worker carries the model's key
+  (docs/fleet.md §4).
 - `RuntimeWorkers` is what `/workers` drives: list the pool's snapshot, add a worker from a spec
-  (the CLI's parser, so the same hard errors: a spec without a runtime is a 400 naming it), and
+  (the CLI's parser, so the same hard errors: a spec without a runtime or naming a model that
+  is not served is a 400 naming it), and
   remove one: the pool stops routing to it at once, and its backend closes once the last
   request holding it ended (`WorkerPool.retire`).
 """
@@ -26,6 +29,7 @@ import trio
 import zmq
 
 from smg_trio.backends.base import Backend
+from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.core.finalize import WorkerTarget
 from smg_trio.errors import ClientError, ConfigError, GatewayError
 from smg_trio.model.folder import ModelDir
@@ -33,9 +37,12 @@ from smg_trio.routing.kv_event_subscriber import subscribe_kv_events
 from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.workers import Worker, WorkerPool, WorkerSnapshot
 from smg_trio.serving.config import WorkerSpec, parse_worker_spec
+from smg_trio.serving.model_folders import ModelFolders
 
 # Opens one worker's backend and says the address it bound (ZMQ) or dials (gRPC).
-BackendOpener = Callable[[WorkerSpec, ModelDir], AbstractAsyncContextManager[tuple[Backend, str]]]
+BackendOpener = Callable[
+    [WorkerSpec, ModelDir, DeclaredModel | None], AbstractAsyncContextManager[tuple[Backend, str]]
+]
 
 
 class WorkerLifetimes:
@@ -44,12 +51,12 @@ class WorkerLifetimes:
     def __init__(
         self,
         nursery: trio.Nursery,
-        model: ModelDir,
+        folders: ModelFolders,
         opener: BackendOpener,
         kv_index: KvIndex | None = None,
     ) -> None:
         self._nursery = nursery
-        self._model = model
+        self.folders = folders
         self._open_backend = opener
         self._kv_index = kv_index
         self._close: dict[str, trio.Event] = {}
@@ -80,8 +87,11 @@ class WorkerLifetimes:
         spec: WorkerSpec,
         task_status: trio.TaskStatus[tuple[Worker, str]],
     ) -> None:
-        model = self._model
-        async with self._open_backend(spec, model) as (backend, address):
+        model, declared = self.folders.of(spec.model)
+        # With one model the engines are trusted as before; with several, an engine showing
+        # another model than its worker's is refused (backends/declared_model.py).
+        checked = declared if len(self.folders.specs) > 1 else None
+        async with self._open_backend(spec, model, checked) as (backend, address):
             worker_id = f"w{next(self._ids)}"  # only a worker that opened takes an id
             bound = address.partition("://")[2]
             target = WorkerTarget(runtime=spec.runtime, wire=spec.wire, eos_ids=model.eos_ids)
@@ -90,6 +100,7 @@ class WorkerLifetimes:
                 target=target,
                 backend=backend,
                 spec=f"{spec.runtime.value}+{spec.wire.value}://{bound}{spec.query}",
+                model=declared.key,
             )
             closed = self._close[worker_id] = trio.Event()
             index = self._kv_index
@@ -111,7 +122,7 @@ class WorkerLifetimes:
 
 @asynccontextmanager
 async def open_worker_lifetimes(
-    model: ModelDir, opener: BackendOpener, kv_index: KvIndex | None = None
+    folders: ModelFolders, opener: BackendOpener, kv_index: KvIndex | None = None
 ) -> AsyncIterator[WorkerLifetimes]:
     """Workers opened with `opener` (worker_backends.open_backend) until the block ends.
 
@@ -121,7 +132,7 @@ async def open_worker_lifetimes(
     """
     try:
         async with trio.open_nursery() as nursery:
-            lifetimes = WorkerLifetimes(nursery, model, opener, kv_index)
+            lifetimes = WorkerLifetimes(nursery, folders, opener, kv_index)
             try:
                 yield lifetimes
             finally:
@@ -153,6 +164,15 @@ class RuntimeWorkers:
             spec = parse_worker_spec(spec_text)
         except ConfigError as exc:
             raise ClientError(exc.message, param="worker") from exc
+        try:
+            self._lifetimes.folders.of(spec.model)
+        except KeyError:
+            served = ", ".join(name for s in self._lifetimes.folders.specs for name in s.names)
+            raise ClientError(
+                f"worker {spec_text!r} names model {spec.model!r}, which is not served; "
+                f"served: {served}",
+                param="worker",
+            ) from None
         if spec.kv_events is not None and not self._lifetimes.subscribes:
             raise ClientError(
                 f"worker {spec_text!r} names a KV-event publisher, but no policy of this "

@@ -10,9 +10,14 @@
     tokens_per_minute = 100000   # prompt tokens at admission, output tokens when it ends
     max_concurrent = 4           # more wait in a queue of at most max_queue (default 4 × this)
     max_queue = 16
+    models = ["chat", "fast"]    # the served models its keys may use (default: every one)
 
 Every key and field is checked at startup: an unknown field, a tenant table no key names, a
-key naming a tenant twice or a limit below 1 is a ConfigError (docs/fleet.md §2).
+key naming a tenant twice or a limit below 1 is a ConfigError (docs/fleet.md §2); a `models`
+entry that is not served is one too (serving/config.py checks it against the served names).
+A request for a model its tenant may not use is OpenAI's 404 `model_not_found` ("does not
+exist or you do not have access to it"), and `/v1/models` lists only the tenant's models
+(docs/fleet.md §4). The budget is the tenant's across every model.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class TenantBudget(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tokens_per_minute: int | None = None
     max_concurrent: int | None = None
     max_queue: int | None = None
+    models: tuple[str, ...] | None = None
 
 
 class _KeysFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -50,6 +56,11 @@ class Tenant(msgspec.Struct, frozen=True):
     rates: TenantRates
     max_concurrent: int | None = None
     max_queue: int = 0
+    models: frozenset[str] | None = None  # served names it may use (None: every model)
+
+    def may_use(self, names: tuple[str, ...]) -> bool:
+        """May use the model served under `names` (listing any one of them grants it)."""
+        return self.models is None or not self.models.isdisjoint(names)
 
     @property
     def limited(self) -> bool:
@@ -105,7 +116,9 @@ def table_of(parsed: _KeysFile, *, source: str) -> TenantTable:
 def _tenant(name: str, budget: TenantBudget | None, source: str) -> Tenant:
     if budget is None:
         return Tenant(name, TenantRates())
-    for field in TenantBudget.__struct_fields__:
+    if budget.models is not None and not budget.models:
+        raise ConfigError(f"{source}: tenants.{name}.models is empty: list a model, or drop it")
+    for field in ("requests_per_minute", "tokens_per_minute", "max_concurrent", "max_queue"):
         value = getattr(budget, field)
         least = 0 if field == "max_queue" else 1  # a queue of 0: over the limit is a 429 at once
         if value is not None and value < least:
@@ -123,4 +136,5 @@ def _tenant(name: str, budget: TenantBudget | None, source: str) -> Tenant:
     queue = budget.max_queue
     if queue is None:
         queue = 0 if budget.max_concurrent is None else QUEUE_PER_SLOT * budget.max_concurrent
-    return Tenant(name, rates, budget.max_concurrent, queue)
+    models = None if budget.models is None else frozenset(budget.models)
+    return Tenant(name, rates, budget.max_concurrent, queue, models)

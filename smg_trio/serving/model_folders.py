@@ -1,0 +1,81 @@
+"""I/O. Every served model's folder, read once at startup (docs/fleet.md §4): the tokenizer,
+template, EOS ids and context length of each `ModelSpec`, with its own `chat_template` file
+and `max_model_len` applied; and which folder a worker's `?model=NAME` means.
+
+- `chat_template` is read as the template's text (vLLM's `--chat-template FILE`); an
+  unreadable file is a ConfigError naming it.
+- `max_model_len` may lower the folder's context length, never raise it (vLLM refuses a
+  length above the one the model derives, as we do); a folder without one takes it as is.
+- Each model's `DeclaredModel` is what its workers' engines are checked against
+  (backends/declared_model.py): its names, folder and the folder's own context length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from smg_trio.backends.declared_model import DeclaredModel
+from smg_trio.errors import ConfigError
+from smg_trio.model.folder import ModelDir, load_model_dir
+from smg_trio.serving.model_specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class ModelFolders:
+    """The served models' folders, in the order of their specs (the first model first)."""
+
+    specs: tuple[ModelSpec, ...]
+    folders: tuple[ModelDir, ...]
+    declared: tuple[DeclaredModel, ...]
+
+    def of(self, name: str | None) -> tuple[ModelDir, DeclaredModel]:
+        """The folder and declaration of the model served as `name` (None: the first
+        model); KeyError for a name no model is served as."""
+        for index, spec in enumerate(self.specs):
+            if name is None or name in spec.names:
+                return self.folders[index], self.declared[index]
+        raise KeyError(name)
+
+
+def load_model_folders(specs: tuple[ModelSpec, ...]) -> ModelFolders:
+    loaded = [(spec, load_model_dir(spec.model_path, served_name=spec.names[0])) for spec in specs]
+    return ModelFolders(
+        specs,
+        tuple(with_overrides(spec, folder) for spec, folder in loaded),
+        tuple(
+            DeclaredModel(
+                key=spec.names[0],
+                names=spec.names,
+                path=str(spec.model_path),
+                context_length=folder.context_length,
+            )
+            for spec, folder in loaded
+        ),
+    )
+
+
+def load_spec_folder(spec: ModelSpec) -> ModelDir:
+    """`spec`'s folder with its own template and context bound."""
+    return with_overrides(spec, load_model_dir(spec.model_path, served_name=spec.names[0]))
+
+
+def with_overrides(spec: ModelSpec, folder: ModelDir) -> ModelDir:
+    if spec.chat_template is not None:
+        try:
+            template = spec.chat_template.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"{spec.chat_template}: cannot read the chat template: {exc}"
+            ) from exc
+        folder = dataclasses.replace(folder, chat_template=template)
+    limit = spec.max_model_len
+    if limit is not None:
+        derived = folder.context_length
+        if derived is not None and limit > derived:
+            raise ConfigError(
+                f"model {spec.names[0]!r}: max_model_len {limit} is more than its folder's "
+                f"context length {derived} ({spec.model_path})"
+            )
+        folder = dataclasses.replace(folder, context_length=limit)
+    return folder
