@@ -50,6 +50,7 @@ from smg_trio.engines.generation import (
 )
 from smg_trio.engines.reasoning_gate import grammar_gate
 from smg_trio.engines.token_rules import TokenRules
+from smg_trio.engines.vllm_mm_checks import mm_features_problem, summary
 from smg_trio.engines.vllm_request_checks import reject_undecodable, structured_outputs_problem
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
@@ -166,7 +167,7 @@ class VllmWire:
             kind = RequestType.of_frame(frames[0])
             match kind:
                 case RequestType.ADD:
-                    return self._add(frames[1])
+                    return self._add(frames[1], frames[1:])
                 case RequestType.ABORT:
                     aborted = decode_abort(frames[1])
                     for request_id in aborted:  # aborted before its first output
@@ -180,7 +181,8 @@ class VllmWire:
         except BackendProtocolError as exc:
             return Ignored(str(exc))
 
-    def _add(self, payload: bytes) -> Command:
+    def _add(self, payload: bytes, frames: Sequence[bytes]) -> Command:
+        """`frames`: the payload (index 0) and its extra tensor frames."""
         try:
             request = decode_request(payload)
         except BackendProtocolError as exc:
@@ -189,7 +191,9 @@ class VllmWire:
         if params is None:
             return Reject(request.request_id, request.client_index, "pooling is not supported")
         prompt = request.prompt_token_ids or ()
-        problem = prompt_problem(prompt, self.model)
+        problem = prompt_problem(prompt, self.model) or mm_features_problem(
+            request.mm_features, frames, prompt
+        )
         if problem is not None:
             return Reject(request.request_id, request.client_index, problem)
         try:
@@ -382,8 +386,11 @@ def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:
 
 
 def _received(request: EngineCoreRequest) -> dict[str, Any]:
-    """What `smg_trio_received` reports: the sampling map, and `reasoning_ended` when set."""
+    """What `smg_trio_received` reports: the sampling map, `reasoning_ended` when set, and
+    what arrived of the images (`vllm_mm_checks.summary`)."""
     received: dict[str, Any] = msgspec.to_builtins(request.sampling_params)
     if request.reasoning_ended is not None:
         received["reasoning_ended"] = request.reasoning_ended
+    if request.mm_features is not None:
+        received["mm_features"] = summary(request.mm_features)
     return received

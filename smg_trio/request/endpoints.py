@@ -9,7 +9,7 @@ a path here, a decoder, a preparation and a renderer (docs/client-apis.md).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from smg_trio.core.anthropic_request import (
@@ -20,6 +20,7 @@ from smg_trio.core.anthropic_request import (
     decode_messages_request,
     prepare_messages,
 )
+from smg_trio.core.images import ProcessedImage
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import (
     PromptModel,
@@ -30,6 +31,7 @@ from smg_trio.core.prepare import (
 from smg_trio.core.responses_request import prepare_responses
 from smg_trio.core.tokenize import TokenNames, detokenize_body, tokenize_body
 from smg_trio.errors import ClientError
+from smg_trio.wire import openai as oa
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
@@ -42,8 +44,9 @@ CheckModel = Callable[[str | None], None]
 """Raises the 404 for a `model` that is none of the served names."""
 
 RESPONSES_PATH: Final = "/v1/responses"
+CHAT_PATH: Final = "/v1/chat/completions"
 GENERATE_PATHS: Final = (
-    "/v1/chat/completions",
+    CHAT_PATH,
     "/v1/completions",
     "/generate",
     RESPONSES_PATH,
@@ -86,11 +89,8 @@ def prepare_for_path(
 ) -> tuple[GeneratePlan, str | None]:
     """The plan of a generation path's body, and the body's `user` (a sticky-session key for
     consistent_hash). `history`: the stored turns a Responses body continues."""
-    if path == "/v1/chat/completions":
-        chat = decode_chat_request(body)
-        check_model(chat.model)
-        now = dt.datetime.now(dt.UTC)
-        return prepare_chat_completion(chat, model, request_id=request_id, now=now), chat.user
+    if path == CHAT_PATH:
+        return prepare_decoded_chat(decode_chat(body, check_model), model, request_id, ())
     if path == "/v1/completions":
         completion = decode_completion_request(body)
         check_model(completion.model)
@@ -113,6 +113,26 @@ def prepare_for_path(
         plan = prepare_messages(messages, model, request_id=request_id, now=now)
         return plan, None if messages.metadata is None else messages.metadata.user_id
     raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
+
+
+def decode_chat(body: bytes, check_model: CheckModel) -> oa.ChatCompletionRequest:
+    """A chat body decoded and its model checked: the first half of the chat path, before
+    its images are resolved (request/images.py)."""
+    chat = decode_chat_request(body)
+    check_model(chat.model)
+    return chat
+
+
+def prepare_decoded_chat(
+    chat: oa.ChatCompletionRequest,
+    model: PromptModel,
+    request_id: str,
+    images: Sequence[ProcessedImage],
+) -> tuple[GeneratePlan, str | None]:
+    """The second half: a decoded chat request's plan, with its images processed."""
+    now = dt.datetime.now(dt.UTC)
+    plan = prepare_chat_completion(chat, model, request_id=request_id, now=now, images=images)
+    return plan, chat.user
 
 
 def token_answer(

@@ -40,12 +40,14 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
+from smg_trio.model.vision import load_vision
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.endpoints import RESPONSES_PATH, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
+from smg_trio.request.images import ImageInputs, ImageLimits
 from smg_trio.request.live_requests import Lifecycle, LiveRequest
 from smg_trio.request.memory_budget import (
     MemoryBudget,
@@ -112,12 +114,15 @@ class Gateway:
         response_retention_s: float = DEFAULT_RETENTION_S,
         response_events_max: int = DEFAULT_EVENTS_MAX,
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
+        image_limits: ImageLimits | None = None,
     ) -> None:
         self.model = model
         self.prompt_model: PromptModel = prompt_model_for(
             model, tool_call_parser, reasoning_parser, stream_interval
         )
         self.pool = pool
+        # A chat request's images (docs/images.md): the model's processor, or why it has none.
+        self.images = ImageInputs(load_vision(model.path, model.served_name), image_limits)
         self.request_timeout_s = request_timeout_s
         self.admission = admission or Admission()
         self.max_retries = max_retries
@@ -275,5 +280,5 @@ class Gateway:
         self, path: str, body: bytes, request_id: str, service: ResponsesService
     ) -> tuple[GeneratePlan, str | None]:
         return await prepare_request(
-            path, body, request_id, self.prompt_model, self.models.check, service
+            path, body, request_id, self.prompt_model, self.models.check, service, self.images
         )

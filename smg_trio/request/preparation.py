@@ -24,6 +24,7 @@ import msgspec
 import trio
 
 from smg_trio.core.harmony_prompt import harmony_stop_ids
+from smg_trio.core.images import chat_image_refs
 from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
@@ -31,11 +32,15 @@ from smg_trio.core.tokenize import TokenNames
 from smg_trio.errors import GatewayError
 from smg_trio.model.folder import ModelDir
 from smg_trio.request.endpoints import (
+    CHAT_PATH,
     RESPONSES_PATH,
     CheckModel,
+    decode_chat,
+    prepare_decoded_chat,
     prepare_for_path,
     token_answer,
 )
+from smg_trio.request.images import ImageInputs
 from smg_trio.responses.store.service import ResponsesService
 
 _T = TypeVar("_T")
@@ -73,8 +78,16 @@ async def prepare_request(
     model: PromptModel,
     check_model: CheckModel,
     service: ResponsesService,
+    images: ImageInputs | None = None,
 ) -> tuple[GeneratePlan, str | None]:
-    """The plan of a generation path's body and the body's `user` (`prepare_for_path`)."""
+    """The plan of a generation path's body and the body's `user` (`prepare_for_path`).
+    A chat body's images are resolved between its decoding and its preparation."""
+    if path == CHAT_PATH and images is not None:
+        chat = await _off_loop_if_large(partial(decode_chat, body, check_model), body)
+        processed = await images.resolve(chat_image_refs(chat))
+        return await _off_loop_if_large(
+            partial(prepare_decoded_chat, chat, model, request_id, processed), body
+        )
     # /v1/responses: the stored turn it continues, read before preparing.
     history = await service.history(body) if path == RESPONSES_PATH else []
     return await _off_loop_if_large(

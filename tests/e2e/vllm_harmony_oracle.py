@@ -15,7 +15,7 @@ from typing import Any
 
 def main() -> None:
     # vLLM's venv only (this project never installs them).
-    from transformers import AutoTokenizer  # type: ignore[import-not-found]
+    from transformers import AutoTokenizer  # type: ignore[import-not-found,unused-ignore]
     from vllm.entrypoints.openai.chat_completion.protocol import (  # type: ignore[import-not-found]
         ChatCompletionRequest,
     )

@@ -1,0 +1,119 @@
+"""I/O. A request's images made ready for its prompt: their bytes obtained and the model's
+processor run on each, in parallel, under the request's scope (docs/images.md §3).
+
+`ImageInputs.resolve(refs)` runs one task per image in a nursery of its own, inside the
+request's cancel scope: a client that leaves, or the request deadline, cancels every fetch
+still running; the first image that fails (in part order) is the 400, and its siblings are
+cancelled. Processing (decode, resize, normalise: CPU) runs on worker threads bounded by one
+`CapacityLimiter` for the whole gateway, so text streams never wait behind an image on the
+event loop, and a burst of images queues for threads instead of multiplying them.
+
+Where the bytes come from: a `data:` URI is decoded here (wire/data_uri.py); any other URL
+is refused until fetching lands (docs/images.md §3: http(s) URLs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Final
+
+import trio
+
+from smg_trio.core.images import ImageRef, ProcessedImage
+from smg_trio.errors import ClientError
+from smg_trio.model.vision import ImageProcessor, VisionRefusal
+from smg_trio.wire.data_uri import image_data, is_data_uri
+
+DEFAULT_MAX_IMAGES: Final = 16  # per request (vLLM: --limit-mm-per-prompt; docs/images.md §3)
+DEFAULT_MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
+# Images processed at once by the whole gateway: two cores here; more only queue for the GIL.
+DEFAULT_PROCESSING_THREADS: Final = 2
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    max_images: int = DEFAULT_MAX_IMAGES
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+
+
+class ImageInputs:
+    """The gateway's image path for one model: its processor (or why images are refused)."""
+
+    def __init__(
+        self,
+        vision: ImageProcessor | VisionRefusal | None,
+        limits: ImageLimits | None = None,
+        *,
+        threads: int = DEFAULT_PROCESSING_THREADS,
+    ) -> None:
+        self.vision = vision
+        self.limits = limits or ImageLimits()
+        self._limiter = trio.CapacityLimiter(threads)
+
+    async def resolve(self, refs: Sequence[ImageRef]) -> tuple[ProcessedImage, ...]:
+        """Every image of `refs` processed, in order; a 400 naming the first that fails."""
+        if not refs:
+            return ()
+        processor = self._processor(refs[0])
+        if len(refs) > self.limits.max_images:
+            raise ClientError(
+                f"{len(refs)} images in one request; at most {self.limits.max_images} are "
+                "taken (--limit-mm-per-prompt)",
+                param=refs[self.limits.max_images].param,
+            )
+        results: list[ProcessedImage | None] = [None] * len(refs)
+        errors: list[tuple[int, ClientError]] = []
+        async with trio.open_nursery() as nursery:
+            for index, ref in enumerate(refs):
+                nursery.start_soon(
+                    self._one, processor, index, ref, results, errors, nursery.cancel_scope
+                )
+        if errors:
+            raise min(errors, key=lambda pair: pair[0])[1]
+        return tuple(image for image in results if image is not None)
+
+    def _processor(self, first: ImageRef) -> ImageProcessor:
+        vision = self.vision
+        if vision is None:
+            raise ClientError(
+                f"{first.param}: this model takes text only",
+                code="multimodal_not_supported",
+                param=first.param,
+            )
+        if isinstance(vision, VisionRefusal):
+            raise ClientError(
+                f"{first.param}: {vision.reason}",
+                code="multimodal_not_supported",
+                param=first.param,
+            )
+        return vision
+
+    async def _one(
+        self,
+        processor: ImageProcessor,
+        index: int,
+        ref: ImageRef,
+        results: list[ProcessedImage | None],
+        errors: list[tuple[int, ClientError]],
+        scope: trio.CancelScope,
+    ) -> None:
+        try:
+            data = await self._bytes(ref)
+            results[index] = await trio.to_thread.run_sync(
+                partial(processor.process, data, ref.param), limiter=self._limiter
+            )
+        except ClientError as error:
+            errors.append((index, error.with_traceback(None)))
+            scope.cancel()
+
+    async def _bytes(self, ref: ImageRef) -> bytes:
+        if is_data_uri(ref.url):
+            return image_data(ref.url, ref.param, max_bytes=self.limits.max_image_bytes)
+        raise ClientError(
+            f"{ref.param}: only data: URIs are taken for now (an http(s) image URL is not "
+            "fetched by this gateway yet)",
+            code="invalid_image_url",
+            param=ref.param,
+        )

@@ -1,0 +1,202 @@
+"""Images in, end to end (docs/images.md): the openai SDK sends `image_url` parts (data: URIs)
+to a gateway serving a vision model (tests/vision_model: tiny-idefics3's configs, no weights)
+in front of the reference vLLM EngineCore, which validates every `mm_features` map it gets and
+reports what arrived (`smg_trio_received`). A text-only model, a worker whose wire carries no
+image and unreadable images are each a 400 naming the part; nothing malformed reaches the
+engine."""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import openai
+import pytest
+import trio
+from openai import AsyncOpenAI
+from PIL import Image
+
+from tests.e2e.live_server import MODEL, LiveServer, live_server
+
+VISION_MODEL: Final = Path(__file__).parent.parent / "vision_model"
+VISION: Final = "vision_model"  # its served name (the folder's)
+CAP_S: Final = 30.0
+IMAGE_TOKEN_ID: Final = 4097
+SEQ_LEN: Final = 4  # image_seq_len: 4 <image> per 56x56 tile
+
+
+def png_uri(width: int, height: int, color: tuple[int, int, int] = (200, 30, 90)) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def image_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+
+
+@pytest.fixture
+async def vision(tmp_path: Path) -> AsyncIterator[LiveServer]:
+    async with live_server(
+        tmp_path, model_path=VISION_MODEL, max_body_bytes=8 * 1024 * 1024
+    ) as running:
+        yield running
+
+
+def client(server: LiveServer) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=server.base_url + "/v1", api_key=server.api_key, max_retries=0)
+
+
+async def received(server: LiveServer, request_id: str) -> dict[str, Any]:
+    value: dict[str, Any] | None = await server.backend.call_utility(
+        "smg_trio_received", request_id
+    )
+    assert value is not None
+    return value
+
+
+async def test_chat_with_images_reaches_the_engine_as_mm_features(vision: LiveServer) -> None:
+    """Two images of different sizes in one message and one in a later turn: three features in
+    prompt order, each with its own tensors, spans that hold the expanded placeholders."""
+    sizes = [(64, 48), (300, 100), (20, 30)]
+    messages: list[Any] = [
+        {
+            "role": "user",
+            "content": [
+                image_part(png_uri(*sizes[0])),
+                {"type": "text", "text": "and"},
+                image_part(png_uri(*sizes[1], color=(1, 2, 3))),
+                {"type": "text", "text": "What are these?"},
+            ],
+        },
+        {"role": "assistant", "content": "Two pictures."},
+        {
+            "role": "user",
+            "content": [image_part(png_uri(*sizes[2])), {"type": "text", "text": "?"}],
+        },
+    ]
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            answer = await sdk.chat.completions.create(
+                model=VISION,
+                messages=messages,
+                max_tokens=4,
+                extra_headers={"x-request-id": "img3"},
+            )
+        got = await received(vision, "img3")
+    features = got["mm_features"]
+    assert [f["has_data"] for f in features] == [True, True, True]
+    # 64x48 and 20x30: 2x2 tiles + global; 300x100: 1x2 + global (the HF processor's split).
+    tiles = [5, 3, 5]
+    for feature, count in zip(features, tiles, strict=True):
+        assert feature["shapes"]["pixel_values"] == ["float32", [count, 3, 56, 56]]
+        assert feature["shapes"]["pixel_attention_mask"] == ["int64", [count, 56, 56]]
+        assert feature["shapes"]["num_patches"] == ["int64", []]
+    offsets = [f["offset"] for f in features]
+    assert offsets == sorted(offsets)
+    assert len({f["identifier"] for f in features}) == 3
+    assert answer.usage is not None
+    assert answer.usage.prompt_tokens >= sum(t * SEQ_LEN for t in tiles)
+
+
+async def test_the_same_image_has_the_same_identifier(vision: LiveServer) -> None:
+    """The identifier is a digest of the model, the processor settings and the bytes: a
+    repeated image keys the engine's caches the same (docs/images.md §2)."""
+    uri = png_uri(64, 48)
+    ids = []
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            for n in range(2):
+                await sdk.chat.completions.create(
+                    model=VISION,
+                    messages=[{"role": "user", "content": [image_part(uri)]}],
+                    max_tokens=2,
+                    extra_headers={"x-request-id": f"same{n}"},
+                )
+                ids.append((await received(vision, f"same{n}"))["mm_features"][0]["identifier"])
+    assert ids[0] == ids[1]
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("data:image/png;base64,iVBORw0KGgo=", "not an image"),  # a PNG signature alone
+        ("data:image/png;base64,bm90IGFuIGltYWdl", "not an image"),
+        ("data:image/png;base64,***", "base64 is invalid"),
+        ("data:text/plain;base64,aGVsbG8=", "not image/*"),
+        ("http://127.0.0.1:9/cat.png", "not fetched"),
+    ],
+)
+async def test_an_unreadable_image_is_a_400_naming_its_part(
+    vision: LiveServer, url: str, words: str
+) -> None:
+    messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}, image_part(url)]}]
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            with pytest.raises(openai.BadRequestError) as caught:
+                await sdk.chat.completions.create(model=VISION, messages=messages, max_tokens=2)
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "messages[0].content[1].image_url"
+    assert words in error["message"]
+
+
+async def test_a_truncated_jpeg_is_a_400(vision: LiveServer) -> None:
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (9, 9, 9)).save(buffer, "JPEG")
+    cut = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+    uri = "data:image/jpeg;base64," + base64.b64encode(cut).decode()
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            with pytest.raises(openai.BadRequestError, match=r"(?i)truncated"):
+                await sdk.chat.completions.create(
+                    model=VISION,
+                    messages=[{"role": "user", "content": [image_part(uri)]}],
+                    max_tokens=2,
+                )
+
+
+async def test_a_huge_png_is_refused_from_its_header(vision: LiveServer) -> None:
+    """30,000 x 30,000 pixels in a small PNG (a decompression bomb): a 400 before any pixel
+    is decoded."""
+    buffer = io.BytesIO()
+    Image.new("1", (30_000, 30_000)).save(buffer, "PNG")
+    uri = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            with pytest.raises(openai.BadRequestError, match=r"too large|above the limit"):
+                await sdk.chat.completions.create(
+                    model=VISION,
+                    messages=[{"role": "user", "content": [image_part(uri)]}],
+                    max_tokens=2,
+                )
+
+
+async def test_a_text_only_model_refuses_an_image(server: LiveServer) -> None:
+    messages: Any = [{"role": "user", "content": [image_part(png_uri(8, 8))]}]
+    with trio.fail_after(CAP_S):
+        async with client(server) as sdk:
+            with pytest.raises(openai.BadRequestError, match="takes text only") as caught:
+                await sdk.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "messages[0].content[0].image_url"
+
+
+async def test_a_wire_without_images_refuses_them(tmp_path: Path) -> None:
+    """TokenSpeed over ZMQ carries no image (the capability table): a 400 naming the part."""
+    from smg_trio.neutral.runtime import Runtime
+
+    async with live_server(
+        tmp_path,
+        model_path=VISION_MODEL,
+        max_body_bytes=1024 * 1024,
+        runtime=Runtime.TOKENSPEED,
+    ) as running:
+        messages: Any = [{"role": "user", "content": [image_part(png_uri(8, 8))]}]
+        with trio.fail_after(CAP_S):
+            async with client(running) as sdk:
+                with pytest.raises(openai.BadRequestError, match="wire carries no image"):
+                    await sdk.chat.completions.create(model=VISION, messages=messages, max_tokens=2)
