@@ -8,22 +8,25 @@ cancelled. Processing (decode, resize, normalise: CPU) runs on worker threads bo
 `CapacityLimiter` for the whole gateway, so text streams never wait behind an image on the
 event loop, and a burst of images queues for threads instead of multiplying them.
 
-Where the bytes come from: a `data:` URI is decoded here (wire/data_uri.py); any other URL
-is refused until fetching lands (docs/images.md §3: http(s) URLs).
+Where the bytes come from: a `data:` URI is decoded here (wire/data_uri.py); an http(s) or
+allowed file: URL is fetched (request/media_fetch.py) under its own deadline, against the
+per-image and per-request byte limits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
 import trio
 
 from smg_trio.core.images import ImageRef, ProcessedImage
+from smg_trio.core.media_addresses import MediaPolicy
 from smg_trio.errors import ClientError
 from smg_trio.model.vision import ImageProcessor, VisionRefusal
+from smg_trio.request.media_fetch import fetch_media
 from smg_trio.wire.data_uri import image_data, is_data_uri
 
 DEFAULT_MAX_IMAGES: Final = 16  # per request (vLLM: --limit-mm-per-prompt; docs/images.md §3)
@@ -32,10 +35,17 @@ DEFAULT_MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
 DEFAULT_PROCESSING_THREADS: Final = 2
 
 
+DEFAULT_MAX_REQUEST_IMAGE_BYTES: Final = 64 * 1024 * 1024
+DEFAULT_FETCH_TIMEOUT_S: Final = 10.0  # per image URL, redirects included (vLLM: 5 s)
+
+
 @dataclass(frozen=True)
 class ImageLimits:
-    max_images: int = DEFAULT_MAX_IMAGES
+    max_images: int = DEFAULT_MAX_IMAGES  # --limit-mm-per-prompt
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_IMAGE_BYTES  # all images of one request
+    fetch_timeout_s: float = DEFAULT_FETCH_TIMEOUT_S
+    policy: MediaPolicy = field(default_factory=MediaPolicy)  # core/media_addresses.py
 
 
 class ImageInputs:
@@ -63,12 +73,13 @@ class ImageInputs:
                 "taken (--limit-mm-per-prompt)",
                 param=refs[self.limits.max_images].param,
             )
+        fetched = [0]  # this request's fetched bytes, all images together
         results: list[ProcessedImage | None] = [None] * len(refs)
         errors: list[tuple[int, ClientError]] = []
         async with trio.open_nursery() as nursery:
             for index, ref in enumerate(refs):
                 nursery.start_soon(
-                    self._one, processor, index, ref, results, errors, nursery.cancel_scope
+                    self._one, processor, index, ref, results, errors, fetched, nursery.cancel_scope
                 )
         if errors:
             raise min(errors, key=lambda pair: pair[0])[1]
@@ -97,10 +108,11 @@ class ImageInputs:
         ref: ImageRef,
         results: list[ProcessedImage | None],
         errors: list[tuple[int, ClientError]],
+        fetched: list[int],
         scope: trio.CancelScope,
     ) -> None:
         try:
-            data = await self._bytes(ref)
+            data = await self._bytes(ref, fetched)
             results[index] = await trio.to_thread.run_sync(
                 partial(processor.process, data, ref.param), limiter=self._limiter
             )
@@ -108,12 +120,29 @@ class ImageInputs:
             errors.append((index, error.with_traceback(None)))
             scope.cancel()
 
-    async def _bytes(self, ref: ImageRef) -> bytes:
+    async def _bytes(self, ref: ImageRef, fetched: list[int]) -> bytes:
+        limits = self.limits
         if is_data_uri(ref.url):
-            return image_data(ref.url, ref.param, max_bytes=self.limits.max_image_bytes)
-        raise ClientError(
-            f"{ref.param}: only data: URIs are taken for now (an http(s) image URL is not "
-            "fetched by this gateway yet)",
-            code="invalid_image_url",
-            param=ref.param,
-        )
+            return image_data(ref.url, ref.param, max_bytes=limits.max_image_bytes)
+        with trio.move_on_after(limits.fetch_timeout_s) as scope:
+            data = await fetch_media(
+                ref.url,
+                limits.policy,
+                max_bytes=min(limits.max_image_bytes, limits.max_request_bytes),
+                param=ref.param,
+            )
+        if scope.cancelled_caught:
+            raise ClientError(
+                f"{ref.param}: fetching the image took longer than {limits.fetch_timeout_s} s",
+                code="invalid_image_url",
+                param=ref.param,
+            )
+        fetched[0] += len(data)
+        if fetched[0] > limits.max_request_bytes:
+            raise ClientError(
+                f"{ref.param}: the request's images are larger than "
+                f"{limits.max_request_bytes} bytes together",
+                code="invalid_image_url",
+                param=ref.param,
+            )
+        return data

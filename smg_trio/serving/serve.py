@@ -64,6 +64,7 @@ from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.http_listener import check_listener, http_limits, hypercorn_config
+from smg_trio.serving.media_options import image_limits
 from smg_trio.serving.process_role import ProcessRole
 from smg_trio.serving.worker_backends import check_worker_available, open_backend
 from smg_trio.serving.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
@@ -169,6 +170,7 @@ async def serve(
             response_retention_s=config.response_retention_s,
             response_events_max=config.response_events_max,
             resume_grace_s=config.resume_grace_s,
+            image_limits=image_limits(config),
         )
         limits = http_limits(config)
         app = GatewayApp(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,6 +20,8 @@ import trio
 from openai import AsyncOpenAI
 from PIL import Image
 
+from smg_trio.request.images import DEFAULT_MAX_IMAGE_BYTES
+from tests.e2e.image_server import BIG_BYTES, ImageServer, image_server
 from tests.e2e.live_server import MODEL, LiveServer, live_server
 
 VISION_MODEL: Final = Path(__file__).parent.parent / "vision_model"
@@ -127,7 +130,8 @@ async def test_the_same_image_has_the_same_identifier(vision: LiveServer) -> Non
         ("data:image/png;base64,bm90IGFuIGltYWdl", "not an image"),
         ("data:image/png;base64,***", "base64 is invalid"),
         ("data:text/plain;base64,aGVsbG8=", "not image/*"),
-        ("http://127.0.0.1:9/cat.png", "not fetched"),
+        ("http://127.0.0.1:9/cat.png", "loopback"),
+        ("file:///etc/passwd", "file: URLs are refused"),
     ],
 )
 async def test_an_unreadable_image_is_a_400_naming_its_part(
@@ -200,3 +204,90 @@ async def test_a_wire_without_images_refuses_them(tmp_path: Path) -> None:
             async with client(running) as sdk:
                 with pytest.raises(openai.BadRequestError, match="wire carries no image"):
                     await sdk.chat.completions.create(model=VISION, messages=messages, max_tokens=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Image URLs, fetched safely (docs/images.md §3), from a real HTTP server on loopback.
+
+
+@asynccontextmanager
+async def fetching(tmp_path: Path, *hosts: str) -> AsyncIterator[tuple[LiveServer, ImageServer]]:
+    """The vision gateway (allowing `hosts`, if any) and a loopback image server."""
+    fields = {"allowed_media_domains": hosts} if hosts else {}
+    async with (
+        image_server() as images,
+        live_server(
+            tmp_path,
+            model_path=VISION_MODEL,
+            max_body_bytes=1024 * 1024,
+            config_fields=fields,
+        ) as running,
+    ):
+        yield running, images
+
+
+async def _ask(server: LiveServer, *urls: str, request_id: str = "fetched") -> Any:
+    content = [image_part(url) for url in urls]
+    async with client(server) as sdk:
+        return await sdk.chat.completions.create(
+            model=VISION,
+            messages=[{"role": "user", "content": content}],
+            max_tokens=2,
+            extra_headers={"x-request-id": request_id},
+        )
+
+
+async def test_by_default_a_loopback_url_is_refused_and_never_connected(tmp_path: Path) -> None:
+    async with fetching(tmp_path) as (server, images):
+        with trio.fail_after(CAP_S), pytest.raises(openai.BadRequestError) as caught:
+            await _ask(server, images.url("/img/64x48.png"))
+        assert images.connections == 0
+    assert isinstance(caught.value.body, dict)
+    assert "loopback" in caught.value.body["message"]
+    assert caught.value.body["param"] == "messages[0].content[0].image_url"
+
+
+async def test_an_allowed_host_is_fetched_in_parallel_with_redirects(tmp_path: Path) -> None:
+    async with fetching(tmp_path, "127.0.0.1") as (server, images):
+        redirect = images.url("/redirect?to=" + images.url("/img/300x100.png"))
+        with trio.fail_after(CAP_S):
+            await _ask(server, images.url("/img/64x48.png"), redirect, request_id="two")
+            got = await received(server, "two")
+    assert [f["shapes"]["pixel_values"][1][0] for f in got["mm_features"]] == [5, 3]
+    assert images.connections == 3  # two images, one redirect hop
+
+
+@pytest.mark.parametrize(
+    "target", ["http://localhost:{port}/img/8x8.png", "http://169.254.169.254/latest/meta-data/"]
+)
+async def test_a_redirect_off_the_allowed_hosts_is_refused(tmp_path: Path, target: str) -> None:
+    async with fetching(tmp_path, "127.0.0.1") as (server, images):
+        url = images.url("/redirect?to=" + target.format(port=images.port))
+        with (
+            trio.fail_after(CAP_S),
+            pytest.raises(openai.BadRequestError, match="allowed-media-domains"),
+        ):
+            await _ask(server, url)
+        assert images.connections == 1  # the redirect itself; never its target
+
+
+async def test_a_50_mb_image_is_refused_without_reading_it(tmp_path: Path) -> None:
+    async with fetching(tmp_path, "127.0.0.1") as (server, images):
+        with trio.fail_after(CAP_S), pytest.raises(openai.BadRequestError, match="larger than"):
+            await _ask(server, images.url("/big"))
+        await trio.sleep(0.2)
+        assert images.sent_body_bytes.get("/big", 0) < BIG_BYTES // 2
+
+
+async def test_an_endless_body_is_cut_at_the_byte_limit(tmp_path: Path) -> None:
+    async with fetching(tmp_path, "127.0.0.1") as (server, images):
+        with trio.fail_after(CAP_S), pytest.raises(openai.BadRequestError, match="ran past"):
+            await _ask(server, images.url("/endless"))
+        await trio.sleep(0.2)
+        assert images.sent_body_bytes["/endless"] < 2 * DEFAULT_MAX_IMAGE_BYTES
+
+
+async def test_an_http_error_names_the_part(tmp_path: Path) -> None:
+    async with fetching(tmp_path, "127.0.0.1") as (server, images):
+        with trio.fail_after(CAP_S), pytest.raises(openai.BadRequestError, match="HTTP 404"):
+            await _ask(server, images.url("/img/8x8.png"), images.url("/missing"))
