@@ -47,7 +47,9 @@ def chat_image_refs(req: oa.ChatCompletionRequest) -> tuple[ImageRef, ...]:
         if content is None or isinstance(content, str):
             continue
         for at, part in enumerate(content):
-            if isinstance(part, oa.ImagePart):
+            if isinstance(part, oa.SourcedImagePart) and part.param:
+                refs.append(ImageRef(param=part.param, url=part.image_url.url))
+            elif isinstance(part, oa.ImagePart):
                 param = f"messages[{index}].content[{at}].image_url"
                 refs.append(ImageRef(param=param, url=part.image_url.url))
     return tuple(refs)

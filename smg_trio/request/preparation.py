@@ -32,11 +32,11 @@ from smg_trio.core.tokenize import TokenNames
 from smg_trio.errors import GatewayError
 from smg_trio.model.folder import ModelDir
 from smg_trio.request.endpoints import (
-    CHAT_PATH,
+    IMAGE_PATHS,
     RESPONSES_PATH,
     CheckModel,
     decode_chat,
-    prepare_decoded_chat,
+    prepare_decoded,
     prepare_for_path,
     token_answer,
 )
@@ -82,14 +82,16 @@ async def prepare_request(
 ) -> tuple[GeneratePlan, str | None]:
     """The plan of a generation path's body and the body's `user` (`prepare_for_path`).
     A chat body's images are resolved between its decoding and its preparation."""
-    if path == CHAT_PATH and images is not None:
-        chat = await _off_loop_if_large(partial(decode_chat, body, check_model), body)
-        processed = await images.resolve(chat_image_refs(chat))
-        return await _off_loop_if_large(
-            partial(prepare_decoded_chat, chat, model, request_id, processed), body
-        )
     # /v1/responses: the stored turn it continues, read before preparing.
     history = await service.history(body) if path == RESPONSES_PATH else []
+    if path in IMAGE_PATHS and images is not None:
+        decoded = await _off_loop_if_large(
+            partial(decode_chat, path, body, check_model, history), body
+        )
+        processed = await images.resolve(chat_image_refs(decoded.chat))
+        return await _off_loop_if_large(
+            partial(prepare_decoded, decoded, model, request_id, processed), body
+        )
     return await _off_loop_if_large(
         partial(prepare_for_path, path, body, model, check_model, request_id, history),
         body,

@@ -29,6 +29,13 @@ class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
     image_url: ImageURL
 
 
+class SourcedImagePart(ImagePart, frozen=True, tag="image_url"):
+    """An image another API's request became (an Anthropic `image` block, a Responses
+    `input_image`): `param` names it as that client wrote it, for its 400s. Never decoded."""
+
+    param: str = ""
+
+
 class InputAudio(msgspec.Struct, frozen=True):
     data: str
     format: str

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import anthropic
 import openai
 import pytest
 import trio
@@ -291,3 +292,85 @@ async def test_an_http_error_names_the_part(tmp_path: Path) -> None:
     async with fetching(tmp_path, "127.0.0.1") as (server, images):
         with trio.fail_after(CAP_S), pytest.raises(openai.BadRequestError, match="HTTP 404"):
             await _ask(server, images.url("/img/8x8.png"), images.url("/missing"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages (the anthropic SDK) and Responses: the same images, the same engine features.
+
+
+def _anthropic_turn(*blocks: dict[str, Any]) -> list[Any]:
+    return [{"role": "user", "content": list(blocks)}]
+
+
+async def test_anthropic_image_blocks_base64_and_url(tmp_path: Path) -> None:
+    png64 = png_uri(64, 48).split(",", 1)[1]
+    base64_block = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": png64},
+    }
+    async with fetching(tmp_path, "127.0.0.1") as (server, images):
+        url_block = {
+            "type": "image",
+            "source": {"type": "url", "url": images.url("/img/300x100.png")},
+        }
+        missing = {"type": "image", "source": {"type": "url", "url": images.url("/missing")}}
+        sdk = anthropic.AsyncAnthropic(
+            base_url=server.base_url, api_key=server.api_key, max_retries=0
+        )
+        async with sdk:
+            with trio.fail_after(CAP_S):
+                message = await sdk.messages.create(
+                    model=VISION,
+                    max_tokens=3,
+                    messages=_anthropic_turn(
+                        base64_block, {"type": "text", "text": "and"}, url_block
+                    ),
+                    extra_headers={"x-request-id": "anthropic-images"},
+                )
+                got = await received(server, "anthropic-images")
+                with pytest.raises(anthropic.BadRequestError) as caught:
+                    await sdk.messages.create(
+                        model=VISION,
+                        max_tokens=3,
+                        messages=_anthropic_turn({"type": "text", "text": "x"}, missing),
+                    )
+    assert message.usage.input_tokens > 32
+    assert [f["shapes"]["pixel_values"][1][0] for f in got["mm_features"]] == [5, 3]
+    assert "messages[0].content[1].source" in str(caught.value)
+
+
+async def test_responses_input_image(vision: LiveServer) -> None:
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            response = await sdk.responses.create(
+                model=VISION,
+                max_output_tokens=3,
+                input=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": "What is it?"},
+                            {"type": "input_image", "image_url": png_uri(20, 30), "detail": "auto"},
+                        ],
+                    }
+                ],
+                extra_headers={"x-request-id": "responses-image"},
+            )
+            got = await received(vision, "responses-image")
+            with pytest.raises(openai.BadRequestError) as caught:
+                await sdk.responses.create(
+                    model=VISION,
+                    input=[
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+                            ],
+                        }
+                    ],
+                )
+    assert response.usage is not None
+    assert response.usage.input_tokens > 20
+    assert got["mm_features"][0]["shapes"]["pixel_values"][1][0] == 5
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "input[0].content[0].image_url"
