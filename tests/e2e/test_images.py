@@ -374,3 +374,35 @@ async def test_responses_input_image(vision: LiveServer) -> None:
     assert got["mm_features"][0]["shapes"]["pixel_values"][1][0] == 5
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "input[0].content[0].image_url"
+
+
+async def test_mm_processor_kwargs_is_refused_not_ignored(vision: LiveServer) -> None:
+    messages: Any = [{"role": "user", "content": [image_part(png_uri(8, 8))]}]
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            with pytest.raises(openai.BadRequestError) as caught:
+                await sdk.chat.completions.create(
+                    model=VISION,
+                    messages=messages,
+                    max_tokens=2,
+                    extra_body={"mm_processor_kwargs": {"do_image_splitting": False}},
+                )
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "mm_processor_kwargs"
+
+
+async def test_more_images_than_the_limit_is_a_400(tmp_path: Path) -> None:
+    async with live_server(
+        tmp_path,
+        model_path=VISION_MODEL,
+        max_body_bytes=1024 * 1024,
+        config_fields={"limit_mm_per_prompt": 2},
+    ) as running:
+        uri = png_uri(8, 8)
+        with (
+            trio.fail_after(CAP_S),
+            pytest.raises(openai.BadRequestError, match="at most 2") as caught,
+        ):
+            await _ask(running, uri, uri, uri)
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "messages[0].content[2].image_url"
