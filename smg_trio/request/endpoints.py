@@ -40,7 +40,11 @@ from smg_trio.wire.openai_decode import (
     decode_completion_request,
     decode_generate_request,
 )
-from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
+from smg_trio.wire.openai_tokenize import (
+    TokenizeRequest,
+    decode_detokenize_request,
+    decode_tokenize_request,
+)
 from smg_trio.wire.responses_api import ResponsesRequest, decode_responses_request
 
 CheckModel = Callable[[str | None], None]
@@ -162,6 +166,22 @@ def prepare_decoded(
         return plan, request.user
     plan = prepare_chat_completion(request, model, request_id=request_id, now=now, images=images)
     return plan, request.user
+
+
+def decode_tokenize(body: bytes, check_model: CheckModel) -> TokenizeRequest:
+    """/v1/tokenize's body decoded and its model checked (its images resolved after)."""
+    tokenize = decode_tokenize_request(body)
+    check_model(tokenize.model)
+    return tokenize
+
+
+def tokenize_answer(
+    tokenize: TokenizeRequest,
+    model: PromptModel,
+    tokenizer: TokenNames,
+    images: Sequence[ProcessedImage],
+) -> bytes:
+    return tokenize_body(tokenize, model, tokenizer, now=dt.datetime.now(dt.UTC), images=images)
 
 
 def token_answer(

@@ -226,7 +226,12 @@ class Gateway:
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(
-                    path, body, self.prompt_model, self.model.tokenizer, self.models.check
+                    path,
+                    body,
+                    self.prompt_model,
+                    self.model.tokenizer,
+                    self.models.check,
+                    self.images,
                 )
             )
             return

@@ -34,14 +34,18 @@ from smg_trio.model.folder import ModelDir
 from smg_trio.request.endpoints import (
     IMAGE_PATHS,
     RESPONSES_PATH,
+    TOKENIZE_PATHS,
     CheckModel,
     decode_chat,
+    decode_tokenize,
     prepare_decoded,
     prepare_for_path,
     token_answer,
+    tokenize_answer,
 )
 from smg_trio.request.images import ImageInputs
 from smg_trio.responses.store.service import ResponsesService
+from smg_trio.wire.openai_tokenize import TokenizeChatRequest
 
 _T = TypeVar("_T")
 
@@ -99,9 +103,22 @@ async def prepare_request(
 
 
 async def answer_token_request(
-    path: str, body: bytes, model: PromptModel, tokenizer: TokenNames, check_model: CheckModel
+    path: str,
+    body: bytes,
+    model: PromptModel,
+    tokenizer: TokenNames,
+    check_model: CheckModel,
+    images: ImageInputs | None = None,
 ) -> bytes:
-    """The whole answer of a token path's body (`token_answer`)."""
+    """The whole answer of a token path's body (`token_answer`); /v1/tokenize's chat form
+    has its images resolved between decoding and counting."""
+    if path in TOKENIZE_PATHS and images is not None:
+        tokenize = await _off_loop_if_large(partial(decode_tokenize, body, check_model), body)
+        refs = chat_image_refs(tokenize.chat) if isinstance(tokenize, TokenizeChatRequest) else ()
+        processed = await images.resolve(refs)
+        return await _off_loop_if_large(
+            partial(tokenize_answer, tokenize, model, tokenizer, processed), body
+        )
     return await _off_loop_if_large(
         partial(token_answer, path, body, model, tokenizer, check_model), body
     )

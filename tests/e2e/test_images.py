@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import anthropic
+import httpx
 import openai
 import pytest
 import trio
@@ -406,3 +407,25 @@ async def test_more_images_than_the_limit_is_a_400(tmp_path: Path) -> None:
             await _ask(running, uri, uri, uri)
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "messages[0].content[2].image_url"
+
+
+async def test_tokenize_counts_image_tokens_as_the_prompt_has_them(vision: LiveServer) -> None:
+    """/v1/tokenize's chat form expands each image as generation does: its count is the
+    chat completion's prompt_tokens (vLLM counts images the same way)."""
+    messages: Any = [
+        {"role": "user", "content": [image_part(png_uri(64, 48)), {"type": "text", "text": "?"}]}
+    ]
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            answer = await sdk.chat.completions.create(
+                model=VISION, messages=messages, max_tokens=2
+            )
+            counted = await sdk.post(
+                "/tokenize",
+                body={"model": VISION, "messages": messages},
+                cast_to=httpx.Response,
+            )
+    assert answer.usage is not None
+    body = counted.json()
+    assert body["count"] == answer.usage.prompt_tokens == len(body["tokens"])
+    assert body["tokens"].count(IMAGE_TOKEN_ID) == 5 * SEQ_LEN
