@@ -46,6 +46,7 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int | None = None  # when the engine reports it
     completion_tokens: int | None = None  # cumulative, when the engine reports it
     cached_tokens: int | None = None
+    cache_miss: tuple[str, ...] = ()  # vLLM: image keys sent as `data: nil` it did not hold
 
 
 class UtilityReply(msgspec.Struct, frozen=True):
@@ -185,6 +186,7 @@ def _vllm_message(
                 error=error,
                 prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
                 cached_tokens=None if prefill is None else prefill.num_cached_tokens,
+                cache_miss=output.mm_cache_miss_hashes or (),
             )
         )
     utility = None

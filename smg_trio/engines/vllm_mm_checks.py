@@ -12,14 +12,46 @@ field spec `[kind, kwargs]` of a known kind. `summary` reports what arrived for 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from smg_trio.neutral.media import DTYPE_SIZES
 
 _KINDS = ("batched", "flat", "shared")
+MEDIA_CACHE_KEYS: Final = 256  # the reference engine's receiver cache, by count
+
+
+class MediaKeys:
+    """vLLM's receiver cache of image items, reduced to its keys (an LRU by count): an item
+    sent with data is held; `data: nil` for a key it does not hold is a cache miss."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._held: OrderedDict[str, None] = OrderedDict()
+
+    def missing(self, features: Any) -> tuple[str, ...]:
+        """The nil keys not held (the request is then refused: nothing is stored); else every
+        key is stored or refreshed, in order."""
+        feature_list = features if isinstance(features, list) else []
+        absent = tuple(
+            f["identifier"]
+            for f in feature_list
+            if f.get("data") is None and f["identifier"] not in self._held
+        )
+        if absent:
+            return absent
+        for feature in feature_list:
+            self._held[feature["identifier"]] = None
+            self._held.move_to_end(feature["identifier"])
+        while len(self._held) > self.capacity:
+            self._held.popitem(last=False)
+        return ()
+
+    def clear(self) -> None:
+        self._held.clear()
 
 
 def mm_features_problem(

@@ -107,22 +107,36 @@ async def test_chat_with_images_reaches_the_engine_as_mm_features(vision: LiveSe
     assert answer.usage.prompt_tokens >= sum(t * SEQ_LEN for t in tiles)
 
 
-async def test_the_same_image_has_the_same_identifier(vision: LiveServer) -> None:
-    """The identifier is a digest of the model, the processor settings and the bytes: a
-    repeated image keys the engine's caches the same (docs/images.md §2)."""
+async def test_a_repeated_image_goes_as_data_nil_and_a_cache_miss_is_resent(
+    vision: LiveServer,
+) -> None:
+    """The identifier is a digest of the model, the processor settings and the bytes, so a
+    repeat keys the engine's caches the same; the engine holds it, so the repeat carries no
+    tensors (`data: nil`) and answers the same. After the engine forgets (vLLM's
+    `reset_mm_cache`), the nil is a cache miss and the gateway resends the ADD with data,
+    invisibly to the client (docs/images.md §5)."""
     uri = png_uri(64, 48)
-    ids = []
+    features = []
+    texts = []
     with trio.fail_after(CAP_S):
         async with client(vision) as sdk:
-            for n in range(2):
-                await sdk.chat.completions.create(
+            for n in range(3):
+                if n == 2:
+                    assert await vision.backend.call_utility("reset_mm_cache") is True
+                answer = await sdk.chat.completions.create(
                     model=VISION,
                     messages=[{"role": "user", "content": [image_part(uri)]}],
-                    max_tokens=2,
+                    max_tokens=4,
+                    temperature=0,
                     extra_headers={"x-request-id": f"same{n}"},
                 )
-                ids.append((await received(vision, f"same{n}"))["mm_features"][0]["identifier"])
-    assert ids[0] == ids[1]
+                texts.append(answer.choices[0].message.content)
+                features.append((await received(vision, f"same{n}"))["mm_features"][0])
+            counters = await vision.counters()
+    assert len({f["identifier"] for f in features}) == 1
+    assert [f["has_data"] for f in features] == [True, False, True]  # the third: resent
+    assert texts[0] == texts[1] == texts[2]
+    assert counters["requests_rejected"] == 1  # the one cache miss
 
 
 @pytest.mark.parametrize(
