@@ -54,6 +54,14 @@ COMMANDS: Final = (
         ("request_instructions", "bench.ttft.request_instructions:main", "callgrind counts"),
     ),
     *_group(
+        "images (bench/images/)",
+        (
+            "image_cost",
+            "bench.images.image_cost:main",
+            "per-image stage costs; text ITL under images",
+        ),
+    ),
+    *_group(
         "engine backends (bench/backends/)",
         (
             "zmq_throughput",
