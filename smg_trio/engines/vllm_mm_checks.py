@@ -136,10 +136,15 @@ def _tensor_problem(tensor: Any, frames: Sequence[bytes], where: str) -> str | N
             return f"{where}: frame index {data} out of range ({len(frames)} frames)"
     elif not (isinstance(data, msgspec.msgpack.Ext) and data.code == 3):
         return f"{where}: data is neither ext 3 nor a frame index"
-    actual = len(_bytes(tensor, frames))
+    actual = _size(tensor, frames)
     if actual != math.prod(shape) * size:
         return f"{where}: {actual} bytes for {dtype} {shape}"
     return None
+
+
+def _size(tensor: list[Any], frames: Sequence[bytes]) -> int:
+    data = tensor[2]
+    return len(frames[data]) if isinstance(data, int) else len(data.data)
 
 
 def _bytes(tensor: list[Any], frames: Sequence[bytes]) -> bytes:

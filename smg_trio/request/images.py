@@ -112,18 +112,21 @@ class ImageInputs:
         scope: trio.CancelScope,
     ) -> None:
         try:
-            data = await self._bytes(ref, fetched)
-            results[index] = await trio.to_thread.run_sync(
-                partial(processor.process, data, ref.param), limiter=self._limiter
-            )
-        except ClientError as error:
+            if is_data_uri(ref.url):  # decoded on the worker thread too: megabytes of base64
+                work = partial(self._data_uri_image, processor, ref)
+            else:
+                work = partial(processor.process, await self._bytes(ref, fetched), ref.param)
+            results[index] = await trio.to_thread.run_sync(work, limiter=self._limiter)
+        except ClientError as error:  # (from a worker thread too: its traceback dropped)
             errors.append((index, error.with_traceback(None)))
             scope.cancel()
 
+    def _data_uri_image(self, processor: ImageProcessor, ref: ImageRef) -> ProcessedImage:
+        data = image_data(ref.url, ref.param, max_bytes=self.limits.max_image_bytes)
+        return processor.process(data, ref.param)
+
     async def _bytes(self, ref: ImageRef, fetched: list[int]) -> bytes:
         limits = self.limits
-        if is_data_uri(ref.url):
-            return image_data(ref.url, ref.param, max_bytes=limits.max_image_bytes)
         with trio.move_on_after(limits.fetch_timeout_s) as scope:
             data = await fetch_media(
                 ref.url,
