@@ -60,6 +60,7 @@ COMMANDS: Final = (
             "bench.images.image_cost:main",
             "per-image stage costs; text ITL under images",
         ),
+        ("image_loop_lag", "bench.images.loop_lag:main", "event-loop lag: threads or processes"),
     ),
     *_group(
         "engine backends (bench/backends/)",

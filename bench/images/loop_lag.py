@@ -5,7 +5,7 @@ while images are processed beside it (issue 42: "threads or processes: measure w
 
 SmolVLM-256M's settings on 1920x1080 JPEGs (bench/images/image_cost.py): `--images` processed
 by `--workers` worker threads (trio.to_thread + CapacityLimiter, as the gateway does), then by
-`--workers` spawned processes (a ProcessPoolExecutor, the result pickled back), while a task
+`--workers` forked processes (a ProcessPoolExecutor, the result pickled back), while a task
 sleeps 5 ms in a loop and records how late each wake-up is; also with nothing beside it.
 Bounded: a fixed number of images, ticks only while they run.
 """
@@ -109,16 +109,20 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     images = [jpeg(1920, 1080, seed=i) for i in range(min(args.images, 64))]
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-lag-") as tmp:
+    # Forked before any thread or event loop exists (a spawned child would re-run
+    # `python -m bench`'s entry point), warmed, then kept for the processes' round.
+    context = multiprocessing.get_context("fork")
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-lag-") as tmp,
+        concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context) as pool,
+    ):
         folder = str(smolvlm_folder(Path(tmp)))
+        list(pool.map(process_image, [folder] * args.workers, images[: args.workers]))  # warm
         process_image(folder, images[0])  # warm: this process's processor built
         out["idle"] = trio.run(_lag_while, None)
         out["threads"] = trio.run(_lag_while, partial(_threads, folder, images, args.workers))
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(args.workers, mp_context=context) as pool:
-            list(pool.map(process_image, [folder] * args.workers, images[: args.workers]))  # warm
-            out["processes"] = trio.run(
-                _lag_while, partial(_processes, pool, folder, images, args.workers)
-            )
+        out["processes"] = trio.run(
+            _lag_while, partial(_processes, pool, folder, images, args.workers)
+        )
     print(json.dumps(out, indent=1))
     return 0
