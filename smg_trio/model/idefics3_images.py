@@ -24,7 +24,7 @@ import numpy as np
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
 from smg_trio.core.images import ProcessedImage
-from smg_trio.errors import ConfigError
+from smg_trio.errors import ClientError, ConfigError
 from smg_trio.model.image_decode import DEFAULT_MAX_PIXELS, decoded_image
 from smg_trio.model.tensors import flat_field, scalar_field
 from smg_trio.neutral.media import FieldKind, MediaField
@@ -68,7 +68,12 @@ class Idefics3Images:
     def process(self, data: bytes, param: str) -> ProcessedImage:
         """One image's bytes -> its tensors and placeholder replacement (a 400 if unreadable)."""
         picture = decoded_image(data, param, max_pixels=self.max_pixels)
-        out = self._processor(images=[[picture]], return_tensors="np", return_row_col_info=True)
+        try:
+            out = self._processor(images=[[picture]], return_tensors="np", return_row_col_info=True)
+        except (ValueError, TypeError, OSError) as exc:  # a picture it cannot take: the client's
+            raise ClientError(
+                f"{param}: the image cannot be processed ({exc})", code="invalid_image", param=param
+            ) from None
         pixel_values = np.asarray(out["pixel_values"], dtype=np.float32)[0]
         mask = np.asarray(out["pixel_attention_mask"], dtype=np.int64)[0]
         rows, cols = int(out["rows"][0][0]), int(out["cols"][0][0])

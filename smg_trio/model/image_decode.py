@@ -44,7 +44,12 @@ def decoded_image(data: bytes, param: str, *, max_pixels: int = DEFAULT_MAX_PIXE
             picture.load()
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             raise _refused(param, f"the image data is truncated or corrupt ({exc})") from None
-        return _rgb(picture)
+        try:
+            return _rgb(picture)
+        except (OSError, ValueError) as exc:
+            raise _refused(
+                param, f"the image's mode {picture.mode} cannot become RGB ({exc})"
+            ) from None
 
 
 def _rgb(picture: Image.Image) -> Image.Image:

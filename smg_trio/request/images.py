@@ -3,8 +3,8 @@ processor run on each, in parallel, under the request's scope (docs/images.md §
 
 `ImageInputs.resolve(refs)` runs one task per image in a nursery of its own, inside the
 request's cancel scope: a client that leaves, or the request deadline, cancels every fetch
-still running; the first image that fails (in part order) is the 400, and its siblings are
-cancelled. Processing (decode, resize, normalise: CPU) runs on worker threads bounded by one
+still running; the first image to fail is the 400 (the lowest-numbered part when several
+failed together), and its siblings are cancelled. Processing (decode, resize, normalise: CPU) runs on worker threads bounded by one
 `CapacityLimiter` for the whole gateway, so text streams never wait behind an image on the
 event loop, and a burst of images queues for threads instead of multiplying them.
 

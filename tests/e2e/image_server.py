@@ -2,8 +2,8 @@
 connection, counting the connections it accepted and the body bytes it managed to send.
 
 Routes: `/img/WxH.png` (a PNG of that size), `/redirect?to=URL` (302), `/big` (declares and
-streams 50 MB), `/endless` (chunked, streams until the reader hangs up, bounded), `/missing`
-(404)."""
+streams 50 MB), `/endless` (chunked, streams until the reader hangs up, bounded), `/hang` (no
+answer until the client leaves; `hung_up` is set then), `/missing` (404)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class ImageServer:
     port: int
     connections: int = 0
     sent_body_bytes: dict[str, int] = field(default_factory=dict)
+    hung_up: trio.Event = field(default_factory=trio.Event)  # a /hang client left
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"
@@ -87,6 +88,9 @@ async def _answer(
             )
         )
         await send(h11.EndOfMessage())
+    elif path == "/hang":
+        await stream.receive_some(1)  # b"": the client closed its side
+        server.hung_up.set()
     elif path in ("/big", "/endless"):
         total = BIG_BYTES if path == "/big" else ENDLESS_CAP
         headers = [("Content-Type", "image/png")]
