@@ -11,6 +11,7 @@ vLLM finds it; the span's positions holding the embed token receive the encoder'
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import msgspec
@@ -149,3 +150,20 @@ def _find(haystack: Sequence[int], needle: Sequence[int], start: int) -> int:
             return at
         at += 1
     return -1
+
+
+def routing_ids(prompt_ids: Sequence[int], media: Sequence[MediaFeature]) -> tuple[int, ...]:
+    """The prompt as prefix-matching routing sees it (cache_aware, docs/images.md §5): each
+    image's span holds ids derived from its identifier instead of its placeholder ids, so two
+    different images of one size (the same placeholders) part there, as the engine's prefix
+    cache parts them (its block hashes take the identifiers), and a repeated image matches.
+    Negative, so they never collide with a vocabulary id."""
+    if not media:
+        return tuple(prompt_ids)
+    ids = list(prompt_ids)
+    for feature in media:
+        digest = hashlib.blake2b(feature.identifier.encode(), digest_size=6).digest()
+        seed = int.from_bytes(digest, "big")  # the same in every gateway process
+        for at in range(feature.offset, min(feature.offset + feature.length, len(ids))):
+            ids[at] = -1 - ((seed + at - feature.offset) & 0x7FFFFFFFFFFF)
+    return tuple(ids)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from smg_trio.core.images import routing_ids
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
@@ -254,7 +255,9 @@ class Gateway:
         prompt_ids = [part.ids for part in plan.prompts]
         reservation.grow(prompt_bytes(prompt_ids))
         context = RoutingContext(
-            model=plan.model, prompt_ids=plan.prompt_ids, session_key=arrival.session_key or user
+            model=plan.model,
+            prompt_ids=routing_ids(plan.prompt_ids, plan.media),  # images by their identifiers
+            session_key=arrival.session_key or user,
         )
         if not self.pool.ready:
             raise BackendUnavailable(NO_READY_WORKER)  # 503 now, not after a queue wait
