@@ -30,7 +30,7 @@ import msgspec
 
 from smg_trio.core.images import ProcessedImage
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.prepare import PromptModel, chat_prompt_ids, prepare_chat
+from smg_trio.core.prepare import PromptModel, chat_prompt, prepare_chat
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.validation import (
@@ -121,11 +121,15 @@ def prepare_messages(
 
 
 def count_tokens_body(
-    req: an.CountTokensRequest, model: PromptModel, *, now: _dt.datetime
+    req: an.CountTokensRequest,
+    model: PromptModel,
+    *,
+    now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> bytes:
     """`{"input_tokens": N}`: the prompt the Messages request would send, counted (like
-    /v1/tokenize, unbounded by the context)."""
-    ids = chat_prompt_ids(chat_request_of(req), model, now=now)
+    /v1/tokenize, unbounded by the context), its image blocks expanded as the prompt holds them."""
+    ids, _ = chat_prompt(chat_request_of(req), model, now=now, images=images)
     return msgspec.json.encode(an.TokenCount(len(ids)))
 
 

@@ -175,6 +175,19 @@ def decode_tokenize(body: bytes, check_model: CheckModel) -> TokenizeRequest:
     return tokenize
 
 
+def decode_count_tokens(body: bytes, check_model: CheckModel) -> an.CountTokensRequest:
+    """/v1/messages/count_tokens' body decoded and its model checked (images resolved after)."""
+    count = decode_count_tokens_request(body)
+    check_model(count.model)
+    return count
+
+
+def count_tokens_answer(
+    count: an.CountTokensRequest, model: PromptModel, images: Sequence[ProcessedImage]
+) -> bytes:
+    return count_tokens_body(count, model, now=dt.datetime.now(dt.UTC), images=images)
+
+
 def tokenize_answer(
     tokenize: TokenizeRequest,
     model: PromptModel,

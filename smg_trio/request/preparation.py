@@ -23,6 +23,7 @@ from typing import Final, TypeVar
 import msgspec
 import trio
 
+from smg_trio.core.anthropic_request import COUNT_TOKENS_PATH, chat_request_of
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.images import chat_image_refs
 from smg_trio.core.parsers.registry import uses_harmony
@@ -36,7 +37,9 @@ from smg_trio.request.endpoints import (
     RESPONSES_PATH,
     TOKENIZE_PATHS,
     CheckModel,
+    count_tokens_answer,
     decode_chat,
+    decode_count_tokens,
     decode_tokenize,
     prepare_decoded,
     prepare_for_path,
@@ -110,8 +113,12 @@ async def answer_token_request(
     check_model: CheckModel,
     images: ImageInputs | None = None,
 ) -> bytes:
-    """The whole answer of a token path's body (`token_answer`); /v1/tokenize's chat form
-    has its images resolved between decoding and counting."""
+    """The whole answer of a token path's body (`token_answer`); /v1/tokenize's chat form and
+    /v1/messages/count_tokens have their images resolved between decoding and counting."""
+    if path == COUNT_TOKENS_PATH and images is not None:
+        count = await _off_loop_if_large(partial(decode_count_tokens, body, check_model), body)
+        processed = await images.resolve(chat_image_refs(chat_request_of(count)))
+        return await _off_loop_if_large(partial(count_tokens_answer, count, model, processed), body)
     if path in TOKENIZE_PATHS and images is not None:
         tokenize = await _off_loop_if_large(partial(decode_tokenize, body, check_model), body)
         refs = chat_image_refs(tokenize.chat) if isinstance(tokenize, TokenizeChatRequest) else ()

@@ -343,6 +343,12 @@ async def test_anthropic_image_blocks_base64_and_url(tmp_path: Path) -> None:
                     extra_headers={"x-request-id": "anthropic-images"},
                 )
                 got = await received(server, "anthropic-images")
+                counted = await sdk.messages.count_tokens(
+                    model=VISION,
+                    messages=_anthropic_turn(
+                        base64_block, {"type": "text", "text": "and"}, url_block
+                    ),
+                )
                 with pytest.raises(anthropic.BadRequestError) as caught:
                     await sdk.messages.create(
                         model=VISION,
@@ -350,6 +356,7 @@ async def test_anthropic_image_blocks_base64_and_url(tmp_path: Path) -> None:
                         messages=_anthropic_turn({"type": "text", "text": "x"}, missing),
                     )
     assert message.usage.input_tokens > 32
+    assert counted.input_tokens == message.usage.input_tokens  # images counted as sent
     assert [f["shapes"]["pixel_values"][1][0] for f in got["mm_features"]] == [5, 3]
     assert "messages[0].content[1].source" in str(caught.value)
 
