@@ -253,7 +253,8 @@ class Gateway:
         sink = service.storing(plan, sink)
         live.streaming = plan.stream
         prompt_ids = [part.ids for part in plan.prompts]
-        reservation.grow(prompt_bytes(prompt_ids))
+        # The prompt's ids and its images' tensors (docs/images.md §3) count against the budget.
+        reservation.grow(prompt_bytes(prompt_ids) + sum(f.nbytes for f in plan.media))
         context = RoutingContext(
             model=plan.model,
             prompt_ids=routing_ids(plan.prompt_ids, plan.media),  # images by their identifiers
