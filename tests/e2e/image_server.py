@@ -3,7 +3,8 @@ connection, counting the connections it accepted and the body bytes it managed t
 
 Routes: `/img/WxH.png` (a PNG of that size), `/redirect?to=URL` (302), `/big` (declares and
 streams 50 MB), `/endless` (chunked, streams until the reader hangs up, bounded), `/hang` (no
-answer until the client leaves; `hung_up` is set then), `/missing` (404)."""
+answer until the client leaves; `hung_up` is set then), `/missing` (404), `/missing-after-hang`
+(404 once a /hang request arrived)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ class ImageServer:
     port: int
     connections: int = 0
     sent_body_bytes: dict[str, int] = field(default_factory=dict)
+    hang_open: trio.Event = field(default_factory=trio.Event)  # a /hang request arrived
+    hangs_wanted: int = 1  # `all_hanging` is set when this many /hang requests are open
+    hanging: int = 0
+    all_hanging: trio.Event = field(default_factory=trio.Event)
     hung_up: trio.Event = field(default_factory=trio.Event)  # a /hang client left
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
@@ -89,8 +94,16 @@ async def _answer(
         )
         await send(h11.EndOfMessage())
     elif path == "/hang":
+        server.hang_open.set()
+        server.hanging += 1
+        if server.hanging >= server.hangs_wanted:
+            server.all_hanging.set()
         await stream.receive_some(1)  # b"": the client closed its side
         server.hung_up.set()
+    elif path == "/missing-after-hang":
+        await server.hang_open.wait()
+        await send(h11.Response(status_code=404, headers=[("Content-Length", "0")]))
+        await send(h11.EndOfMessage())
     elif path in ("/big", "/endless"):
         total = BIG_BYTES if path == "/big" else ENDLESS_CAP
         headers = [("Content-Type", "image/png")]
