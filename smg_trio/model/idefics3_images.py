@@ -33,6 +33,9 @@ IMAGE_TOKEN: Final = "<image>"
 FAKE_TOKEN: Final = "<fake_token_around_image>"
 GLOBAL_TOKEN: Final = "<global-img>"
 _NOT_KWARGS: Final = frozenset({"image_processor_type", "processor_class", "auto_map"})
+# vLLM's mm_processor_kwargs taken for Idefics3: fewer or smaller tiles, never another tile size.
+OPTION_KEYS: Final = frozenset({"do_image_splitting", "size"})
+MAX_VARIANTS: Final = 16
 
 
 class Idefics3Images:
@@ -60,16 +63,24 @@ class Idefics3Images:
             processor_config.get("image_seq_len") or _default_seq_len(config) or 169
         )
         self.max_pixels = max_pixels
+        self._model_id = model_id
+        self._kwargs = kwargs
         # The identifier's salt: the model and every setting that changes the tensors.
-        self._salt = json.dumps(
-            {"model": model_id, "processor": kwargs, "seq": self.image_seq_len}, sort_keys=True
-        ).encode()
+        self._salt = self._salt_of(kwargs)
+        # Processors with a request's settings, by those settings (bounded).
+        self._variants: dict[str, tuple[Idefics3ImageProcessorPil, bytes]] = {}
 
-    def process(self, data: bytes, param: str) -> ProcessedImage:
-        """One image's bytes -> its tensors and placeholder replacement (a 400 if unreadable)."""
+    def process(
+        self, data: bytes, param: str, options: Mapping[str, Any] | None = None
+    ) -> ProcessedImage:
+        """One image's bytes -> its tensors and placeholder replacement (a 400 if unreadable).
+        `options`: the request's `mm_processor_kwargs` (`OPTION_KEYS` only)."""
+        processor, salt = self._processor, self._salt
+        if options:
+            processor, salt = self._variant(options)
         picture = decoded_image(data, param, max_pixels=self.max_pixels)
         try:
-            out = self._processor(images=[[picture]], return_tensors="np", return_row_col_info=True)
+            out = processor(images=[[picture]], return_tensors="np", return_row_col_info=True)
         except (ValueError, TypeError, OSError) as exc:  # a picture it cannot take: the client's
             raise ClientError(
                 f"{param}: the image cannot be processed ({exc})", code="invalid_image", param=param
@@ -83,7 +94,7 @@ class Idefics3Images:
             flat_field("pixel_attention_mask", mask),
             scalar_field("num_patches", tiles, kind=FieldKind.BATCHED, keep_on_cpu=True),
         )
-        digest = hashlib.blake2b(self._salt, digest_size=32)
+        digest = hashlib.blake2b(salt, digest_size=32)
         digest.update(data)
         return ProcessedImage(
             placeholder=IMAGE_TOKEN,
@@ -93,6 +104,44 @@ class Idefics3Images:
             fields=fields,
             identifier=digest.hexdigest(),
         )
+
+    def _variant(self, options: Mapping[str, Any]) -> tuple[Idefics3ImageProcessorPil, bytes]:
+        """The processor with the request's settings (vLLM's `mm_processor_kwargs`), and its
+        identifier salt. Only settings that keep the model's tile size (the vision tower's
+        input) and can only shrink the work are taken; anything else is a 400 naming it."""
+        for key in options:
+            if key not in OPTION_KEYS:
+                raise _bad_option(
+                    key, f"not taken for Idefics3 (takes {', '.join(sorted(OPTION_KEYS))})"
+                )
+        splitting = options.get("do_image_splitting", self._kwargs.get("do_image_splitting"))
+        if not isinstance(splitting, bool):
+            raise _bad_option("do_image_splitting", "must be true or false")
+        merged = {**self._kwargs, "do_image_splitting": splitting}
+        if "size" in options:
+            size, ceiling = options["size"], (self._kwargs.get("size") or {}).get("longest_edge")
+            edge = size.get("longest_edge") if isinstance(size, dict) and len(size) == 1 else None
+            if not isinstance(ceiling, int):
+                raise _bad_option("size", "this model's processor has no longest_edge to bound it")
+            if not isinstance(edge, int) or isinstance(edge, bool) or not 1 <= edge <= ceiling:
+                raise _bad_option(
+                    "size", f'must be {{"longest_edge": N}} with N in 1..{ceiling} (the model\'s)'
+                )
+            merged["size"] = {"longest_edge": edge}
+        key = json.dumps(merged, sort_keys=True)
+        cached = self._variants.get(key)
+        if cached is None:
+            cached = (Idefics3ImageProcessorPil(**merged), self._salt_of(merged))
+            if len(self._variants) >= MAX_VARIANTS:
+                self._variants.clear()
+            self._variants[key] = cached
+        return cached
+
+    def _salt_of(self, kwargs: Mapping[str, Any]) -> bytes:
+        return json.dumps(
+            {"model": self._model_id, "processor": kwargs, "seq": self.image_seq_len},
+            sort_keys=True,
+        ).encode()
 
     def replacement(self, rows: int, cols: int) -> str:
         """The HF processor's text for an image split into `rows` x `cols` tiles (0 x 0: not
@@ -106,6 +155,11 @@ class Idefics3Images:
             for r in range(rows)
         ]
         return "".join(lines) + "\n" + global_part
+
+
+def _bad_option(key: str, reason: str) -> ClientError:
+    param = f"mm_processor_kwargs.{key}"
+    return ClientError(f"{param}: {reason}", param=param)
 
 
 def _default_seq_len(config: Mapping[str, Any]) -> int | None:

@@ -11,6 +11,7 @@ Only the families' modules import the extra, and only here, so a text-only insta
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -30,7 +31,11 @@ class ImageProcessor(Protocol):
     @property
     def placeholder(self) -> str: ...
 
-    def process(self, data: bytes, param: str) -> ProcessedImage: ...
+    def process(
+        self, data: bytes, param: str, options: Mapping[str, Any] | None = None
+    ) -> ProcessedImage:
+        """`options`: the request's `mm_processor_kwargs` (a 400 for what it does not take)."""
+        ...
 
 
 @dataclass(frozen=True)

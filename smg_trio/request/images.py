@@ -15,10 +15,10 @@ per-image and per-request byte limits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 import trio
 
@@ -62,8 +62,11 @@ class ImageInputs:
         self.limits = limits or ImageLimits()
         self._limiter = trio.CapacityLimiter(threads)
 
-    async def resolve(self, refs: Sequence[ImageRef]) -> tuple[ProcessedImage, ...]:
-        """Every image of `refs` processed, in order; a 400 naming the first that fails."""
+    async def resolve(
+        self, refs: Sequence[ImageRef], options: Mapping[str, Any] | None = None
+    ) -> tuple[ProcessedImage, ...]:
+        """Every image of `refs` processed, in order, with the request's `mm_processor_kwargs`
+        (`options`); a 400 naming the first that fails."""
         if not refs:
             return ()
         processor = self._processor(refs[0])
@@ -79,7 +82,14 @@ class ImageInputs:
         async with trio.open_nursery() as nursery:
             for index, ref in enumerate(refs):
                 nursery.start_soon(
-                    self._one, processor, index, ref, results, errors, fetched, nursery.cancel_scope
+                    self._one,
+                    partial(_process, processor, options),
+                    index,
+                    ref,
+                    results,
+                    errors,
+                    fetched,
+                    nursery.cancel_scope,
                 )
         if errors:
             raise min(errors, key=lambda pair: pair[0])[1]
@@ -103,7 +113,7 @@ class ImageInputs:
 
     async def _one(
         self,
-        processor: ImageProcessor,
+        processor: Callable[[bytes, str], ProcessedImage],
         index: int,
         ref: ImageRef,
         results: list[ProcessedImage | None],
@@ -115,15 +125,17 @@ class ImageInputs:
             if is_data_uri(ref.url):  # decoded on the worker thread too: megabytes of base64
                 work = partial(self._data_uri_image, processor, ref)
             else:
-                work = partial(processor.process, await self._bytes(ref, fetched), ref.param)
+                work = partial(processor, await self._bytes(ref, fetched), ref.param)
             results[index] = await trio.to_thread.run_sync(work, limiter=self._limiter)
         except ClientError as error:  # (from a worker thread too: its traceback dropped)
             errors.append((index, error.with_traceback(None)))
             scope.cancel()
 
-    def _data_uri_image(self, processor: ImageProcessor, ref: ImageRef) -> ProcessedImage:
+    def _data_uri_image(
+        self, processor: Callable[[bytes, str], ProcessedImage], ref: ImageRef
+    ) -> ProcessedImage:
         data = image_data(ref.url, ref.param, max_bytes=self.limits.max_image_bytes)
-        return processor.process(data, ref.param)
+        return processor(data, ref.param)
 
     async def _bytes(self, ref: ImageRef, fetched: list[int]) -> bytes:
         limits = self.limits
@@ -149,3 +161,9 @@ class ImageInputs:
                 param=ref.param,
             )
         return data
+
+
+def _process(
+    processor: ImageProcessor, options: Mapping[str, Any] | None, data: bytes, param: str
+) -> ProcessedImage:
+    return processor.process(data, param, options)

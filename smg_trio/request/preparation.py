@@ -95,7 +95,9 @@ async def prepare_request(
         decoded = await _off_loop_if_large(
             partial(decode_chat, path, body, check_model, history), body
         )
-        processed = await images.resolve(chat_image_refs(decoded.chat))
+        processed = await images.resolve(
+            chat_image_refs(decoded.chat), decoded.chat.mm_processor_kwargs
+        )
         return await _off_loop_if_large(
             partial(prepare_decoded, decoded, model, request_id, processed), body
         )

@@ -253,7 +253,7 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     include_reasoning: bool = True  # vLLM: false separates reasoning but leaves it out
-    # vLLM's per-request image processor settings: decoded to be refused (docs/images.md §1).
+    # vLLM's per-request image processor settings (docs/images.md §1; model/ checks the keys).
     mm_processor_kwargs: dict[str, Any] | None = None
 
     @property

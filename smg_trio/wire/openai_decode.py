@@ -187,12 +187,6 @@ def validate_chat(req: ChatCompletionRequest) -> None:
         check_between(req.top_logprobs, "top_logprobs", 0, MAX_TOP_LOGPROBS)
         if not req.logprobs:
             raise _reject("top_logprobs", "top_logprobs requires logprobs to be true")
-    if req.mm_processor_kwargs:
-        raise _reject(
-            "mm_processor_kwargs",
-            "mm_processor_kwargs is not supported: images are processed with the model "
-            "folder's settings",
-        )
     # tool_choice depends on the configured parsers: core/tool_choice.py decides it.
     if req.continue_final_message and req.add_generation_prompt:
         raise _reject(

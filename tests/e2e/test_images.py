@@ -398,19 +398,41 @@ async def test_responses_input_image(vision: LiveServer) -> None:
     assert caught.value.body["param"] == "input[0].content[0].image_url"
 
 
-async def test_mm_processor_kwargs_is_refused_not_ignored(vision: LiveServer) -> None:
-    messages: Any = [{"role": "user", "content": [image_part(png_uri(8, 8))]}]
+async def test_mm_processor_kwargs_are_honoured_or_refused(vision: LiveServer) -> None:
+    """vLLM's mm_processor_kwargs: `do_image_splitting: false` sends the global tile alone (1
+    tile, fewer prompt tokens, another identifier); a key Idefics3 does not take, or a size
+    above the model's, is a 400 naming it, never ignored."""
+    messages: Any = [{"role": "user", "content": [image_part(png_uri(64, 48))]}]
+    counts, features = [], []
     with trio.fail_after(CAP_S):
         async with client(vision) as sdk:
-            with pytest.raises(openai.BadRequestError) as caught:
-                await sdk.chat.completions.create(
+            for n, kwargs in enumerate([None, {"do_image_splitting": False}]):
+                answer = await sdk.chat.completions.create(
                     model=VISION,
                     messages=messages,
                     max_tokens=2,
-                    extra_body={"mm_processor_kwargs": {"do_image_splitting": False}},
+                    extra_body={} if kwargs is None else {"mm_processor_kwargs": kwargs},
+                    extra_headers={"x-request-id": f"kwargs{n}"},
                 )
-    assert isinstance(caught.value.body, dict)
-    assert caught.value.body["param"] == "mm_processor_kwargs"
+                assert answer.usage is not None
+                counts.append(answer.usage.prompt_tokens)
+                features.append((await received(vision, f"kwargs{n}"))["mm_features"][0])
+            refused = []
+            for bad in ({"foo": 1}, {"size": {"longest_edge": 4096}}):
+                with pytest.raises(openai.BadRequestError) as caught:
+                    await sdk.chat.completions.create(
+                        model=VISION,
+                        messages=messages,
+                        max_tokens=2,
+                        extra_body={"mm_processor_kwargs": bad},
+                    )
+                assert isinstance(caught.value.body, dict)
+                refused.append(caught.value.body["param"])
+    assert [f["shapes"]["pixel_values"][1][0] for f in features] == [5, 1]
+    # The 4 tiles' (<fake>, <row_i_col_j>, 4 x <image>) and 3 newlines are gone.
+    assert counts[0] - counts[1] == 4 * (2 + SEQ_LEN) + 3
+    assert features[0]["identifier"] != features[1]["identifier"]
+    assert refused == ["mm_processor_kwargs.foo", "mm_processor_kwargs.size"]
 
 
 async def test_more_images_than_the_limit_is_a_400(tmp_path: Path) -> None:

@@ -158,6 +158,21 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
     assert np.array_equal(stacked, golden["pixel_values"][0])
 
 
+@pytest.mark.parametrize(
+    "options", [{"do_image_splitting": False}, {"size": {"longest_edge": 56}}], ids=str
+)
+@pytest.mark.parametrize("index", [0, 1, 5])
+def test_mm_processor_kwargs_equal_the_hf_processor_given_them(
+    ours: ImageProcessor, hf: Any, index: int, options: dict[str, Any]
+) -> None:
+    data = IMAGES[index]
+    mine = ours.process(data, "image", options)
+    golden = hf(text="<image>", images=[_hf_rgb(data)], return_tensors="np", **options)
+    assert np.array_equal(_array(mine, "pixel_values"), golden["pixel_values"][0])
+    assert mine.embed_count == list(golden["input_ids"][0]).count(IMAGE_TOKEN_ID)
+    assert mine.identifier != ours.process(data, "image").identifier  # other tensors, other key
+
+
 def test_identifiers_are_stable_digests(ours: ImageProcessor) -> None:
     first = ours.process(IMAGES[0], "image").identifier
     assert ours.process(IMAGES[0], "image").identifier == first
