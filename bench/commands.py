@@ -55,6 +55,15 @@ COMMANDS: Final = (
         ("request_instructions", "bench.ttft.request_instructions:main", "callgrind counts"),
     ),
     *_group(
+        "images (bench/images/)",
+        (
+            "image_cost",
+            "bench.images.image_cost:main",
+            "per-image stage costs; text ITL under images",
+        ),
+        ("image_loop_lag", "bench.images.loop_lag:main", "event-loop lag: threads or processes"),
+    ),
+    *_group(
         "engine backends (bench/backends/)",
         (
             "zmq_throughput",

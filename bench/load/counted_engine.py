@@ -107,6 +107,9 @@ class CountingWire:
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes:
         return self._wire.encode_utility_reply(call_id, failure, value)
 
+    def reset_media(self) -> bool:
+        return self._wire.reset_media()
+
     def _write(self) -> None:
         partial = self._counts_file.with_suffix(".partial")
         partial.write_text(json.dumps({"requests": self._requests}), encoding="utf-8")

@@ -105,6 +105,7 @@ class ZmqBackend:
         self._inline = InlineBatches()  # docs/performance.md §2
         self.client_index = 0 if client is None else client.index
         """INIT's outputs[client_index] is ours: stamped on every ADD and UTILITY call."""
+        self._one_client = client is None  # the engine's image cache is ours alone
         if client is not None:
             self._registry.strays = {}
             for index, payload in saved_registrations(client.registrations).items():
@@ -198,7 +199,7 @@ class ZmqBackend:
         ready = registry.ready_engines()
         if not ready:
             raise BackendUnavailable(registry.unready_reason())
-        planned: dict[str, tuple[EngineRequest, EngineSlot, list[bytes]]] = {}
+        planned: dict[str, tuple[EngineRequest, EngineSlot, list[bytes], list[bytes] | None]] = {}
         load: dict[int, int] = {}
         arrival_time = time.time()
         for request in finalized.requests:
@@ -206,7 +207,8 @@ class ZmqBackend:
             load[engine.index] = load.get(engine.index, 0) + 1
             engine_request_id = self._in_flight.new_engine_request_id(request.request_id, planned)
             assert engine.registration is not None  # it is ready
-            frames = zmq_codec.encode_add(
+            encode = partial(
+                zmq_codec.encode_add,
                 self._runtime,
                 request,
                 engine_request_id=engine_request_id,
@@ -215,23 +217,37 @@ class ZmqBackend:
                 arrival_time=arrival_time,
                 client_index=self.client_index,
             )
-            planned[engine_request_id] = (request, engine, frames)
+            frames = encode()
+            full_add = None
+            held = self._held_media(engine, request)
+            if held:  # repeats go as `data: nil`; the full ADD is kept for a cache miss
+                full_add, frames = frames, encode(cached_media=held)
+            engine.media.sent(request.media)
+            planned[engine_request_id] = (request, engine, frames, full_add)
         stream = self._in_flight.new_stream(tuple(planned), self._inline)
         routes = []
         adds = []
-        for engine_request_id, (request, engine, frames) in planned.items():
+        for engine_request_id, (request, engine, frames, full_add) in planned.items():
             route = Route(
                 engine_request_id=engine_request_id,
                 choice_index=request.choice_index,
                 engine=engine,
                 stream=stream,
                 prompt_tokens=len(request.prompt_ids),
+                full_add=full_add,
             )
             self._in_flight.add(route)
             routes.append(route)
             adds.append(Outgoing(engine, [engine.identity, *frames], add_for=route))
         self._writer.send_adds(adds)  # every route registered first: a failed send sees them
         return stream, routes
+
+    def _held_media(self, engine: EngineSlot, request: EngineRequest) -> frozenset[str]:
+        """The request's images `engine` holds, for vLLM with this process its only client
+        (several processes would each mirror a cache they share: data is always sent)."""
+        if not request.media or self._runtime is not Runtime.VLLM or not self._one_client:
+            return frozenset()
+        return engine.media.held(request.media)
 
     async def _abort(self, _given_up: Sequence[Route], unfinished: Sequence[Route]) -> None:
         """Queue one ABORT per live engine for the unfinished routes whose ADD went out, and
@@ -279,6 +295,10 @@ class ZmqBackend:
                     continue
                 registry.dispatch(message, now)
             self._inline.flush()  # the read's batches to the requests parked for them
+            if registry.resends:  # cache misses: the same ADDs again, with their images
+                for engine, frames in registry.resends:
+                    self._writer.put(Outgoing(engine, frames))
+                registry.resends.clear()
             if registry.strays:  # once per batch; only ever with several processes
                 for engine, frames in registry.stray_aborts():
                     self._writer.put(Outgoing(engine, frames))

@@ -21,6 +21,7 @@ from smg_trio.neutral.events import TokenLogprob
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import tokenspeed_zmq, vllm_zmq, vllm_zmq_outputs
+from smg_trio.wire.vllm_mm_features import checked_features, encode_features
 from smg_trio.wire.zmq_transport import RequestType
 
 
@@ -45,6 +46,7 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int | None = None  # when the engine reports it
     completion_tokens: int | None = None  # cumulative, when the engine reports it
     cached_tokens: int | None = None
+    cache_miss: tuple[str, ...] = ()  # vLLM: image keys sent as `data: nil` it did not hold
 
 
 class UtilityReply(msgspec.Struct, frozen=True):
@@ -82,11 +84,18 @@ def encode_add(
     vocab_size: int | None,
     arrival_time: float,
     client_index: int = 0,
+    cached_media: frozenset[str] = frozenset(),
 ) -> list[bytes]:
-    """`[type byte, payload]` of one ADD; raises ClientError for values the engine would refuse.
-    `client_index`: the process's output socket in INIT (0 with one; docs/processes.md §3)."""
+    """`[type byte, payload, *tensor frames]` of one ADD; raises ClientError for values the
+    engine would refuse. `client_index`: the process's output socket in INIT (0 with one;
+    docs/processes.md §3). `cached_media`: image identifiers the engine holds (sent without
+    data)."""
     match runtime:
         case Runtime.VLLM:
+            features, aux = None, list[bytes]()
+            if request.media:
+                checked_features(request.media, len(request.prompt_ids))
+                features, aux = encode_features(request.media, cached=cached_media)
             vllm_request = vllm_zmq.build_request(
                 request,
                 engine_request_id=engine_request_id,
@@ -95,8 +104,9 @@ def encode_add(
                 vocab_size=vocab_size,
                 client_index=client_index,
                 external_req_id=request.request_id,
+                mm_features=features,
             )
-            return [RequestType.ADD.frame, vllm_zmq.encode_request(vllm_request)]
+            return [RequestType.ADD.frame, vllm_zmq.encode_request(vllm_request), *aux]
         case Runtime.TOKENSPEED:
             tokenspeed_request = tokenspeed_zmq.build_request(
                 request,
@@ -176,6 +186,7 @@ def _vllm_message(
                 error=error,
                 prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
                 cached_tokens=None if prefill is None else prefill.num_cached_tokens,
+                cache_miss=output.mm_cache_miss_hashes or (),
             )
         )
     utility = None

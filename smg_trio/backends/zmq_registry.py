@@ -27,6 +27,7 @@ from smg_trio.backends.zmq_codec import (
     RequestStep,
     decode_registration,
 )
+from smg_trio.backends.zmq_media_cache import MediaMirror
 from smg_trio.errors import (
     BackendError,
     BackendProtocolError,
@@ -78,6 +79,8 @@ class EngineSlot:
     probe_delivered: bool = False
     """A probe reached its input: outputs from then on prove both directions reconnected (its
     output socket may reconnect, and deliver, before its input does)."""
+    media: MediaMirror = field(default_factory=MediaMirror)
+    """The images it holds (zmq_media_cache.py): a repeat goes as `data: nil`."""
 
     @property
     def ready(self) -> bool:
@@ -96,6 +99,9 @@ class Route(InFlight[EngineSlot]):
     """One engine request in flight on a rank."""
 
     add_sent: bool = False  # the writer handed its ADD to libzmq: leaving must ABORT it
+    # Sent with some images as `data: nil`: the same ADD with every image's data, for one
+    # resend should the engine answer with a cache miss (docs/images.md §5).
+    full_add: list[bytes] | None = None
 
 
 @dataclass(eq=False)
@@ -140,6 +146,8 @@ class EngineRegistry:
         """Told the ids to abort on an engine that answered again after going silent."""
         self.declared: DeclaredModel | None = None
         """The model this worker was declared for: an engine showing another is refused."""
+        self.resends: list[tuple[EngineSlot, list[bytes]]] = []
+        """ADDs to send again with their images' data (a cache miss), by the output reader."""
 
     # --- engines ----------------------------------------------------------------------------
 
@@ -188,6 +196,7 @@ class EngineRegistry:
         except BackendProtocolError as exc:
             self.protocol_error(exc)
             return
+        engine.media.clear()  # a (re)started engine holds no image
         logger.info("engine %d registered: %s", engine.index, engine.registration)
         self._refuse_another_model(engine)
         self.notify_readiness()
@@ -294,6 +303,7 @@ class EngineRegistry:
             return
         engine.dead_reason = reason
         engine.revivable = revivable
+        engine.media.clear()  # whatever comes back may hold none of our images
         logger.error("engine %d is dead: %s", engine.index, reason)
         message = f"engine {engine.index} is dead: {reason}"
         failed = self.in_flight.fail_engine(engine, message)
@@ -403,5 +413,11 @@ class EngineRegistry:
         if step.cached_tokens is not None:
             route.cached_tokens = step.cached_tokens
         if step.finish_reason is not None:
+            if step.cache_miss and route.full_add is not None and not route.completion_tokens:
+                # vLLM's cache miss: its receiver lost an image we sent as nil. Once, with data.
+                route.engine.media.forget(step.cache_miss)
+                self.resends.append((route.engine, [route.engine.identity, *route.full_add]))
+                route.full_add = None
+                return
             failure = step.error or f"finish reason {step.finish_reason!r}"
             self.in_flight.end_choice(route, step.finish_reason, step.stop_reason, failure=failure)

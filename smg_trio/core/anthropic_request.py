@@ -23,12 +23,14 @@ finalize and every 400 they raise work unchanged; only the plan's endpoint becom
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
+from smg_trio.core.images import ProcessedImage
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.prepare import PromptModel, chat_prompt_ids, prepare_chat
+from smg_trio.core.prepare import PromptModel, chat_prompt, prepare_chat
 from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.validation import (
@@ -105,21 +107,31 @@ def _check_shape(req: an.CountTokensRequest) -> None:
 
 
 def prepare_messages(
-    req: an.MessagesRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
+    req: an.MessagesRequest,
+    model: PromptModel,
+    *,
+    request_id: str,
+    now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> GeneratePlan:
-    """The plan of a Messages request: the chat plan of its chat request, answered as Messages."""
+    """The plan of a Messages request: the chat plan of its chat request, answered as Messages;
+    `images`: its image blocks processed, in order."""
     # Every chat-only check (validate_chat) concerns fields a Messages body cannot set.
     chat = chat_request_of(req)
-    plan = prepare_chat(chat, model, request_id=request_id, now=now)
+    plan = prepare_chat(chat, model, request_id=request_id, now=now, images=images)
     return msgspec.structs.replace(plan, endpoint=Endpoint.MESSAGES)
 
 
 def count_tokens_body(
-    req: an.CountTokensRequest, model: PromptModel, *, now: _dt.datetime
+    req: an.CountTokensRequest,
+    model: PromptModel,
+    *,
+    now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> bytes:
     """`{"input_tokens": N}`: the prompt the Messages request would send, counted (like
-    /v1/tokenize, unbounded by the context)."""
-    ids = chat_prompt_ids(chat_request_of(req), model, now=now)
+    /v1/tokenize, unbounded by the context), its image blocks expanded as the prompt holds them."""
+    ids, _ = chat_prompt(chat_request_of(req), model, now=now, images=images)
     return msgspec.json.encode(an.TokenCount(len(ids)))
 
 
@@ -171,10 +183,32 @@ def _kind(block: an.ContentBlock) -> str:
 
 def _no_image(param: str) -> ClientError:
     return ClientError(
-        f"{param}: this gateway's models take text only (got an image block)",
+        f"{param}: images are taken in user turns only (the chat template cannot place this one)",
         code="multimodal_not_supported",
         param=param,
     )
+
+
+def _image_part(source: dict[str, Any], param: str) -> oa.SourcedImagePart:
+    """An `image` block's source as an OpenAI image part: base64 as a data: URI, a url as
+    itself (fetched as any image URL is, docs/images.md §3)."""
+    kind = source.get("type")
+    if kind == "base64":
+        media_type, data = source.get("media_type"), source.get("data")
+        if not isinstance(media_type, str) or not isinstance(data, str):
+            raise ClientError(f"{param}: a base64 source needs media_type and data", param=param)
+        url = f"data:{media_type};base64,{data}"
+    elif kind == "url":
+        given = source.get("url")
+        if not isinstance(given, str):
+            raise ClientError(f"{param}.url: a url source needs a url", param=f"{param}.url")
+        url = given
+    else:
+        raise ClientError(
+            f"{param}.type: image sources of type {kind!r} are not supported (base64, url)",
+            param=f"{param}.type",
+        )
+    return oa.SourcedImagePart(image_url=oa.ImageURL(url=url), param=param)
 
 
 def _user_messages(message: an.Message, index: int) -> list[oa.ChatMessage]:
@@ -192,8 +226,8 @@ def _user_messages(message: an.Message, index: int) -> list[oa.ChatMessage]:
                     out.append(oa.UserMessage(content=tuple(texts)))
                     texts = []
                 out.append(_tool_message(block, param))
-            case an.ImageBlock():
-                raise _no_image(param)
+            case an.ImageBlock(source=source):
+                texts.append(_image_part(source, f"{param}.source"))
             case _:
                 raise ClientError(
                     f"{param}.type: a user turn cannot carry a {_kind(block)} block",

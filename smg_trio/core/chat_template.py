@@ -19,6 +19,7 @@ from typing import Any
 import minijinja
 import msgspec
 
+from smg_trio.core.images import template_content
 from smg_trio.errors import ClientError, ConfigError
 from smg_trio.wire import openai as oa
 
@@ -150,7 +151,8 @@ def message_for_template(
     message: oa.ChatMessage, index: int, *, developer_role: bool
 ) -> dict[str, Any]:
     """A message as transformers templates expect it, as vLLM renders them: content flattened
-    to one string, a null content (an assistant turn with tool_calls) "", and a `developer`
+    to one string (a list with its images in vLLM's "openai" form, core/images.py), a null
+    content (an assistant turn with tool_calls) "", and a `developer`
     message a `system` one unless the template knows the developer role."""
     out: dict[str, Any] = {
         key: value for key, value in msgspec.to_builtins(message).items() if value is not None
@@ -163,15 +165,5 @@ def message_for_template(
     if content is None:
         out["content"] = ""
     elif not isinstance(content, str):
-        texts: list[str] = []
-        for part in content:
-            if not isinstance(part, oa.TextPart):
-                raise ClientError(
-                    f"messages[{index}]: this gateway's models take text only "
-                    f"(got a {type(part).__name__})",
-                    code="multimodal_not_supported",
-                    param=f"messages[{index}].content",
-                )
-            texts.append(part.text)
-        out["content"] = "\n".join(texts)
+        out["content"] = template_content(content, index)
     return out

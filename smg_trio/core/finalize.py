@@ -185,6 +185,7 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
                 choice_index=0,
                 prompt_ids=plan.prompt_ids,
                 sampling=sampling,
+                media=plan.media,
             )
         ]
     return [
@@ -192,6 +193,7 @@ def _fan_out(plan: GeneratePlan, sampling: SamplingParams) -> list[EngineRequest
             request_id=f"{plan.request_id}-{prompt_index * plan.n + index}",
             choice_index=prompt_index * plan.n + index,
             prompt_ids=prompt.ids,
+            media=plan.media,
             sampling=(
                 sampling
                 if sampling.seed is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from smg_trio.neutral.media import MediaFeature
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire.responses_objects import ResponseSettings
@@ -92,6 +93,10 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     stream_interval: int = 1
     # vLLM's `return_token_ids` (chat, completions): the prompt's and the generated ids shown.
     return_token_ids: bool = False
+    # The prompt's images, processed, by position in `prompt_ids` (docs/images.md); the
+    # client's names of their parts, for a worker's 400 when its wire carries no image.
+    media: tuple[MediaFeature, ...] = ()
+    media_params: tuple[str, ...] = ()
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

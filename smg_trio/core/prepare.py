@@ -16,11 +16,18 @@ import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate, cut_after_final_message, template_messages
 from smg_trio.core.harmony_prompt import harmony_chat_text, with_harmony_stops
+from smg_trio.core.images import (
+    ProcessedImage,
+    chat_image_refs,
+    expand_placeholders,
+    place_images,
+)
 from smg_trio.core.plan import GeneratePlan, PromptPart, StopSpec
 from smg_trio.core.prompt_bound import PromptLimit, bounded_encode, kept_tokens, truncated
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.core.tool_choice import with_parsers
 from smg_trio.errors import ClientError
+from smg_trio.neutral.media import MediaFeature
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.neutral.validation import (
@@ -62,20 +69,37 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def prepare_chat_completion(
-    req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    *,
+    request_id: str,
+    now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> GeneratePlan:
     """/v1/chat/completions: vLLM's bound on `max_completion_tokens` (else `max_tokens`) before
     anything is tokenized, then `prepare_chat` (which Messages and Responses share; they cap)."""
     param = "max_tokens" if req.max_completion_tokens is None else "max_completion_tokens"
     check_output_length(req.max_new_tokens, param, model.context_length)
-    return prepare_chat(req, model, request_id=request_id, now=now)
+    return prepare_chat(req, model, request_id=request_id, now=now, images=images)
 
 
 def prepare_chat(
-    req: oa.ChatCompletionRequest, model: PromptModel, *, request_id: str, now: _dt.datetime
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    *,
+    request_id: str,
+    now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> GeneratePlan:
+    """`images`: the request's image parts processed, in order (`chat_image_refs`)."""
     limit = model.prompt_limit(req.truncate_prompt_tokens, "messages")
-    prompt_ids = chat_prompt_ids(req, model, now=now, limit=limit)
+    refs = chat_image_refs(req)
+    if refs and req.truncate_prompt_tokens is not None:
+        raise ClientError(
+            "truncate_prompt_tokens cannot cut a prompt holding images",
+            param="truncate_prompt_tokens",
+        )
+    prompt_ids, media = chat_prompt(req, model, now=now, limit=limit, images=images)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     plan = _plan(
         req,
@@ -88,6 +112,10 @@ def prepare_chat(
         logprobs=logprobs,
         echo_text=_echoed_message(req) if req.echo else None,
     )
+    if media:
+        plan = msgspec.structs.replace(
+            plan, media=media, media_params=tuple(ref.param for ref in refs)
+        )
     plan = with_parsers(plan, req, model.tool_call_parser, model.reasoning_parser)
     plan = with_harmony_stops(plan, model.harmony_stop_ids)
     prompt_logprobs = req.prompt_logprobs
@@ -110,17 +138,71 @@ def chat_prompt_ids(
     add_special_tokens: bool = False,
     limit: PromptLimit | None = None,
 ) -> tuple[int, ...]:
-    """The prompt ids of a chat request: its messages templated, then encoded.
+    """The prompt ids of a chat request without images (`chat_prompt`)."""
+    ids, _ = chat_prompt(
+        req, model, now=now, add_special_tokens=add_special_tokens, limit=limit, images=()
+    )
+    return ids
+
+
+def chat_prompt(
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    *,
+    now: _dt.datetime,
+    add_special_tokens: bool = False,
+    limit: PromptLimit | None = None,
+    images: Sequence[ProcessedImage] = (),
+) -> tuple[tuple[int, ...], tuple[MediaFeature, ...]]:
+    """The prompt ids of a chat request: its messages templated, then encoded; with its
+    images' placeholders expanded first and their spans located after (core/images.py).
 
     The one place chat prompts are built: `prepare_chat` sends these to the engine and
     /v1/tokenize returns them (`add_special_tokens` is tokenize's option; chat never adds).
-    `limit` bounds the encoding (prompt_bound); /v1/tokenize, like vLLM's, has none.
+    `limit` bounds the encoding (prompt_bound); /v1/tokenize, like vLLM's, has none. An
+    image part without its processed image is a 400 naming it (where images are not taken).
     """
+    refs = chat_image_refs(req)
+    if len(refs) != len(images):
+        param = refs[0].param if refs else "messages"
+        raise ClientError(
+            f"{param}: images are not taken on this path",
+            code="multimodal_not_supported",
+            param=param,
+        )
+    if not images:
+        return _chat_text_ids(req, model, now, add_special_tokens, limit), ()
+    if model.harmony_stop_ids:
+        raise ClientError(
+            f"{refs[0].param}: gpt-oss takes text only",
+            code="multimodal_not_supported",
+            param=refs[0].param,
+        )
+    text = expand_placeholders(
+        _chat_text(req, model, now), images[0].placeholder, images, "messages"
+    )
+    ids = bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
+    return ids, place_images(ids, images, model.tokenizer, "messages")
+
+
+def _chat_text_ids(
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    now: _dt.datetime,
+    add_special_tokens: bool,
+    limit: PromptLimit | None,
+) -> tuple[int, ...]:
     if model.harmony_stop_ids:  # gpt-oss: Harmony instead of the chat template
         text = harmony_chat_text(req, template_messages(req, developer_role=True), now=now)
         return bounded_encode(
             model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit
         )
+    text = _chat_text(req, model, now)
+    return bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
+
+
+def _chat_text(req: oa.ChatCompletionRequest, model: PromptModel, now: _dt.datetime) -> str:
+    """The chat template's rendering of `req` (continue_final_message applied)."""
     if model.chat_template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
@@ -142,7 +224,7 @@ def chat_prompt_ids(
     )
     if req.continue_final_message:
         text = cut_after_final_message(text, messages[-1])
-    return bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
+    return text
 
 
 def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:

@@ -23,10 +23,12 @@ message in front and are never carried over to the next turn, as OpenAI's are no
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
+from smg_trio.core.images import ProcessedImage
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel, prepare_chat
 from smg_trio.errors import ClientError
@@ -38,6 +40,7 @@ from smg_trio.wire.responses_api import (
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
+    InputImage,
     InputItem,
     MessageItem,
     ReasoningItem,
@@ -70,6 +73,20 @@ def responses_param(param: str | None) -> str | None:
     return param
 
 
+def responses_chat(
+    req: ResponsesRequest, history: list[Any]
+) -> tuple[list[InputItem], list[InputItem], oa.ChatCompletionRequest]:
+    """The stored items, the request's own, and the chat request they say together."""
+    earlier = decode_items(history, "previous_response_id")
+    current: list[InputItem] = (
+        [MessageItem(role="user", content=req.input)]
+        if isinstance(req.input, str)
+        else decode_items(req.input, "input")
+    )
+    names = ["previous_response_id"] * len(earlier) + [f"input[{i}]" for i in range(len(current))]
+    return earlier, current, _chat_request(req, [*earlier, *current], names)
+
+
 def prepare_responses(
     req: ResponsesRequest,
     history: list[Any],
@@ -77,18 +94,14 @@ def prepare_responses(
     *,
     request_id: str,
     now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> GeneratePlan:
-    """The plan of a Responses request continuing `history` (stored items; [] for none)."""
-    earlier = decode_items(history, "previous_response_id")
-    current = (
-        [MessageItem(role="user", content=req.input)]
-        if isinstance(req.input, str)
-        else decode_items(req.input, "input")
-    )
-    chat = _chat_request(req, [*earlier, *current])
+    """The plan of a Responses request continuing `history` (stored items; [] for none);
+    `images`: its `input_image` parts processed, in order."""
+    earlier, current, chat = responses_chat(req, history)
     try:
         validate_chat(chat)
-        plan = prepare_chat(chat, model, request_id=request_id, now=now)
+        plan = prepare_chat(chat, model, request_id=request_id, now=now, images=images)
     except ClientError as error:
         error.param = responses_param(error.param)
         raise
@@ -120,11 +133,13 @@ def prepare_responses(
     )
 
 
-def _chat_request(req: ResponsesRequest, items: list[InputItem]) -> oa.ChatCompletionRequest:
+def _chat_request(
+    req: ResponsesRequest, items: list[InputItem], names: list[str]
+) -> oa.ChatCompletionRequest:
     messages: list[oa.ChatMessage] = []
     if req.instructions is not None:
         messages.append(oa.SystemMessage(content=req.instructions))
-    messages.extend(_messages(items))
+    messages.extend(_messages(items, names))
     effort = req.reasoning.effort if req.reasoning is not None else None
     fmt = req.text.format if req.text is not None else None
     response_format: oa.ResponseFormat | None = None
@@ -168,28 +183,57 @@ def _chat_request(req: ResponsesRequest, items: list[InputItem]) -> oa.ChatCompl
     )
 
 
-def _text(content: str | tuple[Any, ...]) -> str | tuple[oa.TextPart, ...]:
+def _text(content: str | tuple[Any, ...], where: str) -> str | tuple[oa.ContentPart, ...]:
+    """A message's content in chat form; images only in a user turn (`_user_content`)."""
     if isinstance(content, str):
         return content
+    for at, part in enumerate(content):
+        if isinstance(part, InputImage):
+            param = f"{where}.content[{at}]"
+            raise ClientError(
+                f"{param}: images are taken in user messages only",
+                code="multimodal_not_supported",
+                param=param,
+            )
     return tuple(oa.TextPart(text=part.text) for part in content)
 
 
-def _messages(items: list[InputItem]) -> list[oa.ChatMessage]:
+def _user_content(content: str | tuple[Any, ...], where: str) -> str | tuple[oa.ContentPart, ...]:
+    if isinstance(content, str):
+        return content
+    parts: list[oa.ContentPart] = []
+    for at, part in enumerate(content):
+        param = f"{where}.content[{at}]"
+        if not isinstance(part, InputImage):
+            parts.append(oa.TextPart(text=part.text))
+        elif part.image_url is None:
+            raise ClientError(
+                f"{param}: only image_url is taken (file_id needs a files API this gateway "
+                "does not have)",
+                param=f"{param}.file_id" if part.file_id is not None else f"{param}.image_url",
+            )
+        else:
+            url = oa.ImageURL(url=part.image_url, detail=part.detail)
+            parts.append(oa.SourcedImagePart(image_url=url, param=f"{param}.image_url"))
+    return tuple(parts)
+
+
+def _messages(items: list[InputItem], names: list[str]) -> list[oa.ChatMessage]:
     messages: list[oa.ChatMessage] = []
     reasoning: str | None = None
-    for item in items:
+    for item, where in zip(items, names, strict=True):
         match item:
             case MessageItem(role="assistant", content=content):
                 messages.append(
-                    oa.AssistantMessage(content=_text(content), reasoning_content=reasoning)
+                    oa.AssistantMessage(content=_text(content, where), reasoning_content=reasoning)
                 )
                 reasoning = None
             case MessageItem(role="user", content=content):
-                messages.append(oa.UserMessage(content=_text(content)))
+                messages.append(oa.UserMessage(content=_user_content(content, where)))
             case MessageItem(role="system", content=content):
-                messages.append(oa.SystemMessage(content=_text(content)))
+                messages.append(oa.SystemMessage(content=_text(content, where)))
             case MessageItem(content=content):
-                messages.append(oa.DeveloperMessage(content=_text(content)))
+                messages.append(oa.DeveloperMessage(content=_text(content, where)))
             case FunctionCallItem(call_id=call_id, name=name, arguments=arguments):
                 call = oa.ToolCall(id=call_id, function=oa.FunctionCall(name, arguments))
                 last = messages[-1] if messages else None

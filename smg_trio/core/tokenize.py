@@ -13,7 +13,8 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Protocol
 
-from smg_trio.core.prepare import PromptModel, chat_prompt_ids, checked_prompt_ids
+from smg_trio.core.images import ProcessedImage
+from smg_trio.core.prepare import PromptModel, chat_prompt, checked_prompt_ids
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.openai_tokenize import (
     DetokenizeRequest,
@@ -32,11 +33,20 @@ class TokenNames(Protocol):
 
 
 def tokenize_body(
-    req: TokenizeRequest, model: PromptModel, names: TokenNames, *, now: _dt.datetime
+    req: TokenizeRequest,
+    model: PromptModel,
+    names: TokenNames,
+    *,
+    now: _dt.datetime,
+    images: Sequence[ProcessedImage] = (),
 ) -> bytes:
+    """`images`: the chat form's image parts processed, in order (their placeholders are
+    expanded and counted as vLLM counts them)."""
     match req:
         case TokenizeChatRequest(chat=chat):
-            ids = chat_prompt_ids(chat, model, now=now, add_special_tokens=req.add_special_tokens)
+            ids, _ = chat_prompt(
+                chat, model, now=now, add_special_tokens=req.add_special_tokens, images=images
+            )
         case TokenizePromptRequest(prompt=prompt):
             encoded = model.tokenizer.encode(prompt, add_special_tokens=req.add_special_tokens)
             ids = tuple(encoded)

@@ -14,6 +14,7 @@ from typing import Final
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.errors import ClientError
 from smg_trio.neutral.capabilities import BadWords, Capabilities, StringStops
+from smg_trio.neutral.media import ImageInput
 from smg_trio.neutral.runtime import Runtime
 
 VLLM_GREEDY_TEMPERATURE: Final = 1e-5  # vLLM's _SAMPLING_EPS: below it sampling is greedy
@@ -22,6 +23,13 @@ VLLM_GREEDY_TEMPERATURE: Final = 1e-5  # vLLM's _SAMPLING_EPS: below it sampling
 def refuse_unsupported(plan: GeneratePlan, caps: Capabilities) -> None:
     """Raise the 400 for the first field of `plan` that `caps` says its engine cannot take."""
     sampling = plan.sampling
+    if plan.media and caps.images is ImageInput.REFUSED:
+        raise ClientError(
+            f"{plan.media_params[0]}: images are not supported by this model's engine "
+            f"({caps.runtime.value} over {caps.wire.value}: its wire carries no image)",
+            code="multimodal_not_supported",
+            param=plan.media_params[0],
+        )
     # Implied by chat echo (no param): finalize drops them instead.
     if (
         sampling.prompt_logprobs is not None

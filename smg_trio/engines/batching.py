@@ -118,6 +118,7 @@ class BatchingLoop:
             "is_sleeping": lambda: False,
             "list_loras": lambda: [],
             "reset_prefix_cache": self._reset_prefix_cache,
+            "reset_mm_cache": self.adapter.reset_media,
         }
         self._lookups: dict[str, Callable[[str], Any]] = {RECEIVED_METHOD: self.received.latest}
 
@@ -201,7 +202,7 @@ class BatchingLoop:
             request_id=reject.request_id,
             client_index=reject.client_index,
             new_token_ids=(),
-            outcome=Rejected(reject.message),
+            outcome=Rejected(reject.message, reject.cache_miss),
             prompt_tokens=0,
             completion_tokens=0,
         )

@@ -222,6 +222,9 @@ class TokenSpeedWire:
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes:
         return encode_utility_reply(self.engine_index, call_id, failure, value)
 
+    def reset_media(self) -> bool:
+        return True  # TokenSpeed takes no image: nothing is held
+
 
 def _request_problem(request: TokenizedGenerateReqInput) -> str | None:
     """The checks TokenSpeed's receive path makes before admitting a request."""

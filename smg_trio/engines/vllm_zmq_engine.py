@@ -50,6 +50,12 @@ from smg_trio.engines.generation import (
 )
 from smg_trio.engines.reasoning_gate import grammar_gate
 from smg_trio.engines.token_rules import TokenRules
+from smg_trio.engines.vllm_mm_checks import (
+    MEDIA_CACHE_KEYS,
+    MediaKeys,
+    mm_features_problem,
+    summary,
+)
 from smg_trio.engines.vllm_request_checks import reject_undecodable, structured_outputs_problem
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
@@ -131,6 +137,8 @@ class VllmWire:
         self._seeds = random.Random()  # unseeded sampling draws one seed per request from here
         # Requests that asked for prompt logprobs: (prompt ids, top-k width), until first output.
         self._prompt_logprobs: dict[str, tuple[tuple[int, ...], int]] = {}
+        # vLLM's receiver cache of image items (mm_processor_cache_gb): keys sent with data.
+        self._media = MediaKeys(MEDIA_CACHE_KEYS)
 
     def hello(self) -> bytes:
         return encode_handshake(HELLO, local=False, headless=True)
@@ -166,7 +174,7 @@ class VllmWire:
             kind = RequestType.of_frame(frames[0])
             match kind:
                 case RequestType.ADD:
-                    return self._add(frames[1])
+                    return self._add(frames[1], frames[1:])
                 case RequestType.ABORT:
                     aborted = decode_abort(frames[1])
                     for request_id in aborted:  # aborted before its first output
@@ -180,7 +188,8 @@ class VllmWire:
         except BackendProtocolError as exc:
             return Ignored(str(exc))
 
-    def _add(self, payload: bytes) -> Command:
+    def _add(self, payload: bytes, frames: Sequence[bytes]) -> Command:
+        """`frames`: the payload (index 0) and its extra tensor frames."""
         try:
             request = decode_request(payload)
         except BackendProtocolError as exc:
@@ -189,9 +198,16 @@ class VllmWire:
         if params is None:
             return Reject(request.request_id, request.client_index, "pooling is not supported")
         prompt = request.prompt_token_ids or ()
-        problem = prompt_problem(prompt, self.model)
+        problem = prompt_problem(prompt, self.model) or mm_features_problem(
+            request.mm_features, frames, prompt
+        )
         if problem is not None:
             return Reject(request.request_id, request.client_index, problem)
+        missing = self._media.missing(request.mm_features)
+        if missing:  # vLLM: finish ERROR, no tokens, the keys in mm_cache_miss_hashes
+            return Reject(
+                request.request_id, request.client_index, "image cache miss", cache_miss=missing
+            )
         try:
             rules = StopRules(
                 max_tokens=params.effective_max_tokens,
@@ -323,6 +339,7 @@ class VllmWire:
             stop_reason=stop_reason,
             prefill_stats=prefill_stats,
             error=error,
+            mm_cache_miss_hashes=_cache_miss(emission.outcome),
         )
 
     def _position_logprobs(self, token_id: int, width: int) -> TokenLogprob:
@@ -339,6 +356,10 @@ class VllmWire:
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes:
         return encode_utility_reply(self.engine_index, call_id, failure, value)
 
+    def reset_media(self) -> bool:
+        self._media.clear()
+        return True
+
 
 def encode_utility_reply(engine_index: int, call_id: int, failure: str | None, value: Any) -> bytes:
     """A UtilityOutput message: `result` is `[type_info=nil, value]` unless the call failed."""
@@ -350,6 +371,12 @@ def encode_utility_reply(engine_index: int, call_id: int, failure: str | None, v
             utility_output=UtilityOutput(call_id=call_id, failure_message=failure, result=result),
         )
     )
+
+
+def _cache_miss(outcome: Outcome | None) -> tuple[str, ...] | None:
+    if isinstance(outcome, Rejected) and outcome.cache_miss:
+        return outcome.cache_miss
+    return None
 
 
 def _finish_fields(outcome: Outcome | None) -> tuple[int | None, int | None, RequestError | None]:
@@ -365,7 +392,7 @@ def _finish_fields(outcome: Outcome | None) -> tuple[int | None, int | None, Req
             return FinishReason.LENGTH, None, None
         case Aborted():
             return FinishReason.ABORT, None, None
-        case Rejected(message):
+        case Rejected(message=message):
             return FinishReason.ERROR, None, RequestError("validation_error", message, False)
         case _:
             assert_never(outcome)
@@ -382,8 +409,11 @@ def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:
 
 
 def _received(request: EngineCoreRequest) -> dict[str, Any]:
-    """What `smg_trio_received` reports: the sampling map, and `reasoning_ended` when set."""
+    """What `smg_trio_received` reports: the sampling map, `reasoning_ended` when set, and
+    what arrived of the images (`vllm_mm_checks.summary`)."""
     received: dict[str, Any] = msgspec.to_builtins(request.sampling_params)
     if request.reasoning_ended is not None:
         received["reasoning_ended"] = request.reasoning_ended
+    if request.mm_features is not None:
+        received["mm_features"] = summary(request.mm_features)
     return received

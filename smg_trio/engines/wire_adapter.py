@@ -76,6 +76,9 @@ class Reject:
     request_id: str
     client_index: int
     message: str
+    # vLLM's image cache miss: the `data: nil` keys the engine does not hold (sent back in
+    # the output's `mm_cache_miss_hashes`, so the frontend resends them with data).
+    cache_miss: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class Aborted:
 @dataclass(frozen=True)
 class Rejected:
     message: str
+    cache_miss: tuple[str, ...] = ()
 
 
 Outcome = Finish | Aborted | Rejected
@@ -202,6 +206,10 @@ class WireAdapter(Protocol):
         ...
 
     def encode_utility_reply(self, call_id: int, failure: str | None, value: Any) -> bytes: ...
+
+    def reset_media(self) -> bool:
+        """vLLM's `reset_mm_cache` utility: forget every image item held (True when done)."""
+        ...
 
 
 RUNNER_UP_LOGPROB = -1.5  # each runner-up 1.5 nats less likely than the one before it

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Final
 
 from smg_trio.errors import UnsupportedRuntime
+from smg_trio.neutral.media import ImageInput
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.neutral.sampling import ConstraintKind
 
@@ -81,6 +82,8 @@ class Capabilities:
     # Deployment (docs/processes.md §4, docs/wire.md §B.7).
     one_engine_per_worker: bool
     one_gateway_process: bool  # the engine answers one client: no --processes above 1
+    # Images in the prompt (docs/images.md): what the wire carries of one, if anything.
+    images: ImageInput
 
     def accepts(self, kind: ConstraintKind) -> bool:
         """Whether a constraint of `kind` reaches this engine, natively or rewritten."""
@@ -124,6 +127,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
+        images=ImageInput.MM_FEATURES,
     ),
     Capabilities(
         runtime=Runtime.VLLM,
@@ -149,6 +153,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
+        images=ImageInput.REFUSED,
     ),
     Capabilities(
         runtime=Runtime.SGLANG,
@@ -174,6 +179,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
+        images=ImageInput.REFUSED,
     ),
     Capabilities(
         runtime=Runtime.TOKENSPEED,
@@ -199,6 +205,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=True,
         one_gateway_process=True,
+        images=ImageInput.REFUSED,
     ),
     Capabilities(
         runtime=Runtime.TOKENSPEED,
@@ -224,6 +231,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
+        images=ImageInput.REFUSED,
     ),
     Capabilities(
         runtime=Runtime.TRTLLM,
@@ -249,6 +257,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
+        images=ImageInput.REFUSED,
     ),
     Capabilities(
         runtime=Runtime.MLX,
@@ -274,6 +283,7 @@ _ROWS: Final = (
         min_tokens=False,
         one_engine_per_worker=False,
         one_gateway_process=False,
+        images=ImageInput.REFUSED,
     ),
 )
 _TABLE: Final[Mapping[tuple[Runtime, Wire], Capabilities]] = MappingProxyType(

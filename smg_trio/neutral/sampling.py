@@ -14,6 +14,8 @@ import enum
 
 import msgspec
 
+from smg_trio.neutral.media import MediaFeature
+
 
 class ConstraintKind(enum.StrEnum):
     """What a structured-output constraint says the text must be (vLLM's StructuredOutputsParams
@@ -100,6 +102,7 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
     choice_index: int
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams
+    media: tuple[MediaFeature, ...] = ()  # the prompt's images, by position (neutral/media.py)
 
 
 class EosIds(msgspec.Struct, frozen=True):

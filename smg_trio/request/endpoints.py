@@ -9,17 +9,20 @@ a path here, a decoder, a preparation and a renderer (docs/client-apis.md).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from smg_trio.core.anthropic_request import (
     COUNT_TOKENS_PATH,
     MESSAGES_PATH,
+    chat_request_of,
     count_tokens_body,
     decode_count_tokens_request,
     decode_messages_request,
     prepare_messages,
 )
+from smg_trio.core.images import ProcessedImage
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import (
     PromptModel,
@@ -27,23 +30,30 @@ from smg_trio.core.prepare import (
     prepare_completion,
     prepare_generate,
 )
-from smg_trio.core.responses_request import prepare_responses
+from smg_trio.core.responses_request import prepare_responses, responses_chat, responses_param
 from smg_trio.core.tokenize import TokenNames, detokenize_body, tokenize_body
 from smg_trio.errors import ClientError
+from smg_trio.wire import anthropic as an
+from smg_trio.wire import openai as oa
 from smg_trio.wire.openai_decode import (
     decode_chat_request,
     decode_completion_request,
     decode_generate_request,
 )
-from smg_trio.wire.openai_tokenize import decode_detokenize_request, decode_tokenize_request
-from smg_trio.wire.responses_api import decode_responses_request
+from smg_trio.wire.openai_tokenize import (
+    TokenizeRequest,
+    decode_detokenize_request,
+    decode_tokenize_request,
+)
+from smg_trio.wire.responses_api import ResponsesRequest, decode_responses_request
 
 CheckModel = Callable[[str | None], None]
 """Raises the 404 for a `model` that is none of the served names."""
 
 RESPONSES_PATH: Final = "/v1/responses"
+CHAT_PATH: Final = "/v1/chat/completions"
 GENERATE_PATHS: Final = (
-    "/v1/chat/completions",
+    CHAT_PATH,
     "/v1/completions",
     "/generate",
     RESPONSES_PATH,
@@ -88,11 +98,8 @@ def prepare_for_path(
 ) -> tuple[GeneratePlan, str | None]:
     """The plan of a generation path's body, and the body's `user` (a sticky-session key for
     consistent_hash). `history`: the stored turns a Responses body continues."""
-    if path == "/v1/chat/completions":
-        chat = decode_chat_request(body)
-        check_model(chat.model)
-        now = dt.datetime.now(dt.UTC)
-        return prepare_chat_completion(chat, model, request_id=request_id, now=now), chat.user
+    if path in IMAGE_PATHS:
+        return prepare_decoded(decode_chat(path, body, check_model, history), model, request_id, ())
     if path == "/v1/completions":
         completion = decode_completion_request(body)
         check_model(completion.model)
@@ -102,19 +109,94 @@ def prepare_for_path(
         generate = decode_generate_request(body)
         check_model(generate.model)
         return prepare_generate(generate, model, request_id=generate.rid or request_id), None
+    raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
+
+
+IMAGE_PATHS: Final = (CHAT_PATH, MESSAGES_PATH, RESPONSES_PATH)
+"""The paths whose requests may carry images (request/images.py resolves them)."""
+
+
+@dataclass(frozen=True)
+class DecodedChat:
+    """An image path's body decoded, its model checked, and the chat request it says (whose
+    image parts are resolved before `prepare_decoded`)."""
+
+    path: str
+    request: oa.ChatCompletionRequest | an.MessagesRequest | ResponsesRequest
+    chat: oa.ChatCompletionRequest
+    history: list[Any]
+
+
+def decode_chat(path: str, body: bytes, check_model: CheckModel, history: list[Any]) -> DecodedChat:
+    """The first half of an image path: decoded, before its images are resolved."""
+    if path == CHAT_PATH:
+        chat = decode_chat_request(body)
+        check_model(chat.model)
+        return DecodedChat(path, chat, chat, history)
+    if path == MESSAGES_PATH:
+        messages = decode_messages_request(body)
+        check_model(messages.model)
+        return DecodedChat(path, messages, chat_request_of(messages), history)
     if path == RESPONSES_PATH:
         responses = decode_responses_request(body)
         check_model(responses.model)
-        now = dt.datetime.now(dt.UTC)
-        plan = prepare_responses(responses, history, model, request_id=request_id, now=now)
-        return plan, responses.user
-    if path == MESSAGES_PATH:  # Anthropic (docs/client-apis.md §2)
-        messages = decode_messages_request(body)
-        check_model(messages.model)
-        now = dt.datetime.now(dt.UTC)
-        plan = prepare_messages(messages, model, request_id=request_id, now=now)
-        return plan, None if messages.metadata is None else messages.metadata.user_id
-    raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
+        try:
+            _, _, chat = responses_chat(responses, history)
+        except ClientError as error:
+            error.param = responses_param(error.param)
+            raise
+        return DecodedChat(path, responses, chat, history)
+    raise ClientError(f"{path!r} takes no images", status=404, code="not_found", param="path")
+
+
+def prepare_decoded(
+    decoded: DecodedChat,
+    model: PromptModel,
+    request_id: str,
+    images: Sequence[ProcessedImage],
+) -> tuple[GeneratePlan, str | None]:
+    """The second half: the decoded request's plan, with its images processed."""
+    now = dt.datetime.now(dt.UTC)
+    request = decoded.request
+    if isinstance(request, an.MessagesRequest):
+        plan = prepare_messages(request, model, request_id=request_id, now=now, images=images)
+        return plan, None if request.metadata is None else request.metadata.user_id
+    if isinstance(request, ResponsesRequest):
+        plan = prepare_responses(
+            request, decoded.history, model, request_id=request_id, now=now, images=images
+        )
+        return plan, request.user
+    plan = prepare_chat_completion(request, model, request_id=request_id, now=now, images=images)
+    return plan, request.user
+
+
+def decode_tokenize(body: bytes, check_model: CheckModel) -> TokenizeRequest:
+    """/v1/tokenize's body decoded and its model checked (its images resolved after)."""
+    tokenize = decode_tokenize_request(body)
+    check_model(tokenize.model)
+    return tokenize
+
+
+def decode_count_tokens(body: bytes, check_model: CheckModel) -> an.CountTokensRequest:
+    """/v1/messages/count_tokens' body decoded and its model checked (images resolved after)."""
+    count = decode_count_tokens_request(body)
+    check_model(count.model)
+    return count
+
+
+def count_tokens_answer(
+    count: an.CountTokensRequest, model: PromptModel, images: Sequence[ProcessedImage]
+) -> bytes:
+    return count_tokens_body(count, model, now=dt.datetime.now(dt.UTC), images=images)
+
+
+def tokenize_answer(
+    tokenize: TokenizeRequest,
+    model: PromptModel,
+    tokenizer: TokenNames,
+    images: Sequence[ProcessedImage],
+) -> bytes:
+    return tokenize_body(tokenize, model, tokenizer, now=dt.datetime.now(dt.UTC), images=images)
 
 
 def token_answer(

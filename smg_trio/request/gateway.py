@@ -43,16 +43,19 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from smg_trio.core.images import routing_ids
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
+from smg_trio.model.vision import load_vision
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.endpoints import RESPONSES_PATH, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
+from smg_trio.request.images import ImageInputs, ImageLimits
 from smg_trio.request.live_requests import LiveRequest, LiveRequests
 from smg_trio.request.memory_budget import (
     MemoryBudget,
@@ -122,6 +125,7 @@ class Gateway:
         response_events_max: int = DEFAULT_EVENTS_MAX,
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
         more_models: Sequence[ServedModel] = (),
+        image_limits: ImageLimits | None = None,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too."""
@@ -143,6 +147,13 @@ class Gateway:
         self.live_requests = LiveRequests()
         # /v1/models and the request's `model` (request/served_models.py)
         self.models = ServedModels((first, *more_models), created=int(time.time()))
+        # A chat request's images (docs/images.md): each model's processor, or why it has none.
+        self.images = {
+            served.key: ImageInputs(
+                load_vision(served.folder.path, served.folder.served_name), image_limits
+            )
+            for served in (first, *more_models)
+        }
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self.heap_releaser = HeapReleaser()  # after large bodies (docs/limits.md §2)
         self.metrics = metrics or GatewayMetrics(pool)
@@ -234,7 +245,12 @@ class Gateway:
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(
-                    path, body, served.prompt_model, served.folder.tokenizer, served.check
+                    path,
+                    body,
+                    served.prompt_model,
+                    served.folder.tokenizer,
+                    served.check,
+                    self.images[served.key],
                 )
             )
             return
@@ -255,11 +271,12 @@ class Gateway:
         sink = service.storing(plan, sink)
         live.streaming = plan.stream
         prompt_ids = [part.ids for part in plan.prompts]
-        reservation.grow(prompt_bytes(prompt_ids))
+        # The prompt's ids and its images' tensors (docs/images.md §3) count against the budget.
+        reservation.grow(prompt_bytes(prompt_ids) + sum(f.nbytes for f in plan.media))
         context = RoutingContext(
             model=plan.model,
             model_key=self.model_key(served),
-            prompt_ids=plan.prompt_ids,
+            prompt_ids=routing_ids(plan.prompt_ids, plan.media),  # images by their identifiers
             session_key=arrival.session_key or user,
         )
         if not self.pool.ready_for(context.model_key):
@@ -309,7 +326,13 @@ class Gateway:
         service: ResponsesService,
     ) -> tuple[GeneratePlan, str | None]:
         return await prepare_request(
-            path, body, request_id, served.prompt_model, served.check, service
+            path,
+            body,
+            request_id,
+            served.prompt_model,
+            served.check,
+            service,
+            self.images[served.key],
         )
 
     def model_key(self, served: ServedModel) -> str | None:

@@ -23,7 +23,9 @@ from typing import Final, TypeVar
 import msgspec
 import trio
 
+from smg_trio.core.anthropic_request import COUNT_TOKENS_PATH, chat_request_of
 from smg_trio.core.harmony_prompt import harmony_stop_ids
+from smg_trio.core.images import chat_image_refs
 from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
@@ -31,12 +33,22 @@ from smg_trio.core.tokenize import TokenNames
 from smg_trio.errors import GatewayError
 from smg_trio.model.folder import ModelDir
 from smg_trio.request.endpoints import (
+    IMAGE_PATHS,
     RESPONSES_PATH,
+    TOKENIZE_PATHS,
     CheckModel,
+    count_tokens_answer,
+    decode_chat,
+    decode_count_tokens,
+    decode_tokenize,
+    prepare_decoded,
     prepare_for_path,
     token_answer,
+    tokenize_answer,
 )
+from smg_trio.request.images import ImageInputs
 from smg_trio.responses.store.service import ResponsesService
+from smg_trio.wire.openai_tokenize import TokenizeChatRequest
 
 _T = TypeVar("_T")
 
@@ -73,10 +85,22 @@ async def prepare_request(
     model: PromptModel,
     check_model: CheckModel,
     service: ResponsesService,
+    images: ImageInputs | None = None,
 ) -> tuple[GeneratePlan, str | None]:
-    """The plan of a generation path's body and the body's `user` (`prepare_for_path`)."""
+    """The plan of a generation path's body and the body's `user` (`prepare_for_path`).
+    A chat body's images are resolved between its decoding and its preparation."""
     # /v1/responses: the stored turn it continues, read before preparing.
     history = await service.history(body) if path == RESPONSES_PATH else []
+    if path in IMAGE_PATHS and images is not None:
+        decoded = await _off_loop_if_large(
+            partial(decode_chat, path, body, check_model, history), body
+        )
+        processed = await images.resolve(
+            chat_image_refs(decoded.chat), decoded.chat.mm_processor_kwargs
+        )
+        return await _off_loop_if_large(
+            partial(prepare_decoded, decoded, model, request_id, processed), body
+        )
     return await _off_loop_if_large(
         partial(prepare_for_path, path, body, model, check_model, request_id, history),
         body,
@@ -84,9 +108,26 @@ async def prepare_request(
 
 
 async def answer_token_request(
-    path: str, body: bytes, model: PromptModel, tokenizer: TokenNames, check_model: CheckModel
+    path: str,
+    body: bytes,
+    model: PromptModel,
+    tokenizer: TokenNames,
+    check_model: CheckModel,
+    images: ImageInputs | None = None,
 ) -> bytes:
-    """The whole answer of a token path's body (`token_answer`)."""
+    """The whole answer of a token path's body (`token_answer`); /v1/tokenize's chat form and
+    /v1/messages/count_tokens have their images resolved between decoding and counting."""
+    if path == COUNT_TOKENS_PATH and images is not None:
+        count = await _off_loop_if_large(partial(decode_count_tokens, body, check_model), body)
+        processed = await images.resolve(chat_image_refs(chat_request_of(count)))
+        return await _off_loop_if_large(partial(count_tokens_answer, count, model, processed), body)
+    if path in TOKENIZE_PATHS and images is not None:
+        tokenize = await _off_loop_if_large(partial(decode_tokenize, body, check_model), body)
+        refs = chat_image_refs(tokenize.chat) if isinstance(tokenize, TokenizeChatRequest) else ()
+        processed = await images.resolve(refs)
+        return await _off_loop_if_large(
+            partial(tokenize_answer, tokenize, model, tokenizer, processed), body
+        )
     return await _off_loop_if_large(
         partial(token_answer, path, body, model, tokenizer, check_model), body
     )

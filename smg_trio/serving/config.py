@@ -145,6 +145,11 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
     # serves, with no supervisor.
     processes: int = 1
+    # Images (docs/images.md §3, vLLM's flags; serving/media_options.py): per request; the
+    # only hosts fetched (at any address; empty: public addresses of any host); file: URLs.
+    limit_mm_per_prompt: int = 16
+    allowed_media_domains: tuple[str, ...] = ()
+    allowed_local_media_path: str | None = None
 
     @property
     def model_specs(self) -> tuple[ModelSpec, ...]:

@@ -26,6 +26,7 @@ from smg_trio.serving.config import (
     config_from_mapping,
     read_config_file,
 )
+from smg_trio.serving.media_options import MEDIA_FLAGS, add_media_flags
 
 # Flag destinations that map one-to-one onto GatewayConfig fields.
 _CONFIG_FLAGS = (
@@ -69,6 +70,7 @@ _CONFIG_FLAGS = (
     "resume_grace_s",
     "processes",
     "state_url",
+    *MEDIA_FLAGS,
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys", "chat_template")
 
@@ -232,6 +234,7 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         "the finish are never held (default 1)",
     )
     add_http_limit_flags(serve)
+    add_media_flags(serve)
     # Observability (docs/observability.md).
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     serve.add_argument(

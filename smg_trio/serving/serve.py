@@ -64,6 +64,7 @@ from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.http_listener import check_listener, http_limits, hypercorn_config
+from smg_trio.serving.media_options import image_limits
 from smg_trio.serving.model_folders import load_model_folders
 from smg_trio.serving.process_role import ProcessRole
 from smg_trio.serving.worker_backends import check_worker_available, open_backend
@@ -182,6 +183,7 @@ async def serve(
                 )
                 for spec, folder in zip(config.models, folders.folders[1:], strict=True)
             ],
+            image_limits=image_limits(config),
         )
         limits = http_limits(config)
         app = GatewayApp(

@@ -4,8 +4,8 @@
 Unlike the OpenAI structs (`wire/openai.py`, lax like vLLM's), every struct here forbids
 unknown fields: a field this gateway does not honour is a 400 naming it, never accepted and
 ignored (Anthropic's own API refuses unknown fields too). Block types other than those below
-(`image`, `document`, `redacted_thinking`, server tools...) fail the tagged union, naming the
-block's `type`; an image gets its own message (`core/anthropic_request.py`).
+(`document`, `redacted_thinking`, server tools...) fail the tagged union, naming the block's
+`type`; an `image` block becomes an image part of its turn (`core/anthropic_request.py`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ class TextBlock(
 class ImageBlock(
     msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type", tag="image"
 ):
-    """Decoded only to be refused with a clear message (the models here take text only)."""
+    """An image in a user turn (core/anthropic_request.py: base64 and url sources)."""
 
     source: dict[str, Any]
+    cache_control: CacheControl | None = None
 
 
 class ToolUseBlock(

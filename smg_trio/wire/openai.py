@@ -31,6 +31,13 @@ class ImagePart(msgspec.Struct, frozen=True, tag_field="type", tag="image_url"):
     image_url: ImageURL
 
 
+class SourcedImagePart(ImagePart, frozen=True, tag="image_url"):
+    """An image another API's request became (an Anthropic `image` block, a Responses
+    `input_image`): `param` names it as that client wrote it, for its 400s. Never decoded."""
+
+    param: str = ""
+
+
 class InputAudio(msgspec.Struct, frozen=True):
     data: str
     format: str
@@ -248,6 +255,8 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     include_reasoning: bool = True  # vLLM: false separates reasoning but leaves it out
+    # vLLM's per-request image processor settings (docs/images.md §1; model/ checks the keys).
+    mm_processor_kwargs: dict[str, Any] | None = None
 
     @property
     def max_new_tokens(self) -> int | None:

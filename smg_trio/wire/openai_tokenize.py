@@ -93,7 +93,8 @@ def decode_tokenize_request(body: bytes) -> TokenizeRequest:
         )
     if options.mm_processor_kwargs:
         raise ClientError(
-            "mm_processor_kwargs is not supported: this gateway's models take text only",
+            "mm_processor_kwargs is not supported: images are processed with the model "
+            "folder's settings",
             param="mm_processor_kwargs",
         )
     if bytes(options.messages) not in (b"", b"null"):

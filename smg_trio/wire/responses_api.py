@@ -50,7 +50,15 @@ class ReasoningText(_Forbid, frozen=True, tag_field="type", tag="reasoning_text"
     text: str
 
 
-MessageContent = str | tuple[InputText | OutputText, ...]
+class InputImage(_Forbid, frozen=True, tag_field="type", tag="input_image"):
+    """An image in a user turn: a URL or data: URI (`file_id` needs a files API: a 400)."""
+
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
+MessageContent = str | tuple[InputText | OutputText | InputImage, ...]
 
 
 class MessageItem(_Forbid, frozen=True, tag_field="type", tag="message"):

@@ -130,12 +130,13 @@ def build_request(
     cache_salt: str | None = None,
     priority: int = 0,
     trace_headers: Mapping[str, str] | None = None,
+    mm_features: list[dict[str, Any]] | None = None,
 ) -> EngineCoreRequest:
     """One ADD for a finalized `request`. `max_model_len` comes from the engine's registration.
 
     Only renames and byte checks happen here: finalize already decided the stop ids and the EOS
     fields. An unset max_tokens becomes the rest of the engine's context, as vLLM's frontend
-    sends it. Uniqueness of `engine_request_id` among in-flight requests is the caller's job: a
+    sends it. `mm_features`: the images, encoded (`vllm_mm_features`), their frames the caller's. Uniqueness of `engine_request_id` among in-flight requests is the caller's job: a
     duplicate kills EngineCore.
     """
     if not engine_request_id:
@@ -184,7 +185,7 @@ def build_request(
     return EngineCoreRequest(
         request_id=engine_request_id,
         prompt_token_ids=prompt,
-        mm_features=None,
+        mm_features=mm_features,
         sampling_params=params,
         pooling_params=None,
         arrival_time=float(arrival_time),

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from smg_trio.core.continuation import continued, migration_refusal
 from smg_trio.core.finalize import Finalized, WorkerTarget, finalize
 from smg_trio.core.plan import GeneratePlan, StopSpec
+from smg_trio.neutral.media import FieldKind, MediaFeature, MediaField, Tensor
 from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import ConstraintKind, SamplingParams, StructuredConstraint
 from tests.core.mock_tokenizers import WordMockTokenizer
@@ -110,3 +111,27 @@ def test_what_cannot_go_on_exactly_is_refused(sampling: dict[str, object], why: 
 def test_what_goes_on_exactly_is_not_refused() -> None:
     assert migration_refusal(plan(repetition_penalty=1.2, seed=1, logprobs=2, n=2)) is None
     assert migration_refusal(msgspec.structs.replace(plan(), echo_only=True)) is not None
+
+
+def test_an_image_request_goes_on_with_its_images() -> None:
+    """Migration continues an image request exactly (docs/images.md §5): its features travel
+    with the continuation (the new worker's engine holds none of them, so they go with data),
+    and their spans, inside the original prompt, still point at the same ids."""
+    feature = MediaFeature(
+        identifier="d" * 64,
+        offset=1,
+        length=2,
+        is_embed=None,
+        fields=(
+            MediaField(
+                name="pixel_values",
+                tensor=Tensor("float32", (1, 2), bytes(8)),
+                kind=FieldKind.FLAT,
+            ),
+        ),
+    )
+    p = msgspec.structs.replace(plan(), media=(feature,), media_params=("messages[0]",))
+    assert migration_refusal(p) is None
+    [request] = continued(finalized(p), [(7, 8)]).requests
+    assert request.media == (feature,)
+    assert request.prompt_ids[1:3] == p.prompt_ids[1:3]

@@ -151,7 +151,9 @@ def test_sampling_and_stream_fields_are_mapped() -> None:
     assert not plan.stop_spec.skip_special_tokens
 
 
-def test_image_content_is_rejected_naming_the_message() -> None:
+def test_an_image_without_its_processed_image_is_refused_naming_the_part() -> None:
+    """core never sees an image's bytes: an image part reaching preparation unprocessed (a
+    path that takes none) is a 400 naming the part."""
     with pytest.raises(ClientError) as info:
         chat_plan(
             messages=[
@@ -159,7 +161,7 @@ def test_image_content_is_rejected_naming_the_message() -> None:
             ]
         )
     assert info.value.code == "multimodal_not_supported"
-    assert info.value.param == "messages[0].content"
+    assert info.value.param == "messages[0].content[0].image_url"
 
 
 def test_text_parts_are_joined() -> None:

@@ -128,6 +128,7 @@ async def live_server(
     random_engines: bool = False,
     api_keys: Path | None = None,
     state_url: str | None = None,
+    config_fields: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[LiveServer]:
     """`runtime`: the ZMQ engine behind every worker, vLLM's EngineCore or TokenSpeed.
     `resilience`: GatewayConfig's engine_silence_s, drain_timeout_s, keepalive_s;
@@ -137,7 +138,8 @@ async def live_server(
     `random_engines`: the engines in random mode (each token drawn from its whole context)
     instead of replaying `replay_text`; `api_keys`: an `--api-keys` file (tenants), `api_key`
     then being one of its keys, the one `LiveServer.auth` sends; `state_url`: the tenants'
-    shared state (`--state-url redis://...`)."""
+    shared state (`--state-url redis://...`); `config_fields`: any other GatewayConfig fields
+    (e.g. the image flags)."""
     config = zmq_gateway_config(
         workers,
         runtime,
@@ -158,6 +160,7 @@ async def live_server(
         response_store=response_store or f"sqlite:///{tmp_path / 'responses.sqlite3'}",
     )
     config = msgspec.structs.replace(config, stream_interval=stream_interval, **(resilience or {}))
+    config = msgspec.structs.replace(config, **(config_fields or {}))
     if model_path is not None:  # the gateway and its engines serve another model folder
         config = msgspec.structs.replace(config, model_path=model_path)
         engine_args = ("--model-path", str(model_path), *engine_args)

@@ -28,10 +28,10 @@ CASES: Final[list[tuple[str, Any, int, str | None]]] = [
     ("background not a flag", {"input": "Hi", "background": "yes"}, 400, "background"),
     ("web search tool", {"input": "Hi", "tools": [{"type": "web_search"}]}, 400, "tools[0].type"),
     (
-        "image part",
+        "image part without its image",  # images are taken (docs/images.md): a URL is needed
         {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
         400,
-        "input[0].content[0].type",
+        "input[0].content[0].image_url",
     ),
     ("unknown item", {"input": [{"type": "file_search_call", "id": "x"}]}, 400, "input[0].type"),
     (

@@ -1,0 +1,79 @@
+"""I/O (startup). A model folder's image processing, or why its images are refused.
+
+`load_vision(folder)` reads config.json's `model_type` and, for a family we process, builds its
+processor once (model/idefics3_images.py). What it returns answers every image request:
+- a folder whose config names no vision tower: `None`, images are a 400 (a text-only model);
+- the `vision` extra missing (Pillow, numpy, transformers): a `VisionRefusal` naming it;
+- a vision family we do not process: a `VisionRefusal` naming its model type.
+Only the families' modules import the extra, and only here, so a text-only install never does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from smg_trio.core.images import ProcessedImage
+from smg_trio.model.folder import read_json_object
+
+logger = logging.getLogger(__name__)
+
+EXTRA_HINT: Final = "install smg-trio[vision] (Pillow, numpy, transformers) to take images"
+SUPPORTED: Final = ("idefics3",)
+
+
+class ImageProcessor(Protocol):
+    """One model's image processing (CPU-bound: run it off the event loop)."""
+
+    @property
+    def placeholder(self) -> str: ...
+
+    def process(
+        self, data: bytes, param: str, options: Mapping[str, Any] | None = None
+    ) -> ProcessedImage:
+        """`options`: the request's `mm_processor_kwargs` (a 400 for what it does not take)."""
+        ...
+
+
+@dataclass(frozen=True)
+class VisionRefusal:
+    """Why this gateway refuses images for its model: the 400's words."""
+
+    reason: str
+
+
+def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal | None:
+    config = read_json_object(folder / "config.json") or {}
+    model_type = str(config.get("model_type") or "")
+    if "vision_config" not in config and model_type not in SUPPORTED:
+        return None
+    if model_type not in SUPPORTED:
+        return VisionRefusal(
+            f"images for model type {model_type!r} are not supported by this gateway "
+            f"(it processes {', '.join(SUPPORTED)})"
+        )
+    try:
+        from smg_trio.model.idefics3_images import Idefics3Images
+    except ImportError as exc:
+        logger.warning("images refused: %s (%s)", EXTRA_HINT, exc)
+        return VisionRefusal(f"this gateway was installed without image support: {EXTRA_HINT}")
+    processor_config = read_json_object(folder / "processor_config.json") or {}
+    nested = processor_config.get("image_processor")
+    image_config: dict[str, Any] = (
+        dict(nested)
+        if isinstance(nested, dict)
+        else read_json_object(folder / "preprocessor_config.json") or {}
+    )
+    image_token_id = config.get("image_token_id")
+    if not isinstance(image_token_id, int):
+        return VisionRefusal("the model's config.json names no image_token_id")
+    return Idefics3Images(
+        model_id=model_id,
+        config=config,
+        processor_config=processor_config,
+        image_processor_config=image_config,
+        image_token_id=image_token_id,
+    )
