@@ -63,8 +63,8 @@ from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.serving.config import GatewayConfig
-from smg_trio.serving.http_listener import check_listener, http_limits, hypercorn_config
-from smg_trio.serving.process_role import ProcessRole
+from smg_trio.serving.http_listener import check_listener, check_tls, http_limits, hypercorn_config
+from smg_trio.serving.process_role import InheritedSockets, ProcessRole
 from smg_trio.serving.worker_backends import check_worker_available, open_backend
 from smg_trio.serving.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 from smg_trio.tenancy.api_keys import load_api_keys
@@ -97,17 +97,24 @@ async def serve(
     shutdown_trigger: ShutdownTrigger | None = None,
     hurry_trigger: ShutdownTrigger | None = None,
     role: ProcessRole | None = None,
+    inherited: InheritedSockets | None = None,
 ) -> None:
     """Serve `config` until `shutdown_trigger` returns (or until cancelled), then drain; if
     `hurry_trigger` returns during the drain, end it at once. With `role`, as one of several
-    processes (serving/gateway_process.py, docs/processes.md). See module doc."""
+    processes (serving/gateway_process.py, docs/processes.md); with `inherited`, on sockets
+    `vllm serve` bound (serving/vllm_frontend.py). See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
     names = config.served_model_names
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
-    http_config = hypercorn_config(config, fd=None if role is None else role.http_fd)
-    if role is None:  # else the supervisor bound the ports and checked the TLS files
+    http_fd = role.http_fd if role is not None else None
+    if inherited is not None:
+        http_fd = inherited.http_fd
+    http_config = hypercorn_config(config, fd=http_fd)
+    if http_fd is None:  # else the supervisor or vLLM bound the port
         check_listener(config, http_config)
+    elif inherited is not None:
+        check_tls(http_config)
     tracing = tracing_for(config)
     metrics_config = None
     if config.metrics_port is not None:
@@ -123,7 +130,12 @@ async def serve(
     async with AsyncExitStack() as stack:
         tracer = None if tracing is None else stack.enter_context(tracing())
         clients = {} if role is None else role.zmq_clients()
-        opener = partial(open_backend, engine_silence_s=config.engine_silence_s, clients=clients)
+        opener = partial(
+            open_backend,
+            engine_silence_s=config.engine_silence_s,
+            clients=clients,
+            adopted=None if inherited is None else inherited.engines,
+        )
         kv_index = kv_index_for(config)
         lifetimes = await stack.enter_async_context(open_worker_lifetimes(model, opener, kv_index))
         opened = [await lifetimes.open_worker(spec) for spec in config.workers]
@@ -225,7 +237,7 @@ async def serve(
                 )
                 metrics_port = int(metrics_urls[0].rsplit(":", 1)[1])
             urls: list[str] = await nursery.start(serve_then_stop)
-            port = int(urls[0].rsplit(":", 1)[1])
+            port = _port_of(urls[0])
             logger.info(
                 "serving %s for %s",
                 " ".join(urls),
@@ -236,6 +248,12 @@ async def serve(
             task_status.started(
                 Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port, probe_port)
             )
+
+
+def _port_of(url: str) -> int:
+    """The TCP port of a listener's URL; 0 for a Unix socket (`http://unix:/path`)."""
+    port = url.rsplit(":", 1)[1]
+    return int(port) if port.isdigit() else 0
 
 
 def probe_snapshot(gateway: Gateway) -> ProbeSnapshot:

@@ -14,6 +14,7 @@ from typing import assert_never
 
 from smg_trio.backends.base import Backend
 from smg_trio.backends.grpc_backend import open_grpc_backend
+from smg_trio.backends.zmq_adopted import AdoptedListeners
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.backends.zmq_clients import ZmqClient
 from smg_trio.model.folder import ModelDir
@@ -38,18 +39,23 @@ async def open_backend(
     *,
     engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S,
     clients: Mapping[WorkerSpec, ZmqClient] | None = None,
+    adopted: Mapping[WorkerSpec, AdoptedListeners] | None = None,
 ) -> AsyncIterator[tuple[Backend, str]]:
     """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC);
-    `clients`: this process's side of each ZMQ worker when several share it (processes.md §3)."""
+    `clients`: this process's side of each ZMQ worker when several share it (processes.md §3);
+    `adopted`: a ZMQ worker's listeners inherited from `vllm serve` (docs/vllm-frontend.md)."""
     check_worker_available(spec)
     match spec.wire:
         case Wire.ZMQ:
+            listeners = None if adopted is None else adopted.get(spec)
             async with open_zmq_backend(
                 runtime=spec.runtime,
                 handshake_address=f"tcp://{spec.address}",
                 vocab_size=model.tokenizer.vocab_size,
                 engine_silence_s=engine_silence_s,
                 client=None if clients is None else clients.get(spec),
+                adopted=listeners,
+                engine_count=1 if listeners is None else listeners.engine_count,
             ) as zmq_backend:
                 yield zmq_backend, zmq_backend.handshake_address
         case Wire.GRPC:
