@@ -55,6 +55,8 @@ from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.observability.tenant_metrics import TenantMetrics
+from smg_trio.observability.vllm_load_metrics import VllmLoadFamilies
+from smg_trio.observability.worker_collector import WorkerStateSource
 from smg_trio.request.gateway import Gateway
 from smg_trio.request.memory_budget import memory_budget
 from smg_trio.responses.store.stores import default_store_url, open_response_store
@@ -143,9 +145,10 @@ async def serve(
         pool = routing_pool(config, [worker for worker, _ in opened], kv_index)
         store_url = config.response_store or default_store_url()
         response_store = await stack.enter_async_context(open_response_store(store_url))
-        metrics = GatewayMetrics(
-            pool, extra_sources=() if kv_index is None else (KvIndexFamilies(kv_index),)
-        )
+        sources: list[WorkerStateSource] = [VllmLoadFamilies()]
+        if kv_index is not None:
+            sources.append(KvIndexFamilies(kv_index))
+        metrics = GatewayMetrics(pool, extra_sources=sources)
         if role is not None:  # every process's figures (docs/observability.md §6)
             metrics.multiprocess_dir = str(role.metrics_dir)
         tenants = None if config.api_keys is None else load_api_keys(config.api_keys)
