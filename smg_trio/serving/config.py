@@ -127,6 +127,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     response_retention_s: float = 3600.0
     response_events_max: int = 65536
     resume_grace_s: float = 30.0
+    # vLLM's GET /tokenizer_info (its --enable-tokenizer-info-endpoint; model/tokenizer_info.py).
+    tokenizer_info_endpoint: bool = False
     # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
     # serves, with no supervisor.
     processes: int = 1

@@ -51,6 +51,7 @@ from smg_trio.frontends.http.probe_server import ProbeSnapshot, open_probe_serve
 from smg_trio.frontends.http.server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
 from smg_trio.model.folder import load_model_dir
+from smg_trio.model.tokenizer_info import tokenizer_info_body
 from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
@@ -195,6 +196,7 @@ async def serve(
             admin_api_key=config.admin_api_key,
             limits=limits,
             tenants=tenants,
+            tokenizer_info=tokenizer_info_body(model) if config.tokenizer_info_endpoint else None,
         )
         # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
         wrapped = ASGIWrapper(cast(ASGIFramework, app))

@@ -64,6 +64,7 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "runner": "`generate` or `auto` only (pooling models are not served through the hook)",
     "engine_ready_timeout_secs": "how long we wait for the engines' ready messages",
     "http_timeout_keep_alive": "idle_timeout_s: an idle keep-alive connection closes after it",
+    "enable_tokenizer_info_endpoint": "tokenizer_info_endpoint: GET /tokenizer_info, as vLLM's",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -143,7 +144,7 @@ cudagraph_metrics custom_histogram_buckets default_chat_template_kwargs
 enable_force_include_usage enable_log_deltas enable_mfu_metrics enable_mm_embeds
 enable_offline_docs enable_per_request_metrics enable_prompt_embeds
 enable_prompt_tokens_details enable_return_routed_experts enable_scale_out
-enable_server_load_tracking enable_ssl_refresh enable_tokenizer_info_endpoint
+enable_server_load_tracking enable_ssl_refresh
 exclude_tools_when_tool_choice_none fingerprint_mode fingerprint_value grpc grpc_port
 h11_max_header_count h11_max_incomplete_event_size headless interleave_mm_strings
 io_processor_plugin kv_cache_metrics kv_cache_metrics_sample limit_mm_per_prompt
@@ -186,6 +187,7 @@ class FrontendArgs:
     idle_timeout_s: float | None = None
     engine_ready_timeout_s: float = 600.0
     tokenizer: str | None = None  # checked against the resolved model folder
+    tokenizer_info_endpoint: bool = False
 
 
 def flag_name(key: str) -> str:
@@ -238,6 +240,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         idle_timeout_s=_positive_or_none(args, "http_timeout_keep_alive"),
         engine_ready_timeout_s=_number(args, "engine_ready_timeout_secs", 600.0),
         tokenizer=_text(args, "tokenizer"),
+        tokenizer_info_endpoint=bool(args.get("enable_tokenizer_info_endpoint")),
     )
 
 
@@ -318,6 +321,7 @@ def gateway_config(args: FrontendArgs, model_path: Path, worker: WorkerSpec) -> 
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
         log_requests=args.log_requests,
+        tokenizer_info_endpoint=args.tokenizer_info_endpoint,
     )
     if args.keepalive_s is not None:
         config = msgspec.structs.replace(config, keepalive_s=args.keepalive_s)

@@ -21,6 +21,11 @@ TEST_TIMEOUT_S: Final = 60.0  # a cap against hangs: a front end and an engine s
 TEXT: Final = "Tokens stream from the engine through the hook. " * 40
 
 
+async def played_client_get(url: str, path: str) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=url) as client:
+        return await client.get(path)
+
+
 async def completion(url: str, body: dict[str, object]) -> httpx.Response:
     async with httpx.AsyncClient(base_url=url) as client:
         return await client.post("/v1/completions", json=body)
@@ -30,9 +35,18 @@ async def test_serves_the_openai_api_on_the_inherited_sockets(tmp_path: Path) ->
     replay = write_replay(tmp_path, TEXT)
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (
-            played_vllm(tmp_path, vllm_args(max_model_len=2048), replay=replay) as played,
+            played_vllm(
+                tmp_path,
+                vllm_args(max_model_len=2048, enable_tokenizer_info_endpoint=True),
+                replay=replay,
+            ) as played,
             httpx.AsyncClient(base_url=played.url) as client,
         ):
+            info = (await client.get("/tokenizer_info")).json()
+            assert info["tokenizer_class"]
+            assert "added_tokens_decoder" not in info or all(
+                isinstance(text, str) for text in info["added_tokens_decoder"].values()
+            )
             models = (await client.get("/v1/models")).json()
             # vLLM's default served name: the model as typed
             assert [card["id"] for card in models["data"]] == [MODEL]
@@ -92,6 +106,8 @@ async def test_sigterm_drains_then_exits_nonzero(tmp_path: Path) -> None:
             async def ask() -> None:
                 answers.append(await completion(played.url, body))
 
+            not_enabled = await played_client_get(played.url, "/tokenizer_info")
+            assert not_enabled.status_code == 404  # without --enable-tokenizer-info-endpoint
             nursery.start_soon(ask)
             await trio.sleep(0.2)  # running (100 tokens at 5 ms a step: ~0.5 s)
             played.frontend.send_signal(signal.SIGTERM)
