@@ -52,8 +52,8 @@ class EngineCommand:
         targets = (self.handshake is not None) + (self.data_addresses is not None)
         if targets != (1 if zmq else 0):
             raise ValueError(
-                f"{self.kind}: a ZMQ engine takes a handshake address or data addresses "
-                "(one of them), a gRPC engine neither"
+                f"{self.kind}: a handshake address or data addresses (one of them) goes with "
+                "a ZMQ engine only"
             )
         if zmq and (self.host is not None or self.port is not None):
             raise ValueError(f"{self.kind}: host and port are for gRPC engines")
