@@ -14,16 +14,11 @@ import httpx
 import pytest
 import trio
 
-from tests.e2e.live_server import write_replay
+from tests.e2e.live_server import parse_sse, write_replay
 from tests.e2e.vllm_hook import MODEL, played_vllm, vllm_args
 
 TEST_TIMEOUT_S: Final = 60.0  # a cap against hangs: a front end and an engine start in ~3 s
 TEXT: Final = "Tokens stream from the engine through the hook. " * 40
-
-
-async def played_client_get(url: str, path: str) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=url) as client:
-        return await client.get(path)
 
 
 async def completion(url: str, body: dict[str, object]) -> httpx.Response:
@@ -69,8 +64,15 @@ async def test_serves_the_openai_api_on_the_inherited_sockets(tmp_path: Path) ->
             ) as streamed:
                 body = (await streamed.aread()).decode()
             assert streamed.status_code == 200
-            assert body.count("data: ") == 7
-            assert body.endswith("data: [DONE]\n\n")
+            events = parse_sse(body.encode())
+            assert events[-1] == "[DONE]"
+            text = "".join(
+                str(choice["text"])
+                for event in events[:-1]
+                if isinstance(event, dict)
+                for choice in event["choices"]  # type: ignore[attr-defined]
+            )
+            assert text == "Tokens stream f"  # however the tokens were grouped into chunks
 
 
 @pytest.mark.parametrize(
@@ -95,25 +97,23 @@ async def test_an_unsupported_flag_exits_2_naming_it(
 
 async def test_sigterm_drains_then_exits_nonzero(tmp_path: Path) -> None:
     replay = write_replay(tmp_path, TEXT)
-    body = {"model": MODEL, "prompt": "x", "max_tokens": 100, "ignore_eos": True}
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 100, "ignore_eos": True, "stream": True}
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (
             played_vllm(tmp_path, vllm_args(shutdown_timeout=30), replay=replay) as played,
-            trio.open_nursery() as nursery,
+            played.client() as client,
         ):
-            answers: list[httpx.Response] = []
-
-            async def ask() -> None:
-                answers.append(await completion(played.url, body))
-
-            not_enabled = await played_client_get(played.url, "/tokenizer_info")
+            not_enabled = await client.get("/tokenizer_info")
             assert not_enabled.status_code == 404  # without --enable-tokenizer-info-endpoint
-            nursery.start_soon(ask)
-            await trio.sleep(0.2)  # running (100 tokens at 5 ms a step: ~0.5 s)
-            played.frontend.send_signal(signal.SIGTERM)
+            async with client.stream("POST", "/v1/completions", json=body) as streamed:
+                chunks = streamed.aiter_text()
+                received = await anext(chunks)  # running (100 tokens at 5 ms a step: ~0.5 s)
+                played.frontend.send_signal(signal.SIGTERM)
+                async for text in chunks:
+                    received += text
             assert await played.frontend.wait() == 128 + signal.SIGTERM
-        assert answers[0].status_code == 200  # drained: it finished
-        assert answers[0].json()["usage"]["completion_tokens"] == 100
+    assert received.endswith("data: [DONE]\n\n")  # drained: it finished
+    assert '"finish_reason":"length"' in received
 
 
 async def test_the_last_engine_lost_exits_1_at_once(tmp_path: Path) -> None:
@@ -141,3 +141,22 @@ async def test_two_engines_one_dies_the_other_serves(tmp_path: Path) -> None:
             played.engines[0].kill()
             with trio.fail_after(5):
                 assert await played.frontend.wait() == 1
+
+
+async def test_a_unix_socket_is_served_as_vllms_uds(tmp_path: Path) -> None:
+    """vLLM's `--uds PATH`: the inherited HTTP socket is an AF_UNIX one."""
+    replay = write_replay(tmp_path, TEXT)
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 5}
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            played_vllm(
+                tmp_path,
+                vllm_args(uds=str(tmp_path / "http.sock")),
+                replay=replay,
+                uds=tmp_path / "http.sock",
+            ) as played,
+            played.client() as client,
+        ):
+            answer = await client.post("/v1/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["text"] == "Tokens stream f"

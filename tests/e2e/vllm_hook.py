@@ -33,10 +33,15 @@ class PlayedVllm:
     engines: list[trio.Process]
     port: int
     stderr: bytearray = field(default_factory=bytearray)
+    uds: Path | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}" if self.uds is None else "http://localhost"
+
+    def client(self) -> httpx.AsyncClient:
+        transport = None if self.uds is None else httpx.AsyncHTTPTransport(uds=str(self.uds))
+        return httpx.AsyncClient(base_url=self.url, transport=transport)
 
     async def read_stderr(self) -> None:
         assert self.frontend.stderr is not None
@@ -79,12 +84,19 @@ async def played_vllm(
     engine_count: int = 1,
     replay: Path | None = None,
     wait_healthy: bool = True,
+    uds: Path | None = None,
 ) -> AsyncIterator[PlayedVllm]:
-    """The front end serving `engine_count` reference engines; every process killed on leaving."""
+    """The front end serving `engine_count` reference engines; every process killed on leaving.
+    With `uds`, the HTTP socket is an AF_UNIX one bound there (vLLM's `--uds`)."""
     with ExitStack() as stack:
-        http = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-        http.bind(("127.0.0.1", 0))  # bound, not listening: the front end listens
-        port = http.getsockname()[1]
+        if uds is None:
+            http = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            http.bind(("127.0.0.1", 0))  # bound, not listening: the front end listens
+            port = http.getsockname()[1]
+        else:
+            http = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            http.bind(str(uds))
+            port = 0
         listeners = []
         for name in ("in", "out"):
             listener = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
@@ -113,7 +125,7 @@ async def played_vllm(
             )
             for listener in listeners:  # vLLM closes its copies once the front end runs
                 listener.close()
-            played = PlayedVllm(frontend, engines, port)
+            played = PlayedVllm(frontend, engines, port, uds=uds)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(played.read_stderr)
                 if wait_healthy:
@@ -131,7 +143,7 @@ async def played_vllm(
 async def until_healthy(played: PlayedVllm) -> None:
     """Until every engine registered (the front end logs it) and /health answers 200; the
     caller bounds the wait."""
-    async with httpx.AsyncClient(base_url=played.url) as client:
+    async with played.client() as client:
         while True:
             if b"engine(s) ready" in played.stderr:
                 try:
