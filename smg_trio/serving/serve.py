@@ -32,6 +32,7 @@ server on one port, all in the caller's `trio.run`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import signal
@@ -110,6 +111,8 @@ async def serve(
         check_worker_available(spec)
     names = config.served_model_names
     model = load_model_dir(config.model_path, served_name=names[0] if names else None)
+    if config.max_model_len is not None:  # what the engines were started with (vLLM's flag)
+        model = dataclasses.replace(model, context_length=config.max_model_len)
     http_fd = role.http_fd if role is not None else None
     if inherited is not None:
         http_fd = inherited.http_fd

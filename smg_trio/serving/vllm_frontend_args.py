@@ -64,6 +64,8 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "runner": "`generate` or `auto` only (pooling models are not served through the hook)",
     "engine_ready_timeout_secs": "how long we wait for the engines' ready messages",
     "http_timeout_keep_alive": "idle_timeout_s: an idle keep-alive connection closes after it",
+    "max_model_len": "max_model_len: the context length prompts and max_tokens are checked against "
+    "and /tokenize reports (the engines were started with it; their ready messages say it too)",
     "enable_tokenizer_info_endpoint": "tokenizer_info_endpoint: GET /tokenizer_info, as vLLM's",
 }
 
@@ -110,7 +112,7 @@ long_prefill_token_threshold long_prefill_token_threshold_adaptive lora_dtype
 lora_target_modules mamba_backend mamba_block_size mamba_cache_dtype mamba_cache_mode
 mamba_cache_philox_rounds mamba_ssm_cache_dtype mamba_ssu_algorithm max_cpu_loras
 max_cudagraph_capture_size max_logprobs max_lora_cls_labels max_lora_rank max_loras
-max_model_len max_num_active_seqs max_num_batched_tokens max_num_queued_reqs
+max_num_active_seqs max_num_batched_tokens max_num_queued_reqs
 max_num_queued_tokens max_num_scheduled_tokens max_num_seqs max_parallel_loading_workers
 mm_device_do_normalize mm_encoder_attn_backend mm_encoder_attn_dtype
 mm_encoder_fp8_scale_path mm_encoder_fp8_scale_save_margin mm_encoder_fp8_scale_save_path
@@ -188,6 +190,7 @@ class FrontendArgs:
     engine_ready_timeout_s: float = 600.0
     tokenizer: str | None = None  # checked against the resolved model folder
     tokenizer_info_endpoint: bool = False
+    max_model_len: int | None = None
 
 
 def flag_name(key: str) -> str:
@@ -241,6 +244,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         engine_ready_timeout_s=_number(args, "engine_ready_timeout_secs", 600.0),
         tokenizer=_text(args, "tokenizer"),
         tokenizer_info_endpoint=bool(args.get("enable_tokenizer_info_endpoint")),
+        max_model_len=_max_model_len(args),
     )
 
 
@@ -289,6 +293,17 @@ def _int(args: Mapping[str, Any], key: str, default: int) -> int:
     return value
 
 
+def _max_model_len(args: Mapping[str, Any]) -> int | None:
+    """vLLM's `--max-model-len`: an integer, or its "auto"/-1 (fit to the KV cache: then the
+    engine's figure is only known from its ready message, and the model folder's is kept)."""
+    value = args.get("max_model_len")
+    if value is None or value in ("auto", -1):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FrontendArgsError(f"vLLM flag --max-model-len: expected an integer, got {value!r}")
+    return value
+
+
 def _positive_or_none(args: Mapping[str, Any], key: str) -> float | None:
     value = _number(args, key, 0.0)
     return value if value > 0 else None
@@ -322,6 +337,7 @@ def gateway_config(args: FrontendArgs, model_path: Path, worker: WorkerSpec) -> 
         reasoning_parser=args.reasoning_parser,
         log_requests=args.log_requests,
         tokenizer_info_endpoint=args.tokenizer_info_endpoint,
+        max_model_len=args.max_model_len,
     )
     if args.keepalive_s is not None:
         config = msgspec.structs.replace(config, keepalive_s=args.keepalive_s)

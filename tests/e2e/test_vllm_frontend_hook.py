@@ -32,7 +32,7 @@ async def test_serves_the_openai_api_on_the_inherited_sockets(tmp_path: Path) ->
         async with (
             played_vllm(
                 tmp_path,
-                vllm_args(max_model_len=2048, enable_tokenizer_info_endpoint=True),
+                vllm_args(max_model_len=1000, enable_tokenizer_info_endpoint=True),
                 replay=replay,
             ) as played,
             httpx.AsyncClient(base_url=played.url) as client,
@@ -42,6 +42,8 @@ async def test_serves_the_openai_api_on_the_inherited_sockets(tmp_path: Path) ->
             assert "added_tokens_decoder" not in info or all(
                 isinstance(text, str) for text in info["added_tokens_decoder"].values()
             )
+            tokenized = (await client.post("/tokenize", json={"prompt": "hi"})).json()
+            assert tokenized["max_model_len"] == 1000  # --max-model-len, not the folder's
             models = (await client.get("/v1/models")).json()
             # vLLM's default served name: the model as typed
             assert [card["id"] for card in models["data"]] == [MODEL]

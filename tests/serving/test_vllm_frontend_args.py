@@ -70,12 +70,20 @@ def test_the_defaults_as_vllm_sends_them() -> None:
             "profiler_config": {"active_iterations": 5},
         }
     )
-    assert args == FrontendArgs(model=MODEL, idle_timeout_s=5.0, engine_ready_timeout_s=600.0)
+    assert args == FrontendArgs(
+        model=MODEL, idle_timeout_s=5.0, engine_ready_timeout_s=600.0, max_model_len=2048
+    )
     config = gateway_config(args, Path(MODEL), WORKER)
     assert config.served_model_names == (MODEL,)  # vLLM's default name: the model as typed
     assert config.drain_timeout_s == 0.0  # vLLM's --shutdown-timeout default
     assert config.idle_timeout_s == 5.0
     assert config.workers == (WORKER,)
+    assert config.max_model_len == 2048  # what the engines were started with
+
+
+@pytest.mark.parametrize("value", ["auto", -1])
+def test_max_model_len_fitted_by_the_engine_keeps_the_folders(value: object) -> None:
+    assert gateway_config(parsed(max_model_len=value), Path(MODEL), WORKER).max_model_len is None
 
 
 def test_the_front_end_flags_map_onto_the_config() -> None:
@@ -127,6 +135,7 @@ def test_the_front_end_flags_map_onto_the_config() -> None:
         ({"stream_interval": 0}, "--stream-interval"),
         ({"shutdown_timeout": -1}, "--shutdown-timeout"),
         ({"served_model_name": [""]}, "--served-model-name"),
+        ({"max_model_len": "big"}, "--max-model-len"),
     ],
 )
 def test_a_value_we_cannot_honour_is_refused_naming_the_flag(
