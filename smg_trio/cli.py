@@ -17,6 +17,9 @@
         [--processes N] [--api-keys FILE.toml] [--state-url redis://HOST:PORT/DB]
     smg-trio demo [--host H] [--port P] [--once]
     smg-trio engine vllm-zmq|tokenspeed-zmq ...
+    smg-trio frontend --listen-fd N --input-listener-fd X --output-listener-fd Y
+        --engine-start-index 0 --engine-count C --data-parallel-size C --args-json JSON
+        (run by `vllm serve` as its front end: serving/vllm_frontend.py)
 
 `serve`'s flags, and how they overlay its TOML file into the GatewayConfig, are in
 serving/options.py; this module runs the commands. A configuration problem (a worker spec without
@@ -118,6 +121,25 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     demo.set_defaults(command=_run_demo)
 
 
+def _run_frontend(args: argparse.Namespace) -> int:
+    from smg_trio.serving.vllm_frontend import main_frontend
+
+    _tokenize_on_the_calling_thread()
+    return main_frontend(args)
+
+
+def add_frontend_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from smg_trio.serving.vllm_frontend import add_frontend_options
+
+    frontend = subparsers.add_parser(
+        "frontend",
+        help="serve as `vllm serve`'s front end (VLLM_USE_RUST_FRONTEND=1 "
+        "VLLM_RUST_FRONTEND_PATH=smg-trio; docs/vllm-frontend.md): vLLM runs this command",
+    )
+    add_frontend_options(frontend)
+    frontend.set_defaults(command=_run_frontend)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="smg-trio", description="a trio streaming gateway in front of LLM inference engines"
@@ -125,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
     add_serve_command(subparsers)
     add_demo_command(subparsers)
+    add_frontend_command(subparsers)
     add_engine_commands(subparsers)
     return parser
 

@@ -6,7 +6,8 @@ their handshake and their registration.
 - registrations: the input ROUTER's only incoming messages. With one process they complete a
   handshake; as one of several processes (`ZmqClient`, docs/processes.md §3) there is no
   handshake socket here, a registration is the engine's HELLO and READY, and it is kept for a
-  sibling that restarts.
+  sibling that restarts; likewise, not kept, under `vllm serve`'s front-end hook
+  (zmq_adopted.py), where vLLM did the handshake.
 """
 
 from __future__ import annotations
@@ -44,12 +45,19 @@ async def serve_handshake(
 
 
 async def serve_registrations(
-    registry: EngineRegistry, runtime: Runtime, inputs: TrioZmqSocket, client: ZmqClient | None
+    registry: EngineRegistry,
+    runtime: Runtime,
+    inputs: TrioZmqSocket,
+    client: ZmqClient | None,
+    *,
+    hello_first: bool = True,
 ) -> None:
-    """Own the input ROUTER's receiving side: every message on it is a registration."""
+    """Own the input ROUTER's receiving side: every message on it is a registration. Without
+    `hello_first` (no handshake socket here: one of several processes, or sockets inherited from
+    `vllm serve`, zmq_adopted.py) a registration is the engine's HELLO and READY."""
     while True:
         frames = await inputs.receive_multipart()
-        if client is None:
+        if hello_first:
             registry.on_registration(runtime, frames)
-        elif registry.on_client_registration(runtime, frames):
+        elif registry.on_client_registration(runtime, frames) and client is not None:
             save_registration(client.registrations, engine_index_of(frames[0]), frames[1])

@@ -44,6 +44,7 @@ from smg_trio.backends.base import BackendStatistics
 from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
+from smg_trio.backends.zmq_adopted import AdoptedListeners, adopt_engine_socket
 from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
 from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
 from smg_trio.backends.zmq_input_writer import InputWriter, Outgoing
@@ -65,7 +66,7 @@ from smg_trio.backends.zmq_socket import (
     private_ipc_dir,
 )
 from smg_trio.core.finalize import Finalized
-from smg_trio.errors import BackendProtocolError, BackendUnavailable
+from smg_trio.errors import BackendProtocolError, BackendUnavailable, ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import vllm_zmq
@@ -318,6 +319,7 @@ async def open_zmq_backend(
     rank_policy: RankPolicy = RankPolicy.LEAST_LOADED,
     client: ZmqClient | None = None,
     declared: DeclaredModel | None = None,
+    adopted: AdoptedListeners | None = None,
 ) -> AsyncIterator[ZmqBackend]:
     """Bind the sockets, run the socket-owner tasks, and yield the engine client.
 
@@ -331,6 +333,8 @@ async def open_zmq_backend(
     output (not `data_address`) and no handshake (`handshake_address` is only reported).
     `declared`: the model the worker serves; an engine registering another is refused
     (backends/declared_model.py).
+    `adopted`: `vllm serve`'s listening input and output sockets, inherited (zmq_adopted.py):
+    no handshake either; `engine_count` must be the count they carry.
     On exit every open stream fails with BackendUnavailable and its engine requests are aborted.
     """
     check_settings(
@@ -340,6 +344,8 @@ async def open_zmq_backend(
         engine_silence_s=engine_silence_s,
         probe_period_s=probe_period_s,
     )
+    if adopted is not None and (client is not None or adopted.engine_count != engine_count):
+        raise ConfigError("adopted engine sockets: one client, and their own engine count")
     async with AsyncExitStack() as stack:
         context = await stack.enter_async_context(open_zmq_context())
         if client is not None:
@@ -351,10 +357,17 @@ async def open_zmq_backend(
             input_bind, output_bind = data_bind_addresses(data_address)
         # One of several processes: the supervisor answers the handshake (zmq_clients.py).
         handshake: tuple[TrioZmqSocket | None, str] = (None, handshake_address)
-        if client is None:
-            handshake = bind_engine_socket(stack, context, zmq.ROUTER, any_port(handshake_address))
-        inputs = bind_engine_socket(stack, context, zmq.ROUTER, input_bind)
-        outputs = bind_engine_socket(stack, context, zmq.PULL, output_bind)
+        if adopted is not None:  # vLLM did the handshake; it bound these (zmq_adopted.py)
+            inputs = adopt_engine_socket(stack, context, zmq.ROUTER, adopted.input_fd)
+            outputs = adopt_engine_socket(stack, context, zmq.PULL, adopted.output_fd)
+            handshake = (None, inputs[1])
+        else:
+            if client is None:
+                handshake = bind_engine_socket(
+                    stack, context, zmq.ROUTER, any_port(handshake_address)
+                )
+            inputs = bind_engine_socket(stack, context, zmq.ROUTER, input_bind)
+            outputs = bind_engine_socket(stack, context, zmq.PULL, output_bind)
         engine = ZmqBackend(
             runtime=runtime,
             engine_count=engine_count,
@@ -375,7 +388,14 @@ async def open_zmq_backend(
         )
         socket_owners: list[Callable[[], Awaitable[None]]] = [
             partial(serve_handshake, engine._registry, handshake[0], inputs[1], outputs[1]),
-            partial(serve_registrations, engine._registry, runtime, inputs[0], client),
+            partial(
+                serve_registrations,
+                engine._registry,
+                runtime,
+                inputs[0],
+                client,
+                hello_first=client is None and adopted is None,
+            ),
             engine._writer.write_inputs,
             engine._read_outputs,
             partial(prober.watch_connections, monitor),

@@ -361,6 +361,17 @@ def bind_engine_socket(
     """A ROUTER or PULL the engines dial, bound to `address` (the bound address is returned),
     closed with `stack`. Unbounded queues (a ROUTER at its HWM drops silently); a ROUTER
     refuses unroutable sends and lets a restarted engine reuse its identity (docs/wire.md §A.1)."""
+    socket = engine_socket(stack, context, kind)
+    return socket, socket.bind(address)
+
+
+def engine_socket(
+    stack: contextlib.ExitStack | contextlib.AsyncExitStack,
+    context: zmq.Context[zmq.Socket[bytes]],
+    kind: int,
+) -> TrioZmqSocket:
+    """A ROUTER or PULL for engines to dial, with the options of `bind_engine_socket`, not yet
+    bound (`zmq_adopted.py` binds it over an inherited listening socket)."""
     raw = context.socket(kind)
     socket = stack.enter_context(TrioZmqSocket(raw))
     raw.setsockopt(zmq.SNDHWM, 0)
@@ -368,4 +379,4 @@ def bind_engine_socket(
     if kind == zmq.ROUTER:
         raw.setsockopt(zmq.ROUTER_MANDATORY, 1)
         raw.setsockopt(zmq.ROUTER_HANDOVER, 1)
-    return socket, socket.bind(address)
+    return socket

@@ -65,6 +65,9 @@ RECEIVED_METHOD = "smg_trio_received"
 class EngineConfig:
     handshake_address: str
     engine_index: int = 0
+    # Connect straight to these input and output addresses (no handshake: `vllm serve`'s
+    # front-end hook, docs/vllm-frontend.md §1); None: the handshake at handshake_address.
+    data_addresses: tuple[str, str] | None = None
     step_seconds: float = 0.0
     max_batch: int = 256
     # A prefix cache publishing vLLM's KV events there (docs/routing.md §9.4); None: no cache,
@@ -365,9 +368,12 @@ def run_engine(adapter: WireAdapter, model: EngineModel, config: EngineConfig) -
                 capacity_blocks=capacity, block_size=BLOCK_SIZE, seed=int.from_bytes(os.urandom(8))
             )
             kv_events = KvEvents(cache, publisher)
-        target = HandshakeTarget(config.handshake_address, config.engine_index)
+        target = HandshakeTarget(
+            config.handshake_address, config.engine_index, config.data_addresses
+        )
         connect(context, adapter, target, sockets)
-        logger.info("engine %d ready on %s", config.engine_index, config.handshake_address)
+        where = config.data_addresses or config.handshake_address
+        logger.info("engine %d ready on %s", config.engine_index, where)
         loop = BatchingLoop(adapter, model, sockets, config, read_fd, kv_events)
         loop.run()
         return 0

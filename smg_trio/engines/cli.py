@@ -1,7 +1,8 @@
 """I/O. The `smg-trio engine ...` subcommands: flags, loading the model folder into an
 `EngineModel` (and, for the gRPC engines, a `ServedModel`), and starting a reference engine.
 
-    smg-trio engine vllm-zmq --handshake tcp://HOST:PORT [--model-path DIR] [--step-ms X]
+    smg-trio engine vllm-zmq --handshake tcp://HOST:PORT | --data-addresses INPUT OUTPUT
+        [--model-path DIR] [--step-ms X]
         [--max-batch N] [--mode random|echo|replay] [--replay-file PATH]
         [--eos-probability P] [--max-model-len N] [--engine-index N] [--log-level LEVEL]
         [--reasoning-parser qwen3|deepseek_r1]
@@ -174,11 +175,16 @@ def engine_main(argv: Sequence[str]) -> int:
 def _add_zmq_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, (_, description) in ENGINES.items():
         parser = wires.add_parser(name, help=description, description=description)
-        parser.add_argument(
-            "--handshake",
-            required=True,
-            metavar="tcp://HOST:PORT",
-            help="the frontend's handshake ROUTER to dial",
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument(
+            "--handshake", metavar="tcp://HOST:PORT", help="the frontend's handshake ROUTER to dial"
+        )
+        target.add_argument(
+            "--data-addresses",
+            nargs=2,
+            metavar=("INPUT", "OUTPUT"),
+            help="connect straight to the frontend's input and output sockets, as vLLM's "
+            "engines do under `vllm serve`'s front-end hook (no handshake)",
         )
         parser.add_argument(
             "--engine-index", type=int, default=0, help="engine index (2-byte ZMQ identity)"
@@ -300,8 +306,9 @@ def run_engine_command(args: argparse.Namespace) -> int:
             raise ConfigError(f"--reasoning-parser: {exc}") from exc
         model = dataclasses.replace(model, reasoning_end_ids=end_ids)
     config = EngineConfig(
-        handshake_address=args.handshake,
+        handshake_address=args.handshake or "",
         engine_index=args.engine_index,
+        data_addresses=None if args.data_addresses is None else tuple(args.data_addresses),
         step_seconds=args.step_ms / 1000,
         max_batch=args.max_batch,
         kv_events_endpoint=getattr(args, "kv_events_endpoint", None),

@@ -24,6 +24,10 @@ OUTPUT_LINGER_MS = 2000  # vLLM uses 4000; shorter keeps SIGTERM-to-exit well un
 class HandshakeTarget:
     handshake_address: str  # tcp://HOST:PORT of the frontend's handshake ROUTER
     engine_index: int = 0  # the 2-byte identity on every socket
+    data_addresses: tuple[str, str] | None = None
+    """Input and output addresses to connect to without a handshake, as vLLM's engines do
+    under `vllm serve`'s front-end hook, where vLLM's launcher did their handshake
+    (docs/vllm-frontend.md §1); then `handshake_address` is unused."""
 
 
 class EngineSockets:
@@ -65,6 +69,11 @@ def connect(
     Data sockets are added to `sockets` as they are made, so the caller closes them on failure.
     """
     identity = engine_identity(target.engine_index)
+    if target.data_addresses is not None:
+        input_address, output_address = target.data_addresses
+        _connect_outputs(context, sockets, [output_address])
+        _connect_inputs(context, sockets, [input_address], identity, adapter)
+        return
     handshake = _socket(context, zmq.DEALER)
     handshake.setsockopt(zmq.IDENTITY, identity)
     handshake.setsockopt(zmq.LINGER, HANDSHAKE_LINGER_MS)

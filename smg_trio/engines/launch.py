@@ -25,7 +25,10 @@ class EngineCommand:
     kind: str
     """The engine's CLI name: "vllm-zmq", "tokenspeed-zmq", or "<runtime>-grpc"."""
     handshake: str | None = None
-    """ZMQ: the gateway's handshake ROUTER to dial (required there)."""
+    """ZMQ: the gateway's handshake ROUTER to dial (this or `data_addresses`)."""
+    data_addresses: tuple[str, str] | None = None
+    """ZMQ: the input and output sockets to connect to with no handshake, as under `vllm
+    serve`'s front-end hook (docs/vllm-frontend.md §1)."""
     engine_index: int | None = None
     """ZMQ: the engine's data-parallel rank (its 2-byte identity)."""
     host: str | None = None
@@ -46,8 +49,12 @@ class EngineCommand:
 
     def __post_init__(self) -> None:
         zmq = self.kind.endswith("-zmq")
-        if zmq != (self.handshake is not None):
-            raise ValueError(f"{self.kind}: a handshake address goes with a ZMQ engine only")
+        targets = (self.handshake is not None) + (self.data_addresses is not None)
+        if targets != (1 if zmq else 0):
+            raise ValueError(
+                f"{self.kind}: a handshake address or data addresses (one of them) goes with "
+                "a ZMQ engine only"
+            )
         if zmq and (self.host is not None or self.port is not None):
             raise ValueError(f"{self.kind}: host and port are for gRPC engines")
         if self.replay_file is not None and self.mode not in (None, Mode.REPLAY):
@@ -75,4 +82,6 @@ class EngineCommand:
         flags = [
             part for flag, value in options if value is not None for part in (flag, str(value))
         ]
+        if self.data_addresses is not None:
+            flags = ["--data-addresses", *self.data_addresses, *flags]
         return [*flags, *self.extra]

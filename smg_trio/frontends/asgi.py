@@ -41,7 +41,13 @@ import logging
 from dataclasses import replace
 
 from smg_trio.errors import ClientError, ClientGone, GatewayError
-from smg_trio.frontends.answers import answer_lifespan, client_address, header_map, http_transport
+from smg_trio.frontends.answers import (
+    answer_lifespan,
+    client_address,
+    header_map,
+    http_transport,
+    send_json,
+)
 from smg_trio.frontends.api_paths import dialect_for_path
 from smg_trio.frontends.caller_auth import CallerAuth
 from smg_trio.frontends.http.asgi_types import Receive, Scope, Send
@@ -97,8 +103,10 @@ class GatewayApp:
         admin_api_key: str | None = None,
         limits: HttpLimits | None = None,
         tenants: TenantTable | None = None,
+        tokenizer_info: bytes | None = None,
     ) -> None:
         self.gateway = gateway
+        self._tokenizer_info = tokenizer_info  # GET /tokenizer_info's body; None: 404
         self._auth = auth = CallerAuth(api_key, tenants)
         self._max_body_bytes = max_body_bytes
         self._session_header = session_header.lower().encode()
@@ -191,6 +199,10 @@ class GatewayApp:
                 )
             case kind if kind in INFO_KINDS:
                 await answer_info(self.gateway, kind, send, tenant)
+            case RouteKind.TOKENIZER_INFO:
+                if self._tokenizer_info is None:  # as vLLM without the flag
+                    raise ClientError(f"no route for {path}", status=404, code="not_found")
+                await send_json(send, 200, self._tokenizer_info)
             case other:
                 raise ValueError(f"no handler for the route kind {other}")
 

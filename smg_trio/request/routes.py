@@ -11,6 +11,7 @@ route's `kind`; a WebSocket upgrade is served on the paths whose route names a
          /detokenize, /v1/messages/count_tokens
     GET  /health, /readiness, /liveness, /metrics,            → info routes (no engine, no body)
          /v1/models, /version (and HEAD)
+    GET  /tokenizer_info                                      → vLLM's, when enabled (else 404)
     GET, POST /workers; DELETE /workers/{id}                  → the workers API (admin key)
     GET, DELETE /v1/responses/{id}; POST .../{id}/cancel      → stored responses and runs
     WebSocket /v1/ws, /v1/responses                           → the WebSocket protocols
@@ -53,6 +54,8 @@ class RouteKind(enum.Enum):
     """A stored (or running) response by id."""
     CANCEL_RESPONSE = "cancel_response"
     """Cancel a background response by id."""
+    TOKENIZER_INFO = "tokenizer_info"
+    """vLLM's tokenizer configuration (`--enable-tokenizer-info-endpoint`; else 404)."""
     WEBSOCKET_ONLY = "websocket_only"
     """A path served only over WebSocket (over plain HTTP: 426)."""
 
@@ -84,6 +87,7 @@ LIVENESS_PATH: Final = "/liveness"
 METRICS_PATH: Final = "/metrics"
 MODELS_PATH: Final = "/v1/models"
 VERSION_PATH: Final = "/version"
+TOKENIZER_INFO_PATH: Final = "/tokenizer_info"
 WORKERS_PATH: Final = "/workers"
 WEBSOCKET_PATH: Final = "/v1/ws"
 STORED_RESPONSE_PREFIX: Final = RESPONSES_PATH + "/"
@@ -106,6 +110,7 @@ ROUTES: Final[Mapping[str, Route]] = {
     METRICS_PATH: Route(RouteKind.METRICS, _READ, open=True, probe=True),
     MODELS_PATH: Route(RouteKind.MODELS, _READ),
     VERSION_PATH: Route(RouteKind.VERSION, _READ),
+    TOKENIZER_INFO_PATH: Route(RouteKind.TOKENIZER_INFO, _READ),
     WORKERS_PATH: Route(RouteKind.WORKERS, ("GET", "POST")),
     WEBSOCKET_PATH: Route(RouteKind.WEBSOCKET_ONLY, ("GET",), websocket=WEBSOCKET_PROTOCOL),
 }

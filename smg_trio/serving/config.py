@@ -142,6 +142,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     response_retention_s: float = 3600.0
     response_events_max: int = 65536
     resume_grace_s: float = 30.0
+    # vLLM's GET /tokenizer_info (its --enable-tokenizer-info-endpoint; model/tokenizer_info.py).
+    tokenizer_info_endpoint: bool = False
     # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
     # serves, with no supervisor.
     processes: int = 1
@@ -288,6 +290,8 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         value = getattr(config, name)
         if value is not None and not 0 <= value < 65536:
             raise ConfigError(f"{name} must be in 0..65535, got {value}")
+    if config.max_model_len is not None and config.max_model_len < 1:
+        raise ConfigError(f"max_model_len must be at least 1, got {config.max_model_len}")
     check_processes(config)
     check_tenancy(config)
     return config

@@ -84,6 +84,11 @@ def check_listener(
             probe.bind((config.host, config.port if port is None else port))
         except OSError as exc:
             raise ConfigError(f"cannot listen on {http.bind[0]}: {exc.strerror or exc}") from exc
+    check_tls(http)
+
+
+def check_tls(http: hypercorn.config.Config) -> None:
+    """Load the TLS files (if any), so a bad certificate is a ConfigError before startup."""
     try:
         http.create_ssl_context()
     except (OSError, ssl.SSLError) as exc:

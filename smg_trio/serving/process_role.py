@@ -1,14 +1,18 @@
 """Pure. What the supervisor tells one gateway process among several (`serve --processes N`,
 docs/processes.md): its `ProcessRole`, written as JSON into the supervisor's run directory and
-read by `python -m smg_trio.serving.gateway_process ROLE_FILE`.
+read by `python -m smg_trio.serving.gateway_process ROLE_FILE`; and what `vllm serve` hands its
+front end (`InheritedSockets`, docs/vllm-frontend.md): sockets a process did not bind itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from smg_trio.backends.zmq_adopted import AdoptedListeners
 from smg_trio.backends.zmq_clients import ZmqClient, zmq_client
 from smg_trio.neutral.runtime import Wire
 from smg_trio.serving.config import GatewayConfig, WorkerSpec
@@ -43,3 +47,12 @@ def encode_role(role: ProcessRole) -> bytes:
 
 def decode_role(payload: bytes) -> ProcessRole:
     return msgspec.json.decode(payload, type=ProcessRole, dec_hook=lambda kind, value: kind(value))
+
+
+@dataclass(frozen=True)
+class InheritedSockets:
+    """What `vllm serve` hands its front end (serving/vllm_frontend.py): the HTTP socket, bound
+    and not yet listening, and per ZMQ worker the engines' listening input and output."""
+
+    http_fd: int
+    engines: Mapping[WorkerSpec, AdoptedListeners]

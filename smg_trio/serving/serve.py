@@ -50,10 +50,13 @@ from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.frontends.http.probe_server import ProbeSnapshot, open_probe_server, publish_forever
 from smg_trio.frontends.http.server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
+from smg_trio.model.tokenizer_info import tokenizer_info_body
 from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
 from smg_trio.observability.process_metrics import mirror_worker_state_forever
 from smg_trio.observability.tenant_metrics import TenantMetrics
+from smg_trio.observability.vllm_load_metrics import VllmLoadFamilies
+from smg_trio.observability.worker_collector import WorkerStateSource
 from smg_trio.request.gateway import Gateway
 from smg_trio.request.memory_budget import memory_budget
 from smg_trio.request.served_model import served_model
@@ -63,10 +66,10 @@ from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.serving.config import GatewayConfig
-from smg_trio.serving.http_listener import check_listener, http_limits, hypercorn_config
+from smg_trio.serving.http_listener import check_listener, check_tls, http_limits, hypercorn_config
 from smg_trio.serving.media_options import image_limits
 from smg_trio.serving.model_folders import load_model_folders
-from smg_trio.serving.process_role import ProcessRole
+from smg_trio.serving.process_role import InheritedSockets, ProcessRole
 from smg_trio.serving.worker_backends import check_worker_available, open_backend
 from smg_trio.serving.worker_lifetimes import RuntimeWorkers, open_worker_lifetimes
 from smg_trio.tenancy.api_keys import load_api_keys
@@ -99,17 +102,24 @@ async def serve(
     shutdown_trigger: ShutdownTrigger | None = None,
     hurry_trigger: ShutdownTrigger | None = None,
     role: ProcessRole | None = None,
+    inherited: InheritedSockets | None = None,
 ) -> None:
     """Serve `config` until `shutdown_trigger` returns (or until cancelled), then drain; if
     `hurry_trigger` returns during the drain, end it at once. With `role`, as one of several
-    processes (serving/gateway_process.py, docs/processes.md). See module doc."""
+    processes (serving/gateway_process.py, docs/processes.md); with `inherited`, on sockets
+    `vllm serve` bound (serving/vllm_frontend.py). See module doc."""
     for spec in config.workers:
         check_worker_available(spec)
     folders = load_model_folders(config.model_specs)  # every served model (docs/fleet.md §4)
     model = folders.folders[0]
-    http_config = hypercorn_config(config, fd=None if role is None else role.http_fd)
-    if role is None:  # else the supervisor bound the ports and checked the TLS files
+    http_fd = role.http_fd if role is not None else None
+    if inherited is not None:
+        http_fd = inherited.http_fd
+    http_config = hypercorn_config(config, fd=http_fd)
+    if http_fd is None:  # else the supervisor or vLLM bound the port
         check_listener(config, http_config)
+    elif inherited is not None:
+        check_tls(http_config)
     tracing = tracing_for(config)
     metrics_config = None
     if config.metrics_port is not None:
@@ -125,7 +135,12 @@ async def serve(
     async with AsyncExitStack() as stack:
         tracer = None if tracing is None else stack.enter_context(tracing())
         clients = {} if role is None else role.zmq_clients()
-        opener = partial(open_backend, engine_silence_s=config.engine_silence_s, clients=clients)
+        opener = partial(
+            open_backend,
+            engine_silence_s=config.engine_silence_s,
+            clients=clients,
+            adopted=None if inherited is None else inherited.engines,
+        )
         kv_index = kv_index_for(config)
         lifetimes = await stack.enter_async_context(
             open_worker_lifetimes(folders, opener, kv_index)
@@ -135,9 +150,10 @@ async def serve(
         pool = routing_pool(config, [worker for worker, _ in opened], kv_index)
         store_url = config.response_store or default_store_url()
         response_store = await stack.enter_async_context(open_response_store(store_url))
-        metrics = GatewayMetrics(
-            pool, extra_sources=() if kv_index is None else (KvIndexFamilies(kv_index),)
-        )
+        sources: list[WorkerStateSource] = [VllmLoadFamilies()]
+        if kv_index is not None:
+            sources.append(KvIndexFamilies(kv_index))
+        metrics = GatewayMetrics(pool, extra_sources=sources)
         if role is not None:  # every process's figures (docs/observability.md §6)
             metrics.multiprocess_dir = str(role.metrics_dir)
         tenants = None if config.api_keys is None else load_api_keys(config.api_keys)
@@ -195,6 +211,7 @@ async def serve(
             admin_api_key=config.admin_api_key,
             limits=limits,
             tenants=tenants,
+            tokenizer_info=tokenizer_info_body(model) if config.tokenizer_info_endpoint else None,
         )
         # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
         wrapped = ASGIWrapper(cast(ASGIFramework, app))
@@ -240,7 +257,7 @@ async def serve(
                 )
                 metrics_port = int(metrics_urls[0].rsplit(":", 1)[1])
             urls: list[str] = await nursery.start(serve_then_stop)
-            port = int(urls[0].rsplit(":", 1)[1])
+            port = _port_of(urls[0])
             logger.info(
                 "serving %s for %s",
                 " ".join(urls),
@@ -251,6 +268,12 @@ async def serve(
             task_status.started(
                 Serving(tuple(urls), port, tuple(addresses), gateway, metrics_port, probe_port)
             )
+
+
+def _port_of(url: str) -> int:
+    """The TCP port of a listener's URL; 0 for a Unix socket (`http://unix:/path`)."""
+    port = url.rsplit(":", 1)[1]
+    return int(port) if port.isdigit() else 0
 
 
 def probe_snapshot(gateway: Gateway) -> ProbeSnapshot:

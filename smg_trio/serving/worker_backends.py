@@ -15,6 +15,7 @@ from typing import assert_never
 from smg_trio.backends.base import Backend
 from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.grpc_backend import open_grpc_backend
+from smg_trio.backends.zmq_adopted import AdoptedListeners
 from smg_trio.backends.zmq_backend import open_zmq_backend
 from smg_trio.backends.zmq_clients import ZmqClient
 from smg_trio.model.folder import ModelDir
@@ -40,13 +41,16 @@ async def open_backend(
     *,
     engine_silence_s: float = DEFAULT_ENGINE_SILENCE_S,
     clients: Mapping[WorkerSpec, ZmqClient] | None = None,
+    adopted: Mapping[WorkerSpec, AdoptedListeners] | None = None,
 ) -> AsyncIterator[tuple[Backend, str]]:
     """The backend of one worker spec and the address it is bound to (ZMQ) or dials (gRPC);
     `clients`: this process's side of each ZMQ worker when several share it (processes.md §3);
-    `declared`: the model its engine must show (backends/declared_model.py)."""
+    `declared`: the model its engine must show (backends/declared_model.py).
+    `adopted`: a ZMQ worker's listeners inherited from `vllm serve` (docs/vllm-frontend.md)."""
     check_worker_available(spec)
     match spec.wire:
         case Wire.ZMQ:
+            listeners = None if adopted is None else adopted.get(spec)
             async with open_zmq_backend(
                 runtime=spec.runtime,
                 handshake_address=f"tcp://{spec.address}",
@@ -54,6 +58,8 @@ async def open_backend(
                 engine_silence_s=engine_silence_s,
                 client=None if clients is None else clients.get(spec),
                 declared=declared,
+                adopted=listeners,
+                engine_count=1 if listeners is None else listeners.engine_count,
             ) as zmq_backend:
                 yield zmq_backend, zmq_backend.handshake_address
         case Wire.GRPC:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -59,10 +59,12 @@ class Launched:
         return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
 
 
-def launch(name: str, command: Sequence[str], log_dir: Path) -> Launched:
+def launch(
+    name: str, command: Sequence[str], log_dir: Path, extra_env: Mapping[str, str] | None = None
+) -> Launched:
     """Its own session, so stopping it reaches vLLM's EngineCore child too."""
     log_path = log_dir / f"{name}.log"
-    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", **(extra_env or {})}
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(command)}\n".encode())
         log.flush()

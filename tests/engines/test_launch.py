@@ -71,6 +71,9 @@ def test_a_grpc_engine_listens_where_told_and_extra_flags_come_last() -> None:
         lambda: EngineCommand("vllm-zmq"),
         lambda: EngineCommand("vllm-grpc", handshake="tcp://127.0.0.1:1"),
         lambda: EngineCommand("vllm-zmq", handshake="tcp://127.0.0.1:1", port=0),
+        lambda: EngineCommand(
+            "vllm-zmq", handshake="tcp://127.0.0.1:1", data_addresses=("ipc:///a", "ipc:///b")
+        ),
         lambda: EngineCommand("vllm-grpc", mode=Mode.ECHO, replay_file=Path("r.txt")),
     ],
 )

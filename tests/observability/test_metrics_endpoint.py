@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -286,3 +287,26 @@ async def test_an_engine_that_dies_shows_as_dead_and_its_worker_not_ready(tmp_pa
     assert total(found, "smg_trio_ready") == 0
     deaths = "smg_trio_worker_engine_deaths_total"
     assert (total(before, deaths, worker=worker), total(found, deaths, worker=worker)) == (0, 1)
+
+
+async def test_the_engine_load_is_exported_under_vllms_names(tmp_path: Path) -> None:
+    """`vllm:num_requests_running` etc. (observability/vllm_load_metrics.py): 0 before the
+    engine reported anything, then its report while a request runs."""
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    body = {"prompt": "hi", "max_tokens": 400, "ignore_eos": True}
+    with trio.fail_after(TEST_S):
+        async with (
+            live_server(tmp_path, step_ms=5.0) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=AUTH) as http,
+            trio.open_nursery() as nursery,
+        ):
+            found = samples((await http.get("/metrics")).text)
+            assert [total(found, name) for name in names] == [0.0, 0.0, 0.0]
+            nursery.start_soon(partial(http.post, COMPLETIONS, json=body))
+            while True:  # the engine reports with its next step (every 5 ms)
+                found = samples((await http.get("/metrics")).text)
+                if total(found, "vllm:num_requests_running") == 1.0:
+                    break
+                await trio.sleep(0.05)
+            assert total(found, "vllm:kv_cache_usage_perc") > 0.0
+            nursery.cancel_scope.cancel()

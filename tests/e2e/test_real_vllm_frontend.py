@@ -1,0 +1,195 @@
+"""Opt-in: the real `vllm serve` with smg-trio as its front end (docs/vllm-frontend.md §6):
+
+    VLLM_USE_RUST_FRONTEND=1 VLLM_RUST_FRONTEND_PATH=<smg-trio> vllm serve MODEL ...
+
+the openai SDK's chat, completions and streams give plain `vllm serve`'s greedy text, and so
+does the Responses API; an unsupported flag stops `vllm serve` with one line naming it; SIGTERM
+stops everything; an engine killed stops `vllm serve` with no process of its group left; with
+`--data-parallel-size 2` both engines serve. Needs SMG_TRIO_VLLM_VENV and SMG_TRIO_VLLM_MODEL
+(docs/real-engines.md); each case starts its own `vllm serve` (30-60 s each, one at a time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.e2e.real_vllm import (
+    MARKS,
+    Launched,
+    free_port,
+    launch,
+    running,
+    vllm_command,
+    vllm_http_server,
+    wait_healthy,
+)
+
+pytestmark = list(MARKS)
+
+SERVED: Final = "tiny"
+STOPPED_WITHIN_S: Final = 30.0
+PROMPT: Final = "Hello my name is"
+MESSAGES: Final = [{"role": "user", "content": "Tell me a story"}]
+
+
+def frontend_wrapper(folder: Path) -> Path:
+    """An executable running this checkout's smg-trio with this interpreter (vLLM runs it)."""
+    wrapper = folder / "smg-trio-frontend"
+    root = Path(__file__).parents[2]
+    wrapper.write_text(
+        f'#!/bin/sh\nPYTHONPATH={root} exec {sys.executable} -m smg_trio "$@"\n', encoding="utf-8"
+    )
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def hook_env(folder: Path) -> dict[str, str]:
+    return {"VLLM_USE_RUST_FRONTEND": "1", "VLLM_RUST_FRONTEND_PATH": str(frontend_wrapper(folder))}
+
+
+@contextlib.contextmanager
+def vllm_with_smg_trio(log_dir: Path, *flags: str) -> Iterator[tuple[str, Launched]]:
+    port = free_port()
+    command = vllm_command("--host", "127.0.0.1", "--port", str(port), *flags)
+    server = launch("vllm-smg-trio", command, log_dir, hook_env(log_dir))
+    with running([server]):
+        url = f"http://127.0.0.1:{port}"
+        print(f"vllm serve + smg-trio frontend ready after {wait_healthy([server], url):.1f} s")
+        yield url, server
+
+
+def greedy_answers(url: str) -> dict[str, Any]:
+    with OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+        return _greedy_answers(client)
+
+
+def _greedy_answers(client: OpenAI) -> dict[str, Any]:
+    common: dict[str, Any] = {"model": SERVED, "max_tokens": 24, "temperature": 0}
+    chat_stream = client.chat.completions.create(messages=MESSAGES, stream=True, **common)
+    text_stream = client.completions.create(prompt=PROMPT, stream=True, **common)
+    return {
+        "completion": client.completions.create(prompt=PROMPT, **common).choices[0].text,
+        "chat": client.chat.completions.create(messages=MESSAGES, **common)
+        .choices[0]
+        .message.content,
+        "chat_stream": "".join(c.choices[0].delta.content or "" for c in chat_stream if c.choices),
+        "completion_stream": "".join(c.choices[0].text for c in text_stream if c.choices),
+    }
+
+
+def group_members(pgid: int) -> list[str]:
+    """The command lines of the processes still in process group `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return members
+
+
+def engine_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
+                if int(fields[2]) == pgid and b"EngineCore" in cmdline:
+                    pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def wait_exit(server: Launched, within_s: float) -> tuple[int, float]:
+    started = time.monotonic()
+    while server.process.poll() is None and time.monotonic() - started < within_s:
+        time.sleep(0.1)
+    code = server.process.poll()
+    assert code is not None, f"vllm serve still running after {within_s} s"
+    return code, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    with vllm_http_server(tmp_path_factory.mktemp("vllm-plain")) as url:
+        return greedy_answers(url)
+
+
+def test_greedy_text_equals_plain_vllm_serve(reference: dict[str, Any], tmp_path: Path) -> None:
+    with vllm_with_smg_trio(tmp_path, "--served-model-name", SERVED) as (url, server):
+        assert greedy_answers(url) == reference
+        with OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
+            answer = client.responses.create(
+                model=SERVED, input="Tell me a story", max_output_tokens=24, temperature=0
+            )
+        assert answer.output_text == reference["chat"]
+        server.process.send_signal(signal.SIGTERM)
+        code, took = wait_exit(server, STOPPED_WITHIN_S)
+        print(f"vllm serve exited {code} {took:.1f} s after SIGTERM")
+        assert not group_members(server.process.pid)
+
+
+def test_an_unsupported_flag_stops_vllm_serve_naming_it(tmp_path: Path) -> None:
+    """Within 10 s of vLLM running its front end (vLLM's own start-up before that, importing
+    torch and building its config, takes ~25 s here and is not ours)."""
+    command = vllm_command("--host", "127.0.0.1", "--port", str(free_port()), "--root-path", "/x")
+    server = launch("vllm-bad-flag", command, tmp_path, hook_env(tmp_path))
+    with running([server]):
+        started = time.monotonic()
+        while "Launching Rust frontend" not in server.log_path.read_text(errors="replace"):
+            assert server.process.poll() is None, server.log_tail()
+            assert time.monotonic() - started < 300.0, "vLLM never ran its front end"
+            time.sleep(0.1)
+        code, took = wait_exit(server, 10.0)
+        log = server.log_path.read_text(errors="replace")
+        print(f"vllm serve exited {code} {took:.1f} s after running its front end")
+        assert code != 0
+        launched = log.index("Launching Rust frontend")
+        assert "smg-trio: vLLM flag --root-path is not supported" in log[launched:]
+
+
+def test_a_killed_engine_stops_vllm_serve(tmp_path: Path) -> None:
+    """vLLM and we both see the death at once: the API is gone within 5 s; `vllm serve`'s own
+    teardown (its engines' executor, its resource tracker) then takes a few seconds more."""
+    with vllm_with_smg_trio(tmp_path) as (url, server):
+        (engine,) = engine_pids(server.process.pid)
+        os.kill(engine, signal.SIGKILL)
+        started = time.monotonic()
+        while time.monotonic() - started < 5.0:
+            try:
+                httpx.get(f"{url}/health", timeout=1.0)
+            except httpx.TransportError:
+                break  # nobody listens any more
+            time.sleep(0.1)
+        gone = time.monotonic() - started
+        assert gone < 5.0, "the API still answers 5 s after the last engine was killed"
+        code, took = wait_exit(server, STOPPED_WITHIN_S)
+        print(f"API gone {gone:.1f} s, vllm serve exited {code} {took:.1f} s after the kill")
+        assert code != 0
+        # vLLM's own orphans (the killed EngineCore's worker, its resource tracker) notice
+        # their parent's death on their own, a few seconds later.
+        while group_members(server.process.pid) and time.monotonic() - started < 30.0:
+            time.sleep(0.2)
+        assert not group_members(server.process.pid)
+        print(f"no process of the group left {time.monotonic() - started:.1f} s after the kill")
+
+
+def test_two_data_parallel_engines(reference: dict[str, Any], tmp_path: Path) -> None:
+    flags = ("--served-model-name", SERVED, "--data-parallel-size", "2")
+    with vllm_with_smg_trio(tmp_path, *flags) as (url, server):
+        assert len(engine_pids(server.process.pid)) == 2
+        for _ in range(2):  # spread over both engines: each answers vLLM's greedy text
+            assert greedy_answers(url) == reference
