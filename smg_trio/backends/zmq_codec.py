@@ -203,7 +203,15 @@ def _vllm_message(
     counts = None
     if cache is not None:
         counts = NO_PREFIX_CACHE_DELTA
-        if cache.requests or cache.preempted_requests or cache.reset:
+        if (
+            cache.requests
+            or cache.queries
+            or cache.hits
+            or cache.preempted_requests
+            or cache.preempted_queries
+            or cache.preempted_hits
+            or cache.reset
+        ):
             counts = _prefix_cache_counts(cache)
     return OutputMessage(message.engine_index, tuple(steps), utility, load, counts)
 
