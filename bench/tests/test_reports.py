@@ -8,6 +8,8 @@ import pytest
 
 from bench.floors.floor_compare import cpu_table, shares
 from bench.load.stats import Percentiles, ProcessUsage, RunSummary
+from bench.load.stream_bar import BarRun, parse_median_ttft, round_order
+from bench.load.stream_bar import report as bar_report
 from bench.load.vllm_serve_compare import RunResult, parse_bench_output
 from bench.load.vllm_serve_compare import report as serve_report
 from bench.ttft.paired import report as paired_report
@@ -110,3 +112,37 @@ def test_without_the_raw_floor_the_split_stops_at_hypercorn() -> None:
     assert shares(runs) == [
         "- h2c, 8 streams: smg-trio 200 µs = its own work 50 µs + hypercorn and below 150 µs"
     ]
+
+
+def _bar(gateway: str, tok_s: float, cpu: float, ttft: float) -> BarRun:
+    return BarRun(gateway, tok_s, 256, cpu, ttft)
+
+
+def test_the_bar_gives_each_round_its_ratios_and_the_medians_of_the_rounds() -> None:
+    lines = bar_report(
+        [
+            {"smg-trio": _bar("smg-trio", 3000, 40, 90), "smg": _bar("smg", 3000, 20, 60)},
+            {"smg": _bar("smg", 2000, 25, 80), "smg-trio": _bar("smg-trio", 2200, 30, 80)},
+            {"smg-trio": _bar("smg-trio", 1000, 50, 100), "smg": _bar("smg", 2000, 25, 50)},
+        ]
+    )
+    assert lines[2] == "| 1 | 3,000 | 40.0 | 90.0 | 3,000 | 20.0 | 60.0 | 1.000 | 2.000 | 1.500 |"
+    # Medians per column (2,200 / 40 / 90 against 2,000 / 25 / 60), their ratios beside them.
+    assert lines[5] == (
+        "| median | 2,200 | 40.0 | 90.0 | 2,000 | 25.0 | 60.0 | 1.100 | 1.600 | 1.500 |"
+    )
+    # The summary is the median of the rounds' ratios (1.0, 1.1, 0.5 -> 1.0), not of medians.
+    assert lines[-1] == (
+        "smg-trio / smg, median of the rounds' ratios: output tok/s 1.000x, "
+        "gateway CPU per 1k output tokens 2.00x, TTFT p50 1.50x"
+    )
+
+
+def test_the_bar_alternates_which_gateway_runs_first() -> None:
+    assert [round_order(i, ["a", "b"]) for i in range(3)] == [["a", "b"], ["b", "a"], ["a", "b"]]
+
+
+def test_the_bar_reads_the_median_ttft_of_vllm_bench_serve() -> None:
+    assert parse_median_ttft(SUMMARY + "Median TTFT (ms):                        81.52\n") == 81.52
+    with pytest.raises(ValueError, match="no median TTFT"):
+        parse_median_ttft(SUMMARY)
