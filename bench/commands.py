@@ -45,6 +45,7 @@ COMMANDS: Final = (
         ("kv_index_memory", "bench.load.kv_index_memory:main", "the KV index with 1 M blocks"),
         ("vllm_serve_compare", "bench.load.vllm_serve_compare:main", "vllm bench serve, both"),
         ("stream_bar", "bench.load.stream_bar:main", "issue 44's bar: tok/s, CPU per 1k, TTFT"),
+        ("stream_profile", "bench.load.stream_profile:main", "the bar's CPU per token, by layer"),
         ("counted_engine", "bench.load.counted_engine:main", "(helper) engine with a tally"),
     ),
     *_group(

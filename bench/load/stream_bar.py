@@ -29,7 +29,7 @@ import re
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -65,7 +65,8 @@ INPUT_TOKENS: Final = 128
 OUTPUT_TOKENS: Final = 128
 WARM_UP_REQUESTS: Final = 8
 MEDIAN_TTFT: Final = re.compile(r"Median TTFT \(ms\):\s+([\d.]+)")
-GATEWAYS: Final = ("smg-trio", "smg")
+During = Callable[[int], AbstractAsyncContextManager[None]]
+"""Something around a run's measured load, given the gateway's pid (a profiler)."""
 
 
 @dataclass(frozen=True)
@@ -170,26 +171,32 @@ class BarLoad:
     concurrency: int
     vllm_venv: Path | None
 
-    async def run(self, name: str, target: Target, words: Sequence[str]) -> BarRun:
+    async def run(
+        self, name: str, target: Target, words: Sequence[str], during: During | None = None
+    ) -> BarRun:
+        """Warm up, then the measured load (inside `during(gateway pid)`, if given)."""
         assert target.probe is not None  # a gateway process of its own
         await self._ours(target, words, WARM_UP_REQUESTS, measured=False)
-        before = target.probe.cpu_s()
-        if self.vllm_venv is None:
-            tok_s, completed, ttft_ms = await self._ours(target, words, self.prompts)
-        else:
-            with trio.fail_after(RUN_S):
-                done = await trio.run_process(
-                    bench_command(
-                        self.vllm_venv, self.model_path, target, self.prompts, self.concurrency
-                    ),
-                    capture_stdout=True,
-                    capture_stderr=True,
-                    check=False,
-                )
-            text = done.stdout.decode(errors="replace")
-            tok_s, completed = parse_bench_output(text)
-            ttft_ms = parse_median_ttft(text)
-        cpu_s = target.probe.cpu_s() - before
+        async with AsyncExitStack() as stack:
+            if during is not None:
+                await stack.enter_async_context(during(target.probe.pid))
+            before = target.probe.cpu_s()
+            if self.vllm_venv is None:
+                tok_s, completed, ttft_ms = await self._ours(target, words, self.prompts)
+            else:
+                with trio.fail_after(RUN_S):
+                    done = await trio.run_process(
+                        bench_command(
+                            self.vllm_venv, self.model_path, target, self.prompts, self.concurrency
+                        ),
+                        capture_stdout=True,
+                        capture_stderr=True,
+                        check=False,
+                    )
+                text = done.stdout.decode(errors="replace")
+                tok_s, completed = parse_bench_output(text)
+                ttft_ms = parse_median_ttft(text)
+            cpu_s = target.probe.cpu_s() - before
         tokens = completed * OUTPUT_TOKENS
         per_1k = cpu_s * 1e6 / tokens if tokens else float("nan")
         return BarRun(name, tok_s, completed, per_1k, ttft_ms)

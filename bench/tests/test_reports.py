@@ -10,6 +10,8 @@ from bench.floors.floor_compare import cpu_table, shares
 from bench.load.stats import Percentiles, ProcessUsage, RunSummary
 from bench.load.stream_bar import BarRun, parse_median_ttft, round_order
 from bench.load.stream_bar import report as bar_report
+from bench.load.stream_profile import ASSEMBLER, GC, SOCKET, TRIO, split
+from bench.load.stream_profile import report as profile_report
 from bench.load.vllm_serve_compare import RunResult, parse_bench_output
 from bench.load.vllm_serve_compare import report as serve_report
 from bench.ttft.paired import report as paired_report
@@ -146,3 +148,34 @@ def test_the_bar_reads_the_median_ttft_of_vllm_bench_serve() -> None:
     assert parse_median_ttft(SUMMARY + "Median TTFT (ms):                        81.52\n") == 81.52
     with pytest.raises(ValueError, match="no median TTFT"):
         parse_median_ttft(SUMMARY)
+
+
+ROOT = "unrolled_run (trio/_core/_run.py:2866)"
+RAW = f"""\
+thread (1): MainThread;{ROOT};ZmqBackend._read_outputs (smg_trio/backends/zmq_backend.py:279);\
+EngineEventStream.flush_inline (smg_trio/backends/event_stream.py:150);\
+ResponseAssembler.on_events (smg_trio/core/response_assembler.py:90) 6
+thread (1): MainThread;{ROOT};ChunkWriter.hand_over (smg_trio/request/nursery.py:250);\
+write_to_kernel_now (smg_trio/frontends/http/hypercorn_seam.py:200);0x7f00 (libc.so.6) 3
+thread (1): MainThread;{ROOT};Socket.recv_multipart (zmq/sugar/socket.py:815);\
+gc_collect_main (libpython3.11.so.1.0) 2
+thread (1): MainThread;{ROOT};_PyEval_EvalFrameDefault (libpython3.11.so.1.0) 1
+thread (2): smg-trio-log-writer;Condition.wait (threading.py:331) 4
+"""
+
+
+def test_the_profile_puts_each_sample_in_the_bucket_of_its_deepest_known_frame() -> None:
+    profile = split(RAW)
+    assert (profile.main_samples, profile.other_samples) == (12, 4)
+    # The assembler's frame is deeper than the ZMQ reader's that ran it inline; a libc leaf
+    # under the socket write is the system call; GC wherever it interrupts; trio's loop last.
+    assert profile.buckets == {ASSEMBLER: 6, SOCKET: 3, GC: 2, TRIO: 1}
+    assert profile.functions.most_common(1) == [
+        ("ResponseAssembler.on_events (smg_trio/core/response_assembler.py)", 6)
+    ]
+
+
+def test_the_profile_report_turns_shares_into_microseconds_per_token() -> None:
+    lines = profile_report(split(RAW), BarRun("smg-trio", 1000.0, 4, 32.0, 5.0))
+    # 32 µs per token, the event-loop thread 12/16 of the samples, the assembler 6/12 of those.
+    assert "| response assembler (detokenize, stops, render) | 6 | 50.0 % | 12.0 |" in lines
