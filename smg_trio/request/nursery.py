@@ -13,9 +13,9 @@
   False or an error from the step ends the task's loop as if it had run there. Leaving the
   block for any reason aborts what the engine is still generating, so a router-side stop
   leaves it at once and a vanished client costs no more engine time.
-- The writer is the scanner's one child: the scanner hands it each batch's payloads through a
-  coalescing mailbox (`put_nowait` never blocks; the writer takes everything queued in one
-  wake-up). The scanner therefore keeps up with the engine whatever the client does, so a stop
+- The writer is the scanner's one child, started once a batch's payloads were not all taken at
+  once (below): the scanner hands it each batch's payloads through a coalescing mailbox
+  (`put_nowait` never blocks; the writer takes everything queued in one wake-up). The scanner therefore keeps up with the engine whatever the client does, so a stop
   string aborts the engine as soon as its tokens arrive, and a slow client gets the payloads
   that piled up in one write. Memory is bounded by the request: at most one payload list per
   engine batch (max_tokens), freed when the nursery ends. While the writer is idle, the
@@ -157,7 +157,7 @@ async def _run_tasks(
                 record.engine_sent()
                 steps.append(_step_for(make_assembler(), writer, record))
                 if writer is not None:
-                    nursery.start_soon(writer.run)
+                    writer.starts_in(nursery)
             return steps[0]
 
         # A client already gone costs no ADD and no ABORT. The frontends see to it that a
@@ -232,20 +232,30 @@ def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFin
 
 class ChunkWriter:
     """The hand-off from the scanner to the client writer task (see the module doc): `hand_over`
-    from the scanner, `run` as the writer, `close` after the last payloads."""
+    from the scanner, `run` as the writer, `close` after the last payloads. The writer task is
+    started (in the nursery given to `starts_in`) only once a hand-over left something for it:
+    a stream whose every chunk the sink took at once never has one."""
 
-    __slots__ = ("_chunks", "_sink")
+    __slots__ = ("_chunks", "_nursery", "_sink")
 
     def __init__(self, sink: ClientSink) -> None:
         self._sink = sink
         self._chunks: Mailbox[list[bytes]] = Mailbox()
+        self._nursery: trio.Nursery | None = None  # until the writer task is started
+
+    def starts_in(self, nursery: trio.Nursery) -> None:
+        """Where the writer task runs, once `hand_over` needs it."""
+        self._nursery = nursery
 
     def hand_over(self, payloads: list[bytes]) -> None:
         """Payloads to the client: sent by the calling task when the writer is idle (nothing
         of this request queued before them, no send of the writer's under way, or not started
         yet) and the sink takes them at once, else queued for the writer (docs/performance.md
-        §2: one task hop less per chunk). Never waits."""
-        self._chunks.offer(payloads, self._send_now)
+        §2: one task hop less per chunk), started now if it was not. Never waits."""
+        if self._chunks.offer(payloads, self._send_now) is not Taken.ALL:
+            nursery, self._nursery = self._nursery, None
+            if nursery is not None:  # (None: started already)
+                nursery.start_soon(self.run)
 
     def _send_now(self, payloads: list[bytes]) -> tuple[Taken, list[bytes]]:
         taken = self._sink.send_chunks_now(payloads)
