@@ -122,6 +122,17 @@ RULES: Final = (
     (TRIO, ("trio/", "outcome/", "sniffio/")),
 )
 SOCKET_CALLERS: Final = ("hypercorn_seam.py", "trio/_socket.py", "trio/_highlevel_socket.py")
+WAITS: Final = ("EpollIOManager.get_events (", "Condition.wait (", "Event.wait (", "Queue.get (")
+"""Python functions that block in a system call: a sample with a native leaf under one of them
+is a thread waiting (py-spy's --native does not always tell), not CPU, and is left out."""
+
+
+def waiting(frames: Sequence[str]) -> bool:
+    """The sample is of a thread blocked in a wait (`WAITS`), not running."""
+    if not frames or PYTHON_FRAME.match(frames[-1]):
+        return False
+    python = [frame for frame in frames if PYTHON_FRAME.match(frame)]
+    return bool(python) and python[-1].startswith(WAITS)
 
 
 def bucket_of(frames: Sequence[str]) -> str:
@@ -156,26 +167,30 @@ class Split:
     functions: Counter[str]  # the main thread's deepest Python function, by samples
     main_samples: int
     other_samples: int  # every other thread's
+    waits: int = 0  # samples of a blocked thread, left out of the others
 
 
 def split(raw: str) -> Split:
     """py-spy's raw output (`thread (tid): name;frame;...;frame count` per line) bucketed."""
     buckets: Counter[str] = Counter()
     functions: Counter[str] = Counter()
-    main = other = 0
+    main = other = waits = 0
     for line in raw.splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
         thread, *frames = stack.split(";")
+        if waiting(frames):
+            waits += count
+            continue
         if not thread.endswith(MAIN_THREAD):
             other += count
             continue
         main += count
         buckets[bucket_of(frames)] += count
         functions[python_leaf(frames)] += count
-    return Split(buckets, functions, main, other)
+    return Split(buckets, functions, main, other, waits)
 
 
 def report(profile: Split, run: BarRun, top: int = 12) -> list[str]:
@@ -184,8 +199,8 @@ def report(profile: Split, run: BarRun, top: int = 12) -> list[str]:
     lines = [
         f"Gateway CPU under the profiler: {us_per_token:.1f} µs per output token "
         f"({run.output_tok_s:,.0f} tok/s, {run.completed} completed); "
-        f"{total:,} samples, the event-loop thread "
-        f"{100 * profile.main_samples / max(total, 1):.1f} %.",
+        f"{total:,} samples running ({profile.waits:,} more of threads blocked in a wait, left "
+        f"out), the event-loop thread's {100 * profile.main_samples / max(total, 1):.1f} %.",
         "",
         "| bucket (event-loop thread) | samples | share | µs per output token |",
         "|---|---:|---:|---:|",
