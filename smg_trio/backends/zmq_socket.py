@@ -175,7 +175,7 @@ class TrioZmqSocket:
                 batch.append(receive(_NOBLOCK))
                 # The batch ends where EVENTS (which processes pending commands, as a failed
                 # recv does) has no message: no `zmq.Again` raised and caught per batch.
-                while len(batch) < max_n and events(_EVENTS) & _POLLIN:
+                while len(batch) < max_n and int(events(_EVENTS)) & _POLLIN:
                     batch.append(receive(_NOBLOCK))
                 break
             except zmq.Again:
