@@ -251,7 +251,9 @@ async def py_spy(output: Path, rate: int, pid: int) -> AsyncIterator[None]:
                 await process.wait()
 
 
-async def run(engine: EngineLaunch, load: BarLoad, rate: int) -> tuple[Split, BarRun]:
+async def run(
+    engine: EngineLaunch, load: BarLoad, rate: int, keep: Path | None
+) -> tuple[Split, BarRun]:
     model = load_model_dir(load.model_path)
     words = prompt_words(model.tokenizer, model.tokenizer.vocab_size)
     with tempfile.TemporaryDirectory(prefix="stream-profile-") as logs:
@@ -265,6 +267,8 @@ async def run(engine: EngineLaunch, load: BarLoad, rate: int) -> tuple[Split, Ba
             result = await load.run("smg-trio", target, words, during)
         if not output.is_file():
             raise RuntimeError("py-spy wrote no samples (is ptrace of a child allowed?)")
+        if keep is not None:
+            shutil.copyfile(output, keep)
         return split(output.read_text()), result
 
 
@@ -277,6 +281,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--num-prompts", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rate", type=int, default=200, help="py-spy's samples per second")
+    parser.add_argument("--keep-raw", type=Path, help="copy py-spy's raw samples here")
     args = parser.parse_args(argv)
     if not 1 <= args.num_prompts <= MAX_PROMPTS or not 1 <= args.concurrency <= MAX_PROMPTS:
         parser.error(f"--num-prompts and --concurrency must be in 1..{MAX_PROMPTS}")
@@ -300,7 +305,7 @@ def main(argv: Sequence[str]) -> int:
     )
     venv = args.vllm_venv if args.engine == "vllm" else None
     load = BarLoad(model_path, args.num_prompts, args.concurrency, venv)
-    profile, result = trio.run(run, engine, load, args.rate)
+    profile, result = trio.run(run, engine, load, args.rate, args.keep_raw)
     body = (
         f"{what}, {args.num_prompts} prompts of {OUTPUT_TOKENS} output tokens at concurrency "
         f"{args.concurrency}, smg-trio alone; py-spy --native at {args.rate} Hz on the gateway "

@@ -48,7 +48,7 @@ import msgspec
 import trio
 
 from smg_trio.backends.base import Backend
-from smg_trio.backends.event_stream import InlineStep
+from smg_trio.backends.event_stream import InlineStep, TokensStep
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_assembler import ResponseAssembler
@@ -148,6 +148,7 @@ async def _run_tasks(
 ) -> None:
     writer = ChunkWriter(sink) if plan.stream else None
     steps: list[InlineStep] = []  # the request's one step, made with its assembler
+    lanes: list[TokensStep] = []  # and its fast lane
     async with trio.open_nursery() as nursery:
 
         def make_step() -> InlineStep:
@@ -155,7 +156,9 @@ async def _run_tasks(
             # engine works.
             if not steps:
                 record.engine_sent()
-                steps.append(_step_for(make_assembler(), writer, record))
+                assembler = make_assembler()
+                steps.append(_step_for(assembler, writer, record))
+                lanes.append(_tokens_step_for(assembler, writer, record))
                 if writer is not None:
                     writer.starts_in(nursery)
             return steps[0]
@@ -171,7 +174,7 @@ async def _run_tasks(
                 async with backend.open_stream(finalized) as events:
                     step = make_step()
                     # The reader may run `step` for us while we wait (event_stream.py's doc).
-                    events.consume_inline(step)
+                    events.consume_inline(step, lanes[0])
                     async for batch in events.batches():
                         if not step(batch):
                             break
@@ -216,6 +219,26 @@ def _step_for(
     return step
 
 
+def _tokens_step_for(
+    assembler: ResponseAssembler, writer: ChunkWriter | None, record: RequestRecord
+) -> TokensStep:
+    """The step on a batch that is one choice's token ids, no event made (backends/
+    event_stream.py's fast lane): the same work, through `on_tokens`."""
+
+    def tokens(index: int, token_ids: tuple[int, ...]) -> bool:
+        record.on_tokens(len(token_ids))
+        payloads = assembler.on_tokens(index, token_ids)
+        if writer is not None and payloads:
+            writer.hand_over(payloads)
+        if assembler.done:
+            if record.engine_finishes < assembler.choice_count:
+                record.aborted(ROUTER_STOP)
+            return False
+        return True
+
+    return tokens
+
+
 def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFinished:
     """A choice that had all its `max_tokens` when its worker failed ends as the engine would
     have ended it (docs/resilience.md §9)."""
@@ -252,10 +275,16 @@ class ChunkWriter:
         of this request queued before them, no send of the writer's under way, or not started
         yet) and the sink takes them at once, else queued for the writer (docs/performance.md
         §2: one task hop less per chunk), started now if it was not. Never waits."""
-        if self._chunks.offer(payloads, self._send_now) is not Taken.ALL:
-            nursery, self._nursery = self._nursery, None
-            if nursery is not None:  # (None: started already)
-                nursery.start_soon(self.run)
+        nursery = self._nursery
+        if nursery is None:  # the writer started (or is not ours to start): the hand-off's way
+            self._chunks.offer(payloads, self._send_now)
+            return
+        # Never started: nothing queued, nothing being sent, so `offer` would take it now.
+        taken, rest = self._send_now(payloads)
+        if taken is not Taken.ALL:
+            self._chunks.put_nowait(rest)
+            self._nursery = None
+            nursery.start_soon(self.run)
 
     def _send_now(self, payloads: list[bytes]) -> tuple[Taken, list[bytes]]:
         taken = self._sink.send_chunks_now(payloads)
