@@ -71,6 +71,11 @@ COMMANDS: Final = (
             "bench.pipeline.core_pipeline:main",
             "pure core per token: make bench-core",
         ),
+        (
+            "token_lane",
+            "bench.pipeline.token_lane:main",
+            "a token's request-side layers, lane on/off",
+        ),
         ("parser_cpu", "bench.pipeline.parser_cpu:main", "CPU per token with output parsers"),
         ("messages_cost", "bench.pipeline.messages_cost:main", "Anthropic Messages against chat"),
         ("responses_stream", "bench.pipeline.responses_stream:main", "Responses against chat"),

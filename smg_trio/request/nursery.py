@@ -280,9 +280,10 @@ class ChunkWriter:
             self._chunks.offer(payloads, self._send_now)
             return
         # Never started: nothing queued, nothing being sent, so `offer` would take it now.
-        taken, rest = self._send_now(payloads)
+        taken = self._sink.send_chunks_now(payloads)
         if taken is not Taken.ALL:
-            self._chunks.put_nowait(rest)
+            # PART: the sink holds the rest; the writer's `send_chunks(())` ends it.
+            self._chunks.put_nowait([] if taken is Taken.PART else payloads)
             self._nursery = None
             nursery.start_soon(self.run)
 
