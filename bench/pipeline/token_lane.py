@@ -74,7 +74,7 @@ async def _no_send(message: Message) -> None:
 
 
 async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) -> float:
-    """ns per token over `ids`, one token per read."""
+    """ns per token over `ids` after the first (which opens the stream), one token per read."""
     plan = GeneratePlan(
         request_id="bench",
         endpoint=Endpoint.COMPLETION,
@@ -111,7 +111,7 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) ->
             stream.deliver(TokenDelta(0, (ids[0],)))  # the first chunk opens the stream
             inline.flush()
             started = time.perf_counter_ns()
-            for index, token_id in enumerate(ids):
+            for index, token_id in enumerate(ids[1:]):
                 if lane:
                     stream.deliver_tokens(0, (token_id,))
                 else:
@@ -125,7 +125,8 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) ->
                         pass
             elapsed = time.perf_counter_ns() - started
             stream.end()
-        return elapsed / max(len(ids), 1)
+            writer.close()
+        return elapsed / max(len(ids) - 1, 1)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -143,7 +144,7 @@ def main(argv: Sequence[str]) -> int:
     results: dict[bool, list[float]] = {lane: [] for lane in lanes}
     for _ in range(args.rounds):
         for lane in lanes:  # interleaved
-            results[lane].append(trio.run(one_round, tokenizer, ids[1:], lane))
+            results[lane].append(trio.run(one_round, tokenizer, ids, lane))
     for lane, rounds in results.items():
         print(
             f"lane {'on' if lane else 'off'}: {statistics.median(rounds):,.0f} ns per token "
