@@ -45,6 +45,8 @@ COMMANDS: Final = (
         ("kv_index_memory", "bench.load.kv_index_memory:main", "the KV index with 1 M blocks"),
         ("model_memory", "bench.load.model_memory:main", "resident memory per loaded model"),
         ("vllm_serve_compare", "bench.load.vllm_serve_compare:main", "vllm bench serve, both"),
+        ("stream_bar", "bench.load.stream_bar:main", "issue 44's bar: tok/s, CPU per 1k, TTFT"),
+        ("stream_profile", "bench.load.stream_profile:main", "the bar's CPU per token, by layer"),
         ("counted_engine", "bench.load.counted_engine:main", "(helper) engine with a tally"),
     ),
     *_group(
@@ -78,6 +80,11 @@ COMMANDS: Final = (
             "core_pipeline",
             "bench.pipeline.core_pipeline:main",
             "pure core per token: make bench-core",
+        ),
+        (
+            "token_lane",
+            "bench.pipeline.token_lane:main",
+            "a token's request-side layers, lane on/off",
         ),
         ("parser_cpu", "bench.pipeline.parser_cpu:main", "CPU per token with output parsers"),
         ("messages_cost", "bench.pipeline.messages_cost:main", "Anthropic Messages against chat"),

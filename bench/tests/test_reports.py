@@ -8,6 +8,10 @@ import pytest
 
 from bench.floors.floor_compare import cpu_table, shares
 from bench.load.stats import Percentiles, ProcessUsage, RunSummary
+from bench.load.stream_bar import BarRun, parse_median_ttft, round_order
+from bench.load.stream_bar import report as bar_report
+from bench.load.stream_profile import ASSEMBLER, GC, SOCKET, TRIO, split
+from bench.load.stream_profile import report as profile_report
 from bench.load.vllm_serve_compare import RunResult, parse_bench_output
 from bench.load.vllm_serve_compare import report as serve_report
 from bench.ttft.paired import report as paired_report
@@ -110,3 +114,72 @@ def test_without_the_raw_floor_the_split_stops_at_hypercorn() -> None:
     assert shares(runs) == [
         "- h2c, 8 streams: smg-trio 200 µs = its own work 50 µs + hypercorn and below 150 µs"
     ]
+
+
+def _bar(gateway: str, tok_s: float, cpu: float, ttft: float) -> BarRun:
+    return BarRun(gateway, tok_s, 256, cpu, ttft)
+
+
+def test_the_bar_gives_each_round_its_ratios_and_the_medians_of_the_rounds() -> None:
+    lines = bar_report(
+        [
+            {"smg-trio": _bar("smg-trio", 3000, 40, 90), "smg": _bar("smg", 3000, 20, 60)},
+            {"smg": _bar("smg", 2000, 25, 80), "smg-trio": _bar("smg-trio", 2200, 30, 80)},
+            {"smg-trio": _bar("smg-trio", 1000, 50, 100), "smg": _bar("smg", 2000, 25, 50)},
+        ]
+    )
+    assert lines[2] == "| 1 | 3,000 | 40.0 | 90.0 | 3,000 | 20.0 | 60.0 | 1.000 | 2.000 | 1.500 |"
+    # Medians per column (2,200 / 40 / 90 against 2,000 / 25 / 60), their ratios beside them.
+    assert lines[5] == (
+        "| median | 2,200 | 40.0 | 90.0 | 2,000 | 25.0 | 60.0 | 1.100 | 1.600 | 1.500 |"
+    )
+    # The summary is the median of the rounds' ratios (1.0, 1.1, 0.5 -> 1.0), not of medians.
+    assert lines[-1] == (
+        "smg-trio / smg, median of the rounds' ratios: output tok/s 1.000x, "
+        "gateway CPU per 1k output tokens 2.00x, TTFT p50 1.50x"
+    )
+
+
+def test_the_bar_alternates_which_gateway_runs_first() -> None:
+    assert [round_order(i, ["a", "b"]) for i in range(3)] == [["a", "b"], ["b", "a"], ["a", "b"]]
+
+
+def test_the_bar_reads_the_median_ttft_of_vllm_bench_serve() -> None:
+    assert parse_median_ttft(SUMMARY + "Median TTFT (ms):                        81.52\n") == 81.52
+    with pytest.raises(ValueError, match="no median TTFT"):
+        parse_median_ttft(SUMMARY)
+
+
+ROOT = "unrolled_run (trio/_core/_run.py:2866)"
+RAW = f"""\
+thread (1): MainThread;{ROOT};ZmqBackend._read_outputs (smg_trio/backends/zmq_backend.py:279);\
+EngineEventStream.flush_inline (smg_trio/backends/event_stream.py:150);\
+ResponseAssembler.on_events (smg_trio/core/response_assembler.py:90) 6
+thread (1): MainThread;{ROOT};ChunkWriter.hand_over (smg_trio/request/nursery.py:250);\
+write_to_kernel_now (smg_trio/frontends/http/hypercorn_seam.py:200);0x7f00 (libc.so.6) 3
+thread (1): MainThread;{ROOT};Socket.recv_multipart (zmq/sugar/socket.py:815);\
+gc_collect_main (libpython3.11.so.1.0) 2
+thread (1): MainThread;{ROOT};_PyEval_EvalFrameDefault (libpython3.11.so.1.0) 1
+thread (2): smg-trio-log-writer;Condition.wait (threading.py:331) 4
+thread (2): smg-trio-log-writer;Condition.wait (threading.py:331);0x7f01 (libc.so.6) 9
+thread (1): MainThread;{ROOT};EpollIOManager.get_events (trio/_core/_io_epoll.py:245);\
+0x7f02 (libc.so.6) 7
+"""
+
+
+def test_the_profile_puts_each_sample_in_the_bucket_of_its_deepest_known_frame() -> None:
+    profile = split(RAW)
+    # Blocked in a wait (a native leaf under epoll or a condition): not CPU, left out.
+    assert (profile.main_samples, profile.other_samples, profile.waits) == (12, 4, 16)
+    # The assembler's frame is deeper than the ZMQ reader's that ran it inline; a libc leaf
+    # under the socket write is the system call; GC wherever it interrupts; trio's loop last.
+    assert profile.buckets == {ASSEMBLER: 6, SOCKET: 3, GC: 2, TRIO: 1}
+    assert profile.functions.most_common(1) == [
+        ("ResponseAssembler.on_events (smg_trio/core/response_assembler.py)", 6)
+    ]
+
+
+def test_the_profile_report_turns_shares_into_microseconds_per_token() -> None:
+    lines = profile_report(split(RAW), BarRun("smg-trio", 1000.0, 4, 32.0, 5.0))
+    # 32 µs per token, the event-loop thread 12/16 of the samples, the assembler 6/12 of those.
+    assert "| response assembler (detokenize, stops, render) | 6 | 50.0 % | 12.0 |" in lines

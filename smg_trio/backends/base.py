@@ -126,10 +126,16 @@ class EngineStream(Protocol):
 
     def batches(self) -> AsyncIterator[Sequence[EngineEvent]]: ...
 
-    def consume_inline(self, step: Callable[[Sequence[EngineEvent]], bool]) -> None:
+    def consume_inline(
+        self,
+        step: Callable[[Sequence[EngineEvent]], bool],
+        tokens: Callable[[int, tuple[int, ...]], bool] | None = None,
+    ) -> None:
         """From the task iterating `batches()`: the backend may run `step` on a batch itself,
         from where it applies the engine's messages, while that task waits for it
-        (event_stream.py, "inline steps"); False ends the iteration."""
+        (event_stream.py, "inline steps"); False ends the iteration. `tokens(choice, ids)`, if
+        given, is `step` on a batch of that one plain delta, which the backend may call instead
+        (event_stream.py's `TokensStep`)."""
         ...
 
     def __aiter__(self) -> EngineStream: ...

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from smg_trio.handoff import Mailbox, MailboxStatistics
-from smg_trio.neutral.events import EngineEvent, coalesce
+from smg_trio.neutral.events import EngineEvent, TokenDelta, coalesce
 
 
 class EventBatches:
@@ -53,6 +53,10 @@ class EventBatches:
 
 InlineStep = Callable[[Sequence[EngineEvent]], bool]
 """A request's handling of one batch: False once it wants no more (every choice done)."""
+TokensStep = Callable[[int, tuple[int, ...]], bool]
+"""A request's handling of a batch that is one choice's token ids and nothing else (no
+logprobs, prompt logprobs, finish or other choice): exactly `InlineStep` on
+`[TokenDelta(choice_index, token_ids)]`, without the event (the fast lane)."""
 
 
 class InlineBatches:
@@ -89,12 +93,17 @@ class EngineEventStream:
         self._closed = False
         self._inline = inline
         self._step: InlineStep | None = None  # the request's step, run in its context
+        self._tokens: TokensStep | None = None  # its fast lane, run in its context
         self._held: list[EngineEvent] = []
+        # The fast lane's hold: one choice's plain token ids, while nothing else is held.
+        self._held_ids: tuple[int, ...] | None = None
+        self._held_choice = 0
 
-    def consume_inline(self, step: InlineStep) -> None:
+    def consume_inline(self, step: InlineStep, tokens: TokensStep | None = None) -> None:
         """From the task that iterates `batches()`: the reader may hand a batch to `step`, run
-        in this task's context, instead of waking the task (see the module doc). A no-op on a
-        backend without a single reader."""
+        in this task's context, instead of waking the task (see the module doc); a batch that
+        is one choice's plain token ids to `tokens`, if given, without making the event. A
+        no-op on a backend without a single reader."""
         if self._inline is not None:
             context = trio.lowlevel.current_task().context
 
@@ -102,6 +111,12 @@ class EngineEventStream:
                 return context.run(step, batch)
 
             self._step = in_context
+            if tokens is not None:
+
+                def tokens_in_context(choice_index: int, token_ids: tuple[int, ...]) -> bool:
+                    return context.run(tokens, choice_index, token_ids)
+
+                self._tokens = tokens_in_context
 
     def batches(self) -> EventBatches:
         """Everything delivered since the previous batch, merged; ends or fails as told."""
@@ -131,14 +146,33 @@ class EngineEventStream:
             self._mailbox.put_nowait(event)
             return
         held = self._held
+        if self._held_ids is not None:  # a second event: the held ids become a delta first
+            held.append(TokenDelta(self._held_choice, self._held_ids))
+            self._held_ids = None
         held.append(event)
         if len(held) == 1:
             assert self._inline is not None  # a step is only taken with one
             self._inline.hold(self)
 
+    def deliver_tokens(self, choice_index: int, token_ids: tuple[int, ...]) -> None:
+        """`deliver(TokenDelta(choice_index, token_ids))`, held as the ids alone while they are
+        all the fast lane will get (docs/performance.md §2)."""
+        if self._tokens is None or self._held or self._held_ids is not None or self._closed:
+            self.deliver(TokenDelta(choice_index, token_ids))
+            return
+        self._held_ids = token_ids
+        self._held_choice = choice_index
+        assert self._inline is not None  # a step is only taken with one
+        self._inline.hold(self)
+
     def flush_inline(self) -> None:
         """The events held since the last flush: to the inline step when the consumer is
         parked with nothing queued, else to the mailbox."""
+        ids = self._held_ids
+        if ids is not None:  # the fast lane's: nothing else is held
+            self._held_ids = None
+            self._flush_tokens(ids)
+            return
         held = self._held
         if not held:  # the stream ended or failed since: they went to the mailbox
             return
@@ -159,7 +193,28 @@ class EngineEventStream:
             self._closed = True
             mailbox.close()
 
+    def _flush_tokens(self, token_ids: tuple[int, ...]) -> None:
+        """`flush_inline` of one choice's plain ids: to the fast lane as the step would get
+        them, or as a delta to the mailbox."""
+        mailbox = self._mailbox
+        if not mailbox.owner_parked():
+            mailbox.put_nowait(TokenDelta(self._held_choice, token_ids))
+            return
+        assert self._tokens is not None  # ids are only held for a fast lane
+        try:
+            more = self._tokens(self._held_choice, token_ids)
+        except Exception as error:  # as in `flush_inline`
+            self._closed = True
+            mailbox.close(error)
+            return
+        if not more:
+            self._closed = True
+            mailbox.close()
+
     def _release_held(self) -> None:
+        if self._held_ids is not None:
+            self._mailbox.put_nowait(TokenDelta(self._held_choice, self._held_ids))
+            self._held_ids = None
         if self._held:
             for event in self._held:
                 self._mailbox.put_nowait(event)

@@ -70,7 +70,11 @@ class InFlight(Generic[E]):
         self, token_ids: tuple[int, ...], logprobs: tuple[TokenLogprob, ...] | None
     ) -> None:
         self.completion_tokens += len(token_ids)
-        prompt, self.prompt_logprobs = self.prompt_logprobs, None
+        prompt = self.prompt_logprobs
+        if logprobs is None and prompt is None:  # the common case: the stream's fast lane
+            self.stream.deliver_tokens(self.choice_index, token_ids)
+            return
+        self.prompt_logprobs = None
         self.stream.deliver(TokenDelta(self.choice_index, token_ids, logprobs, prompt))
 
 

@@ -357,8 +357,9 @@ class EngineRegistry:
     def dispatch(self, message: OutputMessage, now: float) -> None:
         """Apply one output message: resolve a utility reply, deliver steps to their streams."""
         in_flight = self.in_flight
+        heard: EngineSlot | None = None  # the engine marked heard from below (once per message)
         if 0 <= message.engine_index < len(self.engines):
-            engine = self.engines[message.engine_index]
+            engine = heard = self.engines[message.engine_index]
             in_flight.heard_from(engine, now)
             if engine.revivable:  # once per message, never per token
                 self.revive(engine)
@@ -379,11 +380,14 @@ class EngineRegistry:
                     error=None if failure is None else EngineRejected(failure),
                 )
         strays = self.strays
+        requests = in_flight.requests
+        advance = self._advance
         for step in message.steps:
-            route = in_flight.requests.get(step.request_id)
+            route = requests.get(step.request_id)
             if route is not None:  # else aborted, failed or not ours: dropped
-                in_flight.heard_from(route.engine, now)
-                self._advance(route, step)
+                if route.engine is not heard:
+                    in_flight.heard_from(route.engine, now)
+                advance(route, step)
             elif strays is not None and step.finish_reason is None:
                 strays.setdefault(message.engine_index, set()).add(step.request_id)
 

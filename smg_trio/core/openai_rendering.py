@@ -172,7 +172,7 @@ class ChatRenderer(_OpenAIRenderer):
 class CompletionRenderer(_OpenAIRenderer):
     """`text_completion` chunks: the echoed prompt first when asked, then text, then finish."""
 
-    __slots__ = ("_chunks", "_echoes", "_first_ids", "_prompt_ids", "_shifts")
+    __slots__ = ("_chunks", "_echoes", "_first_ids", "_plain", "_prompt_ids", "_shifts")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
@@ -195,6 +195,8 @@ class CompletionRenderer(_OpenAIRenderer):
             model=plan.model,
             include_usage=plan.include_usage,
         )
+        # No logprobs, continuous usage or ids ever in a text chunk: `text` is the splice alone.
+        self._plain = self._formatter is None and not self._continuous and self._prompt_ids is None
 
     def _logprobs(self, index: int, positions: Positions, offset: int) -> CompletionLogprobs | None:
         if self._formatter is None or not positions:
@@ -214,6 +216,8 @@ class CompletionRenderer(_OpenAIRenderer):
         return (self._chunks.text(index, echo, logprobs, usage, self._stream_ids(index, None)),)
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        if self._plain:  # the per-token path
+            return self._chunks.plain_text(index, text)
         offset = choice.chars - len(text) + self._shifts[index]
         logprobs = self._logprobs(index, positions, offset)
         usage = self._running_usage(index, choice)

@@ -258,6 +258,10 @@ class CompletionStreamRenderer:
                 token_ids=token_ids_field(ids[1]),
             )
             return self._chunk((choice,), usage)
+        return self.plain_text(index, text)
+
+    def plain_text(self, index: int, text: str) -> bytes:
+        """`text(index, text)`: a text chunk with no logprobs, usage or ids."""
         return b"".join(
             (self._text_prefix, _encode(text), b',"index":%d' % index, _COMPLETION_TAIL)
         )

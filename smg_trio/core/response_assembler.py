@@ -132,20 +132,11 @@ class ResponseAssembler:
                     if self._echo_only:  # the engine's one token is never the client's text
                         self._count(choice, token_ids)
                         continue
-                    choice.received.extend(token_ids)
                     if self._logprobs and event.logprobs is not None:
+                        choice.received.extend(token_ids)
                         self._feed_positions(index, choice, token_ids, event.logprobs, out)
                     else:
-                        outcome = choice.scanner.feed(token_ids)
-                        if type(outcome) is Emit and not self._keeps_ids:  # the common case
-                            choice.tokens += len(token_ids)
-                            self._text(index, choice, outcome.text, out)
-                        else:
-                            # Usage counts up to the stopping token, not the rest of the batch.
-                            if type(outcome) is Stop:
-                                token_ids = token_ids[: choice.scanner.consumed]
-                            self._count(choice, token_ids)
-                            self._apply(index, choice, outcome, None, out)
+                        self._feed(index, choice, token_ids, out)
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
                     choice = choices[index]
@@ -156,6 +147,35 @@ class ResponseAssembler:
                 case _:
                     assert_never(event)
         return out
+
+    def on_tokens(self, index: int, token_ids: tuple[int, ...]) -> list[bytes]:
+        """`on_events([TokenDelta(index, token_ids)])`, without the event: the fast lane
+        (request/nursery.py) for the common batch, one choice's ids with no logprobs."""
+        out: list[bytes] = []
+        choice = self._choices[index]
+        if choice.done:
+            return out
+        if self._echo_only:
+            self._count(choice, token_ids)
+            return out
+        self._feed(index, choice, token_ids, out)
+        return out
+
+    def _feed(
+        self, index: int, choice: AssembledChoice, token_ids: Sequence[int], out: list[bytes]
+    ) -> None:
+        """A delta's ids without logprobs through the choice's scanner."""
+        choice.received.extend(token_ids)
+        outcome = choice.scanner.feed(token_ids)
+        if type(outcome) is Emit and not self._keeps_ids:  # the common case
+            choice.tokens += len(token_ids)
+            self._text(index, choice, outcome.text, out)
+            return
+        # Usage counts up to the stopping token, not the rest of the batch.
+        if type(outcome) is Stop:
+            token_ids = token_ids[: choice.scanner.consumed]
+        self._count(choice, token_ids)
+        self._apply(index, choice, outcome, None, out)
 
     def stream_end(self) -> StreamEnd:
         """After every choice finished: the closing chunks, and the finish and usage as data."""

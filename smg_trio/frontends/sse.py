@@ -130,7 +130,10 @@ class SseResponse:
             return Taken.REFUSED
         body = self._dialect.frame(payloads)
         self.quiet = False
-        return self._sent_now(body, *direct.write_chunk_now(body))
+        taken, rest = direct.write_chunk_now(body)
+        if taken is Taken.ALL:  # the common case
+            return taken
+        return self._sent_now(body, taken, rest)
 
     def _open_now(self, payloads: Sequence[bytes]) -> Taken:
         """The stream's head and its first chunk at once, when the connection takes both now

@@ -125,8 +125,11 @@ class RequestRecord:
                 tokens += len(event.token_ids)
             elif type(event) is ChoiceFinished:
                 self.engine_finishes += 1
-        if not tokens:
-            return
+        if tokens:
+            self.on_tokens(tokens)
+
+    def on_tokens(self, tokens: int) -> None:
+        """`on_batch` of a batch that is one delta of `tokens` (> 0) tokens (the fast lane)."""
         self.generated_tokens += tokens
         now = time.perf_counter()
         if self.migrated_at is not None:

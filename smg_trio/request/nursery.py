@@ -13,9 +13,9 @@
   False or an error from the step ends the task's loop as if it had run there. Leaving the
   block for any reason aborts what the engine is still generating, so a router-side stop
   leaves it at once and a vanished client costs no more engine time.
-- The writer is the scanner's one child: the scanner hands it each batch's payloads through a
-  coalescing mailbox (`put_nowait` never blocks; the writer takes everything queued in one
-  wake-up). The scanner therefore keeps up with the engine whatever the client does, so a stop
+- The writer is the scanner's one child, started once a batch's payloads were not all taken at
+  once (below): the scanner hands it each batch's payloads through a coalescing mailbox
+  (`put_nowait` never blocks; the writer takes everything queued in one wake-up). The scanner therefore keeps up with the engine whatever the client does, so a stop
   string aborts the engine as soon as its tokens arrive, and a slow client gets the payloads
   that piled up in one write. Memory is bounded by the request: at most one payload list per
   engine batch (max_tokens), freed when the nursery ends. While the writer is idle, the
@@ -48,7 +48,7 @@ import msgspec
 import trio
 
 from smg_trio.backends.base import Backend
-from smg_trio.backends.event_stream import InlineStep
+from smg_trio.backends.event_stream import InlineStep, TokensStep
 from smg_trio.core.finalize import Finalized
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.response_assembler import ResponseAssembler
@@ -148,6 +148,7 @@ async def _run_tasks(
 ) -> None:
     writer = ChunkWriter(sink) if plan.stream else None
     steps: list[InlineStep] = []  # the request's one step, made with its assembler
+    lanes: list[TokensStep] = []  # and its fast lane
     async with trio.open_nursery() as nursery:
 
         def make_step() -> InlineStep:
@@ -155,9 +156,11 @@ async def _run_tasks(
             # engine works.
             if not steps:
                 record.engine_sent()
-                steps.append(_step_for(make_assembler(), writer, record))
+                assembler = make_assembler()
+                steps.append(_step_for(assembler, writer, record))
+                lanes.append(_tokens_step_for(assembler, writer, record))
                 if writer is not None:
-                    nursery.start_soon(writer.run)
+                    writer.starts_in(nursery)
             return steps[0]
 
         # A client already gone costs no ADD and no ABORT. The frontends see to it that a
@@ -171,7 +174,7 @@ async def _run_tasks(
                 async with backend.open_stream(finalized) as events:
                     step = make_step()
                     # The reader may run `step` for us while we wait (event_stream.py's doc).
-                    events.consume_inline(step)
+                    events.consume_inline(step, lanes[0])
                     async for batch in events.batches():
                         if not step(batch):
                             break
@@ -216,6 +219,26 @@ def _step_for(
     return step
 
 
+def _tokens_step_for(
+    assembler: ResponseAssembler, writer: ChunkWriter | None, record: RequestRecord
+) -> TokensStep:
+    """The step on a batch that is one choice's token ids, no event made (backends/
+    event_stream.py's fast lane): the same work, through `on_tokens`."""
+
+    def tokens(index: int, token_ids: tuple[int, ...]) -> bool:
+        record.on_tokens(len(token_ids))
+        payloads = assembler.on_tokens(index, token_ids)
+        if writer is not None and payloads:
+            writer.hand_over(payloads)
+        if assembler.done:
+            if record.engine_finishes < assembler.choice_count:
+                record.aborted(ROUTER_STOP)
+            return False
+        return True
+
+    return tokens
+
+
 def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFinished:
     """A choice that had all its `max_tokens` when its worker failed ends as the engine would
     have ended it (docs/resilience.md §9)."""
@@ -232,20 +255,37 @@ def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFin
 
 class ChunkWriter:
     """The hand-off from the scanner to the client writer task (see the module doc): `hand_over`
-    from the scanner, `run` as the writer, `close` after the last payloads."""
+    from the scanner, `run` as the writer, `close` after the last payloads. The writer task is
+    started (in the nursery given to `starts_in`) only once a hand-over left something for it:
+    a stream whose every chunk the sink took at once never has one."""
 
-    __slots__ = ("_chunks", "_sink")
+    __slots__ = ("_chunks", "_nursery", "_sink")
 
     def __init__(self, sink: ClientSink) -> None:
         self._sink = sink
         self._chunks: Mailbox[list[bytes]] = Mailbox()
+        self._nursery: trio.Nursery | None = None  # until the writer task is started
+
+    def starts_in(self, nursery: trio.Nursery) -> None:
+        """Where the writer task runs, once `hand_over` needs it."""
+        self._nursery = nursery
 
     def hand_over(self, payloads: list[bytes]) -> None:
         """Payloads to the client: sent by the calling task when the writer is idle (nothing
         of this request queued before them, no send of the writer's under way, or not started
         yet) and the sink takes them at once, else queued for the writer (docs/performance.md
-        §2: one task hop less per chunk). Never waits."""
-        self._chunks.offer(payloads, self._send_now)
+        §2: one task hop less per chunk), started now if it was not. Never waits."""
+        nursery = self._nursery
+        if nursery is None:  # the writer started (or is not ours to start): the hand-off's way
+            self._chunks.offer(payloads, self._send_now)
+            return
+        # Never started: nothing queued, nothing being sent, so `offer` would take it now.
+        taken = self._sink.send_chunks_now(payloads)
+        if taken is not Taken.ALL:
+            # PART: the sink holds the rest; the writer's `send_chunks(())` ends it.
+            self._chunks.put_nowait([] if taken is Taken.PART else payloads)
+            self._nursery = None
+            nursery.start_soon(self.run)
 
     def _send_now(self, payloads: list[bytes]) -> tuple[Taken, list[bytes]]:
         taken = self._sink.send_chunks_now(payloads)

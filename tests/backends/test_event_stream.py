@@ -274,3 +274,135 @@ async def test_without_inline_batches_a_step_is_never_used() -> None:
     stream.deliver(TokenDelta(0, (1,)))
     assert stream.statistics().queued == 1
     assert step.calls == []
+
+
+# --- the fast lane: one choice's plain ids, as the step would get them, without the event ----
+
+LOGPROB: Final = TokenLogprob(token_id=1, logprob=-0.5)
+
+
+@asynccontextmanager
+async def parked_with_lane(step: Step, *choices: str) -> AsyncIterator[Parked]:
+    """`parked_consumer` whose consumer also registers a fast lane: the same step, on the
+    batch the lane stands for."""
+    inline = InlineBatches()
+    stream = EngineEventStream(choices or ("a",), inline)
+    seen: list[Sequence[EngineEvent]] = []
+
+    def lane(choice: int, token_ids: tuple[int, ...]) -> bool:
+        return step([TokenDelta(choice, token_ids)])
+
+    async def consume_with_lane(
+        *, task_status: trio.TaskStatus[trio.lowlevel.Task] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        request_name.set("request")
+        stream.consume_inline(step, lane)
+        task_status.started(trio.lowlevel.current_task())
+        async for batch in stream.batches():
+            seen.append(batch)
+            if not step(batch):
+                break
+
+    async with trio.open_nursery() as nursery:
+        consumer = await nursery.start(consume_with_lane)
+        await trio.testing.wait_all_tasks_blocked()
+        yield Parked(inline, stream, seen, nursery, consumer)
+
+
+Delivery = tuple[str, int, tuple[int, ...]]  # ("ids" | "logprobs" | "finish", choice, ids)
+
+
+@st.composite
+def reads(draw: st.DrawFn) -> list[list[Delivery]]:
+    """Reads of a reader, each its deliveries to one stream of two choices: plain ids, ids with
+    logprobs, and each choice's finish after its ids."""
+    done: set[int] = set()
+    result = []
+    for _ in range(draw(st.integers(1, 6))):
+        read: list[Delivery] = []
+        for _ in range(draw(st.integers(0, 3))):
+            choice = draw(st.integers(0, 1))
+            if choice in done:
+                continue
+            kind = draw(st.sampled_from(["ids", "ids", "ids", "logprobs", "finish"]))
+            if kind == "finish":
+                done.add(choice)
+            ids = tuple(draw(st.lists(st.integers(0, 99), min_size=1, max_size=3)))
+            read.append((kind, choice, ids))
+        result.append(read)
+    return result
+
+
+def deliver(stream: EngineEventStream, delivery: Delivery, *, lane: bool) -> None:
+    """As the in-flight table delivers: plain ids through `deliver_tokens` (the lane's way) or
+    as the delta the stream made of them before the lane."""
+    kind, choice, ids = delivery
+    if kind == "finish":
+        stream.deliver(finished(choice))
+    elif kind == "logprobs":
+        stream.deliver(TokenDelta(choice, ids, (LOGPROB,) * len(ids)))
+    elif lane:
+        stream.deliver_tokens(choice, ids)
+    else:
+        stream.deliver(TokenDelta(choice, ids))
+
+
+@given(reads())
+def test_the_fast_lane_steps_exactly_the_batches_of_the_events(
+    read_list: list[list[Delivery]],
+) -> None:
+    async def run(lane: bool) -> tuple[list[Sequence[EngineEvent]], list[Sequence[EngineEvent]]]:
+        step = Step()
+        opened = parked_with_lane(step, "a", "b") if lane else parked_consumer(step, "a", "b")
+        with trio.fail_after(TEST_S):
+            async with opened as parked:
+                for read in read_list:
+                    for delivery in read:
+                        deliver(parked.stream, delivery, lane=lane)
+                    parked.inline.flush()
+                parked.stream.end()
+        return [list(batch) for batch, _, _ in step.calls], parked.seen
+
+    assert trio.run(run, True) == trio.run(run, False)
+
+
+async def test_the_lane_runs_in_the_consumers_context_and_a_second_event_joins_the_step() -> None:
+    step = Step()
+    with trio.fail_after(TEST_S):
+        async with parked_with_lane(step, "a") as parked:
+            parked.stream.deliver_tokens(0, (1, 2))
+            parked.inline.flush()
+            ((batch, name, task),) = step.calls
+            assert batch == [TokenDelta(0, (1, 2))]
+            assert name == "request"
+            assert task is not parked.consumer
+            parked.stream.deliver_tokens(0, (3,))
+            parked.stream.deliver_tokens(0, (4,))  # a second delta: the step's merged batch
+            parked.stream.deliver(finished(0))
+            parked.inline.flush()
+            assert step.calls[1][0] == [TokenDelta(0, (3, 4)), finished(0)]
+            parked.stream.end()
+
+
+async def test_ids_held_for_the_lane_come_before_an_end_or_a_failure() -> None:
+    step = Step()
+    with trio.fail_after(TEST_S), pytest.RaisesGroup(pytest.RaisesExc(EngineDead)):
+        async with parked_with_lane(step) as parked:
+            parked.stream.deliver_tokens(0, (1,))
+            parked.stream.fail(EngineDead("gone"))  # before the reader's flush
+            parked.inline.flush()
+    assert parked.seen == [[TokenDelta(0, (1,))]]
+
+
+async def test_a_lane_returning_false_or_raising_ends_the_iteration() -> None:
+    step = Step(answers=[False])
+    with trio.fail_after(TEST_S):
+        async with parked_with_lane(step) as parked:
+            parked.stream.deliver_tokens(0, (1,))
+            parked.inline.flush()
+        assert parked.stream.closed
+    failing = Step(error=EngineDead("the lane failed"))
+    with trio.fail_after(TEST_S), pytest.RaisesGroup(pytest.RaisesExc(EngineDead)):
+        async with parked_with_lane(failing) as parked:
+            parked.stream.deliver_tokens(0, (1,))
+            parked.inline.flush()

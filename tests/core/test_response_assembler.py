@@ -364,3 +364,46 @@ def test_stream_interval_changes_only_how_the_text_is_cut(
     assert "".join(chunks_k) == "".join(chunks_1)
     assert same_k == same_1
     assert len(chunks_k) <= len(chunks_1)
+
+
+@given(
+    deltas=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=1),
+            st.lists(st.sampled_from((1, 2, 3, 4, 6, 999)), min_size=1, max_size=4),
+        ),
+        max_size=10,
+    ),
+    endpoint=st.sampled_from((Endpoint.CHAT, Endpoint.COMPLETION, Endpoint.GENERATE)),
+    stop=st.sampled_from(((), ("world test",), (".",), ("Hello",))),
+    stream=st.booleans(),
+    echo=st.sampled_from((None, "Say:")),
+)
+def test_on_tokens_is_on_events_of_the_one_delta(
+    deltas: list[tuple[int, list[int]]],
+    endpoint: Endpoint,
+    stop: tuple[str, ...],
+    stream: bool,
+    echo: str | None,
+) -> None:
+    """The fast lane's `on_tokens` against `on_events([TokenDelta])`: the same payloads per
+    delta, and the same finish, usage, stream end and body, for random token streams (stop
+    strings and the stop token included, two choices)."""
+    echo = echo if endpoint is Endpoint.COMPLETION else None
+    fast, events = (make(endpoint, stop=stop, stream=stream, n=2, echo=echo) for _ in range(2))
+    for index, ids in deltas:
+        assert fast.on_tokens(index, tuple(ids)) == tokens(events, index, ids)
+    for index in (0, 1):
+        count = sum(len(ids) for i, ids in deltas if i == index)
+        assert engine_finished(fast, index, "length", None, count) == engine_finished(
+            events, index, "length", None, count
+        )
+    assert (fast.usage, fast.finish_reasons, fast.texts()) == (
+        events.usage,
+        events.finish_reasons,
+        events.texts(),
+    )
+    if stream:
+        assert fast.stream_end() == events.stream_end()
+    else:
+        assert fast.response_body() == events.response_body()

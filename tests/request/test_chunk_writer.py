@@ -145,3 +145,34 @@ async def test_nothing_goes_out_at_once_while_the_writer_is_sending() -> None:
             writer.hand_over([b"c"])  # idle again
             writer.close()
     assert sink.calls == [("writer", (b"a",)), ("writer", (b"b",)), ("now", (b"c",))]
+
+
+async def test_a_stream_whose_every_chunk_is_taken_at_once_never_starts_the_writer() -> None:
+    sink = ScriptedSink([Taken.ALL, Taken.ALL])
+    writer = ChunkWriter(sink)
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            writer.starts_in(nursery)
+            writer.hand_over([b"a"])
+            await _idle()
+            writer.hand_over([b"b"])
+            await _idle()
+            assert nursery.child_tasks == frozenset()
+            writer.close()
+    assert sink.calls == [("now", (b"a",)), ("now", (b"b",))]
+
+
+async def test_the_writer_starts_at_the_first_chunk_not_taken_and_keeps_the_order() -> None:
+    sink = ScriptedSink([Taken.ALL, Taken.REFUSED, Taken.ALL])
+    writer = ChunkWriter(sink)
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            writer.starts_in(nursery)
+            writer.hand_over([b"a"])
+            writer.hand_over([b"b"])  # refused: the writer is started for it
+            writer.hand_over([b"c"])  # the writer has not run yet and b is queued: c waits
+            assert len(nursery.child_tasks) == 1
+            await _idle()
+            writer.hand_over([b"d"])  # the writer idle again: at once
+            writer.close()
+    assert sink.calls == [("now", (b"a",)), ("writer", (b"b", b"c")), ("now", (b"d",))]

@@ -76,6 +76,11 @@ class HttpConnection:
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._idle = IdleTimer()  # the keep-alive and header timer (frontends/http/idle_timer.py)
         self._read = ReadProgress()  # for rapid-reset checks (frontends/http/client_disconnect.py)
+        # Cleartext HTTP/1.1 is in a chunked response body, as `write_chunk_now` found: h11's
+        # state is read for a response's first direct chunk, not for every one. Only hypercorn
+        # moves that state, always inside `protocol.handle` (reading) or right before an event
+        # to `protocol_send` (writing, closing, recycling), so both clear this.
+        self._chunking = False
 
     async def run(self) -> None:
         stream: Stream = self.stream
@@ -122,6 +127,7 @@ class HttpConnection:
                 await self._close_stream()
 
     async def protocol_send(self, event: Event) -> None:
+        self._chunking = False  # hypercorn moved h11's state before telling us (see __init__)
         if isinstance(event, Updated):
             self._between_requests = event.idle
             self._timer_s = self._limits.idle_timeout_s
@@ -151,7 +157,7 @@ class HttpConnection:
             if isinstance(event, Closed):
                 await self._writer.drain()  # the last response goes out before the close
                 await self._close_stream()
-                await self.protocol.handle(Closed())
+                await self._handle(Closed())
 
     def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]:
         """`data` as one chunk of the HTTP/1.1 body in progress, past hypercorn and h11 (whose
@@ -161,17 +167,20 @@ class HttpConnection:
         ASGI)."""
         if not data:  # an empty chunk would end the body
             return Taken.ALL, b""
-        protocol = self.protocol.protocol
-        if (
-            self._socket is None
-            or not isinstance(protocol, H11Protocol)
-            or isinstance(protocol.stream, WSStream)
-            or not h11_in_chunked_body(protocol)
-            or self.send_lock.locked()
-        ):
+        sock = self._socket
+        if sock is None or self.send_lock.locked():
             return Taken.REFUSED, data
+        if not self._chunking:  # decided once per response (`_chunking`'s comment)
+            protocol = self.protocol.protocol
+            if (
+                not isinstance(protocol, H11Protocol)
+                or isinstance(protocol.stream, WSStream)
+                or not h11_in_chunked_body(protocol)
+            ):
+                return Taken.REFUSED, data
+            self._chunking = True
         # Framed as a chunk now: what the kernel does not take is the rest, never refused.
-        rest = self._write_now(b"%x\r\n%b\r\n" % (len(data), data))
+        rest = write_to_kernel_now(sock, b"%x\r\n%b\r\n" % (len(data), data))
         return (Taken.PART, rest) if rest else (Taken.ALL, b"")
 
     def start_now(
@@ -269,7 +278,15 @@ class HttpConnection:
 
     async def _write_failed(self) -> None:
         """The peer is gone (a write failed): what hypercorn's own write did then."""
-        await self.protocol.handle(Closed())
+        await self._handle(Closed())
+
+    async def _handle(self, event: Event) -> None:
+        """`event` to hypercorn's protocol, which may move h11's state meanwhile."""
+        self._chunking = False
+        try:
+            await self.protocol.handle(event)
+        finally:
+            self._chunking = False
 
     async def _read_client(self) -> None:
         while True:
@@ -284,12 +301,12 @@ class HttpConnection:
                 self._idle.expire_in(self._timer_s)
             self._read.start()
             try:
-                await self.protocol.handle(RawData(bytes(data)))
+                await self._handle(RawData(bytes(data)))
             finally:
                 self._read.finish()
             if not data:
                 break
-        await self.protocol.handle(Closed())
+        await self._handle(Closed())
         # hypercorn leaves the idle timer running after the client left, which kept the socket
         # (and a slot under the connection cap) for up to the keep-alive time.
         self._idle.end()
@@ -298,7 +315,7 @@ class HttpConnection:
     async def _idle_close(self) -> None:
         """The idle (or header) time passed, or the server is shutting down: close."""
         with trio.CancelScope(shield=True, deadline=trio.current_time() + BOOKKEEPING_S):
-            await self.protocol.handle(Closed())
+            await self._handle(Closed())
             await self.stream.aclose()
 
     async def _close_stream(self) -> None:
