@@ -22,23 +22,23 @@ from harness.numeric_fields import (
     BEYOND_FLOAT,
     BEYOND_INT64,
     BOOL,
+    CHAT,
+    COMPLETIONS,
+    COUNT_TOKENS,
+    DETOKENIZE,
     ENDPOINTS,
     FLOAT_OVERFLOW,
+    GENERATE,
     HUGE_INT,
+    MESSAGES,
     NEGATIVE,
     NEGATIVE_OVERFLOW,
+    RESPONSES,
+    TOKENIZE,
     body_with,
     numeric_fields,
 )
 
-CHAT: Final = "/v1/chat/completions"
-COMPLETIONS: Final = "/v1/completions"
-GENERATE: Final = "/generate"
-TOKENIZE: Final = "/v1/tokenize"
-DETOKENIZE: Final = "/v1/detokenize"
-RESPONSES: Final = "/v1/responses"
-MESSAGES: Final = "/v1/messages"
-COUNT_TOKENS: Final = "/v1/messages/count_tokens"
 POST_PATHS: Final = (
     CHAT,
     COMPLETIONS,
