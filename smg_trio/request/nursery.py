@@ -206,15 +206,7 @@ def _step_for(
 
     def step(batch: Sequence[EngineEvent]) -> bool:
         record.on_batch(batch)
-        payloads = assembler.on_events(batch)
-        if writer is not None and payloads:
-            writer.hand_over(payloads)
-        if assembler.done:
-            # Every choice is over: leaving the stream aborts the engine's rest.
-            if record.engine_finishes < assembler.choice_count:
-                record.aborted(ROUTER_STOP)
-            return False
-        return True
+        return _goes_on(assembler.on_events(batch), assembler, writer, record)
 
     return step
 
@@ -227,16 +219,26 @@ def _tokens_step_for(
 
     def tokens(index: int, token_ids: tuple[int, ...]) -> bool:
         record.on_tokens(len(token_ids))
-        payloads = assembler.on_tokens(index, token_ids)
-        if writer is not None and payloads:
-            writer.hand_over(payloads)
-        if assembler.done:
-            if record.engine_finishes < assembler.choice_count:
-                record.aborted(ROUTER_STOP)
-            return False
-        return True
+        return _goes_on(assembler.on_tokens(index, token_ids), assembler, writer, record)
 
     return tokens
+
+
+def _goes_on(
+    payloads: list[bytes],
+    assembler: ResponseAssembler,
+    writer: ChunkWriter | None,
+    record: RequestRecord,
+) -> bool:
+    """After a step: its payloads to the client, and whether the stream goes on (False once
+    every choice is over: leaving the stream aborts the engine's rest)."""
+    if writer is not None and payloads:
+        writer.hand_over(payloads)
+    if assembler.done:
+        if record.engine_finishes < assembler.choice_count:
+            record.aborted(ROUTER_STOP)
+        return False
+    return True
 
 
 def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFinished:
