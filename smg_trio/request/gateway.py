@@ -55,7 +55,7 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.endpoints import RESPONSES_PATH, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
-from smg_trio.request.images import ImageInputs, ImageLimits
+from smg_trio.request.images import DEFAULT_PROCESSING_THREADS, ImageInputs, ImageLimits
 from smg_trio.request.live_requests import LiveRequest, LiveRequests
 from smg_trio.request.memory_budget import (
     MemoryBudget,
@@ -148,9 +148,13 @@ class Gateway:
         # /v1/models and the request's `model` (request/served_models.py)
         self.models = ServedModels((first, *more_models), created=int(time.time()))
         # A chat request's images (docs/images.md): each model's processor, or why it has none.
+        # One thread bound for all of them (request/images.py).
+        processing = trio.CapacityLimiter(DEFAULT_PROCESSING_THREADS)
         self.images = {
             served.key: ImageInputs(
-                load_vision(served.folder.path, served.folder.served_name), image_limits
+                load_vision(served.folder.path, served.folder.served_name),
+                image_limits,
+                limiter=processing,
             )
             for served in (first, *more_models)
         }

@@ -56,11 +56,13 @@ class ImageInputs:
         vision: ImageProcessor | VisionRefusal | None,
         limits: ImageLimits | None = None,
         *,
-        threads: int = DEFAULT_PROCESSING_THREADS,
+        limiter: trio.CapacityLimiter | None = None,
     ) -> None:
         self.vision = vision
         self.limits = limits or ImageLimits()
-        self._limiter = trio.CapacityLimiter(threads)
+        # One limiter for every model's images (the gateway's), so more vision models do not
+        # mean more processing threads; its own when none is given.
+        self._limiter = limiter or trio.CapacityLimiter(DEFAULT_PROCESSING_THREADS)
 
     async def resolve(
         self, refs: Sequence[ImageRef], options: Mapping[str, Any] | None = None
