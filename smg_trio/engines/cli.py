@@ -11,6 +11,7 @@
         [--host 127.0.0.1] [--port PORT] (0: a free one, printed as `listening on HOST:PORT`)
         [--model-path DIR] [--step-ms X] [--max-batch N] [--mode ...] [--replay-file PATH]
         [--eos-probability P] [--max-model-len N] [--log-level LEVEL]
+        [--runner generate|pooling] (vllm-grpc and sglang-grpc: pooling answers Embed)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from smg_trio.engines.generation import (
     TokenSource,
     ordinary_token_ids,
 )
+from smg_trio.engines.pooled_vectors import embedding_dim
 from smg_trio.engines.reasoning_gate import REASONING_END_MARKERS, reasoning_end_ids
 from smg_trio.engines.schema_instance import answers_in_json
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
@@ -233,6 +235,14 @@ def _add_grpc_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser]
             "--port", type=int, default=0, help="port to listen on; 0 = a free one (printed)"
         )
         _add_model_flags(parser)
+        if policy.embed is not None:
+            parser.add_argument(
+                "--runner",
+                choices=("generate", "pooling"),
+                default="generate",
+                help="as vLLM's: `pooling` serves the model as an embedding model (Embed "
+                "answers, Generate is refused; SGLang's spelling is --is-embedding)",
+            )
         parser.set_defaults(command=run_grpc_engine_command)
 
 
@@ -328,6 +338,8 @@ def run_grpc_engine_command(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     model = load_served_model(args.model_path, **_model_options(args))
+    if getattr(args, "runner", "generate") == "pooling":
+        model = dataclasses.replace(model, embedding_dim=embedding_dim(model.config))
     config = GrpcEngineConfig(
         host=args.host, port=args.port, step_seconds=args.step_ms / 1000, max_batch=args.max_batch
     )

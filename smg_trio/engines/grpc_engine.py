@@ -7,7 +7,8 @@ only; no trio here) serving one runtime's service, built from its `RuntimePolicy
         --host 127.0.0.1 --port PORT --model-path DIR [--step-ms X] [--max-batch N] ...
 
 The service class is generated: every abstract RPC of the runtime's grpclib base gets a handler
-here. Generate, Abort and GetTokenizer are shared; the runtime answers the unary RPCs it lists;
+here. Generate, Abort and GetTokenizer are shared, and Embed for the runtimes with an Embed
+policy (a pooling model's vectors, `grpc_pooling`); the runtime answers the unary RPCs it lists;
 any other RPC fails with UNIMPLEMENTED. Generate streams the runtime's chunk and complete
 messages per step; a refused request ends with the policy's gRPC status. When the client
 cancels the call (RST_STREAM), grpclib cancels the handler and the request leaves the batch
@@ -119,6 +120,32 @@ class EngineCore:
         finally:
             self.scheduler.drop(job)  # a cancelled call leaves the batch here, at once
 
+    async def embed(self, stream: Any) -> None:
+        """Embed (docs/wire.md §C.8): admitted by the runtime's policy, pooled at a step."""
+        embed = self.policy.embed
+        assert embed is not None, "only a runtime with an Embed policy routes Embed here"
+        request = await stream.recv_message()
+        if request is None:
+            raise GRPCError(Status.INVALID_ARGUMENT, "Embed needs a request message")
+        fields = json_format.MessageToDict(request, preserving_proto_field_name=True)
+        self.scheduler.received.record(request.request_id, fields)
+        try:
+            spec = embed.admit(request, self.model)
+            job = self.scheduler.submit_pooling(spec)
+        except Rejected as exc:
+            self.scheduler.counters.requests_rejected += 1
+            logger.info("refused %r: %s", request.request_id, exc.message)
+            raise GRPCError(Status(exc.status.value), exc.message) from None
+        try:
+            result = await job.result
+        finally:
+            self.scheduler.drop(job)  # a cancelled call leaves the batch here, at once
+        if isinstance(result, AbortedByRpc):
+            raise GRPCError(
+                Status.INTERNAL, f"Embed request {spec.request_id} did not produce a result"
+            )
+        await self._send(stream, embed.reply(spec, result))
+
     async def _stream(self, stream: Any, job: Job) -> None:
         policy, spec = self.policy, job.spec
         while True:
@@ -194,6 +221,8 @@ def _handler(core: EngineCore, name: str) -> Handler:
         "Abort": core.abort,
         "GetTokenizer": core.get_tokenizer,
     }
+    if core.policy.embed is not None:
+        shared["Embed"] = core.embed
     if name in shared:
         method = shared[name]
 

@@ -57,6 +57,9 @@ class ServedModel:
     path: Path
     config: Mapping[str, Any]  # config.json
     max_batch: int
+    embedding_dim: int | None = None
+    """A pooling model's vector length (`--runner pooling`): it answers Embed and refuses
+    Generate. None: a generative model, the other way round (docs/pooling.md)."""
 
     def config_int(self, key: str, default: int = 0) -> int:
         value = self.config.get(key)
@@ -140,6 +143,22 @@ UnaryAnswer = Callable[[Any, EngineView], Message]
 
 
 @dataclass(frozen=True)
+class PoolSpec:
+    """One admitted Embed request: pooled at the step that takes it into the batch."""
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EmbedPolicy:
+    """How a runtime's service answers Embed (docs/wire.md §C.8)."""
+
+    admit: Callable[[Any, ServedModel], PoolSpec]  # raises Rejected
+    reply: Callable[[PoolSpec, tuple[float, ...]], Message]
+
+
+@dataclass(frozen=True)
 class RuntimePolicy:
     """One runtime's service: its generated grpclib base class and its behaviour."""
 
@@ -153,6 +172,7 @@ class RuntimePolicy:
     abort_reply: Callable[[Any, int], Message]  # (request, how many requests it ended)
     abort_ending: AbortEnding
     unary: Mapping[str, UnaryAnswer]  # RPC name -> answer; unlisted ones are UNIMPLEMENTED
+    embed: EmbedPolicy | None = None  # None: Embed is UNIMPLEMENTED
 
 
 # ---- rules several runtimes share ---------------------------------------------------------

@@ -1,6 +1,9 @@
 """I/O. The reference gRPC engines' continuous batching: one asyncio task steps every active
 request once per step (one token each), the Generate handlers wait on their request's outbox.
 
+An Embed request (a pooling model's) is a `PoolJob`: it joins the batch like the others and its
+vector is computed at the step that takes it in (no tokens are generated for it).
+
 Requests join the batch only at a step (up to `max_batch` active; the rest wait in arrival
 order), so concurrent requests share steps. A step runs at most every `step_seconds` and always
 yields to the event loop, so handlers send while the next step waits. Everything happens on
@@ -24,10 +27,12 @@ from smg_trio.engines.grpc_policy import (
     Ending,
     EngineView,
     JobSpec,
+    PoolSpec,
     Rejected,
     ServedModel,
     trimmed_length,
 )
+from smg_trio.engines.pooled_vectors import pooled_vector
 from smg_trio.engines.received_log import ReceivedLog
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, Counters
 from smg_trio.wire.grpc_responses import GrpcStatus
@@ -72,6 +77,17 @@ class Job:
         )
 
 
+class PoolJob:
+    """One admitted Embed request: pooled at the step that takes it into the batch."""
+
+    def __init__(self, spec: PoolSpec) -> None:
+        self.spec = spec
+        self.result: asyncio.Future[tuple[float, ...] | AbortedByRpc] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.removed = False
+
+
 class Scheduler:
     def __init__(self, model: ServedModel, *, step_seconds: float, max_batch: int) -> None:
         self.model = model
@@ -79,23 +95,33 @@ class Scheduler:
         self.max_batch = max_batch
         self.counters = GrpcCounters()
         self.received = ReceivedLog()
-        self.active: dict[str, Job] = {}
-        self.waiting: collections.OrderedDict[str, Job] = collections.OrderedDict()
+        self.active: dict[str, Job | PoolJob] = {}
+        self.waiting: collections.OrderedDict[str, Job | PoolJob] = collections.OrderedDict()
         self.serving = True
         self.started_at = time.time()
         self._work = asyncio.Event()
 
     def submit(self, spec: JobSpec) -> Job:
-        if spec.request_id in self.active or spec.request_id in self.waiting:
-            raise Rejected(
-                GrpcStatus.INVALID_ARGUMENT, f"request id {spec.request_id} is already running"
-            )
         job = Job(spec, self.model)
-        self.waiting[spec.request_id] = job
+        self._queue(job)
+        return job
+
+    def submit_pooling(self, spec: PoolSpec) -> PoolJob:
+        """An Embed request: its vector comes at the step that takes it into the batch."""
+        job = PoolJob(spec)
+        self._queue(job)
+        return job
+
+    def _queue(self, job: Job | PoolJob) -> None:
+        request_id = job.spec.request_id
+        if request_id in self.active or request_id in self.waiting:
+            raise Rejected(
+                GrpcStatus.INVALID_ARGUMENT, f"request id {request_id} is already running"
+            )
+        self.waiting[request_id] = job
         self.counters.requests_added += 1
         self._update_gauges()
         self._work.set()
-        return job
 
     def abort(self, request_id: str) -> bool:
         """The Abort RPC: end the request now and tell its stream."""
@@ -104,17 +130,20 @@ class Scheduler:
         if job is None:
             return False
         self.counters.requests_aborted += 1
+        if isinstance(job, PoolJob):
+            job.result.set_result(AbortedByRpc())
+            return True
         shown = tuple(job.shown)
         generated = len(job.generation.output_ids)
         job.outbox.put_nowait(Delivery((), generated, AbortedByRpc(), shown))
         return True
 
-    def drop(self, job: Job) -> None:
+    def drop(self, job: Job | PoolJob) -> None:
         """The job's stream ended (finished, failed or cancelled): forget it if still running."""
         if self._remove(job.spec.request_id) is job:
             self.counters.requests_cancelled += 1
 
-    def _remove(self, request_id: str) -> Job | None:
+    def _remove(self, request_id: str) -> Job | PoolJob | None:
         job = self.active.pop(request_id, None) or self.waiting.pop(request_id, None)
         if job is not None:
             job.removed = True
@@ -146,6 +175,11 @@ class Scheduler:
         counters = self.counters
         counters.largest_batch = max(counters.largest_batch, len(batch))
         for job in batch:
+            if isinstance(job, PoolJob):
+                del self.active[job.spec.request_id]
+                counters.requests_finished += 1
+                job.result.set_result(self._pool(job.spec))
+                continue
             delivery = job.step()
             counters.tokens_generated += 1
             if job.removed:
@@ -157,13 +191,18 @@ class Scheduler:
         counters.steps += 1
         self._update_gauges()
 
+    def _pool(self, spec: PoolSpec) -> tuple[float, ...]:
+        dim = self.model.embedding_dim
+        assert dim is not None, "only a pooling model admits Embed requests"
+        return pooled_vector(spec.prompt_ids, dim)
+
     def _update_gauges(self) -> None:
         self.counters.requests_active = len(self.active)
         self.counters.requests_waiting = len(self.waiting)
 
     def view(self) -> EngineView:
         used = sum(
-            math.ceil((len(job.spec.prompt_ids) + len(job.generation.output_ids)) / BLOCK_SIZE)
+            math.ceil((len(job.spec.prompt_ids) + _generated(job)) / BLOCK_SIZE)
             for job in self.active.values()
         )
         return EngineView(
@@ -175,3 +214,7 @@ class Scheduler:
             now=time.time(),
             serving=self.serving,
         )
+
+
+def _generated(job: Job | PoolJob) -> int:
+    return 0 if isinstance(job, PoolJob) else len(job.generation.output_ids)

@@ -12,6 +12,8 @@ as SGLang's scheduler behind smg's servicer serves it with `skip_tokenizer_init`
   request ends the complete repeats the last delta. Non-streaming: one complete with every
   token. Abort RPC: always answers success; the stream gets an empty chunk, then a complete
   with finish "abort".
+- A pooling model (`--runner pooling`, SGLang's `--is-embedding`) answers Embed and refuses
+  Generate (`grpc_pooling`); GetModelInfo then says `is_generation` false.
 - Unsupported here: n > 1 (INVALID_ARGUMENT) and LoRA loading (UNIMPLEMENTED). A constraint is
   taken but not applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Final
 
-from smg_trio.engines import grpc_management, grpc_policy
+from smg_trio.engines import grpc_management, grpc_policy, grpc_pooling
 from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import (
     EngineView,
@@ -37,6 +39,7 @@ GREEDY_BELOW: Final = 1e-6
 
 
 def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
+    grpc_pooling.refuse_generation(model, grpc_pooling.SGLANG_NOT_GENERATING)
     if not request.HasField("tokenized"):
         raise grpc_policy.invalid("tokenized input must be provided")
     prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
@@ -91,7 +94,7 @@ def model_info(
 ) -> sglang.GetModelInfoResponse:
     return sglang.GetModelInfoResponse(
         **grpc_management.model_info_fields(view),
-        is_generation=True,
+        is_generation=view.model.embedding_dim is None,
         weight_version=grpc_management.WEIGHT_VERSION,
         eos_token_ids=view.model.engine.eos_ids,
         max_req_input_len=view.model.engine.max_model_len - 1,
@@ -126,6 +129,7 @@ POLICY: Final = RuntimePolicy(
     abort_targets=lambda request: (request.request_id,),
     abort_reply=abort_reply,
     abort_ending=grpc_policy.AbortEnding.COMPLETE,
+    embed=grpc_pooling.SGLANG_EMBED,
     unary={
         "HealthCheck": health_answer(
             sglang.HealthCheckResponse,

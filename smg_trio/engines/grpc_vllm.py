@@ -13,6 +13,8 @@ frontend behind smg's servicer serves it (docs/wire.md §C.2).
   length; when the request ends a complete follows that repeats the last delta only.
   Non-streaming: one complete with every token. Abort RPC: an empty chunk, then a complete
   with finish "abort".
+- A pooling model (`--runner pooling`) answers Embed and refuses Generate (`grpc_pooling`);
+  GetModelInfo then says `is_generation` false.
 - Unsupported here (INVALID_ARGUMENT): n > 1. A structured-output constraint is taken but not
   applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Final
 
-from smg_trio.engines import grpc_management, grpc_policy
+from smg_trio.engines import grpc_management, grpc_policy, grpc_pooling
 from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TextStops
@@ -36,6 +38,7 @@ GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 
 
 def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
+    grpc_pooling.refuse_generation(model, grpc_pooling.VLLM_NOT_GENERATING)
     match request.WhichOneof("input"):
         case "tokenized":
             prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
@@ -112,7 +115,7 @@ def model_info(request: vllm.GetModelInfoRequest, view: EngineView) -> vllm.GetM
     eos = view.model.config.get("eos_token_id")
     return vllm.GetModelInfoResponse(
         **grpc_management.model_info_fields(view),
-        is_generation=True,
+        is_generation=view.model.embedding_dim is None,
         eos_token_ids=[eos] if isinstance(eos, int) else view.model.engine.eos_ids[:1],
         max_req_input_len=view.model.engine.max_model_len,
     )
@@ -141,6 +144,7 @@ POLICY: Final = RuntimePolicy(
     abort_targets=lambda request: tuple(request.request_ids),
     abort_reply=lambda request, ended: vllm.AbortResponse(),
     abort_ending=grpc_policy.AbortEnding.COMPLETE,
+    embed=grpc_pooling.VLLM_EMBED,
     unary={
         "HealthCheck": health_answer(
             vllm.HealthCheckResponse, healthy="Health", unhealthy="Engine is not alive"

@@ -32,7 +32,6 @@ from smg_trio.neutral.runtime import Endpoint, Runtime, Wire
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire._proto import common_pb2 as common
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
-from smg_trio.wire._proto import vllm_engine_pb2 as vllm
 from smg_trio.wire.grpc_messages import build_abort, build_generate
 from smg_trio.wire.grpc_responses import (
     GrpcChunk,
@@ -423,7 +422,7 @@ def test_unserved_rpcs_are_unimplemented_and_the_tokenizer_ships(
         try:
             stub = STUBS[Runtime.VLLM](channel)
             with pytest.raises(GRPCError) as unserved:
-                await stub.Embed(vllm.EmbedRequest(request_id="e"))
+                await stub.StartProfile(common.StartProfileRequest())
             assert unserved.value.status is Status.UNIMPLEMENTED
             return list(await stub.GetTokenizer(common.GetTokenizerRequest()))
         finally:
