@@ -16,6 +16,9 @@ responses are parsed on the loop and pushed, with the task's outcome, through ON
   decides what is unfinished); a finished choice is never aborted. The block is left only
   after every task of the stream has ended on the loop.
 
+A pooling model's inputs are unary Embed calls instead (vLLM, SGLang; `grpc_embed_calls.py`),
+awaited by the caller's task: cancelling it cancels the call and sends the Abort RPC.
+
 Readiness (`grpc_readiness.py`): a HealthCheck every `health_period_s`, bounded by
 `health_timeout_s`; a passing one fetches model/server info on the way to ready. A lost
 connection, or silence for `watchdog_period_s` with calls in flight (`engine_silence_s` while
@@ -45,6 +48,7 @@ from smg_trio.backends.base import BackendStatistics, EngineStatus
 from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.grpc_calls import GrpcCall, apply_response, failure_of
+from smg_trio.backends.grpc_embed_calls import EmbedCalls
 from smg_trio.backends.grpc_readiness import EngineReadiness
 from smg_trio.backends.grpc_services import (
     EngineInfo,
@@ -59,6 +63,7 @@ from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
 from smg_trio.neutral.capabilities import require_adapter
 from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.wire.grpc_embed import GrpcEmbedding
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)
@@ -100,6 +105,7 @@ class GrpcBackend:
         self._protocol_errors = 0
         self._info: EngineInfo | None = None
         self._readiness = EngineReadiness(f"{runtime.value} engine at {client.address}")
+        self._embeds = EmbedCalls(client, bridge, self._readiness, self._judge_failure)
 
     @asynccontextmanager
     async def open_stream(self, finalized: Finalized) -> AsyncIterator[EngineEventStream]:
@@ -115,6 +121,12 @@ class GrpcBackend:
         async with self._in_flight.hold(stream, calls, self._leave) as events:
             yield events
 
+    async def embed(self, request_id: str, prompt_ids: Sequence[int]) -> GrpcEmbedding:
+        """The engine's pooled vector for one input: one Embed call (grpc_embed_calls.py;
+        vLLM and SGLang). Cancelling the caller cancels the call and aborts it."""
+        engine_request_id = self._in_flight.new_engine_request_id(request_id, ())
+        return await self._embeds.embed(engine_request_id, prompt_ids, self._info)
+
     async def wait_ready(self) -> None:
         """Return once a health check passed; the caller bounds the wait."""
         await self._readiness.wait_ready()
@@ -122,7 +134,7 @@ class GrpcBackend:
     def statistics(self) -> BackendStatistics:
         ready = self._readiness.ready
         max_len = None if self._info is None else self._info.max_model_len
-        in_flight = len(self._in_flight.requests)
+        in_flight = len(self._in_flight.requests) + self._embeds.in_flight
         status = EngineStatus(
             index=0,
             ready=ready,
@@ -239,6 +251,10 @@ class GrpcBackend:
     def _call_failed(self, call: GrpcCall, error: BackendError) -> None:
         """The call ended before its choice finished: fail its stream; judge the engine."""
         self._in_flight.fail(call, error)
+        self._judge_failure(error)
+
+    def _judge_failure(self, error: BackendError) -> None:
+        """What a failed call (Generate or Embed) says about the engine."""
         if isinstance(error, EngineDead):
             self._engine_died(error.message)
         elif error.status == 503:  # unreachable or UNAVAILABLE: out until a check passes

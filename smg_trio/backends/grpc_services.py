@@ -52,6 +52,7 @@ from smg_trio.wire._proto import (
     vllm_engine_grpc,
     vllm_engine_pb2,
 )
+from smg_trio.wire.grpc_embed import GrpcEmbedding, parse_embed_response
 from smg_trio.wire.grpc_messages import build_abort, build_generate
 from smg_trio.wire.grpc_responses import GrpcEvent, http_status_for_grpc, parse_generate_response
 
@@ -238,6 +239,11 @@ class LoopClient:
                 await grpc_stream.send_message(message, end=True)
                 async for response in grpc_stream:
                     on_event(parse_generate_response(response))
+
+    async def embed(self, message: Any) -> GrpcEmbedding:
+        """One unary Embed call (vLLM, SGLang; docs/wire.md §C.8)."""
+        with translated_errors(self.address):
+            return parse_embed_response(await self._stub.Embed(message))
 
     async def abort(self, engine_request_ids: list[str]) -> None:
         with translated_errors(self.address):

@@ -1,0 +1,126 @@
+"""The gRPC backend's Embed calls against the reference vLLM and SGLang engines serving a pooling
+model (`--runner pooling`), on loopback: vectors, the checks made before sending, the engine's
+refusals, and cancellation (RST_STREAM, then the Abort RPC) of every call of a cancelled scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Final
+
+import pytest
+import trio
+
+from smg_trio.engines.pooled_vectors import DEFAULT_EMBEDDING_DIM, pooled_vector
+from smg_trio.errors import ClientError, EngineRejected
+from smg_trio.neutral.runtime import Runtime
+from smg_trio.wire.grpc_embed import GrpcEmbedding
+from tests.backends.grpc_reference import MODEL_PATH, attach
+from tests.engines.grpc_harness import Engine, start_engines, stop_engines
+
+POOLING: Final = (Runtime.VLLM, Runtime.SGLANG)
+CONTEXT: Final = 32
+READY_S: Final = 5.0
+SLOW_STEP_MS: Final = 500.0
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
+    logs = tmp_path_factory.mktemp("grpc-embed-backend")
+    model = ("--model-path", str(MODEL_PATH), "--max-model-len", str(CONTEXT))
+    pooling = (*model, "--runner", "pooling")
+    kinds: list[tuple[str, Sequence[str]]] = [
+        ("pooling", (*pooling, "--step-ms", "2")),
+        ("slow", (*pooling, "--step-ms", str(SLOW_STEP_MS))),
+        ("generate", (*model, "--step-ms", "2")),
+    ]
+    specs = [(runtime, flags) for _, flags in kinds for runtime in POOLING]
+    started = start_engines(specs, logs)
+    names = [f"{kind}-{runtime.value}" for kind, _ in kinds for runtime in POOLING]
+    try:
+        yield dict(zip(names, started, strict=True))
+    finally:
+        stop_engines([engine.process for engine in started])
+
+
+@pytest.mark.parametrize("runtime", POOLING)
+async def test_each_input_gets_its_engines_vector(
+    engines: dict[str, Engine], runtime: Runtime
+) -> None:
+    inputs = [(400 + i, 401, 402) for i in range(6)] + [tuple(range(5, 5 + CONTEXT))]
+    async with attach(runtime, engines[f"pooling-{runtime.value}"].port, None) as engine:
+        backend = engine.backend
+        with trio.fail_after(READY_S):
+            await backend.wait_ready()
+            answers: list[GrpcEmbedding | None] = [None] * len(inputs)
+
+            async def one(index: int) -> None:
+                answers[index] = await backend.embed(f"req-{index}", inputs[index])
+
+            async with trio.open_nursery() as nursery:
+                for index in range(len(inputs)):
+                    nursery.start_soon(one, index)
+        for ids, answer in zip(inputs, answers, strict=True):
+            assert answer == GrpcEmbedding(
+                values=pooled_vector(ids, DEFAULT_EMBEDDING_DIM), prompt_tokens=len(ids)
+            )
+        assert backend.statistics().in_flight == 0
+
+
+@pytest.mark.parametrize("runtime", POOLING)
+async def test_inputs_the_engine_cannot_take_are_refused_before_sending(
+    engines: dict[str, Engine], runtime: Runtime
+) -> None:
+    async with attach(runtime, engines[f"pooling-{runtime.value}"].port, None) as engine:
+        with trio.fail_after(READY_S):
+            await engine.backend.wait_ready()
+            before = await engine.counters()
+            for ids, expected in [
+                ((), "at least one token"),
+                ((5,) * (CONTEXT + 1), "maximum context length is 32 tokens"),
+                ((5, 4001), r"token id 4001 is not in \[0, 4001\)"),
+            ]:
+                with pytest.raises(ClientError, match=expected):
+                    await engine.backend.embed("bad", ids)
+            assert (await engine.counters())["requests_added"] == before["requests_added"]
+
+
+@pytest.mark.parametrize("runtime", POOLING)
+async def test_a_generative_engines_refusal_is_a_400(
+    engines: dict[str, Engine], runtime: Runtime
+) -> None:
+    async with attach(runtime, engines[f"generate-{runtime.value}"].port, None) as engine:
+        with trio.fail_after(READY_S):
+            await engine.backend.wait_ready()
+            with pytest.raises(EngineRejected) as refused:
+                await engine.backend.embed("not-pooling", (400, 401))
+        assert refused.value.status == 400
+        assert "INVALID_ARGUMENT" in refused.value.message
+        assert engine.backend.statistics().ready  # a refusal says nothing about its health
+
+
+@pytest.mark.parametrize("runtime", POOLING)
+async def test_a_cancelled_scope_cancels_and_aborts_every_call(
+    engines: dict[str, Engine], runtime: Runtime
+) -> None:
+    # One step every 0.5 s; an idle engine steps at once when work arrives, so a primer goes
+    # first: the calls after it wait for the next step, and are cancelled while they do.
+    calls = 5
+    async with attach(runtime, engines[f"slow-{runtime.value}"].port, None) as engine:
+        backend = engine.backend
+        with trio.fail_after(READY_S):
+            await backend.wait_ready()
+            await backend.embed("primer", (400,))
+            before = await engine.counters()
+            async with trio.open_nursery() as nursery:
+                for index in range(calls):
+                    nursery.start_soon(backend.embed, f"left-{index}", (400 + index,))
+                await trio.sleep(0.05)
+                assert backend.statistics().in_flight == calls
+                nursery.cancel_scope.cancel()
+            after = await engine.counters()
+        assert backend.statistics().in_flight == 0
+        assert after["requests_active"] + after["requests_waiting"] == 0
+        assert after["requests_added"] - before["requests_added"] == calls
+        assert after["requests_finished"] == before["requests_finished"]
+        assert after["abort_ids_received"] - before["abort_ids_received"] == calls
