@@ -32,6 +32,7 @@ from smg_trio.engines.wire_adapter import (
     Command,
     Emission,
     Load,
+    OutputMessage,
     Rejected,
 )
 from smg_trio.wire.zmq_transport import EngineAddresses
@@ -86,7 +87,7 @@ class CountingWire:
                 self._write()
         return command
 
-    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
+    def encode_step(self, emissions: Sequence[Emission], load: Load) -> Sequence[OutputMessage]:
         ended = False
         for emission in emissions:
             entry = self._requests.setdefault(emission.request_id, {"tokens": 0, "end": None})

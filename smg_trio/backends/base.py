@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 import msgspec
 
 from smg_trio.core.finalize import Finalized
 from smg_trio.neutral.events import EngineEvent
+from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.neutral.runtime import Runtime, Wire
 
 
@@ -161,3 +162,22 @@ class Backend(Protocol):
         ...
 
     def statistics(self) -> BackendStatistics: ...
+
+
+@runtime_checkable
+class Pooler(Protocol):
+    """A backend that serves pooling requests (docs/pooling.md §1): the seam every wire that
+    pools implements (vLLM ZMQ: `zmq_pooling.py`).
+
+    `pool(request)` sends ONE engine request for one input and returns its one result.
+    - Raises before sending anything: `BackendUnavailable` (no ready engine, shutting down),
+      `ClientError` (a value the engine would refuse), `UnsupportedRuntime`.
+    - Then: `EngineRejected` (the engine failed or aborted it), `EngineDead` (the engine died
+      or went silent), `BackendProtocolError` (a finish without a tensor).
+    - Cancellation (or any exit) before the result arrived aborts the engine request, shielded
+      and bounded (as leaving `open_stream`); a finished request is never aborted.
+    - Deadlines are the caller's. The request layer runs one `pool` per input of a client
+      request, all in one nursery (request/pooling.py).
+    """
+
+    async def pool(self, request: PoolingRequest) -> PooledOutput: ...

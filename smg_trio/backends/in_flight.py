@@ -149,6 +149,10 @@ class InFlightTable(Generic[E, R]):
                 f"the request was shaped for {finalized.runtime.value} over "
                 f"{finalized.wire.value}; this backend is {runtime.value} over {wire.value}"
             )
+        self.check_open()
+
+    def check_open(self) -> None:
+        """Raise `BackendUnavailable` once the backend is shutting down."""
         if self._closed_reason is not None:
             raise BackendUnavailable(self._closed_reason)
 

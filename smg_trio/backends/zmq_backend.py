@@ -50,6 +50,7 @@ from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
 from smg_trio.backends.zmq_input_writer import InputWriter, Outgoing
 from smg_trio.backends.zmq_lifetime import open_socket_monitor, open_zmq_context
 from smg_trio.backends.zmq_liveness import MONITORED_EVENTS, PROBE_PERIOD_S, EngineProber
+from smg_trio.backends.zmq_pooling import ZmqPooler
 from smg_trio.backends.zmq_registry import (
     EngineRegistry,
     EngineSlot,
@@ -67,6 +68,7 @@ from smg_trio.backends.zmq_socket import (
 )
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendProtocolError, BackendUnavailable, ConfigError
+from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import vllm_zmq
@@ -112,6 +114,9 @@ class ZmqBackend:
             for index, payload in saved_registrations(client.registrations).items():
                 self._registry.recover(runtime, index, payload)
         self._writer = InputWriter(self._input, self._registry)
+        self._pooler = ZmqPooler(  # docs/pooling.md §2
+            runtime, self._registry, self._writer, self._abort, vocab_size, self.client_index
+        )
 
     def _queue_probe(self, engine: EngineSlot, frames: list[bytes]) -> None:
         self._writer.put(Outgoing(engine, frames, probe=True))
@@ -143,6 +148,10 @@ class ZmqBackend:
         stream, routes = self._start_stream(finalized)
         async with self._in_flight.hold(stream, routes, self._abort) as events:
             yield events
+
+    async def pool(self, request: PoolingRequest) -> PooledOutput:
+        """One pooling engine request's result; leaving first aborts it (zmq_pooling.py)."""
+        return await self._pooler.pool(request)
 
     async def wait_ready(self, *, all_engines: bool = False) -> None:
         """Return once one engine (or every engine) is ready; the caller bounds the wait."""

@@ -18,9 +18,10 @@ import msgspec
 from smg_trio.backends.base import NO_PREFIX_CACHE_DELTA, EngineLoad, PrefixCacheCounts
 from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
 from smg_trio.neutral.events import TokenLogprob
+from smg_trio.neutral.pooling import PoolingRequest
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.neutral.sampling import EngineRequest
-from smg_trio.wire import tokenspeed_zmq, vllm_zmq, vllm_zmq_outputs
+from smg_trio.wire import tokenspeed_zmq, vllm_pooling, vllm_zmq, vllm_zmq_outputs
 from smg_trio.wire.vllm_mm_features import checked_features, encode_features
 from smg_trio.wire.zmq_transport import RequestType
 
@@ -47,6 +48,7 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int | None = None  # cumulative, when the engine reports it
     cached_tokens: int | None = None
     cache_miss: tuple[str, ...] = ()  # vLLM: image keys sent as `data: nil` it did not hold
+    pooled: tuple[tuple[float, ...], tuple[int, ...]] | None = None  # a pooling finish's tensor
 
 
 class UtilityReply(msgspec.Struct, frozen=True):
@@ -120,6 +122,31 @@ def encode_add(
             raise UnsupportedRuntime(f"no ZMQ dialect for runtime {runtime.value!r}")
 
 
+def encode_pooling_add(
+    runtime: Runtime,
+    request: PoolingRequest,
+    *,
+    engine_request_id: str,
+    max_model_len: int,
+    vocab_size: int | None,
+    arrival_time: float,
+    client_index: int = 0,
+) -> list[bytes]:
+    """`[type byte, payload]` of one pooling ADD (docs/pooling.md §2); vLLM only (TokenSpeed
+    has no pooling requests)."""
+    if runtime is not Runtime.VLLM:
+        raise UnsupportedRuntime(f"{runtime.value} over ZMQ has no pooling requests")
+    vllm_request = vllm_pooling.build_pooling_request(
+        request,
+        engine_request_id=engine_request_id,
+        max_model_len=max_model_len,
+        arrival_time=arrival_time,
+        vocab_size=vocab_size,
+        client_index=client_index,
+    )
+    return [RequestType.ADD.frame, vllm_zmq.encode_request(vllm_request)]
+
+
 def decode_output(runtime: Runtime, frames: Sequence[bytes]) -> OutputMessage:
     """Flatten one output message (not the dead sentinel); BackendProtocolError if malformed."""
     match runtime:
@@ -175,6 +202,9 @@ def _vllm_message(
             if output.error is not None:
                 error = output.error.message or output.error.code or error
         prefill = output.prefill_stats
+        pooled = None
+        if output.pooling_output is not None:
+            pooled = vllm_pooling.pooled_tensor(output.pooling_output, frames)
         steps.append(
             RequestStep(
                 request_id=output.request_id,
@@ -187,6 +217,7 @@ def _vllm_message(
                 prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
                 cached_tokens=None if prefill is None else prefill.num_cached_tokens,
                 cache_miss=output.mm_cache_miss_hashes or (),
+                pooled=pooled,
             )
         )
     utility = None

@@ -102,6 +102,7 @@ class Route(InFlight[EngineSlot]):
     # Sent with some images as `data: nil`: the same ADD with every image's data, for one
     # resend should the engine answer with a cache miss (docs/images.md §5).
     full_add: list[bytes] | None = None
+    pooled: tuple[tuple[float, ...], tuple[int, ...]] | None = None  # a pooling request's result
 
 
 @dataclass(eq=False)
@@ -416,6 +417,8 @@ class EngineRegistry:
             route.completion_tokens = step.completion_tokens
         if step.cached_tokens is not None:
             route.cached_tokens = step.cached_tokens
+        if step.pooled is not None:
+            route.pooled = step.pooled
         if step.finish_reason is not None:
             if step.cache_miss and route.full_add is not None and not route.completion_tokens:
                 # vLLM's cache miss: its receiver lost an image we sent as nil. Once, with data.

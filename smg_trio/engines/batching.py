@@ -48,6 +48,8 @@ from smg_trio.engines.wire_adapter import (
     EngineModel,
     Ignored,
     Load,
+    OutputMessage,
+    Pooled,
     Reject,
     Rejected,
     Utility,
@@ -250,6 +252,11 @@ class BatchingLoop:
     def _step(self) -> None:
         emissions: list[Emission] = []
         for request in list(self.active.values()):
+            if request.pooled is not None:  # a pooling request: done in its one forward pass
+                emissions.append(self._emission(request, Pooled(request.pooled)))
+                del self.active[request.request_id]
+                self.counters.requests_finished += 1
+                continue
             step = request.generation.step()
             self.counters.tokens_generated += 1
             if request.aborted:
@@ -300,23 +307,29 @@ class BatchingLoop:
         self.counters.requests_active = len(self.active)
         self.counters.requests_waiting = len(self.waiting)
 
-    def _send(self, messages: Sequence[tuple[int, bytes]]) -> None:
+    def _send(self, messages: Sequence[OutputMessage]) -> None:
         for index, payload in messages:
-            self.sockets.outputs[index].send(payload)
+            if isinstance(payload, list):  # a payload and its aux frames (a pooling tensor)
+                self.sockets.outputs[index].send_multipart(payload)
+            else:
+                self.sockets.outputs[index].send(payload)
             self.counters.output_messages += 1
 
-    def _send_last(self, messages: Sequence[tuple[int, bytes]]) -> None:
+    def _send_last(self, messages: Sequence[OutputMessage]) -> None:
         """Send the engine's last messages and wait (within the output linger) until libzmq has
         taken each off its queue: a socket closed while a message still waits there can drop
         it whatever LINGER says (libzmq #4660; the shutdown test lost its aborts about once in
         25 runs on a loaded machine)."""
         trackers = [
-            self.sockets.outputs[index].send(payload, copy=False, track=True)
+            self.sockets.outputs[index].send_multipart(
+                payload if isinstance(payload, list) else [payload], copy=False, track=True
+            )
             for index, payload in messages
         ]
         self.counters.output_messages += len(trackers)
         deadline = time.monotonic() + OUTPUT_LINGER_MS / 1000
         for tracker in trackers:
+            assert tracker is not None  # track=True
             with contextlib.suppress(zmq.NotDone):
                 tracker.wait(max(0.0, deadline - time.monotonic()))
 

@@ -137,7 +137,23 @@ def _engine_model(
         dtype=dtype if dtype in WIRE_DTYPES else "bfloat16",
         num_gpu_blocks=max_batch * math.ceil(context / BLOCK_SIZE),
         tokenizer=tokenizer,
+        hidden_size=_hidden_size(config),
+        num_labels=_num_labels(config),
     )
+
+
+def _hidden_size(config: dict[str, Any]) -> int:
+    """The pooler's embedding size: config.json's `hidden_size` (docs/pooling.md §5)."""
+    hidden = config.get("hidden_size")
+    if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0:
+        return hidden
+    return EngineModel.hidden_size
+
+
+def _num_labels(config: dict[str, Any]) -> int:
+    """The classifier's classes: config.json's `id2label`, else two (as transformers')."""
+    labels = config.get("id2label")
+    return len(labels) if isinstance(labels, dict) and labels else EngineModel.num_labels
 
 
 def add_engine_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

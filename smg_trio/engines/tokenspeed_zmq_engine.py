@@ -42,7 +42,7 @@ from smg_trio.engines.generation import (
     TokenStop,
 )
 from smg_trio.engines.token_rules import TokenRules
-from smg_trio.engines.vllm_zmq_engine import encode_utility_reply
+from smg_trio.engines.vllm_engine_outputs import encode_utility_reply
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
     Abort,
@@ -55,6 +55,8 @@ from smg_trio.engines.wire_adapter import (
     Ignored,
     Load,
     Outcome,
+    OutputMessage,
+    Pooled,
     Reject,
     Rejected,
     Utility,
@@ -206,7 +208,7 @@ class TokenSpeedWire:
             },
         )
 
-    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
+    def encode_step(self, emissions: Sequence[Emission], load: Load) -> Sequence[OutputMessage]:
         if not emissions:
             return []
         batch = build_batch(
@@ -254,6 +256,8 @@ def _finish_text(outcome: Outcome | None) -> str:
             return "length"
         case Aborted() | Rejected():
             return "abort"
+        case Pooled():  # pragma: no cover - TokenSpeed admits no pooling request
+            return "stop"
         case _:
             assert_never(outcome)
 

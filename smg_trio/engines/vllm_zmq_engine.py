@@ -13,8 +13,8 @@ previous step) ride on the first client's message of that step, or on a message 
 to client 0 when the step has no outputs; `--disable-log-stats` sends none.
 
 Deliberate differences, all kinder than the real engine: a duplicate in-flight request id, an
-ADD that fails to decode (when its id can still be read), a pooling request or a prompt the
-model cannot hold get a terminal ERROR output (vLLM would assert, lose its input thread, or
+ADD that fails to decode (when its id can still be read) or a prompt the model cannot hold get a
+terminal ERROR output (vLLM would assert, lose its input thread, or
 crash on the GPU). `logprobs=-1` (full vocabulary) returns the top 20, as does
 `prompt_logprobs=-1`. Prompt logprobs (`wire_adapter.prompt_position_logprobs`) go whole with a
 request's first output, as vLLM sends them once its prefill is done. `logit_bias`,
@@ -32,30 +32,35 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from typing import Any, Final, assert_never
+from typing import Any, Final
 
 import msgspec
 
 from smg_trio.engines.batching import EngineConfig, run_engine
 from smg_trio.engines.choice_script import choice_script, constraint_choices
 from smg_trio.engines.generation import (
-    EosStop,
     Generation,
     Greedy,
-    LengthStop,
     SamplingKey,
     Seeded,
     StopRules,
-    TokenStop,
 )
 from smg_trio.engines.reasoning_gate import grammar_gate
 from smg_trio.engines.token_rules import TokenRules
+from smg_trio.engines.vllm_engine_outputs import (
+    cache_miss,
+    encode_utility_reply,
+    finish_fields,
+    step_payload,
+    with_pooled,
+)
 from smg_trio.engines.vllm_mm_checks import (
     MEDIA_CACHE_KEYS,
     MediaKeys,
     mm_features_problem,
     summary,
 )
+from smg_trio.engines.vllm_pooling_add import pooling_add
 from smg_trio.engines.vllm_request_checks import reject_undecodable, structured_outputs_problem
 from smg_trio.engines.wire_adapter import (
     BLOCK_SIZE,
@@ -69,7 +74,7 @@ from smg_trio.engines.wire_adapter import (
     EngineModel,
     Ignored,
     Load,
-    Outcome,
+    OutputMessage,
     Reject,
     Rejected,
     Utility,
@@ -91,13 +96,9 @@ from smg_trio.wire.vllm_zmq import (
 from smg_trio.wire.vllm_zmq_outputs import (
     EngineCoreOutput,
     EngineCoreOutputs,
-    FinishReason,
     FullSchedulerStats,
     PrefillStats,
-    RequestError,
-    UtilityOutput,
     encode_logprobs,
-    encode_outputs,
     encode_prompt_logprobs,
 )
 from smg_trio.wire.zmq_transport import (
@@ -195,8 +196,8 @@ class VllmWire:
         except BackendProtocolError as exc:
             return reject_undecodable(payload, str(exc))
         params = request.sampling_params
-        if params is None:
-            return Reject(request.request_id, request.client_index, "pooling is not supported")
+        if params is None:  # a pooling request (docs/pooling.md §5)
+            return pooling_add(request, self.model)
         prompt = request.prompt_token_ids or ()
         problem = prompt_problem(prompt, self.model) or mm_features_problem(
             request.mm_features, frames, prompt
@@ -272,7 +273,7 @@ class VllmWire:
         )
         return choice_script(choices, self.model.tokenizer, end)
 
-    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
+    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[OutputMessage]:
         by_client: dict[int, list[Emission]] = {}
         for emission in emissions:
             by_client.setdefault(emission.client_index, []).append(emission)
@@ -286,15 +287,16 @@ class VllmWire:
             engine_ended = tuple(
                 e.request_id for e in group if isinstance(e.outcome, Aborted | Rejected)
             )
+            frames: list[bytes] = []  # aux frames: pooling tensors
             outputs = EngineCoreOutputs(
                 engine_index=self.engine_index,
-                outputs=tuple(self._output(e) for e in group),
+                outputs=tuple(with_pooled(self._output(e), e.outcome, frames) for e in group),
                 scheduler_stats=stats,
                 timestamp=time.monotonic(),
                 finished_requests=engine_ended or None,
             )
             stats = None
-            messages.append((client_index, encode_outputs(outputs)))
+            messages.append((client_index, step_payload(outputs, frames)))
         return messages
 
     def _scheduler_stats(self, load: Load) -> FullSchedulerStats | None:
@@ -309,7 +311,7 @@ class VllmWire:
         )
 
     def _output(self, emission: Emission) -> EngineCoreOutput:
-        finish_reason, stop_reason, error = _finish_fields(emission.outcome)
+        finish_reason, stop_reason, error = finish_fields(emission.outcome)
         new_logprobs = None
         if emission.logprobs is not None and emission.new_token_ids:
             new_logprobs = encode_logprobs(
@@ -339,7 +341,7 @@ class VllmWire:
             stop_reason=stop_reason,
             prefill_stats=prefill_stats,
             error=error,
-            mm_cache_miss_hashes=_cache_miss(emission.outcome),
+            mm_cache_miss_hashes=cache_miss(emission.outcome),
         )
 
     def _position_logprobs(self, token_id: int, width: int) -> TokenLogprob:
@@ -359,43 +361,6 @@ class VllmWire:
     def reset_media(self) -> bool:
         self._media.clear()
         return True
-
-
-def encode_utility_reply(engine_index: int, call_id: int, failure: str | None, value: Any) -> bytes:
-    """A UtilityOutput message: `result` is `[type_info=nil, value]` unless the call failed."""
-    result = None if failure is not None else (None, value)
-    return encode_outputs(
-        EngineCoreOutputs(
-            engine_index=engine_index,
-            timestamp=time.monotonic(),
-            utility_output=UtilityOutput(call_id=call_id, failure_message=failure, result=result),
-        )
-    )
-
-
-def _cache_miss(outcome: Outcome | None) -> tuple[str, ...] | None:
-    if isinstance(outcome, Rejected) and outcome.cache_miss:
-        return outcome.cache_miss
-    return None
-
-
-def _finish_fields(outcome: Outcome | None) -> tuple[int | None, int | None, RequestError | None]:
-    """(finish_reason, stop_reason, error) of an EngineCoreOutput."""
-    match outcome:
-        case None:
-            return None, None, None
-        case EosStop():
-            return FinishReason.STOP, None, None
-        case TokenStop(token_id):
-            return FinishReason.STOP, token_id, None
-        case LengthStop():
-            return FinishReason.LENGTH, None, None
-        case Aborted():
-            return FinishReason.ABORT, None, None
-        case Rejected(message=message):
-            return FinishReason.ERROR, None, RequestError("validation_error", message, False)
-        case _:
-            assert_never(outcome)
 
 
 def run_vllm_engine(model: EngineModel, config: EngineConfig) -> int:

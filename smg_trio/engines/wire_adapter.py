@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.engines.generation import Finish, Generation, TokenSource
@@ -34,6 +34,8 @@ class EngineModel:
     num_gpu_blocks: int = 0
     tokenizer: TokenizerLike | None = None  # spells a choice constraint (engines.choice_script)
     reasoning_end_ids: tuple[int, ...] = ()  # vLLM's --reasoning-parser (engines.reasoning_gate)
+    hidden_size: int = 64  # the pooler's embedding size (engines.pooling; config.json's)
+    num_labels: int = 2  # the classifier's classes (config.json's id2label)
 
 
 @dataclass
@@ -51,6 +53,8 @@ class ActiveRequest:
     # The prompt, kept only by wires whose engine has a prefix cache (engines.prefix_cache).
     prompt_ids: tuple[int, ...] = ()
     cached_tokens: int = 0  # prompt tokens its prefix cache held when it was admitted
+    # A pooling request's result (engines.pooling): it finishes with it in its first step.
+    pooled: tuple[float, ...] | None = None
 
     def should_emit(self, finished: bool) -> bool:
         count = len(self.generation.output_ids)
@@ -115,7 +119,14 @@ class Rejected:
     cache_miss: tuple[str, ...] = ()
 
 
-Outcome = Finish | Aborted | Rejected
+@dataclass(frozen=True)
+class Pooled:
+    """A pooling request finished: its tensor, flat."""
+
+    values: tuple[float, ...]
+
+
+Outcome = Finish | Aborted | Rejected | Pooled
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,10 @@ class Emission:
     logprobs: int | None = None
     first: bool = False
     cached_tokens: int = 0
+
+
+OutputMessage: TypeAlias = tuple[int, bytes | list[bytes]]
+"""One output message for a client (its index): one frame, or a payload and its aux frames."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +216,7 @@ class WireAdapter(Protocol):
         """Frames as the engine's DEALER receives them: `[type byte, payload, aux...]`."""
         ...
 
-    def encode_step(self, emissions: Sequence[Emission], load: Load) -> list[tuple[int, bytes]]:
+    def encode_step(self, emissions: Sequence[Emission], load: Load) -> Sequence[OutputMessage]:
         """(output index, payload) messages for one step; none when nothing is due."""
         ...
 

@@ -177,7 +177,9 @@ class GatewayApp:
         if method not in route.methods:
             raise MethodNotAllowed(method, path, route.methods)
         match route.kind:
-            case RouteKind.GENERATE | RouteKind.TOKENS:  # first: the common case
+            case (
+                RouteKind.GENERATE | RouteKind.TOKENS | RouteKind.POOLING
+            ):  # first: the common case
                 await self._handle(scope, receive, send, headers, request_id, tenant)
             case RouteKind.STORED_RESPONSE if method == "GET":
                 # A run's state or stream first (docs/client-apis.md §3.5).

@@ -49,11 +49,12 @@ from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
 from smg_trio.model.vision import load_vision
+from smg_trio.neutral.pooling import GENERATION_MODEL, ModelPooler, Task
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
-from smg_trio.request.endpoints import RESPONSES_PATH, TOKEN_PATHS
+from smg_trio.request.endpoints import POOLING_PATHS, RESPONSES_PATH, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
 from smg_trio.request.images import DEFAULT_PROCESSING_THREADS, ImageInputs, ImageLimits
 from smg_trio.request.live_requests import LiveRequest, LiveRequests
@@ -64,6 +65,7 @@ from smg_trio.request.memory_budget import (
     prompt_bytes,
 )
 from smg_trio.request.observation import observed_request
+from smg_trio.request.pooling import prepare_pooling_request, run_pooling
 from smg_trio.request.preparation import answer_token_request, prepare_request
 from smg_trio.request.retrying import run_with_retries
 from smg_trio.request.served_model import ServedModel, served_model
@@ -126,15 +128,18 @@ class Gateway:
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
         more_models: Sequence[ServedModel] = (),
         image_limits: ImageLimits | None = None,
+        pooler: ModelPooler = GENERATION_MODEL,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
-        `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too."""
+        `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too;
+        `pooler`: the first model's tasks and pooler (docs/pooling.md §4)."""
         first = served_model(
             model,
             served_model_names,
             tool_call_parser=tool_call_parser,
             reasoning_parser=reasoning_parser,
             stream_interval=stream_interval,
+            pooler=pooler,
         )
         self.model = model
         self.prompt_model: PromptModel = first.prompt_model
@@ -246,6 +251,11 @@ class Gateway:
     ) -> None:
         served = self.models.for_body(body, arrival.tenant)
         record.model = served.key  # metrics and the log line say it (docs/fleet.md §4)
+        if path in POOLING_PATHS:
+            await self._pool(path, body, sink, record, arrival, live, reservation, served)
+            return
+        if path not in TOKEN_PATHS:
+            served.check_task(Task.GENERATE, path)
         if path in TOKEN_PATHS:
             await sink.send_body(
                 await answer_token_request(
@@ -306,6 +316,40 @@ class Gateway:
                 deadline=deadline,
                 rng=self._rng,
                 record=record,
+            )
+
+    async def _pool(
+        self,
+        path: str,
+        body: bytes,
+        sink: ClientSink,
+        record: RequestRecord,
+        arrival: Arrival,
+        live: LiveRequest,
+        reservation: Reservation,
+        served: ServedModel,
+    ) -> None:
+        """A pooling path (docs/pooling.md §1): prepared, admitted as a generation request is
+        (tenant budget with its prompt tokens, admission), then its inputs pooled on one
+        worker (request/pooling.py)."""
+        plan = await prepare_pooling_request(path, body, served, record.request_id)
+        live.scope.deadline = trio.current_time() + self.request_timeout_s
+        prompts = plan.prompts
+        reservation.grow(prompt_bytes([list(ids) for ids in prompts]))
+        context = RoutingContext(
+            model=plan.options.model,
+            model_key=self.model_key(served),
+            prompt_ids=prompts[0],
+            session_key=arrival.session_key or plan.options.user,
+        )
+        if not self.pool.ready_for(context.model_key):
+            raise BackendUnavailable(NO_READY_WORKER)
+        async with (
+            self.tenant_gate.admitted(arrival.tenant, plan.prompt_tokens, record),
+            self.admission.admitted(),
+        ):
+            await run_pooling(
+                plan, context, self.pool, sink, labels=served.pooler.labels, record=record
             )
 
     async def prepare(

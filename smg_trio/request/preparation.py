@@ -92,16 +92,16 @@ async def prepare_request(
     # /v1/responses: the stored turn it continues, read before preparing.
     history = await service.history(body) if path == RESPONSES_PATH else []
     if path in IMAGE_PATHS and images is not None:
-        decoded = await _off_loop_if_large(
+        decoded = await off_loop_if_large(
             partial(decode_chat, path, body, check_model, history), body
         )
         processed = await images.resolve(
             chat_image_refs(decoded.chat), decoded.chat.mm_processor_kwargs
         )
-        return await _off_loop_if_large(
+        return await off_loop_if_large(
             partial(prepare_decoded, decoded, model, request_id, processed), body
         )
-    return await _off_loop_if_large(
+    return await off_loop_if_large(
         partial(prepare_for_path, path, body, model, check_model, request_id, history),
         body,
     )
@@ -118,22 +118,22 @@ async def answer_token_request(
     """The whole answer of a token path's body (`token_answer`); /v1/tokenize's chat form and
     /v1/messages/count_tokens have their images resolved between decoding and counting."""
     if path == COUNT_TOKENS_PATH and images is not None:
-        count = await _off_loop_if_large(partial(decode_count_tokens, body, check_model), body)
+        count = await off_loop_if_large(partial(decode_count_tokens, body, check_model), body)
         processed = await images.resolve(chat_image_refs(chat_request_of(count)))
-        return await _off_loop_if_large(partial(count_tokens_answer, count, model, processed), body)
+        return await off_loop_if_large(partial(count_tokens_answer, count, model, processed), body)
     if path in TOKENIZE_PATHS and images is not None:
-        tokenize = await _off_loop_if_large(partial(decode_tokenize, body, check_model), body)
+        tokenize = await off_loop_if_large(partial(decode_tokenize, body, check_model), body)
         refs = chat_image_refs(tokenize.chat) if isinstance(tokenize, TokenizeChatRequest) else ()
         processed = await images.resolve(refs)
-        return await _off_loop_if_large(
+        return await off_loop_if_large(
             partial(tokenize_answer, tokenize, model, tokenizer, processed), body
         )
-    return await _off_loop_if_large(
+    return await off_loop_if_large(
         partial(token_answer, path, body, model, tokenizer, check_model), body
     )
 
 
-async def _off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
+async def off_loop_if_large(work: Callable[[], _T], body: bytes) -> _T:
     if len(body) <= INLINE_PREPARE_MAX_BYTES:
         return work()
     try:

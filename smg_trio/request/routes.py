@@ -9,6 +9,7 @@ route's `kind`; a WebSocket upgrade is served on the paths whose route names a
          /v1/responses, /v1/messages
     POST /v1/tokenize, /v1/detokenize, /tokenize,             → TOKENS (Gateway.handle, JSON)
          /detokenize, /v1/messages/count_tokens
+    POST /v1/embeddings, /pooling, /classify                  → POOLING (Gateway.handle, JSON)
     GET  /health, /readiness, /liveness, /metrics,            → info routes (no engine, no body)
          /v1/models, /version (and HEAD)
     GET  /tokenizer_info                                      → vLLM's, when enabled (else 404)
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from smg_trio.request.endpoints import GENERATE_PATHS, RESPONSES_PATH, TOKEN_PATHS
+from smg_trio.request.endpoints import GENERATE_PATHS, POOLING_PATHS, RESPONSES_PATH, TOKEN_PATHS
 
 
 class RouteKind(enum.Enum):
@@ -36,6 +37,8 @@ class RouteKind(enum.Enum):
     """A generation body for `Gateway.handle` (SSE or JSON)."""
     TOKENS = "tokens"
     """A tokenizer body for `Gateway.handle` (JSON)."""
+    POOLING = "pooling"
+    """A pooling body for `Gateway.handle` (JSON; docs/pooling.md)."""
     HEALTH = "health"
     """200 while ready to take requests, else 503 with the reason."""
     LIVENESS = "liveness"
@@ -104,6 +107,7 @@ ROUTES: Final[Mapping[str, Route]] = {
     **{path: Route(RouteKind.GENERATE, ("POST",)) for path in GENERATE_PATHS},
     RESPONSES_PATH: Route(RouteKind.GENERATE, ("POST",), websocket=RESPONSES_WEBSOCKET_PROTOCOL),
     **{path: Route(RouteKind.TOKENS, ("POST",)) for path in TOKEN_PATHS},
+    **{path: Route(RouteKind.POOLING, ("POST",)) for path in POOLING_PATHS},
     HEALTH_PATH: Route(RouteKind.HEALTH, _READ, open=True, probe=True),
     READINESS_PATH: Route(RouteKind.HEALTH, _READ, open=True, probe=True),
     LIVENESS_PATH: Route(RouteKind.LIVENESS, _READ, open=True, probe=True),

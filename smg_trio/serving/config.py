@@ -103,6 +103,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # --chat-template FILE), and its context bound below the folder's (--max-model-len).
     chat_template: Path | None = None
     max_model_len: int | None = None
+    # What the first model serves, by vLLM's `--runner generate|pooling` and
+    # `--convert embed|classify` (docs/pooling.md §4).
+    runner: str = "generate"
+    convert: str | None = None
     # Further models served by the same gateway (docs/fleet.md §4); the fields above are the
     # first. A worker names its model with `?model=NAME`.
     models: tuple[ModelSpec, ...] = ()
@@ -163,6 +167,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             reasoning_parser=self.reasoning_parser,
             chat_template=self.chat_template,
             max_model_len=self.max_model_len,
+            runner=self.runner,
+            convert=self.convert,
         )
         return (first, *self.models)
 

@@ -22,6 +22,7 @@ import msgspec
 
 from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ConfigError
+from smg_trio.neutral.pooling import Task, model_tasks
 from smg_trio.routing.policies import POLICY_NAMES
 
 
@@ -36,6 +37,13 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     reasoning_parser: str | None = None
     chat_template: Path | None = None  # a Jinja file in place of the folder's template
     max_model_len: int | None = None  # at most the folder's context length
+    # What it serves, as vLLM's `--runner` and `--convert` (docs/pooling.md §4).
+    runner: str = "generate"
+    convert: str | None = None
+
+    @property
+    def tasks(self) -> frozenset[Task]:
+        return model_tasks(self.runner, self.convert)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -55,6 +63,8 @@ FIRST_MODEL_KEYS: Final = (
     "reasoning_parser",
     "chat_template",
     "max_model_len",
+    "runner",
+    "convert",
 )
 TABLE_KEYS: Final = frozenset({*ModelSpec.__struct_fields__, "workers"})
 
@@ -125,6 +135,10 @@ def check_models(
                 )
             owner[name] = index
         check_parser_names(model.tool_call_parser, model.reasoning_parser)
+        try:
+            model.tasks  # noqa: B018 - runner and convert checked together
+        except ConfigError as exc:
+            raise ConfigError(f"model {model.names[0]!r}: {exc}") from None
         if model.policy is not None and model.policy not in POLICY_NAMES:
             raise ConfigError(
                 f"model {model.names[0]!r}: unknown routing policy {model.policy!r}; "

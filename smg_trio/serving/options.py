@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from smg_trio.errors import ConfigError
+from smg_trio.neutral.pooling import CONVERTS, RUNNERS
 from smg_trio.observability.request_log import LOG_FORMATS
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.serving.config import (
@@ -50,6 +51,8 @@ _CONFIG_FLAGS = (
     "tool_call_parser",
     "reasoning_parser",
     "max_model_len",
+    "runner",
+    "convert",
     "memory_budget_mb",
     "stream_interval",
     # HTTP limits (add_http_limit_flags)
@@ -188,6 +191,17 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="the model's context length, at most its folder's (the first model)",
+    )
+    serve.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        help="what the first model is run as, by vLLM's name: generate (default) or pooling "
+        "(docs/pooling.md §4)",
+    )
+    serve.add_argument(
+        "--convert",
+        choices=CONVERTS,
+        help="the pooler of a --runner pooling model, by vLLM's name (default embed)",
     )
     serve.add_argument(
         "--api-keys",

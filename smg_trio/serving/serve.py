@@ -50,6 +50,7 @@ from smg_trio.frontends.asgi import GatewayApp
 from smg_trio.frontends.http.probe_server import ProbeSnapshot, open_probe_server, publish_forever
 from smg_trio.frontends.http.server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
+from smg_trio.model.pooler_facts import load_model_pooler
 from smg_trio.model.tokenizer_info import tokenizer_info_body
 from smg_trio.observability.kv_index_metrics import KvIndexFamilies
 from smg_trio.observability.metrics import EXPOSITION_CONTENT_TYPE, GatewayMetrics
@@ -189,6 +190,7 @@ async def serve(
             response_retention_s=config.response_retention_s,
             response_events_max=config.response_events_max,
             resume_grace_s=config.resume_grace_s,
+            pooler=load_model_pooler(config.model_path, config.model_specs[0].tasks),
             more_models=[
                 served_model(
                     folder,
@@ -196,6 +198,7 @@ async def serve(
                     tool_call_parser=spec.tool_call_parser,
                     reasoning_parser=spec.reasoning_parser,
                     stream_interval=config.stream_interval,
+                    pooler=load_model_pooler(spec.model_path, spec.tasks),
                 )
                 for spec, folder in zip(config.models, folders.folders[1:], strict=True)
             ],

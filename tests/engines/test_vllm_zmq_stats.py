@@ -22,6 +22,10 @@ CACHE: Final = PrefixCacheStats(requests=2, queries=40, hits=16)
 STEP: Final = Load(3, 1, 7, used_blocks=4, total_blocks=16, prefix_cache_stats=CACHE)
 
 
+def frames_of(payload: bytes | list[bytes]) -> list[bytes]:
+    return payload if isinstance(payload, list) else [payload]
+
+
 def emission(request_id: str, client_index: int) -> Emission:
     return Emission(request_id, client_index, (5,), None, prompt_tokens=20, completion_tokens=1)
 
@@ -30,8 +34,8 @@ def test_stats_go_with_the_first_clients_message_only() -> None:
     wire = VllmWire(MODEL)
     sent = wire.encode_step([emission("a", 1), emission("b", 0), emission("c", 1)], STEP)
     assert [client for client, _ in sent] == [1, 0]
-    first, second = (decode_outputs([payload]) for _, payload in sent)
-    raw = msgspec.msgpack.decode(sent[0][1])
+    first, second = (decode_outputs(frames_of(payload)) for _, payload in sent)
+    raw = msgspec.msgpack.decode(frames_of(sent[0][1])[0])
     assert list(raw[2]) == list(FullSchedulerStats.__struct_fields__)  # every key, vLLM's order
     assert second.scheduler_stats is None
     stats = first.scheduler_stats
@@ -44,7 +48,7 @@ def test_stats_go_with_the_first_clients_message_only() -> None:
 def test_a_step_without_outputs_sends_its_stats_to_client_0() -> None:
     (sent,) = VllmWire(MODEL).encode_step([], STEP)
     client, payload = sent
-    message = decode_outputs([payload])
+    message = decode_outputs(frames_of(payload))
     assert client == 0
     assert message.outputs == ()
     assert message.scheduler_stats is not None
@@ -55,11 +59,11 @@ def test_no_stats_outside_a_step_or_without_stats_logging() -> None:
     rejected = Load(0, 0, 0, 0, 16)  # a rejection's or shutdown's message: no step
     assert VllmWire(MODEL).encode_step([], rejected) == []
     (sent,) = VllmWire(MODEL).encode_step([emission("a", 0)], rejected)
-    assert decode_outputs([sent[1]]).scheduler_stats is None
+    assert decode_outputs(frames_of(sent[1])).scheduler_stats is None
     quiet = VllmWire(MODEL, log_stats=False)
     assert quiet.encode_step([], STEP) == []
     (sent,) = quiet.encode_step([emission("a", 0)], STEP)
-    assert decode_outputs([sent[1]]).scheduler_stats is None
+    assert decode_outputs(frames_of(sent[1])).scheduler_stats is None
 
 
 def test_the_prefix_cache_hands_over_deltas() -> None:

@@ -1,0 +1,78 @@
+"""Pure. The pooling endpoints' response bodies (docs/pooling.md §3), in vLLM's shapes: one
+entry per input in input order, `usage` counting the prompt tokens; an embedding as floats or,
+with `encoding_format: "base64"`, its float32 bytes (little-endian unless `endianness` says
+"big") in base64; a classification's probabilities with the label of the most probable class.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Sequence
+
+from smg_trio.core.pooling_inputs import PoolingPlan
+from smg_trio.neutral.pooling import PooledOutput
+from smg_trio.wire.openai_pooling import (
+    CLASSIFY_PATH,
+    EMBEDDINGS_PATH,
+    ClassificationData,
+    ClassificationResponse,
+    EmbeddingData,
+    EmbeddingResponse,
+    PoolingData,
+    PoolingResponse,
+    PoolingUsage,
+)
+from smg_trio.wire.openai_responses import JSON_ENCODER
+
+
+def pooling_body(
+    plan: PoolingPlan,
+    outputs: Sequence[PooledOutput],
+    *,
+    created: int,
+    labels: Sequence[str],
+) -> bytes:
+    """The response to `plan`, `outputs[i]` being input i's result."""
+    prompt_tokens = sum(output.prompt_tokens for output in outputs)
+    usage = PoolingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+    response: EmbeddingResponse | PoolingResponse | ClassificationResponse
+    if plan.path == EMBEDDINGS_PATH:
+        response = EmbeddingResponse(
+            id=f"embd-{plan.request_id}",
+            created=created,
+            model=plan.model,
+            data=[EmbeddingData(i, _encoded(plan, o.values)) for i, o in enumerate(outputs)],
+            usage=usage,
+        )
+    elif plan.path == CLASSIFY_PATH:
+        response = ClassificationResponse(
+            id=f"classify-{plan.request_id}",
+            created=created,
+            model=plan.model,
+            data=[_classified(i, o.values, labels) for i, o in enumerate(outputs)],
+            usage=usage,
+        )
+    else:
+        response = PoolingResponse(
+            id=f"pooling-{plan.request_id}",
+            created=created,
+            model=plan.model,
+            data=[PoolingData(i, _encoded(plan, o.values)) for i, o in enumerate(outputs)],
+            usage=usage,
+        )
+    return JSON_ENCODER.encode(response)
+
+
+def _encoded(plan: PoolingPlan, values: tuple[float, ...]) -> list[float] | str:
+    options = plan.options
+    if options.encoding_format == "float":
+        return list(values)
+    order = ">" if options.endianness == "big" else "<"
+    return base64.b64encode(struct.pack(f"{order}{len(values)}f", *values)).decode("ascii")
+
+
+def _classified(index: int, probs: tuple[float, ...], labels: Sequence[str]) -> ClassificationData:
+    best = max(range(len(probs)), key=probs.__getitem__) if probs else None
+    label = None if best is None or best >= len(labels) else labels[best]
+    return ClassificationData(index=index, label=label, probs=list(probs), num_classes=len(probs))
