@@ -32,7 +32,6 @@ from smg_trio.engines.generation import (
     TokenSource,
     ordinary_token_ids,
 )
-from smg_trio.engines.pooled_vectors import embedding_dim
 from smg_trio.engines.reasoning_gate import REASONING_END_MARKERS, reasoning_end_ids
 from smg_trio.engines.schema_instance import answers_in_json
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
@@ -355,7 +354,7 @@ def run_grpc_engine_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     model = load_served_model(args.model_path, **_model_options(args))
     if getattr(args, "runner", "generate") == "pooling":
-        model = dataclasses.replace(model, embedding_dim=embedding_dim(model.config))
+        model = dataclasses.replace(model, pooling=True)
     config = GrpcEngineConfig(
         host=args.host, port=args.port, step_seconds=args.step_ms / 1000, max_batch=args.max_batch
     )

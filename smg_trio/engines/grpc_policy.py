@@ -57,9 +57,9 @@ class ServedModel:
     path: Path
     config: Mapping[str, Any]  # config.json
     max_batch: int
-    embedding_dim: int | None = None
-    """A pooling model's vector length (`--runner pooling`): it answers Embed and refuses
-    Generate. None: a generative model, the other way round (docs/pooling.md)."""
+    pooling: bool = False
+    """Served as a pooling model (`--runner pooling`): it answers Embed and refuses Generate;
+    a generative model the other way round (docs/pooling.md §5)."""
 
     def config_int(self, key: str, default: int = 0) -> int:
         value = self.config.get(key)

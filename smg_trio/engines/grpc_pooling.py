@@ -1,6 +1,7 @@
 """Pure. The Embed RPC of the reference vLLM and SGLang gRPC engines (docs/wire.md §C.8): what
 they admit and what they answer, each in its engine's spelling. The vector itself is
-`pooled_vectors.pooled_vector`, the same on every wire (docs/pooling.md).
+`engines.pooling.pooled_values` (task embed, the model's defaults), the same on every wire
+(docs/pooling.md §5).
 
 - A pooling model (`--runner pooling`) answers Embed and refuses Generate; a generative model
   the other way round; both with INVALID_ARGUMENT and the engine's words.
@@ -35,7 +36,7 @@ SGLANG_NOT_GENERATING: Final = "This model is an embedding model and does not ge
 
 def refuse_generation(model: ServedModel, message: str) -> None:
     """A pooling model's refusal of a Generate request (docs/pooling.md)."""
-    if model.embedding_dim is not None:
+    if model.pooling:
         raise invalid(message)
 
 
@@ -57,7 +58,7 @@ def _pooled_prompt(
 def vllm_admit(request: vllm.EmbedRequest, model: ServedModel) -> PoolSpec:
     if not request.HasField("tokenized"):
         raise invalid("EmbedRequest requires tokenized input")
-    if model.embedding_dim is None:
+    if not model.pooling:
         raise invalid(VLLM_NOT_POOLING)
     prompt = _pooled_prompt(
         request.tokenized.input_ids,
@@ -82,7 +83,7 @@ def vllm_reply(spec: PoolSpec, vector: tuple[float, ...]) -> vllm.EmbedResponse:
 def sglang_admit(request: sglang.EmbedRequest, model: ServedModel) -> PoolSpec:
     if not request.HasField("tokenized"):
         raise invalid("Tokenized input must be provided")
-    if model.embedding_dim is None:
+    if not model.pooling:
         raise invalid(SGLANG_NOT_POOLING)
     prompt = _pooled_prompt(
         request.tokenized.input_ids,

@@ -32,7 +32,7 @@ from smg_trio.engines.grpc_policy import (
     ServedModel,
     trimmed_length,
 )
-from smg_trio.engines.pooled_vectors import pooled_vector
+from smg_trio.engines.pooling import pooled_values
 from smg_trio.engines.received_log import ReceivedLog
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, Counters
 from smg_trio.wire.grpc_responses import GrpcStatus
@@ -192,9 +192,13 @@ class Scheduler:
         self._update_gauges()
 
     def _pool(self, spec: PoolSpec) -> tuple[float, ...]:
-        dim = self.model.embedding_dim
-        assert dim is not None, "only a pooling model admits Embed requests"
-        return pooled_vector(spec.prompt_ids, dim)
+        engine = self.model.engine  # Embed pools with the model's defaults (docs/wire.md §C.8)
+        return pooled_values(
+            spec.prompt_ids,
+            task="embed",
+            hidden_size=engine.hidden_size,
+            num_labels=engine.num_labels,
+        )
 
     def _update_gauges(self) -> None:
         self.counters.requests_active = len(self.active)

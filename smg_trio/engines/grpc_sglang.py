@@ -94,7 +94,7 @@ def model_info(
 ) -> sglang.GetModelInfoResponse:
     return sglang.GetModelInfoResponse(
         **grpc_management.model_info_fields(view),
-        is_generation=view.model.embedding_dim is None,
+        is_generation=not view.model.pooling,
         weight_version=grpc_management.WEIGHT_VERSION,
         eos_token_ids=view.model.engine.eos_ids,
         max_req_input_len=view.model.engine.max_model_len - 1,

@@ -115,7 +115,7 @@ def model_info(request: vllm.GetModelInfoRequest, view: EngineView) -> vllm.GetM
     eos = view.model.config.get("eos_token_id")
     return vllm.GetModelInfoResponse(
         **grpc_management.model_info_fields(view),
-        is_generation=view.model.embedding_dim is None,
+        is_generation=not view.model.pooling,
         eos_token_ids=[eos] if isinstance(eos, int) else view.model.engine.eos_ids[:1],
         max_req_input_len=view.model.engine.max_model_len,
     )

@@ -11,7 +11,8 @@ from typing import Final
 import pytest
 import trio
 
-from smg_trio.engines.pooled_vectors import DEFAULT_EMBEDDING_DIM, pooled_vector
+from smg_trio.engines.cli import load_engine_model
+from smg_trio.engines.pooling import pooled_values
 from smg_trio.errors import ClientError, EngineRejected
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.grpc_embed import GrpcEmbedding
@@ -22,6 +23,16 @@ POOLING: Final = (Runtime.VLLM, Runtime.SGLANG)
 CONTEXT: Final = 32
 READY_S: Final = 5.0
 SLOW_STEP_MS: Final = 500.0
+
+
+MODEL = load_engine_model(MODEL_PATH)
+
+
+def embedding_of(ids: Sequence[int]) -> tuple[float, ...]:
+    """What a reference engine pools for `ids` (task embed, the model's defaults)."""
+    return pooled_values(
+        ids, task="embed", hidden_size=MODEL.hidden_size, num_labels=MODEL.num_labels
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +72,7 @@ async def test_each_input_gets_its_engines_vector(
                 for index in range(len(inputs)):
                     nursery.start_soon(one, index)
         for ids, answer in zip(inputs, answers, strict=True):
-            assert answer == GrpcEmbedding(
-                values=pooled_vector(ids, DEFAULT_EMBEDDING_DIM), prompt_tokens=len(ids)
-            )
+            assert answer == GrpcEmbedding(values=embedding_of(ids), prompt_tokens=len(ids))
         assert backend.statistics().in_flight == 0
 
 

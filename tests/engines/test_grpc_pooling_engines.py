@@ -1,7 +1,7 @@
 """The reference vLLM and SGLang gRPC engines serving a pooling model (`--runner pooling`):
 Embed over real sockets, built and parsed with the gateway's own `wire.grpc_embed`.
 
-The vectors are compared with `engines.pooled_vectors` run here: the same ids give the same
+The vectors are compared with `engines.pooling` run here: the same ids give the same
 vector on every wire. The refusals are the real engines' (docs/wire.md §C.8, measured on vLLM
 0.32 with smg-grpc-servicer 0.14.0).
 """
@@ -16,13 +16,15 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.grpc_pooling import (
     SGLANG_NOT_GENERATING,
     SGLANG_NOT_POOLING,
     VLLM_NOT_GENERATING,
     VLLM_NOT_POOLING,
 )
-from smg_trio.engines.pooled_vectors import DEFAULT_EMBEDDING_DIM, pooled_vector
+from smg_trio.engines.pooling import pooled_values
+from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.grpc_embed import GrpcEmbedding, build_embed, parse_embed_response
 from smg_trio.wire.grpc_messages import build_abort
@@ -37,6 +39,16 @@ NOT_POOLING = {Runtime.VLLM: VLLM_NOT_POOLING, Runtime.SGLANG: SGLANG_NOT_POOLIN
 NOT_GENERATING = {Runtime.VLLM: VLLM_NOT_GENERATING, Runtime.SGLANG: SGLANG_NOT_GENERATING}
 POOLING_FLAGS = ("--runner", "pooling", "--max-model-len", str(CONTEXT), "--step-ms", "10")
 SLOW_FLAGS = ("--runner", "pooling", "--step-ms", "400")
+
+
+MODEL = load_engine_model(demo_model_path())
+
+
+def embedding_of(ids: Sequence[int]) -> tuple[float, ...]:
+    """What a reference engine pools for `ids` (task embed, the model's defaults)."""
+    return pooled_values(
+        ids, task="embed", hidden_size=MODEL.hidden_size, num_labels=MODEL.num_labels
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +86,7 @@ def test_embed_answers_the_prompts_pooled_vector(
 ) -> None:
     engine = engines[f"pooling-{runtime.value}"]
     answer = run(embed(engine, PROMPT))
-    assert answer == GrpcEmbedding(
-        values=pooled_vector(PROMPT, DEFAULT_EMBEDDING_DIM), prompt_tokens=len(PROMPT)
-    )
+    assert answer == GrpcEmbedding(values=embedding_of(PROMPT), prompt_tokens=len(PROMPT))
     assert run(embed(engine, PROMPT[:3])).values != answer.values
     full = tuple(range(5, 5 + CONTEXT))  # nothing is generated: the whole context may be pooled
     assert run(embed(engine, full)).prompt_tokens == CONTEXT
@@ -164,7 +174,7 @@ def test_concurrent_embeds_share_a_step(engines: dict[str, Engine], runtime: Run
 
     answers, before, after = run(scenario())
     for i, answer in enumerate(answers):
-        assert answer.values == pooled_vector((400 + i, 7), DEFAULT_EMBEDDING_DIM)
+        assert answer.values == embedding_of((400 + i, 7))
     assert after["requests_finished"] - before["requests_finished"] == 8
     assert after["steps"] - before["steps"] < 8
     assert after["tokens_generated"] == before["tokens_generated"]  # pooling generates nothing
