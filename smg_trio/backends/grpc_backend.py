@@ -62,8 +62,8 @@ from smg_trio.backends.trace_context import outgoing_trace_headers
 from smg_trio.core.finalize import Finalized
 from smg_trio.errors import BackendError, BackendUnavailable, ConfigError, EngineDead
 from smg_trio.neutral.capabilities import require_adapter
+from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.wire.grpc_embed import GrpcEmbedding
 from smg_trio.wire.grpc_responses import GrpcChunk, GrpcComplete, GrpcEvent
 
 logger = logging.getLogger(__name__)
@@ -121,11 +121,12 @@ class GrpcBackend:
         async with self._in_flight.hold(stream, calls, self._leave) as events:
             yield events
 
-    async def embed(self, request_id: str, prompt_ids: Sequence[int]) -> GrpcEmbedding:
-        """The engine's pooled vector for one input: one Embed call (grpc_embed_calls.py;
-        vLLM and SGLang). Cancelling the caller cancels the call and aborts it."""
-        engine_request_id = self._in_flight.new_engine_request_id(request_id, ())
-        return await self._embeds.embed(engine_request_id, prompt_ids, self._info)
+    async def pool(self, request: PoolingRequest) -> PooledOutput:
+        """One input of a pooling request as one Embed call (the `Pooler` seam,
+        docs/pooling.md §1; grpc_embed_calls.py): vLLM and SGLang, task embed with the model's
+        defaults only. Cancelling the caller cancels the call and aborts it."""
+        engine_request_id = self._in_flight.new_engine_request_id(request.request_id, ())
+        return await self._embeds.pool(engine_request_id, request, self._info)
 
     async def wait_ready(self) -> None:
         """Return once a health check passed; the caller bounds the wait."""

@@ -1,7 +1,9 @@
 """I/O. The gRPC backend's Embed calls (vLLM and SGLang, docs/wire.md §C.8): one unary call
 per input, run on the process's asyncio bridge and awaited by the task that needs its vector.
 
-- Before anything is sent: the engine must be ready (else `BackendUnavailable`) and the input
+- Before anything is sent: the request must be one Embed can carry (vLLM or SGLang, task
+  embed, no `dimensions`, activation on: the model's defaults, docs/wire.md §C.8; else a 400
+  naming the field), the engine must be ready (else `BackendUnavailable`) and the input
   must fit the engine (`ClientError`: empty, longer than its context, an id outside its
   vocabulary, as far as the engine told us its context and vocabulary). A pooled input may
   fill the whole context: nothing is generated after it.
@@ -25,8 +27,10 @@ from smg_trio.backends.grpc_readiness import EngineReadiness
 from smg_trio.backends.grpc_services import EngineInfo, LoopClient
 from smg_trio.backends.in_flight import ABORT_GRACE_S
 from smg_trio.errors import BackendError, BackendUnavailable, ClientError
+from smg_trio.neutral.pooling import PooledOutput, PoolingRequest, PoolingTask
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.neutral.validation import checked_ids
-from smg_trio.wire.grpc_embed import GrpcEmbedding, build_embed
+from smg_trio.wire.grpc_embed import EMBED_RUNTIMES, GrpcEmbedding, build_embed
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +52,20 @@ class EmbedCalls:
         self.in_flight = 0
         """Embed calls sent and not yet answered, failed or cancelled."""
 
+    async def pool(
+        self, engine_request_id: str, request: PoolingRequest, info: EngineInfo | None
+    ) -> PooledOutput:
+        """One input's vector (module docstring for what raises and when)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        embed_options_refusal(self._client.service.runtime, request)
+        answer = await self.embed(engine_request_id, request.prompt_ids, info)
+        values = answer.values
+        return PooledOutput(values=values, shape=(len(values),), prompt_tokens=answer.prompt_tokens)
+
     async def embed(
         self, engine_request_id: str, prompt_ids: Sequence[int], info: EngineInfo | None
     ) -> GrpcEmbedding:
-        """The engine's vector for one input (module docstring for what raises and when)."""
+        """The engine's vector for one input's ids (module docstring)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         if not self._readiness.ready:
             raise BackendUnavailable(
@@ -84,6 +98,36 @@ class EmbedCalls:
                 await self._bridge.run(self._client.abort, [engine_request_id])
             except (BackendError, trio.ClosedResourceError) as exc:
                 logger.warning("Abort of Embed %s failed: %s", engine_request_id, exc)
+
+
+def embed_options_refusal(runtime: Runtime, request: PoolingRequest) -> None:
+    """A `ClientError` naming what one Embed call cannot carry (docs/wire.md §C.8): another
+    engine than vLLM or SGLang, another task than embed, `dimensions`, `use_activation`
+    false. The call pools with the model's defaults: activation (normalisation) on."""
+    if runtime not in EMBED_RUNTIMES:
+        raise ClientError(
+            f"the {runtime.value} engine's gRPC service has no Embed: it serves no pooling "
+            "requests",
+            param="model",
+        )
+    if request.task is not PoolingTask.EMBED:
+        raise ClientError(
+            f"task {request.task.value!r} cannot be served over gRPC: the {runtime.value} "
+            "Embed RPC pools with task 'embed' only",
+            param="task",
+        )
+    if request.dimensions is not None:
+        raise ClientError(
+            "dimensions cannot be served over gRPC: the Embed RPC has no field for it "
+            "(the engine answers the model's full size)",
+            param="dimensions",
+        )
+    if request.use_activation is False:
+        raise ClientError(
+            "use_activation=false cannot be served over gRPC: the Embed RPC pools with the "
+            "model's defaults (normalised)",
+            param="use_activation",
+        )
 
 
 def pooled_input(prompt_ids: Sequence[int], info: EngineInfo | None) -> tuple[int, ...]:

@@ -56,8 +56,10 @@ async def start_engine(
     port: int = 0,
     step_ms: float = STEP_MS,
     mode: Mode | None = None,
+    extra: Sequence[str] = (),
 ) -> tuple[trio.Process, int]:
-    """Start the engine; return it and its port (from its first stdout line)."""
+    """Start the engine; return it and its port (from its first stdout line). `extra`: more
+    flags, as the engine's CLI spells them."""
     command = EngineCommand(
         ENGINE_NAMES[runtime],
         host="127.0.0.1",
@@ -65,6 +67,7 @@ async def start_engine(
         model_path=MODEL_PATH,
         step_ms=step_ms,
         mode=mode,
+        extra=tuple(extra),
     ).argv()
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=log)
     assert process.stdout is not None

@@ -6,16 +6,17 @@ refusals, and cancellation (RST_STREAM, then the Abort RPC) of every call of a c
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Final
+from typing import Any, Final
 
+import msgspec
 import pytest
 import trio
 
 from smg_trio.engines.cli import load_engine_model
 from smg_trio.engines.pooling import pooled_values
 from smg_trio.errors import ClientError, EngineRejected
+from smg_trio.neutral.pooling import PooledOutput, PoolingRequest, PoolingTask
 from smg_trio.neutral.runtime import Runtime
-from smg_trio.wire.grpc_embed import GrpcEmbedding
 from tests.backends.grpc_reference import MODEL_PATH, attach
 from tests.engines.grpc_harness import Engine, start_engines, stop_engines
 
@@ -33,6 +34,15 @@ def embedding_of(ids: Sequence[int]) -> tuple[float, ...]:
     return pooled_values(
         ids, task="embed", hidden_size=MODEL.hidden_size, num_labels=MODEL.num_labels
     )
+
+
+def embed(
+    ids: Sequence[int], request_id: str = "req", index: int = 0, **options: Any
+) -> PoolingRequest:
+    request = PoolingRequest(
+        request_id=request_id, input_index=index, prompt_ids=tuple(ids), task=PoolingTask.EMBED
+    )
+    return msgspec.structs.replace(request, **options)
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +73,17 @@ async def test_each_input_gets_its_engines_vector(
         backend = engine.backend
         with trio.fail_after(READY_S):
             await backend.wait_ready()
-            answers: list[GrpcEmbedding | None] = [None] * len(inputs)
+            answers: list[PooledOutput | None] = [None] * len(inputs)
 
             async def one(index: int) -> None:
-                answers[index] = await backend.embed(f"req-{index}", inputs[index])
+                answers[index] = await backend.pool(embed(inputs[index], f"req-{index}", index))
 
             async with trio.open_nursery() as nursery:
                 for index in range(len(inputs)):
                     nursery.start_soon(one, index)
         for ids, answer in zip(inputs, answers, strict=True):
-            assert answer == GrpcEmbedding(values=embedding_of(ids), prompt_tokens=len(ids))
+            values = embedding_of(ids)
+            assert answer == PooledOutput(values=values, shape=(64,), prompt_tokens=len(ids))
         assert backend.statistics().in_flight == 0
 
 
@@ -90,7 +101,7 @@ async def test_inputs_the_engine_cannot_take_are_refused_before_sending(
                 ((5, 4001), r"token id 4001 is not in \[0, 4001\)"),
             ]:
                 with pytest.raises(ClientError, match=expected):
-                    await engine.backend.embed("bad", ids)
+                    await engine.backend.pool(embed(ids, "bad"))
             assert (await engine.counters())["requests_added"] == before["requests_added"]
 
 
@@ -102,7 +113,7 @@ async def test_a_generative_engines_refusal_is_a_400(
         with trio.fail_after(READY_S):
             await engine.backend.wait_ready()
             with pytest.raises(EngineRejected) as refused:
-                await engine.backend.embed("not-pooling", (400, 401))
+                await engine.backend.pool(embed((400, 401), "not-pooling"))
         assert refused.value.status == 400
         assert "INVALID_ARGUMENT" in refused.value.message
         assert engine.backend.statistics().ready  # a refusal says nothing about its health
@@ -119,11 +130,11 @@ async def test_a_cancelled_scope_cancels_and_aborts_every_call(
         backend = engine.backend
         with trio.fail_after(READY_S):
             await backend.wait_ready()
-            await backend.embed("primer", (400,))
+            await backend.pool(embed((400,), "primer"))
             before = await engine.counters()
             async with trio.open_nursery() as nursery:
                 for index in range(calls):
-                    nursery.start_soon(backend.embed, f"left-{index}", (400 + index,))
+                    nursery.start_soon(backend.pool, embed((400 + index,), f"left-{index}", index))
                 await trio.sleep(0.05)
                 assert backend.statistics().in_flight == calls
                 nursery.cancel_scope.cancel()
@@ -133,3 +144,26 @@ async def test_a_cancelled_scope_cancels_and_aborts_every_call(
         assert after["requests_added"] - before["requests_added"] == calls
         assert after["requests_finished"] == before["requests_finished"]
         assert after["abort_ids_received"] - before["abort_ids_received"] == calls
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"task": PoolingTask.CLASSIFY}, "task"),
+        ({"dimensions": 16}, "dimensions"),
+        ({"use_activation": False}, "use_activation"),
+    ],
+)
+async def test_what_one_embed_call_cannot_carry_is_refused_naming_it(
+    engines: dict[str, Engine], options: dict[str, Any], param: str
+) -> None:
+    async with attach(Runtime.VLLM, engines["pooling-vllm"].port, None) as engine:
+        with trio.fail_after(READY_S):
+            await engine.backend.wait_ready()
+            before = await engine.counters()
+            with pytest.raises(ClientError) as refused:
+                await engine.backend.pool(embed((400, 401), **options))
+            assert refused.value.param == param
+            kept = await engine.backend.pool(embed((400, 401), use_activation=True))
+            assert kept.values == embedding_of((400, 401))  # true is the model's default
+            assert (await engine.counters())["requests_added"] == before["requests_added"] + 1
