@@ -41,6 +41,7 @@ from smg_trio.wire.openai_decode import (
     decode_generate_request,
 )
 from smg_trio.wire.openai_pooling import POOLING_PATHS as POOLING_PATHS
+from smg_trio.wire.openai_scoring import SCORING_PATHS as SCORING_PATHS
 from smg_trio.wire.openai_tokenize import (
     TokenizeRequest,
     decode_detokenize_request,
@@ -68,7 +69,7 @@ DETOKENIZE_PATHS: Final = (DETOKENIZE_PATH, "/detokenize")
 # Paths answered with a whole body, no engine: the prompt's tokens (docs/client-apis.md §2.6).
 TOKEN_PATHS: Final = (*TOKENIZE_PATHS, *DETOKENIZE_PATHS, COUNT_TOKENS_PATH)
 # Every POST path `Gateway.handle` serves (over HTTP and over the WebSocket protocol).
-HANDLED_PATHS: Final = (*GENERATE_PATHS, *TOKEN_PATHS, *POOLING_PATHS)
+HANDLED_PATHS: Final = (*GENERATE_PATHS, *TOKEN_PATHS, *POOLING_PATHS, *SCORING_PATHS)
 
 
 class ModelNotFound(ClientError):

@@ -54,7 +54,7 @@ from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
-from smg_trio.request.endpoints import POOLING_PATHS, RESPONSES_PATH, TOKEN_PATHS
+from smg_trio.request.endpoints import POOLING_PATHS, RESPONSES_PATH, SCORING_PATHS, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
 from smg_trio.request.images import DEFAULT_PROCESSING_THREADS, ImageInputs, ImageLimits
 from smg_trio.request.live_requests import LiveRequest, LiveRequests
@@ -65,7 +65,8 @@ from smg_trio.request.memory_budget import (
     prompt_bytes,
 )
 from smg_trio.request.observation import observed_request
-from smg_trio.request.pooling import prepare_pooling_request, run_pooling
+from smg_trio.request.pooled_work import prepare_pooled_work
+from smg_trio.request.pooling import run_pooling
 from smg_trio.request.preparation import answer_token_request, prepare_request
 from smg_trio.request.retrying import run_with_retries
 from smg_trio.request.served_model import ServedModel, served_model
@@ -251,7 +252,7 @@ class Gateway:
     ) -> None:
         served = self.models.for_body(body, arrival.tenant)
         record.model = served.key  # metrics and the log line say it (docs/fleet.md §4)
-        if path in POOLING_PATHS:
+        if path in POOLING_PATHS or path in SCORING_PATHS:
             await self._pool(path, body, sink, record, arrival, live, reservation, served)
             return
         if path not in TOKEN_PATHS:
@@ -329,28 +330,26 @@ class Gateway:
         reservation: Reservation,
         served: ServedModel,
     ) -> None:
-        """A pooling path (docs/pooling.md §1): prepared, admitted as a generation request is
-        (tenant budget with its prompt tokens, admission), then its inputs pooled on one
-        worker (request/pooling.py)."""
-        plan = await prepare_pooling_request(path, body, served, record.request_id)
+        """A pooling or scoring path (docs/pooling.md §1, §7): prepared, admitted as a
+        generation request is (tenant budget with its prompt tokens, admission), then its
+        inputs pooled on one worker (request/pooling.py)."""
+        work = await prepare_pooled_work(path, body, served, record.request_id)
         live.scope.deadline = trio.current_time() + self.request_timeout_s
-        prompts = plan.prompts
+        prompts = work.prompts
         reservation.grow(prompt_bytes([list(ids) for ids in prompts]))
         context = RoutingContext(
-            model=plan.options.model,
+            model=work.model,
             model_key=self.model_key(served),
             prompt_ids=prompts[0],
-            session_key=arrival.session_key or plan.options.user,
+            session_key=arrival.session_key or work.user,
         )
         if not self.pool.ready_for(context.model_key):
             raise BackendUnavailable(NO_READY_WORKER)
         async with (
-            self.tenant_gate.admitted(arrival.tenant, plan.prompt_tokens, record),
+            self.tenant_gate.admitted(arrival.tenant, work.prompt_tokens, record),
             self.admission.admitted(),
         ):
-            await run_pooling(
-                plan, context, self.pool, sink, labels=served.pooler.labels, record=record
-            )
+            await run_pooling(work.requests, work.answer, context, self.pool, sink, record=record)
 
     async def prepare(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import trio
@@ -29,7 +29,6 @@ import trio
 from smg_trio.backends.base import Pooler
 from smg_trio.core.pooling_inputs import PoolingPlan
 from smg_trio.core.pooling_prepare import prepare_pooling, served_task
-from smg_trio.core.pooling_render import pooling_body
 from smg_trio.errors import ClientError, ClientGone, GatewayError
 from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.observability.request_record import CLIENT_GONE, RequestRecord
@@ -101,16 +100,22 @@ async def pool_inputs(backend: Pooler, requests: Sequence[PoolingRequest]) -> li
     return batch.results()
 
 
+Answer = Callable[[Sequence[PooledOutput], int], bytes]
+"""The response body from every input's result and the `created` time (pooling_render.py's
+`pooling_body`, scoring.py's `scoring_body`)."""
+
+
 async def run_pooling(
-    plan: PoolingPlan,
+    requests: Sequence[PoolingRequest],
+    answer: Answer,
     context: RoutingContext,
     pool: WorkerPool,
     sink: ClientSink,
     *,
-    labels: Sequence[str],
     record: RequestRecord,
 ) -> None:
-    """Serve `plan` on one worker of `context`'s model (see the module doc). Raises
+    """Serve `requests` (one per input) on one worker of `context`'s model and send `answer`
+    of their results (see the module doc); scoring bodies are served this way too. Raises
     GatewayError when nothing was routed (no ready worker, a worker that cannot pool)."""
     worker = pool.pick(context, now=trio.current_time())
     backend = worker.backend
@@ -129,15 +134,16 @@ async def run_pooling(
             return
         record.engine_sent()
         try:
-            outputs = await pool_inputs(backend, plan.requests())
+            outputs = await pool_inputs(backend, requests)
         except GatewayError as error:
             outcome = Outcome.FAILURE if counts_against_worker(error) else Outcome.NEUTRAL
             record.failed(error)
             await sink.fail(error)
             return
         outcome = Outcome.SUCCESS
-        body = pooling_body(plan, outputs, created=int(time.time()), labels=labels)
-        record.assembled(Usage.of(plan.prompt_tokens, 0), (), None)
+        body = answer(outputs, int(time.time()))
+        prompt_tokens = sum(len(request.prompt_ids) for request in requests)
+        record.assembled(Usage.of(prompt_tokens, 0), (), None)
         record.answered = True
         try:
             await sink.send_body(body)

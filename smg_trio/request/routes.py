@@ -9,7 +9,8 @@ route's `kind`; a WebSocket upgrade is served on the paths whose route names a
          /v1/responses, /v1/messages
     POST /v1/tokenize, /v1/detokenize, /tokenize,             → TOKENS (Gateway.handle, JSON)
          /detokenize, /v1/messages/count_tokens
-    POST /v1/embeddings, /pooling, /classify                  → POOLING (Gateway.handle, JSON)
+    POST /v1/embeddings, /pooling, /classify,                 → POOLING (Gateway.handle, JSON)
+         /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
     GET  /health, /readiness, /liveness, /metrics,            → info routes (no engine, no body)
          /v1/models, /version (and HEAD)
     GET  /tokenizer_info                                      → vLLM's, when enabled (else 404)
@@ -27,7 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from smg_trio.request.endpoints import GENERATE_PATHS, POOLING_PATHS, RESPONSES_PATH, TOKEN_PATHS
+from smg_trio.request.endpoints import (
+    GENERATE_PATHS,
+    POOLING_PATHS,
+    RESPONSES_PATH,
+    SCORING_PATHS,
+    TOKEN_PATHS,
+)
 
 
 class RouteKind(enum.Enum):
@@ -38,7 +45,7 @@ class RouteKind(enum.Enum):
     TOKENS = "tokens"
     """A tokenizer body for `Gateway.handle` (JSON)."""
     POOLING = "pooling"
-    """A pooling body for `Gateway.handle` (JSON; docs/pooling.md)."""
+    """A pooling or scoring body for `Gateway.handle` (JSON; docs/pooling.md)."""
     HEALTH = "health"
     """200 while ready to take requests, else 503 with the reason."""
     LIVENESS = "liveness"
@@ -107,7 +114,7 @@ ROUTES: Final[Mapping[str, Route]] = {
     **{path: Route(RouteKind.GENERATE, ("POST",)) for path in GENERATE_PATHS},
     RESPONSES_PATH: Route(RouteKind.GENERATE, ("POST",), websocket=RESPONSES_WEBSOCKET_PROTOCOL),
     **{path: Route(RouteKind.TOKENS, ("POST",)) for path in TOKEN_PATHS},
-    **{path: Route(RouteKind.POOLING, ("POST",)) for path in POOLING_PATHS},
+    **{path: Route(RouteKind.POOLING, ("POST",)) for path in (*POOLING_PATHS, *SCORING_PATHS)},
     HEALTH_PATH: Route(RouteKind.HEALTH, _READ, open=True, probe=True),
     READINESS_PATH: Route(RouteKind.HEALTH, _READ, open=True, probe=True),
     LIVENESS_PATH: Route(RouteKind.LIVENESS, _READ, open=True, probe=True),

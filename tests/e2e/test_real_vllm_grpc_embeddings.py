@@ -1,0 +1,178 @@
+"""Opt-in: `/v1/embeddings` through smg-trio in front of a REAL vLLM gRPC engine (`vllm serve
+--grpc`, the smg-grpc-servicer plugin) serving the tiny llama as an embedding model (`--runner
+pooling --convert embed`), against vLLM's own HTTP server on the same model from the same venv:
+every vector within 1e-6 of vLLM's (docs/pooling.md §6), the usage equal, for batches of
+strings and of token ids, float and base64.
+
+Needs `SMG_TRIO_VLLM_VENV` (a venv with vllm and smg-grpc-servicer 0.14.0, e.g. /opt/venvs/vllm)
+and `SMG_TRIO_VLLM_MODEL` (e.g. /work/shared/models/tiny-llama); see docs/real-engines.md. The
+two servers run one after the other. Takes minutes:
+    SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-llama \\
+        .venv/bin/pytest tests/e2e/test_real_vllm_grpc_embeddings.py -m real_engine -s
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import sys
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import IO, Any, Final
+
+import httpx
+import pytest
+import trio
+
+from smg_trio.model.folder import load_model_dir
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.serve import Serving, serve
+from tests.backends.test_real_vllm_zmq import (
+    MODEL,
+    STARTUP_S,
+    VENV,
+    free_port,
+    start_vllm,
+    stop_vllm,
+)
+
+POOLING_FLAGS: Final = ("--runner", "pooling", "--convert", "embed")
+TOLERANCE: Final = 1e-6
+TEXTS: Final = [
+    "def hello(world):",
+    "The quick brown fox jumps over the lazy dog.",
+    "pooling models behind one gateway",
+    "a",
+    "Embeddings are vectors; rerankers score pairs.",
+    "12345 67890",
+    "Ünïcödé and emoji 🙂 in one input",
+    "the same words, the same words, the same words",
+]
+TOKEN_INPUTS: Final = [[1, 450, 996, 17], [5, 6, 7], [1], list(range(3, 60))]
+
+pytestmark = [
+    pytest.mark.real_engine,
+    pytest.mark.skipif(
+        not (VENV and MODEL),
+        reason="set SMG_TRIO_VLLM_VENV and SMG_TRIO_VLLM_MODEL to run against a real vLLM",
+    ),
+    pytest.mark.timeout(900),
+]
+
+
+def bodies(model: str) -> list[dict[str, Any]]:
+    """The requests sent to both servers: 8 + 4 + 4 + 4 + 1 = 21 inputs."""
+    return [
+        {"model": model, "input": TEXTS, "encoding_format": "float"},
+        {"model": model, "input": TEXTS[:4], "encoding_format": "base64"},
+        {"model": model, "input": TOKEN_INPUTS, "encoding_format": "float"},
+        *({"model": model, "input": text} for text in TEXTS[4:]),
+        {"model": model, "input": TOKEN_INPUTS[0]},
+    ]
+
+
+def vectors_of(body: dict[str, Any]) -> list[list[float]]:
+    out = []
+    for datum in body["data"]:
+        embedding = datum["embedding"]
+        if isinstance(embedding, str):
+            raw = base64.b64decode(embedding)
+            embedding = list(struct.unpack(f"<{len(raw) // 4}f", raw))
+        out.append(embedding)
+    return out
+
+
+async def ask_all(base_url: str, model: str) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
+        answers = []
+        for body in bodies(model):
+            reply = await client.post("/v1/embeddings", json=body)
+            assert reply.status_code == 200, reply.text
+            answers.append(reply.json())
+        return answers
+
+
+async def through_smg_trio(model: str, log: IO[bytes]) -> list[dict[str, Any]]:
+    port, kv_port = free_port(), free_port()
+    kv_events = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://127.0.0.1:{kv_port}",
+    }
+    flags = ["--grpc", "--host", "127.0.0.1", "--port", str(port)]
+    process = await start_vllm(
+        [*POOLING_FLAGS, *flags, "--kv-events-config", json.dumps(kv_events)], log
+    )
+    try:
+        config = GatewayConfig(
+            model_path=Path(MODEL),
+            workers=(WorkerSpec(Runtime.VLLM, Wire.GRPC, f"127.0.0.1:{port}"),),
+            port=0,
+            runner="pooling",
+            convert="embed",
+        )
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            serving: Serving = await nursery.start(
+                partial(serve, config, shutdown_trigger=stop.wait)
+            )
+            try:
+                with trio.fail_after(STARTUP_S):
+                    await serving.gateway.pool.workers[0].backend.wait_ready()
+                return await ask_all(f"http://127.0.0.1:{serving.port}", model)
+            finally:
+                stop.set()
+    finally:
+        await stop_vllm(process)
+
+
+async def vllm_http(model: str, log: IO[bytes]) -> list[dict[str, Any]]:
+    port = free_port()
+    flags = ["--served-model-name", model, "--host", "127.0.0.1", "--port", str(port)]
+    process = await start_vllm([*POOLING_FLAGS, *flags], log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+            with trio.fail_after(STARTUP_S):
+                while True:
+                    try:
+                        if (await client.get("/health")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await trio.sleep(1)
+        return await ask_all(base, model)
+    finally:
+        await stop_vllm(process)
+
+
+def max_difference(ours: Sequence[list[float]], theirs: Sequence[list[float]]) -> float:
+    assert [len(v) for v in ours] == [len(v) for v in theirs]
+    pairs = zip(ours, theirs, strict=True)
+    return max(abs(a - b) for u, v in pairs for a, b in zip(u, v, strict=True))
+
+
+async def test_vectors_through_smg_trio_over_grpc_equal_vllms_own(tmp_path: Path) -> None:
+    model = load_model_dir(MODEL).served_name
+    log_path = tmp_path / "vllm.log"
+    try:
+        with log_path.open("ab") as log:
+            ours = await through_smg_trio(model, log)
+            theirs = await vllm_http(model, log)
+    except BaseException:
+        sys.stderr.write(log_path.read_text(errors="replace")[-20_000:])
+        raise
+    compared = 0
+    worst = 0.0
+    for our_body, their_body in zip(ours, theirs, strict=True):
+        our_vectors, their_vectors = vectors_of(our_body), vectors_of(their_body)
+        worst = max(worst, max_difference(our_vectors, their_vectors))
+        compared += len(our_vectors)
+        assert our_body["usage"] == their_body["usage"]
+        assert [d["index"] for d in our_body["data"]] == [d["index"] for d in their_body["data"]]
+    print(f"{compared} vectors of {len(vectors_of(ours[0])[0])} values; max |diff| {worst:.3g}")
+    assert compared >= 20
+    assert worst <= TOLERANCE
