@@ -1,8 +1,8 @@
-"""Opt-in: `/v1/embeddings` through smg-trio in front of a REAL vLLM gRPC engine (`vllm serve
+"""Opt-in: `/v1/embeddings`, `/score` and `/rerank` through smg-trio in front of a REAL vLLM gRPC engine (`vllm serve
 --grpc`, the smg-grpc-servicer plugin) serving the tiny llama as an embedding model (`--runner
 pooling --convert embed`), against vLLM's own HTTP server on the same model from the same venv:
-every vector within 1e-6 of vLLM's (docs/pooling.md §6), the usage equal, for batches of
-strings and of token ids, float and base64.
+every vector and every score within 1e-6 of vLLM's (docs/pooling.md §6), the usage equal, for
+batches of strings and of token ids, float and base64; the rerank order equal.
 
 Needs `SMG_TRIO_VLLM_VENV` (a venv with vllm and smg-grpc-servicer 0.14.0, e.g. /opt/venvs/vllm)
 and `SMG_TRIO_VLLM_MODEL` (e.g. /work/shared/models/tiny-llama); see docs/real-engines.md. The
@@ -85,12 +85,23 @@ def vectors_of(body: dict[str, Any]) -> list[list[float]]:
     return out
 
 
+def scoring_bodies(model: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("/score", {"model": model, "queries": TEXTS[0], "documents": TEXTS[1:]}),
+        ("/v1/score", {"model": model, "text_1": TEXTS[:3], "text_2": TEXTS[3:6]}),
+        ("/rerank", {"model": model, "query": TEXTS[2], "documents": TEXTS, "top_n": 5}),
+        ("/v2/rerank", {"model": model, "query": TEXTS[4], "documents": TEXTS[:6]}),
+    ]
+
+
 async def ask_all(base_url: str, model: str) -> list[dict[str, Any]]:
+    """Every embeddings body's answer, then every scoring body's."""
     async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
         answers = []
-        for body in bodies(model):
-            reply = await client.post("/v1/embeddings", json=body)
-            assert reply.status_code == 200, reply.text
+        requests = [("/v1/embeddings", body) for body in bodies(model)]
+        for path, body in [*requests, *scoring_bodies(model)]:
+            reply = await client.post(path, json=body)
+            assert reply.status_code == 200, (path, reply.text)
             answers.append(reply.json())
         return answers
 
@@ -165,6 +176,9 @@ async def test_vectors_through_smg_trio_over_grpc_equal_vllms_own(tmp_path: Path
     except BaseException:
         sys.stderr.write(log_path.read_text(errors="replace")[-20_000:])
         raise
+    embeddings = len(bodies(model))
+    compare_scores(ours[embeddings:], theirs[embeddings:])
+    ours, theirs = ours[:embeddings], theirs[:embeddings]
     compared = 0
     worst = 0.0
     for our_body, their_body in zip(ours, theirs, strict=True):
@@ -175,4 +189,28 @@ async def test_vectors_through_smg_trio_over_grpc_equal_vllms_own(tmp_path: Path
         assert [d["index"] for d in our_body["data"]] == [d["index"] for d in their_body["data"]]
     print(f"{compared} vectors of {len(vectors_of(ours[0])[0])} values; max |diff| {worst:.3g}")
     assert compared >= 20
+    assert worst <= TOLERANCE
+
+
+def compare_scores(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
+    worst = 0.0
+    for our_body, their_body in zip(ours, theirs, strict=True):
+        assert our_body["usage"] == their_body["usage"]
+        if "results" in their_body:  # a rerank: the same order, scores and documents
+            assert [r["index"] for r in our_body["results"]] == [
+                r["index"] for r in their_body["results"]
+            ]
+            assert [r["document"] for r in our_body["results"]] == [
+                r["document"] for r in their_body["results"]
+            ]
+            pairs = zip(our_body["results"], their_body["results"], strict=True)
+            differences = [abs(a["relevance_score"] - b["relevance_score"]) for a, b in pairs]
+        else:
+            assert [d["index"] for d in our_body["data"]] == [
+                d["index"] for d in their_body["data"]
+            ]
+            pairs = zip(our_body["data"], their_body["data"], strict=True)
+            differences = [abs(a["score"] - b["score"]) for a, b in pairs]
+        worst = max(worst, *differences)
+    print(f"{len(ours)} scoring bodies; max |score diff| {worst:.3g}")
     assert worst <= TOLERANCE
