@@ -130,13 +130,13 @@ async def run_pooling(
         record.engine_sent()
         try:
             outputs = await pool_inputs(backend, plan.requests())
+            body = pooling_body(plan, outputs, created=int(time.time()), labels=labels)
         except GatewayError as error:
             outcome = Outcome.FAILURE if counts_against_worker(error) else Outcome.NEUTRAL
             record.failed(error)
             await sink.fail(error)
             return
         outcome = Outcome.SUCCESS
-        body = pooling_body(plan, outputs, created=int(time.time()), labels=labels)
         record.assembled(Usage.of(plan.prompt_tokens, 0), (), None)
         record.answered = True
         try:

@@ -87,7 +87,7 @@ def post(base_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return answer
 
 
-def vectors(answer: dict[str, Any], key: str = "embedding") -> list[list[float]]:
+def vectors(answer: dict[str, Any], key: str = "embedding") -> list[Any]:
     return [datum[key] for datum in sorted(answer["data"], key=lambda d: d["index"])]
 
 
@@ -135,7 +135,7 @@ def test_base64_decodes_to_the_same_floats(servers: tuple[str, str]) -> None:
 
 def test_pooling_answers_as_vllms(servers: tuple[str, str]) -> None:
     vllm_url, gateway_url = servers
-    body = {"input": [SENTENCES[1], TOKEN_LISTS[1]]}
+    body = {"input": [SENTENCES[1], SENTENCES[2]]}
     theirs, ours = post(vllm_url, "/pooling", body), post(gateway_url, "/pooling", body)
     assert ours["usage"] == theirs["usage"]
     assert ours["id"].startswith("pooling-")
@@ -146,17 +146,22 @@ def test_pooling_answers_as_vllms(servers: tuple[str, str]) -> None:
 
 def test_the_same_400s_as_vllm(servers: tuple[str, str]) -> None:
     vllm_url, gateway_url = servers
-    for body in (
+    bodies: list[dict[str, Any]] = [
         {"input": ""},
         {"input": []},
         {"input": [5000]},
+        {"input": [SENTENCES[1], TOKEN_LISTS[1]]},
         {"input": "hi", "dimensions": 8},
         {"input": "hi " * 3000},
         {"input": "hi", "truncate_prompt_tokens": 5000},
-    ):
+    ]
+    for body in bodies:
         with httpx.Client(timeout=60.0) as client:
             theirs = client.post(f"{vllm_url}/v1/embeddings", json=body)
             ours = client.post(f"{gateway_url}/v1/embeddings", json=body)
         assert (ours.status_code, theirs.status_code) == (400, 400), body
         their_words = theirs.json()["error"]["message"].split(" (parameter=")[0]
+        if "validation error" in their_words:  # pydantic's list: ours names the field
+            assert ours.json()["error"]["param"] == "input"
+            continue
         assert ours.json()["error"]["message"].startswith(their_words[:40]), (body, their_words)
