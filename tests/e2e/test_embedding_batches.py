@@ -173,3 +173,35 @@ async def test_the_websocket_protocol_carries_embeddings(tmp_path: Path) -> None
             assert frames[1]["type"] == "error"
             assert frames[1]["error"]["param"] == "input"
             assert frames[1]["error"]["message"] == "The decoder prompt cannot be empty"
+
+
+TOKEN_KEYS: Final = """
+[keys]
+"sk-acme-0001" = "acme"
+
+[tenants.acme]
+tokens_per_minute = 60
+"""
+
+
+async def test_input_tokens_count_toward_the_tenants_tokens_per_minute(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(TOKEN_KEYS)
+    async with live_server(
+        tmp_path, api_key="sk-acme-0001", api_keys=keys, config_fields=EMBED
+    ) as server:
+        with trio.fail_after(TEST_TIMEOUT_S):
+            async with httpx.AsyncClient(base_url=server.base_url, headers=server.auth) as client:
+                batch = {"input": [[1] * 20, [2] * 20]}  # 40 prompt tokens
+                first = await client.post("/v1/embeddings", json=batch)
+                assert first.status_code == 200, first.text
+                second = await client.post("/v1/embeddings", json=batch)
+                assert second.status_code == 429, second.text
+                assert second.json()["error"]["type"] == "tokens"
+                metrics = (await client.get("/metrics")).text
+    served = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("smg_trio_requests_total") and 'endpoint="/v1/embeddings"' in line
+    ]
+    assert served, "the embeddings requests are counted under their endpoint"
