@@ -48,6 +48,7 @@ COMMANDS: Final = (
         ("stream_bar", "bench.load.stream_bar:main", "issue 44's bar: tok/s, CPU per 1k, TTFT"),
         ("stream_profile", "bench.load.stream_profile:main", "the bar's CPU per token, by layer"),
         ("counted_engine", "bench.load.counted_engine:main", "(helper) engine with a tally"),
+        ("embed_bench", "bench.load.embed_bench:main", "embeddings: smg-trio beside vLLM"),
     ),
     *_group(
         "first token (bench/ttft/)",

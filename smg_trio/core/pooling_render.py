@@ -7,10 +7,12 @@ with `encoding_format: "base64"`, its float32 bytes (little-endian unless `endia
 from __future__ import annotations
 
 import base64
+import math
 import struct
 from collections.abc import Sequence
 
 from smg_trio.core.pooling_inputs import PoolingPlan
+from smg_trio.errors import ClientError
 from smg_trio.neutral.pooling import PooledOutput
 from smg_trio.wire.openai_pooling import (
     CLASSIFY_PATH,
@@ -50,7 +52,7 @@ def pooling_body(
             id=f"classify-{plan.request_id}",
             created=created,
             model=plan.model,
-            data=[_classified(i, o.values, labels) for i, o in enumerate(outputs)],
+            data=[_classified(i, _finite(o.values), labels) for i, o in enumerate(outputs)],
             usage=usage,
         )
     else:
@@ -67,12 +69,21 @@ def pooling_body(
 def _encoded(plan: PoolingPlan, values: tuple[float, ...]) -> list[float] | str:
     options = plan.options
     if options.encoding_format == "float":
-        return list(values)
+        return _finite(values)
     order = ">" if options.endianness == "big" else "<"
     return base64.b64encode(struct.pack(f"{order}{len(values)}f", *values)).decode("ascii")
 
 
-def _classified(index: int, probs: tuple[float, ...], labels: Sequence[str]) -> ClassificationData:
+def _finite(values: tuple[float, ...]) -> list[float]:
+    """JSON has no NaN or infinity: a tensor holding one is vLLM's 400 (a model whose head
+    was never trained, e.g. a `--convert classify` model without classifier weights, answers
+    NaN; docs/pooling.md §3)."""
+    if not all(math.isfinite(value) for value in values):
+        raise ClientError("Out of range float values are not JSON compliant")
+    return list(values)
+
+
+def _classified(index: int, probs: list[float], labels: Sequence[str]) -> ClassificationData:
     best = max(range(len(probs)), key=probs.__getitem__) if probs else None
     label = None if best is None or best >= len(labels) else labels[best]
-    return ClassificationData(index=index, label=label, probs=list(probs), num_classes=len(probs))
+    return ClassificationData(index=index, label=label, probs=probs, num_classes=len(probs))

@@ -151,6 +151,8 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 def scoring_body(plan: ScoringPlan, outputs: Sequence[PooledOutput], *, created: int) -> bytes:
     """The response to `plan`, `outputs[i]` being engine request i's result."""
     scores = pair_scores(plan, outputs)
+    if not all(math.isfinite(score) for score in scores):  # a NaN tensor (pooling_render.py)
+        raise ClientError("Out of range float values are not JSON compliant")
     tokens = sum(output.prompt_tokens for output in outputs)
     request_id = f"score-{plan.request_id}"
     if plan.path not in RERANK_PATHS:

@@ -135,13 +135,13 @@ async def run_pooling(
         record.engine_sent()
         try:
             outputs = await pool_inputs(backend, requests)
+            body = answer(outputs, int(time.time()))
         except GatewayError as error:
             outcome = Outcome.FAILURE if counts_against_worker(error) else Outcome.NEUTRAL
             record.failed(error)
             await sink.fail(error)
             return
         outcome = Outcome.SUCCESS
-        body = answer(outputs, int(time.time()))
         prompt_tokens = sum(len(request.prompt_ids) for request in requests)
         record.assembled(Usage.of(prompt_tokens, 0), (), None)
         record.answered = True

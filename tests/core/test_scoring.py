@@ -173,3 +173,9 @@ def test_truncate_prompt_tokens_keeps_each_inputs_first_tokens() -> None:
 def test_unknown_fields_are_ignored_as_vllm_ignores_them() -> None:
     plan = plan_of("/score", {"queries": "a", "documents": "b", "something_else": 1})
     assert plan.first_count == 1
+
+
+def test_a_nan_vector_is_vllms_400_not_a_nan_score() -> None:
+    plan = plan_of("/score", {"queries": "q", "documents": "d"})
+    with pytest.raises(ClientError, match="not JSON compliant"):
+        scoring_body(plan, [output([float("nan"), 1.0]), output([1.0, 0.0])], created=7)

@@ -40,6 +40,8 @@ class ServedFolder:
     chat_template: Path | None = None
     max_model_len: int | None = None
     engine_folder: Path | None = None  # the folder its engines load (default: `folder`)
+    runner: str = "generate"  # vLLM's --runner / --convert (docs/pooling.md §4)
+    convert: str | None = None
 
     @property
     def engines_load(self) -> Path:
@@ -81,6 +83,8 @@ def models_config(tmp_path: Path, models: Sequence[ServedFolder], **settings: An
         served_model_names=first.names,
         chat_template=first.chat_template,
         max_model_len=first.max_model_len,
+        runner=first.runner,
+        convert=first.convert,
         workers=workers,
         port=0,
         request_timeout_s=30.0,
@@ -91,6 +95,8 @@ def models_config(tmp_path: Path, models: Sequence[ServedFolder], **settings: An
                 served_model_names=m.names,
                 chat_template=m.chat_template,
                 max_model_len=m.max_model_len,
+                runner=m.runner,
+                convert=m.convert,
             )
             for m in further
         ),
