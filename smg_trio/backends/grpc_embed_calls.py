@@ -138,10 +138,6 @@ def pooled_input(prompt_ids: Sequence[int], info: EngineInfo | None) -> tuple[in
         raise ClientError("an input must contain at least one token", param="input")
     limit = None if info is None else info.max_model_len
     if limit is not None and len(ids) > limit:
-        raise ClientError(
-            f"This model's maximum context length is {limit} tokens. However, your prompt "
-            f"contains {len(ids)} input tokens, which exceeds this limit even without any "
-            "output tokens. Please reduce the length of the input prompt.",
-            param="input",
-        )
+        message = f"the input has {len(ids)} tokens, more than the engine's context of {limit}"
+        raise ClientError(message, param="input")
     return ids

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from smg_trio.core.pooling_inputs import input_prompts
+from smg_trio.core.pooling_inputs import PoolingPlan, input_prompts
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ClientError
 from smg_trio.neutral.pooling import PooledOutput, PoolingRequest, PoolingTask
-from smg_trio.wire.openai_pooling import PoolingOptions
+from smg_trio.wire.openai_pooling import EMBEDDINGS_PATH, PoolingOptions, PoolingUsage
 from smg_trio.wire.openai_responses import JSON_ENCODER
 from smg_trio.wire.openai_scoring import (
     RERANK_PATHS,
@@ -37,7 +37,6 @@ from smg_trio.wire.openai_scoring import (
     ScoreData,
     ScoreResponse,
     ScoringOptions,
-    ScoringUsage,
     score_sides,
 )
 
@@ -50,29 +49,31 @@ class ScoringPlan:
     """A score or rerank request, ready for the engines: one prompt per input of each side."""
 
     path: str
-    request_id: str
-    model: str  # the name the response carries
-    prompts: tuple[tuple[int, ...], ...]  # the first side's inputs, then the second's
+    embeddings: PoolingPlan  # every input's embedding: the first side's, then the second's
     first_count: int
     documents: tuple[str, ...]  # the second side as the client sent it (rerank echoes it)
     top_n: int
     options: ScoringOptions
 
+    @property
+    def request_id(self) -> str:
+        return self.embeddings.request_id
+
+    @property
+    def model(self) -> str:
+        """The name the response carries."""
+        return self.embeddings.model
+
+    @property
+    def prompts(self) -> tuple[tuple[int, ...], ...]:
+        return self.embeddings.prompts
+
     def requests(self) -> list[PoolingRequest]:
-        return [
-            PoolingRequest(
-                request_id=self.request_id,
-                input_index=index,
-                prompt_ids=prompt,
-                task=PoolingTask.EMBED,
-                use_activation=self.options.use_activation,
-            )
-            for index, prompt in enumerate(self.prompts)
-        ]
+        return self.embeddings.requests()
 
     @property
     def prompt_tokens(self) -> int:
-        return sum(len(prompt) for prompt in self.prompts)
+        return self.embeddings.prompt_tokens
 
 
 def prepare_scoring(
@@ -104,12 +105,19 @@ def prepare_scoring(
         add_special_tokens=True,
         truncate_prompt_tokens=options.truncate_prompt_tokens,
         truncation_side=options.truncation_side,
+        use_activation=options.use_activation,
+    )
+    embeddings = PoolingPlan(
+        path=EMBEDDINGS_PATH,
+        request_id=options.request_id or request_id,
+        model=model.name,
+        task=PoolingTask.EMBED,
+        prompts=input_prompts(as_embeddings, model, now=now),
+        options=as_embeddings,
     )
     return ScoringPlan(
         path=path,
-        request_id=options.request_id or request_id,
-        model=model.name,
-        prompts=input_prompts(as_embeddings, model, now=now),
+        embeddings=embeddings,
         first_count=len(first),
         documents=tuple(second),
         top_n=options.top_n,
@@ -162,7 +170,7 @@ def scoring_body(plan: ScoringPlan, outputs: Sequence[PooledOutput], *, created:
                 created=created,
                 model=plan.model,
                 data=[ScoreData(index=i, score=score) for i, score in enumerate(scores)],
-                usage=ScoringUsage(prompt_tokens=tokens, total_tokens=tokens),
+                usage=PoolingUsage(prompt_tokens=tokens, total_tokens=tokens),
             )
         )
     results = [

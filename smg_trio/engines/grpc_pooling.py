@@ -13,8 +13,11 @@ they admit and what they answer, each in its engine's spelling. The vector itsel
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from google.protobuf.message import Message
 
 from smg_trio.engines.grpc_policy import (
     EmbedPolicy,
@@ -40,69 +43,71 @@ def refuse_generation(model: ServedModel, message: str) -> None:
         raise invalid(message)
 
 
-def _pooled_prompt(
-    prompt_ids: Sequence[int], model: ServedModel, *, empty: str, too_long: str, outside: str
-) -> tuple[int, ...]:
-    if not prompt_ids:
-        raise invalid(empty)
-    length, limit = len(prompt_ids), model.engine.max_model_len
-    if length > limit:
-        raise invalid(too_long.format(length=length, limit=limit))
-    vocab = model.engine.vocab_size
-    for token_id in prompt_ids:
-        if not 0 <= token_id < vocab:
-            raise invalid(outside.format(token_id=token_id, vocab=vocab))
-    return tuple(prompt_ids)
+@dataclass(frozen=True)
+class EmbedRefusals:
+    """One engine's words for the Embed requests it refuses (`{...}` are filled in)."""
+
+    no_input: str
+    not_pooling: str
+    empty: str
+    too_long: str  # {length} {limit}
+    outside: str  # {token_id} {vocab}
 
 
-def vllm_admit(request: vllm.EmbedRequest, model: ServedModel) -> PoolSpec:
-    if not request.HasField("tokenized"):
-        raise invalid("EmbedRequest requires tokenized input")
-    if not model.pooling:
-        raise invalid(VLLM_NOT_POOLING)
-    prompt = _pooled_prompt(
-        request.tokenized.input_ids,
-        model,
-        empty="The decoder prompt cannot be empty",
-        too_long=(
-            "The decoder prompt (length {length}) is longer than the maximum model length "
-            "of {limit}. Make sure that `max_model_len` is no smaller than the number of "
-            "text tokens."
-        ),
-        outside="Token id {token_id} is out of vocabulary",
-    )
-    return PoolSpec(request_id=request.request_id, prompt_ids=prompt)
+def admit(words: EmbedRefusals) -> Callable[[Any, ServedModel], PoolSpec]:
+    """An engine's Embed admission: tokenized input, a pooling model, a prompt it can pool."""
+
+    def admitted(request: Any, model: ServedModel) -> PoolSpec:
+        if not request.HasField("tokenized"):
+            raise invalid(words.no_input)
+        if not model.pooling:
+            raise invalid(words.not_pooling)
+        prompt = tuple(request.tokenized.input_ids)
+        if not prompt:
+            raise invalid(words.empty)
+        length, limit = len(prompt), model.engine.max_model_len
+        if length > limit:
+            raise invalid(words.too_long.format(length=length, limit=limit))
+        vocab = model.engine.vocab_size
+        for token_id in prompt:
+            if not 0 <= token_id < vocab:
+                raise invalid(words.outside.format(token_id=token_id, vocab=vocab))
+        return PoolSpec(request_id=request.request_id, prompt_ids=prompt)
+
+    return admitted
 
 
-def vllm_reply(spec: PoolSpec, vector: tuple[float, ...]) -> vllm.EmbedResponse:
-    return vllm.EmbedResponse(
-        embedding=vector, prompt_tokens=len(spec.prompt_ids), embedding_dim=len(vector)
-    )
+VLLM_REFUSALS: Final = EmbedRefusals(
+    no_input="EmbedRequest requires tokenized input",
+    not_pooling=VLLM_NOT_POOLING,
+    empty="The decoder prompt cannot be empty",
+    too_long=(
+        "The decoder prompt (length {length}) is longer than the maximum model length of "
+        "{limit}. Make sure that `max_model_len` is no smaller than the number of text tokens."
+    ),
+    outside="Token id {token_id} is out of vocabulary",
+)
+SGLANG_REFUSALS: Final = EmbedRefusals(
+    no_input="Tokenized input must be provided",
+    not_pooling=SGLANG_NOT_POOLING,
+    empty="The input cannot be empty",
+    too_long="The input ({length} tokens) is longer than the model's context length ({limit} tokens).",
+    outside="Input token id {token_id} is outside the vocabulary [0, {vocab})",
+)
 
 
-def sglang_admit(request: sglang.EmbedRequest, model: ServedModel) -> PoolSpec:
-    if not request.HasField("tokenized"):
-        raise invalid("Tokenized input must be provided")
-    if not model.pooling:
-        raise invalid(SGLANG_NOT_POOLING)
-    prompt = _pooled_prompt(
-        request.tokenized.input_ids,
-        model,
-        empty="The input cannot be empty",
-        too_long=(
-            "The input ({length} tokens) is longer than the model's context length "
-            "({limit} tokens)."
-        ),
-        outside="Input token id {token_id} is outside the vocabulary [0, {vocab})",
-    )
-    return PoolSpec(request_id=request.request_id, prompt_ids=prompt)
+def reply(
+    response: type[vllm.EmbedResponse] | type[sglang.EmbedResponse],
+) -> Callable[[PoolSpec, tuple[float, ...]], Message]:
+    """The engine's EmbedResponse of one pooled vector (its fields are named alike)."""
+
+    def answer(spec: PoolSpec, vector: tuple[float, ...]) -> Message:
+        return response(
+            embedding=vector, prompt_tokens=len(spec.prompt_ids), embedding_dim=len(vector)
+        )
+
+    return answer
 
 
-def sglang_reply(spec: PoolSpec, vector: tuple[float, ...]) -> sglang.EmbedResponse:
-    return sglang.EmbedResponse(
-        embedding=vector, prompt_tokens=len(spec.prompt_ids), embedding_dim=len(vector)
-    )
-
-
-VLLM_EMBED: Final = EmbedPolicy(admit=vllm_admit, reply=vllm_reply)
-SGLANG_EMBED: Final = EmbedPolicy(admit=sglang_admit, reply=sglang_reply)
+VLLM_EMBED: Final = EmbedPolicy(admit=admit(VLLM_REFUSALS), reply=reply(vllm.EmbedResponse))
+SGLANG_EMBED: Final = EmbedPolicy(admit=admit(SGLANG_REFUSALS), reply=reply(sglang.EmbedResponse))

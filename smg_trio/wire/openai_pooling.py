@@ -100,20 +100,7 @@ def decode_pooling_options(path: str, body: bytes) -> PoolingOptions:
             f"endianness must be one of {', '.join(ENDIANNESS)}, got {options.endianness!r}",
             param="endianness",
         )
-    if options.truncation_side not in (None, "left", "right"):
-        raise ClientError(
-            f"truncation_side must be 'left' or 'right', got {options.truncation_side!r}",
-            param="truncation_side",
-        )
-    if options.truncate_prompt_tokens is not None and options.truncate_prompt_tokens < -1:
-        raise ClientError(
-            "truncate_prompt_tokens must be at least -1", param="truncate_prompt_tokens"
-        )
-    if options.priority != 0:
-        raise ClientError(
-            "priority is not supported: the engines do not use priority scheduling",
-            param="priority",
-        )
+    check_input_options(options.truncate_prompt_tokens, options.truncation_side, options.priority)
     if options.continue_final_message and options.add_generation_prompt:
         raise ClientError(
             "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
@@ -127,6 +114,27 @@ def decode_pooling_options(path: str, body: bytes) -> PoolingOptions:
             param="dimensions",
         )
     return options
+
+
+def check_input_options(
+    truncate_prompt_tokens: int | None, truncation_side: str | None, priority: int
+) -> None:
+    """The options every pooling and scoring body shares about its inputs (docs/pooling.md
+    §3, §7): the truncation asked for, and no priority (the engines schedule none)."""
+    if truncation_side not in (None, "left", "right"):
+        raise ClientError(
+            f"truncation_side must be 'left' or 'right', got {truncation_side!r}",
+            param="truncation_side",
+        )
+    if truncate_prompt_tokens is not None and truncate_prompt_tokens < -1:
+        raise ClientError(
+            "truncate_prompt_tokens must be at least -1", param="truncate_prompt_tokens"
+        )
+    if priority != 0:
+        raise ClientError(
+            "priority is not supported: the engines do not use priority scheduling",
+            param="priority",
+        )
 
 
 # --- responses --------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import msgspec
 from smg_trio.errors import ClientError
 from smg_trio.wire.json_depth import check_json_depth
 from smg_trio.wire.openai_decode import _decode_error as decode_error
+from smg_trio.wire.openai_pooling import PoolingUsage, check_input_options
 from smg_trio.wire.request_numbers import Int
 
 SCORE_PATHS: Final = ("/score", "/v1/score")
@@ -96,20 +97,7 @@ def decode_scoring_options(path: str, body: bytes) -> ScoringOptions:
                 f"{name} is not supported by this gateway (truncate_prompt_tokens is)",
                 param=name,
             )
-    if options.truncation_side not in (None, "left", "right"):
-        raise ClientError(
-            f"truncation_side must be 'left' or 'right', got {options.truncation_side!r}",
-            param="truncation_side",
-        )
-    if options.truncate_prompt_tokens is not None and options.truncate_prompt_tokens < -1:
-        raise ClientError(
-            "truncate_prompt_tokens must be at least -1", param="truncate_prompt_tokens"
-        )
-    if options.priority != 0:
-        raise ClientError(
-            "priority is not supported: the engines do not use priority scheduling",
-            param="priority",
-        )
+    check_input_options(options.truncate_prompt_tokens, options.truncation_side, options.priority)
     if path in RERANK_PATHS:
         _check_rerank_fields(options)
     else:
@@ -159,16 +147,6 @@ def _check_rerank_fields(options: ScoringOptions) -> None:
 # --- responses --------------------------------------------------------------------------------
 
 
-class ScoringUsage(msgspec.Struct, frozen=True):
-    """vLLM's usage of a score response: prompt tokens only."""
-
-    prompt_tokens: int
-    total_tokens: int
-    completion_tokens: int = 0
-    prompt_tokens_details: None = None
-    completion_tokens_details: None = None
-
-
 class ScoreData(msgspec.Struct, frozen=True, kw_only=True):
     index: int
     object: str = "score"
@@ -181,7 +159,7 @@ class ScoreResponse(msgspec.Struct, frozen=True, kw_only=True):
     created: int
     model: str
     data: list[ScoreData]
-    usage: ScoringUsage
+    usage: PoolingUsage
 
 
 class RerankDocument(msgspec.Struct, frozen=True):

@@ -5,7 +5,8 @@ refusals, and cancellation (RST_STREAM, then the Abort RPC) of every call of a c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import msgspec
@@ -17,7 +18,7 @@ from smg_trio.engines.pooling import pooled_values
 from smg_trio.errors import ClientError, EngineRejected
 from smg_trio.neutral.pooling import PooledOutput, PoolingRequest, PoolingTask
 from smg_trio.neutral.runtime import Runtime
-from tests.backends.grpc_reference import MODEL_PATH, attach
+from tests.backends.grpc_reference import MODEL_PATH, ReferenceGrpcEngine, attach
 from tests.engines.grpc_harness import Engine, start_engines, stop_engines
 
 POOLING: Final = (Runtime.VLLM, Runtime.SGLANG)
@@ -64,15 +65,23 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engi
         stop_engines([engine.process for engine in started])
 
 
+@asynccontextmanager
+async def ready(engine: Engine) -> AsyncIterator[ReferenceGrpcEngine]:
+    """A backend attached to `engine`, once ready; the test's time starts then."""
+    async with attach(engine.runtime, engine.port, None) as attached:
+        with trio.fail_after(READY_S):
+            await attached.backend.wait_ready()
+        yield attached
+
+
 @pytest.mark.parametrize("runtime", POOLING)
 async def test_each_input_gets_its_engines_vector(
     engines: dict[str, Engine], runtime: Runtime
 ) -> None:
     inputs = [(400 + i, 401, 402) for i in range(6)] + [tuple(range(5, 5 + CONTEXT))]
-    async with attach(runtime, engines[f"pooling-{runtime.value}"].port, None) as engine:
+    async with ready(engines[f"pooling-{runtime.value}"]) as engine:
         backend = engine.backend
         with trio.fail_after(READY_S):
-            await backend.wait_ready()
             answers: list[PooledOutput | None] = [None] * len(inputs)
 
             async def one(index: int) -> None:
@@ -91,13 +100,12 @@ async def test_each_input_gets_its_engines_vector(
 async def test_inputs_the_engine_cannot_take_are_refused_before_sending(
     engines: dict[str, Engine], runtime: Runtime
 ) -> None:
-    async with attach(runtime, engines[f"pooling-{runtime.value}"].port, None) as engine:
+    async with ready(engines[f"pooling-{runtime.value}"]) as engine:
         with trio.fail_after(READY_S):
-            await engine.backend.wait_ready()
             before = await engine.counters()
             for ids, expected in [
                 ((), "at least one token"),
-                ((5,) * (CONTEXT + 1), "maximum context length is 32 tokens"),
+                ((5,) * (CONTEXT + 1), "more than the engine's context of 32"),
                 ((5, 4001), r"token id 4001 is not in \[0, 4001\)"),
             ]:
                 with pytest.raises(ClientError, match=expected):
@@ -109,9 +117,8 @@ async def test_inputs_the_engine_cannot_take_are_refused_before_sending(
 async def test_a_generative_engines_refusal_is_a_400(
     engines: dict[str, Engine], runtime: Runtime
 ) -> None:
-    async with attach(runtime, engines[f"generate-{runtime.value}"].port, None) as engine:
+    async with ready(engines[f"generate-{runtime.value}"]) as engine:
         with trio.fail_after(READY_S):
-            await engine.backend.wait_ready()
             with pytest.raises(EngineRejected) as refused:
                 await engine.backend.pool(embed((400, 401), "not-pooling"))
         assert refused.value.status == 400
@@ -126,10 +133,9 @@ async def test_a_cancelled_scope_cancels_and_aborts_every_call(
     # One step every 0.5 s; an idle engine steps at once when work arrives, so a primer goes
     # first: the calls after it wait for the next step, and are cancelled while they do.
     calls = 5
-    async with attach(runtime, engines[f"slow-{runtime.value}"].port, None) as engine:
+    async with ready(engines[f"slow-{runtime.value}"]) as engine:
         backend = engine.backend
         with trio.fail_after(READY_S):
-            await backend.wait_ready()
             await backend.pool(embed((400,), "primer"))
             before = await engine.counters()
             async with trio.open_nursery() as nursery:
@@ -157,9 +163,8 @@ async def test_a_cancelled_scope_cancels_and_aborts_every_call(
 async def test_what_one_embed_call_cannot_carry_is_refused_naming_it(
     engines: dict[str, Engine], options: dict[str, Any], param: str
 ) -> None:
-    async with attach(Runtime.VLLM, engines["pooling-vllm"].port, None) as engine:
+    async with ready(engines["pooling-vllm"]) as engine:
         with trio.fail_after(READY_S):
-            await engine.backend.wait_ready()
             before = await engine.counters()
             with pytest.raises(ClientError) as refused:
                 await engine.backend.pool(embed((400, 401), **options))

@@ -152,6 +152,19 @@ async def run_headless(
             await stop_vllm(process)
 
 
+async def wait_healthy(base_url: str) -> None:
+    """Until vLLM's HTTP server at `base_url` answers /health with 200, within STARTUP_S."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
+        with trio.fail_after(STARTUP_S):
+            while True:
+                try:
+                    if (await client.get("/health")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await trio.sleep(1)
+
+
 async def run_http(prompt_ids: tuple[int, ...], log: IO[bytes]) -> dict[str, Any]:
     port = free_port()
     process = await start_vllm(
@@ -159,15 +172,8 @@ async def run_http(prompt_ids: tuple[int, ...], log: IO[bytes]) -> dict[str, Any
     )
     base = f"http://127.0.0.1:{port}"
     try:
+        await wait_healthy(base)
         async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-            with trio.fail_after(STARTUP_S):
-                while True:
-                    try:
-                        if (await client.get("/health")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(1)
             response = await client.post(
                 "/v1/completions",
                 json={

@@ -12,7 +12,6 @@ import base64
 import struct
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,16 +21,18 @@ import trio
 from grpclib.client import Channel
 from openai import OpenAI
 
+from harness.served_gateway import served_gateway
 from smg_trio.backends.asyncio_bridge import open_asyncio_bridge
 from smg_trio.backends.grpc_services import close_channel
 from smg_trio.engines.pooling import pooled_values
 from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serving.config import GatewayConfig, WorkerSpec
-from smg_trio.serving.serve import Serving, serve
+from smg_trio.serving.serve import Serving
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
 from tests.backends.grpc_reference import start_engine, stop_engine
+from tests.e2e.test_embeddings import sdk_embeddings
 
 TEST_TIMEOUT_S: Final = 40.0
 READY_S: Final = 20.0
@@ -84,37 +85,17 @@ async def embedding_gateway(
                 runner="pooling",
                 convert="embed",
             )
-            stop = trio.Event()
-            async with trio.open_nursery() as nursery:
-                serving: Serving = await nursery.start(
-                    partial(serve, config, shutdown_trigger=stop.wait)
-                )
-                with trio.fail_after(READY_S):
-                    await serving.gateway.pool.workers[0].backend.wait_ready()
-                try:
-                    yield GrpcEmbeddingGateway(serving, port)
-                finally:
-                    stop.set()
+            async with served_gateway(config) as served:
+                await served.wait_ready(served.serving.gateway.pool.workers)
+                yield GrpcEmbeddingGateway(served.serving, port)
         finally:
             await stop_engine(process)
 
 
-def sdk_embeddings(base_url: str) -> None:
-    client = OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=20)
-    with client:
-        texts = ["hello world", "pooling over gRPC", "a third input, longer than the others"]
-        floats = client.embeddings.create(model=MODEL, input=texts, encoding_format="float")
-        assert [d.index for d in floats.data] == [0, 1, 2]
-        for datum, text in zip(floats.data, texts, strict=True):
-            assert datum.embedding == expected(ids_of(text))
-        prompt_tokens = sum(len(ids_of(t)) for t in texts)
-        assert floats.usage.prompt_tokens == floats.usage.total_tokens == prompt_tokens
-        # The SDK asks for base64 by default and decodes the little-endian float32 itself.
-        decoded = client.embeddings.create(model=MODEL, input=texts)
-        assert [d.embedding for d in decoded.data] == [d.embedding for d in floats.data]
-        tokens = client.embeddings.create(model=MODEL, input=[[5, 6, 7], [8]])
-        assert [d.embedding for d in tokens.data] == [expected([5, 6, 7]), expected([8])]
-        assert tokens.usage.prompt_tokens == 4
+def sdk_embeddings_at(base_url: str) -> None:
+    """The openai SDK's embeddings checks of test_embeddings.py, against `base_url`."""
+    with OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=20) as client:
+        sdk_embeddings(client)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -123,7 +104,7 @@ async def test_openai_sdk_embeddings_through_a_grpc_worker(
 ) -> None:
     async with embedding_gateway(runtime, tmp_path) as gateway:
         with trio.fail_after(TEST_TIMEOUT_S):
-            await trio.to_thread.run_sync(sdk_embeddings, gateway.base_url)
+            await trio.to_thread.run_sync(sdk_embeddings_at, gateway.base_url)
             async with httpx.AsyncClient(base_url=gateway.base_url) as client:
                 reply = await client.post(
                     "/v1/embeddings", json={"input": [1, 2, 3], "encoding_format": "base64"}

@@ -18,7 +18,6 @@ import json
 import struct
 import sys
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -26,10 +25,10 @@ import httpx
 import pytest
 import trio
 
+from harness.served_gateway import served_gateway
 from smg_trio.model.folder import load_model_dir
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serving.config import GatewayConfig, WorkerSpec
-from smg_trio.serving.serve import Serving, serve
 from tests.backends.test_real_vllm_zmq import (
     MODEL,
     STARTUP_S,
@@ -37,6 +36,7 @@ from tests.backends.test_real_vllm_zmq import (
     free_port,
     start_vllm,
     stop_vllm,
+    wait_healthy,
 )
 
 POOLING_FLAGS: Final = ("--runner", "pooling", "--convert", "embed")
@@ -125,17 +125,10 @@ async def through_smg_trio(model: str, log: IO[bytes]) -> list[dict[str, Any]]:
             runner="pooling",
             convert="embed",
         )
-        stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            serving: Serving = await nursery.start(
-                partial(serve, config, shutdown_trigger=stop.wait)
-            )
-            try:
-                with trio.fail_after(STARTUP_S):
-                    await serving.gateway.pool.workers[0].backend.wait_ready()
-                return await ask_all(f"http://127.0.0.1:{serving.port}", model)
-            finally:
-                stop.set()
+        async with served_gateway(config) as served:
+            with trio.fail_after(STARTUP_S):
+                await served.serving.gateway.pool.workers[0].backend.wait_ready()
+            return await ask_all(f"http://127.0.0.1:{served.serving.port}", model)
     finally:
         await stop_vllm(process)
 
@@ -146,15 +139,7 @@ async def vllm_http(model: str, log: IO[bytes]) -> list[dict[str, Any]]:
     process = await start_vllm([*POOLING_FLAGS, *flags], log)
     base = f"http://127.0.0.1:{port}"
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-            with trio.fail_after(STARTUP_S):
-                while True:
-                    try:
-                        if (await client.get("/health")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(1)
+        await wait_healthy(base)
         return await ask_all(base, model)
     finally:
         await stop_vllm(process)

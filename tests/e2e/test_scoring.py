@@ -6,6 +6,7 @@ float32 with numpy, as torch computes it for vLLM."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Final
 
@@ -13,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import trio
+import trio_websocket
 
 from smg_trio.engines.pooling import pooled_values
 from smg_trio.model.folder import demo_model_path, load_model_dir
@@ -132,3 +134,20 @@ async def test_vllms_400s_and_404s(server: LiveServer, tmp_path: Path) -> None:
                     reply = await client.post(path, json=body)
                     assert reply.status_code == 404, reply.text
                     assert reply.json()["error"]["type"] == "NotFoundError"
+
+
+async def test_the_websocket_protocol_carries_reranks(server: LiveServer) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        headers = [(name.encode(), value.encode()) for name, value in server.auth.items()]
+        async with trio_websocket.open_websocket_url(
+            f"ws://127.0.0.1:{server.port}/v1/ws", extra_headers=headers
+        ) as socket:
+            body = {"query": QUERY, "documents": DOCUMENTS, "top_n": 1}
+            request = {"type": "request", "id": 1, "path": "/rerank", "body": body}
+            await socket.send_message(json.dumps(request))
+            frame = json.loads(await socket.get_message())
+    assert frame["type"] == "response", frame
+    (best,) = frame["data"]["results"]
+    assert best["index"] == max(
+        range(len(DOCUMENTS)), key=lambda i: expected_score(QUERY, DOCUMENTS[i])
+    )
