@@ -10,8 +10,8 @@ request latency's median, and requests per gateway CPU-second, with smg-trio's r
   "gateway" measured; its EngineCore is a child process, not counted), and smg-trio
   `--runner pooling --convert embed` in front of a headless EngineCore of the same flags over
   ZMQ. One at a time (never both: two shared cores), alternated per round.
-- The load: `--requests` POST /v1/embeddings per batch size (fewer for large batches: the
-  same number of inputs at least), `--concurrency` at once over HTTP/1.1 keep-alive, each input
+- The load: `--requests` POST /v1/embeddings at batch 1, fewer at larger batches (a quarter
+  of the inputs per batch size, at least 32 requests), `--concurrency` at once over HTTP/1.1 keep-alive, each input
   a distinct string of about 16 tokens; a warm-up of a few requests first. CPU from /proc over
   the measured load.
 
@@ -236,7 +236,7 @@ async def run(
             for start in starts if index % 2 == 0 else starts[::-1]:
                 async with start() as server:
                     for batch in batches:
-                        count = max(requests // batch, 16)
+                        count = max(requests // batch * 4, 32)
                         result = await load(server, batch, count, concurrency)
                         print(f"round {index + 1}: {result}", flush=True)
                         runs.append(result)

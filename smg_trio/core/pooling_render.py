@@ -18,11 +18,9 @@ from smg_trio.wire.openai_pooling import (
     CLASSIFY_PATH,
     EMBEDDINGS_PATH,
     ClassificationData,
-    ClassificationResponse,
     EmbeddingData,
-    EmbeddingResponse,
     PoolingData,
-    PoolingResponse,
+    PoolingList,
     PoolingUsage,
 )
 from smg_trio.wire.openai_responses import JSON_ENCODER
@@ -38,9 +36,11 @@ def pooling_body(
     """The response to `plan`, `outputs[i]` being input i's result."""
     prompt_tokens = sum(output.prompt_tokens for output in outputs)
     usage = PoolingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
-    response: EmbeddingResponse | PoolingResponse | ClassificationResponse
+    response: (
+        PoolingList[EmbeddingData] | PoolingList[PoolingData] | PoolingList[ClassificationData]
+    )
     if plan.path == EMBEDDINGS_PATH:
-        response = EmbeddingResponse(
+        response = PoolingList(
             id=f"embd-{plan.request_id}",
             created=created,
             model=plan.model,
@@ -48,7 +48,7 @@ def pooling_body(
             usage=usage,
         )
     elif plan.path == CLASSIFY_PATH:
-        response = ClassificationResponse(
+        response = PoolingList(
             id=f"classify-{plan.request_id}",
             created=created,
             model=plan.model,
@@ -56,7 +56,7 @@ def pooling_body(
             usage=usage,
         )
     else:
-        response = PoolingResponse(
+        response = PoolingList(
             id=f"pooling-{plan.request_id}",
             created=created,
             model=plan.model,

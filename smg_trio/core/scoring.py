@@ -1,5 +1,5 @@
 """Pure. A scoring body → its `ScoringPlan`, and the plan's pooled results → its response body,
-as vLLM 0.32 serves `/score` and `/rerank` for an embedding model (docs/pooling.md §7).
+as vLLM 0.32 serves `/score` and `/rerank` for an embedding model (docs/pooling.md §8).
 
 An embedding model scores as a bi-encoder: every input of both sides is embedded on its own
 (one engine request each: the first side's inputs, then the second's), and the score of a pair

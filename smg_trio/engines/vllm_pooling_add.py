@@ -38,15 +38,7 @@ def pooling_add(request: EngineCoreRequest, model: EngineModel) -> Command:
     except BackendProtocolError as exc:
         return Reject(rid, client, str(exc))
     prompt = tuple(request.prompt_token_ids or ())
-    # The prompt may fill the context: check it against one more token of room.
-    room = EngineModel(
-        source=model.source,
-        vocab_size=model.vocab_size,
-        max_model_len=model.max_model_len + 1,
-        eos_ids=model.eos_ids,
-        served_name=model.served_name,
-    )
-    problem = prompt_problem(prompt, room)
+    problem = _prompt_problem(prompt, model)
     if problem is not None:
         return Reject(rid, client, problem)
     if params.task not in ("embed", "classify"):
@@ -69,3 +61,10 @@ def pooling_add(request: EngineCoreRequest, model: EngineModel) -> Command:
         ActiveRequest(rid, client, generation, prompt_ids=prompt, pooled=values),
         received={"pooling_params": msgspec.to_builtins(params)},
     )
+
+
+def _prompt_problem(prompt: tuple[int, ...], model: EngineModel) -> str | None:
+    """`wire_adapter.prompt_problem`'s checks, but the prompt may fill the whole context."""
+    if len(prompt) == model.max_model_len:
+        return prompt_problem(prompt[:-1], model) or prompt_problem(prompt[-1:], model)
+    return prompt_problem(prompt, model)

@@ -12,6 +12,10 @@ error sends ENGINE_CORE_DEAD. Stats logging is on, as in `vllm serve`: every ste
 previous step) ride on the first client's message of that step, or on a message of their own
 to client 0 when the step has no outputs; `--disable-log-stats` sends none.
 
+A pooling ADD (`sampling_params` nil, `pooling_params` set) finishes in its first step with the
+pooler's tensor in an aux frame, as a `--runner pooling` engine's does (`vllm_pooling_add`,
+docs/pooling.md §5).
+
 Deliberate differences, all kinder than the real engine: a duplicate in-flight request id, an
 ADD that fails to decode (when its id can still be read) or a prompt the model cannot hold get a
 terminal ERROR output (vLLM would assert, lose its input thread, or

@@ -330,7 +330,7 @@ class Gateway:
         reservation: Reservation,
         served: ServedModel,
     ) -> None:
-        """A pooling or scoring path (docs/pooling.md §1, §7): prepared, admitted as a
+        """A pooling or scoring path (docs/pooling.md §1, §8): prepared, admitted as a
         generation request is (tenant budget with its prompt tokens, admission), then its
         inputs pooled on one worker (request/pooling.py)."""
         work = await prepare_pooled_work(path, body, served, record.request_id)

@@ -1,4 +1,4 @@
-"""I/O. What `Gateway.handle` needs of any request served by pooling (docs/pooling.md §1, §7):
+"""I/O. What `Gateway.handle` needs of any request served by pooling (docs/pooling.md §1, §8):
 its engine requests, one per input, the answer of their results, and what routing and
 admission read (the prompts, the `model` and `user` fields). A pooling path (`/v1/embeddings`,
 `/pooling`, `/classify`) and a scoring path (`/score`, `/rerank`, ...) each prepare theirs.

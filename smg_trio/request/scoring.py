@@ -1,4 +1,4 @@
-"""I/O. The scoring paths (docs/pooling.md §7): `/score`, `/v1/score`, `/rerank`, `/v1/rerank`
+"""I/O. The scoring paths (docs/pooling.md §8): `/score`, `/v1/score`, `/rerank`, `/v1/rerank`
 and `/v2/rerank`, prepared into the engine requests of their inputs and the answer of their
 results; served by `request/pooling.py` like any pooling request (one nursery, one worker).
 

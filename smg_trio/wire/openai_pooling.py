@@ -10,7 +10,7 @@ ignores them (docs/request-fields.md).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -156,28 +156,10 @@ class EmbeddingData(msgspec.Struct, frozen=True):
     object: str = "embedding"
 
 
-class EmbeddingResponse(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    object: str = "list"
-    created: int
-    model: str
-    data: list[EmbeddingData]
-    usage: PoolingUsage
-
-
 class PoolingData(msgspec.Struct, frozen=True):
     index: int
     data: list[float] | str
     object: str = "pooling"
-
-
-class PoolingResponse(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    object: str = "list"
-    created: int
-    model: str
-    data: list[PoolingData]
-    usage: PoolingUsage
 
 
 class ClassificationData(msgspec.Struct, frozen=True):
@@ -187,10 +169,15 @@ class ClassificationData(msgspec.Struct, frozen=True):
     num_classes: int
 
 
-class ClassificationResponse(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
+Entry = TypeVar("Entry", EmbeddingData, PoolingData, ClassificationData)
+
+
+class PoolingList(msgspec.Struct, Generic[Entry], frozen=True, kw_only=True):
+    """The body of every pooling endpoint: one entry per input, in input order."""
+
+    id: str  # embd-, pooling- or classify-, then the request id
     object: str = "list"
     created: int
     model: str
-    data: list[ClassificationData]
+    data: list[Entry]
     usage: PoolingUsage

@@ -1,4 +1,4 @@
-"""Pure. The JSON of vLLM's scoring endpoints (docs/pooling.md §7): `POST /score` and
+"""Pure. The JSON of vLLM's scoring endpoints (docs/pooling.md §8): `POST /score` and
 `/v1/score`, `/rerank`, `/v1/rerank` and `/v2/rerank`, their request options and their
 response bodies.
 

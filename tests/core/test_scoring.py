@@ -1,4 +1,4 @@
-"""Scoring with an embedding model (docs/pooling.md §7): bodies decoded with vLLM's checks, the
+"""Scoring with an embedding model (docs/pooling.md §8): bodies decoded with vLLM's checks, the
 plan's engine requests, cosine similarities against a float32 numpy reference, and the score
 and rerank bodies in vLLM's shapes."""
 

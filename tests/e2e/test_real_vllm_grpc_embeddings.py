@@ -1,7 +1,7 @@
 """Opt-in: `/v1/embeddings`, `/score` and `/rerank` through smg-trio in front of a REAL vLLM gRPC engine (`vllm serve
 --grpc`, the smg-grpc-servicer plugin) serving the tiny llama as an embedding model (`--runner
 pooling --convert embed`), against vLLM's own HTTP server on the same model from the same venv:
-every vector and every score within 1e-6 of vLLM's (docs/pooling.md §6), the usage equal, for
+every vector and every score within 1e-6 of vLLM's (docs/pooling.md §7), the usage equal, for
 batches of strings and of token ids, float and base64; the rerank order equal.
 
 Needs `SMG_TRIO_VLLM_VENV` (a venv with vllm and smg-grpc-servicer 0.14.0, e.g. /opt/venvs/vllm)
