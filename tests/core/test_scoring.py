@@ -18,7 +18,7 @@ from smg_trio.core.scoring import ScoringPlan, cosine, prepare_scoring, scoring_
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.pooling import PooledOutput, PoolingTask
-from smg_trio.wire.openai_scoring import decode_scoring_options
+from smg_trio.wire.openai_scoring import SCORING_PATHS, decode_scoring_options
 
 MODEL: Final[PromptModel] = load_model_dir(demo_model_path()).prompt_model()
 NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -179,3 +179,29 @@ def test_a_nan_vector_is_vllms_400_not_a_nan_score() -> None:
     plan = plan_of("/score", {"queries": "q", "documents": "d"})
     with pytest.raises(ClientError, match="not JSON compliant"):
         scoring_body(plan, [output([float("nan"), 1.0]), output([1.0, 0.0])], created=7)
+
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+FIELDS = st.sampled_from(
+    ["queries", "documents", "items", "data_1", "data_2", "text_1", "text_2", "query", "top_n",
+     "truncate_prompt_tokens", "truncation_side", "use_activation", "priority", "request_id",
+     "instruction", "max_tokens_per_doc", "model"]
+)  # fmt: skip
+
+
+@given(st.sampled_from(SCORING_PATHS), st.dictionaries(FIELDS, VALUES, max_size=5))
+def test_any_body_is_a_plan_or_a_400(path: str, body: dict[str, Any]) -> None:
+    try:
+        plan = plan_of(path, body)
+    except ClientError:  # every refusal here is a 400 (ClientError's status)
+        return
+    assert plan.first_count >= 1
+    assert len(plan.requests()) == plan.first_count + len(plan.documents)
+    if plan.first_count > 1:
+        assert plan.first_count == len(plan.documents)
