@@ -10,6 +10,8 @@ per input, run on the process's asyncio bridge and awaited by the task that need
 - A caller cancelled while its call runs (its client left, its deadline passed, a sibling
   input failed) cancels the call, which grpclib answers with RST_STREAM, and then sends the
   Abort RPC naming it, shielded and bounded by `ABORT_GRACE_S`, unless the engine is dead.
+- The silence watchdog watches Generate streams only: an engine that hangs with Embed calls in
+  flight is taken out by its health checks, and the calls end at their callers' deadlines.
 - A failed call is judged as a failed Generate call is: a lost connection is engine death,
   an unreachable or UNAVAILABLE engine is out until a health check passes, an answer we cannot
   read counts as a protocol error.
