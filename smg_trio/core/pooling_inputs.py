@@ -65,6 +65,8 @@ def input_prompts(
 ) -> tuple[tuple[int, ...], ...]:
     """Every input's prompt ids, checked (see the module doc)."""
     if options.messages is not msgspec.UNSET:
+        if options.input is not msgspec.UNSET:
+            raise ClientError("give either `input` or `messages`, not both", param="messages")
         conversations = _conversations(options.messages, "messages")
         if conversations is None:
             raise ClientError("messages must be a list of chat messages", param="messages")

@@ -19,6 +19,7 @@ from smg_trio.wire.openai_pooling import (
     EMBEDDINGS_PATH,
     ClassificationData,
     EmbeddingData,
+    Entry,
     PoolingData,
     PoolingList,
     PoolingUsage,
@@ -36,34 +37,29 @@ def pooling_body(
     """The response to `plan`, `outputs[i]` being input i's result."""
     prompt_tokens = sum(output.prompt_tokens for output in outputs)
     usage = PoolingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
-    response: (
-        PoolingList[EmbeddingData] | PoolingList[PoolingData] | PoolingList[ClassificationData]
-    )
+
+    def body(prefix: str, data: list[Entry]) -> bytes:
+        return JSON_ENCODER.encode(
+            PoolingList(
+                id=f"{prefix}-{plan.request_id}",
+                created=created,
+                model=plan.model,
+                data=data,
+                usage=usage,
+            )
+        )
+
     if plan.path == EMBEDDINGS_PATH:
-        response = PoolingList(
-            id=f"embd-{plan.request_id}",
-            created=created,
-            model=plan.model,
-            data=[EmbeddingData(i, _encoded(plan, o.values)) for i, o in enumerate(outputs)],
-            usage=usage,
+        return body(
+            "embd", [EmbeddingData(i, _encoded(plan, o.values)) for i, o in enumerate(outputs)]
         )
-    elif plan.path == CLASSIFY_PATH:
-        response = PoolingList(
-            id=f"classify-{plan.request_id}",
-            created=created,
-            model=plan.model,
-            data=[_classified(i, _finite(o.values), labels) for i, o in enumerate(outputs)],
-            usage=usage,
+    if plan.path == CLASSIFY_PATH:
+        return body(
+            "classify", [_classified(i, _finite(o.values), labels) for i, o in enumerate(outputs)]
         )
-    else:
-        response = PoolingList(
-            id=f"pooling-{plan.request_id}",
-            created=created,
-            model=plan.model,
-            data=[PoolingData(i, _encoded(plan, o.values)) for i, o in enumerate(outputs)],
-            usage=usage,
-        )
-    return JSON_ENCODER.encode(response)
+    return body(
+        "pooling", [PoolingData(i, _encoded(plan, o.values)) for i, o in enumerate(outputs)]
+    )
 
 
 def _encoded(plan: PoolingPlan, values: tuple[float, ...]) -> list[float] | str:

@@ -71,6 +71,7 @@ def test_truncation_keeps_the_first_tokens_or_the_last() -> None:
         ({"input": [True]}, "input must be"),
         ({"input": {"a": 1}}, "input must be"),
         ({"messages": "hi"}, "messages must be"),
+        ({"messages": [{"role": "user", "content": "a"}], "input": "b"}, "not both"),
         ({"input": [1] * (CONTEXT + 1)}, "maximum context length"),
     ],
 )
