@@ -48,7 +48,8 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
-from smg_trio.model.vision import load_vision
+from smg_trio.model.image_workers import ImageWorkers, PooledImages
+from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
 from smg_trio.observability.tenant_metrics import TenantMetrics
@@ -126,6 +127,7 @@ class Gateway:
         resume_grace_s: float = DEFAULT_RESUME_GRACE_S,
         more_models: Sequence[ServedModel] = (),
         image_limits: ImageLimits | None = None,
+        image_workers: ImageWorkers | None = None,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too."""
@@ -148,13 +150,14 @@ class Gateway:
         # /v1/models and the request's `model` (request/served_models.py)
         self.models = ServedModels((first, *more_models), created=int(time.time()))
         # A chat request's images (docs/images.md): each model's processor, or why it has none.
-        # One thread bound for all of them (request/images.py).
-        processing = trio.CapacityLimiter(DEFAULT_PROCESSING_THREADS)
+        # One bound for all of them (request/images.py): the worker processes' count when
+        # `image_workers` runs them, else threads.
+        processing = trio.CapacityLimiter(
+            DEFAULT_PROCESSING_THREADS if image_workers is None else image_workers.size
+        )
         self.images = {
             served.key: ImageInputs(
-                load_vision(served.folder.path, served.folder.served_name),
-                image_limits,
-                limiter=processing,
+                pooled_vision(served.folder, image_workers), image_limits, limiter=processing
             )
             for served in (first, *more_models)
         }
@@ -347,3 +350,13 @@ class Gateway:
     def ready_for(self, body: bytes) -> bool:
         """A worker of the model `body` names can take it (the 404 for an unknown name)."""
         return self.pool.ready_for(self.model_key(self.models.for_body(body)))
+
+
+def pooled_vision(
+    folder: ModelDir, workers: ImageWorkers | None
+) -> ImageProcessor | VisionRefusal | None:
+    """The folder's image processing, run by `workers` when given (docs/images.md §3)."""
+    vision = load_vision(folder.path, folder.served_name)
+    if workers is None or vision is None or isinstance(vision, VisionRefusal):
+        return vision
+    return PooledImages(workers, folder.path, folder.served_name, vision.placeholder)

@@ -4,9 +4,11 @@ processor run on each, in parallel, under the request's scope (docs/images.md §
 `ImageInputs.resolve(refs)` runs one task per image in a nursery of its own, inside the
 request's cancel scope: a client that leaves, or the request deadline, cancels every fetch
 still running; the first image to fail is the 400 (the lowest-numbered part when several
-failed together), and its siblings are cancelled. Processing (decode, resize, normalise: CPU) runs on worker threads bounded by one
-`CapacityLimiter` for the whole gateway, so text streams never wait behind an image on the
-event loop, and a burst of images queues for threads instead of multiplying them.
+failed together), and its siblings are cancelled. Processing (decode, resize, normalise: CPU)
+is bounded by one `CapacityLimiter` for the whole gateway, so a burst of images queues instead
+of multiplying the work; `smg-trio serve` runs it in worker processes at low priority
+(`open_image_workers`, model/image_workers.py), so text streams never wait behind an image for
+the GIL or a core; without them (tests, benches) it runs on worker threads.
 
 Where the bytes come from: a `data:` URI is decoded here (wire/data_uri.py); an http(s) or
 allowed file: URL is fetched (request/media_fetch.py) under its own deadline, against the
@@ -15,7 +17,8 @@ per-image and per-request byte limits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
@@ -25,14 +28,16 @@ import trio
 from smg_trio.core.images import ImageRef, ProcessedImage
 from smg_trio.core.media_addresses import MediaPolicy
 from smg_trio.errors import ClientError
+from smg_trio.model.image_workers import ImageWorkers
 from smg_trio.model.vision import ImageProcessor, VisionRefusal
 from smg_trio.request.media_fetch import fetch_media
 from smg_trio.wire.data_uri import image_data, is_data_uri
 
 DEFAULT_MAX_IMAGES: Final = 16  # per request (vLLM: --limit-mm-per-prompt; docs/images.md §3)
 DEFAULT_MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
-# Images processed at once by the whole gateway: two cores here; more only queue for the GIL.
+# Images processed at once by the whole gateway (worker processes, or threads without them).
 DEFAULT_PROCESSING_THREADS: Final = 2
+CLOSE_WORKERS_S: Final = 5.0
 
 
 DEFAULT_MAX_REQUEST_IMAGE_BYTES: Final = 64 * 1024 * 1024
@@ -169,3 +174,16 @@ def _process(
     processor: ImageProcessor, options: Mapping[str, Any] | None, data: bytes, param: str
 ) -> ProcessedImage:
     return processor.process(data, param, options)
+
+
+@asynccontextmanager
+async def open_image_workers(
+    size: int = DEFAULT_PROCESSING_THREADS,
+) -> AsyncIterator[ImageWorkers]:
+    """The gateway's image worker processes (spawned on first use), killed on exit."""
+    workers = ImageWorkers(size)
+    try:
+        yield workers
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_WORKERS_S):
+            await trio.to_thread.run_sync(workers.close)

@@ -1,0 +1,167 @@
+"""CPU (blocking; call it from worker threads). The gateway's pool of image-processing
+processes (model/image_worker.py) and the `ImageProcessor` that hands a model's images to it
+(docs/images.md §3).
+
+Why processes, measured (bench/RESULTS.md "Images"): processing in the gateway's own threads
+holds its GIL in the parts numpy and Pillow do not release (copies into the tensors' bytes, the
+processor's Python) and takes the cores its event loop and the engines need; text streams' ITL
+rose with 16 image requests in flight. A worker process at nice 19 takes neither: the OS runs
+the gateway and the engines first, and the tensors come back over a Unix socket as raw bytes
+read in one `recv` with the GIL released (no pickling).
+
+`ImageWorkers(size)` holds `size` slots, each one worker process and its socket, spawned on
+first use and again after a worker died. A caller thread takes a free slot for one exchange;
+the caller bounds how many run at once (request/images.py's `CapacityLimiter`, of the same
+size), so a slot is always free. `close()` kills every worker (they hold nothing to save).
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from smg_trio.core.images import ProcessedImage
+from smg_trio.errors import ClientError, GatewayError
+from smg_trio.model.image_worker import (
+    ImageAnswer,
+    ImageJob,
+    framed,
+    received_exactly,
+    received_message,
+)
+
+WORKER_MODULE: Final = "smg_trio.model.image_worker"
+
+
+class ImageWorkerFailed(GatewayError):
+    """The worker process failed or died on an image: the gateway's fault, a 500."""
+
+    code = "image_processing_failed"
+
+
+class _Slot:
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._socket: socket.socket | None = None
+
+    def exchange(self, job: bytes) -> tuple[ImageAnswer, list[bytes]]:
+        message = framed(job)
+        sock = self._started()
+        try:
+            sock.sendall(message)
+        except OSError:  # it died idle (killed, out of memory): its successor takes the job
+            self.stop()
+            sock = self._started()
+            sock.sendall(message)
+        try:
+            answer = _DECODER.decode(received_message(sock))
+            datas = [received_exactly(sock, size) for size in answer.sizes]
+        except (OSError, EOFError, msgspec.DecodeError) as exc:
+            self.stop()  # respawned by the next exchange
+            raise ImageWorkerFailed(f"the image worker died processing the image ({exc})") from None
+        return answer, datas
+
+    def _started(self) -> socket.socket:
+        if self._socket is not None and self._process is not None and self._process.poll() is None:
+            return self._socket
+        self.stop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        self._socket = ours
+        return ours
+
+    def stop(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()  # SIGKILL: at once
+            self._process = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+
+_DECODER: Final = msgspec.msgpack.Decoder(ImageAnswer)
+_ENCODER: Final = msgspec.msgpack.Encoder()
+
+
+class ImageWorkers:
+    """`size` worker processes; `process` from at most `size` threads at once."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._slots = [_Slot() for _ in range(size)]
+        # Last in, first out: the most recently used worker, warm, takes the next image.
+        self._free: queue.LifoQueue[_Slot] = queue.LifoQueue()
+        for slot in self._slots:
+            self._free.put(slot)
+        self._closed = threading.Event()
+
+    def process(self, job: ImageJob) -> ProcessedImage:
+        if self._closed.is_set():
+            raise ImageWorkerFailed("the gateway is shutting down")
+        slot = self._free.get()  # never waits: callers are bounded by `size`
+        try:
+            answer, datas = slot.exchange(_ENCODER.encode(job))
+        finally:
+            self._free.put(slot)
+        return _processed(answer, datas)
+
+    def pids(self) -> tuple[int, ...]:
+        return tuple(pid for slot in self._slots if (pid := slot.pid) is not None)
+
+    def close(self) -> None:
+        self._closed.set()
+        for slot in self._slots:
+            slot.stop()
+
+
+def _processed(answer: ImageAnswer, datas: list[bytes]) -> ProcessedImage:
+    if answer.refusal is not None:
+        raise ClientError(answer.refusal, code=answer.code or "invalid_image", param=answer.param)
+    if answer.image is None:
+        raise ImageWorkerFailed(f"the image worker failed: {answer.failure}")
+    fields = tuple(
+        msgspec.structs.replace(field, tensor=msgspec.structs.replace(field.tensor, data=data))
+        for field, data in zip(answer.image.fields, datas, strict=True)
+    )
+    return msgspec.structs.replace(answer.image, fields=fields)
+
+
+@dataclass(frozen=True)
+class PooledImages:
+    """A model's `ImageProcessor` whose work runs in the gateway's worker processes."""
+
+    workers: ImageWorkers
+    folder: Path
+    model_id: str
+    placeholder: str
+
+    def process(
+        self, data: bytes, param: str, options: Mapping[str, Any] | None = None
+    ) -> ProcessedImage:
+        job = ImageJob(
+            folder=str(self.folder),
+            model_id=self.model_id,
+            param=param,
+            options=dict(options) if options else None,
+            data=data,
+        )
+        return self.workers.process(job)
