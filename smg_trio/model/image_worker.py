@@ -10,7 +10,7 @@ process, it never holds the gateway's GIL. It ends when the gateway closes its e
 
 The exchange, each message an 8-byte little-endian length and its msgpack body:
 - job: `ImageJob` (the model's folder and id, the part's name, the request's
-  `mm_processor_kwargs`, the image's bytes);
+  `mm_processor_kwargs`, the image's bytes or its `data:` URI);
 - answer: `ImageAnswer`, the processed image with every tensor's data left empty, then each
   tensor's raw bytes in field order (no msgpack around them: the gateway reads them straight
   into the bytes objects it sends on, with its GIL released), or the refusal, or the failure.
@@ -29,6 +29,7 @@ import msgspec
 from smg_trio.core.images import ProcessedImage
 from smg_trio.errors import ClientError
 from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
+from smg_trio.wire.data_uri import image_data
 
 NICENESS: Final = 19
 LENGTH_BYTES: Final = 8
@@ -36,11 +37,16 @@ MAX_MODELS: Final = 16  # processors kept per worker, by (folder, model id)
 
 
 class ImageJob(msgspec.Struct, frozen=True, kw_only=True):
+    """An image's bytes, or its `data:` URI (decoded here: base64 holds the GIL) with the
+    per-image limit its bytes must keep."""
+
     folder: str
     model_id: str
     param: str
     options: dict[str, Any] | None
-    data: bytes
+    data: bytes = b""
+    data_uri: str | None = None
+    max_bytes: int = 0
 
 
 class ImageAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,7 +105,10 @@ class _Worker:
     def answer(self, job: ImageJob) -> tuple[ImageAnswer, list[bytes]]:
         try:
             processor = self._processor(job.folder, job.model_id)
-            image = processor.process(job.data, job.param, job.options)
+            data = job.data
+            if job.data_uri is not None:
+                data = image_data(job.data_uri, job.param, max_bytes=job.max_bytes)
+            image = processor.process(data, job.param, job.options)
         except ClientError as error:
             return ImageAnswer(refusal=error.message, code=error.code, param=error.param), []
         except Exception as exc:  # the worker's fault, not the image's: the gateway says 500

@@ -165,3 +165,17 @@ class PooledImages:
             data=data,
         )
         return self.workers.process(job)
+
+    def process_data_uri(
+        self, uri: str, param: str, options: Mapping[str, Any] | None, *, max_bytes: int
+    ) -> ProcessedImage:
+        """A `data:` URI's image, its base64 decoded in the worker too."""
+        job = ImageJob(
+            folder=str(self.folder),
+            model_id=self.model_id,
+            param=param,
+            options=dict(options) if options else None,
+            data_uri=uri,
+            max_bytes=max_bytes,
+        )
+        return self.workers.process(job)

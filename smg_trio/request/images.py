@@ -17,7 +17,7 @@ per-image and per-request byte limits.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -28,7 +28,7 @@ import trio
 from smg_trio.core.images import ImageRef, ProcessedImage
 from smg_trio.core.media_addresses import MediaPolicy
 from smg_trio.errors import ClientError
-from smg_trio.model.image_workers import ImageWorkers
+from smg_trio.model.image_workers import ImageWorkers, PooledImages
 from smg_trio.model.vision import ImageProcessor, VisionRefusal
 from smg_trio.request.media_fetch import fetch_media
 from smg_trio.wire.data_uri import image_data, is_data_uri
@@ -90,7 +90,8 @@ class ImageInputs:
             for index, ref in enumerate(refs):
                 nursery.start_soon(
                     self._one,
-                    partial(_process, processor, options),
+                    processor,
+                    options,
                     index,
                     ref,
                     results,
@@ -120,7 +121,8 @@ class ImageInputs:
 
     async def _one(
         self,
-        processor: Callable[[bytes, str], ProcessedImage],
+        processor: ImageProcessor,
+        options: Mapping[str, Any] | None,
         index: int,
         ref: ImageRef,
         results: list[ProcessedImage | None],
@@ -129,20 +131,25 @@ class ImageInputs:
         scope: trio.CancelScope,
     ) -> None:
         try:
-            if is_data_uri(ref.url):  # decoded on the worker thread too: megabytes of base64
-                work = partial(self._data_uri_image, processor, ref)
+            if is_data_uri(ref.url):  # decoded off the loop too: megabytes of base64
+                work = partial(self._data_uri_image, processor, options, ref)
             else:
-                work = partial(processor, await self._bytes(ref, fetched), ref.param)
+                data = await self._bytes(ref, fetched)
+                work = partial(processor.process, data, ref.param, options)
             results[index] = await trio.to_thread.run_sync(work, limiter=self._limiter)
         except ClientError as error:  # (from a worker thread too: its traceback dropped)
             errors.append((index, error.with_traceback(None)))
             scope.cancel()
 
     def _data_uri_image(
-        self, processor: Callable[[bytes, str], ProcessedImage], ref: ImageRef
+        self, processor: ImageProcessor, options: Mapping[str, Any] | None, ref: ImageRef
     ) -> ProcessedImage:
-        data = image_data(ref.url, ref.param, max_bytes=self.limits.max_image_bytes)
-        return processor(data, ref.param)
+        max_bytes = self.limits.max_image_bytes
+        if isinstance(processor, PooledImages):  # the worker process decodes it
+            return processor.process_data_uri(ref.url, ref.param, options, max_bytes=max_bytes)
+        return processor.process(
+            image_data(ref.url, ref.param, max_bytes=max_bytes), ref.param, options
+        )
 
     async def _bytes(self, ref: ImageRef, fetched: list[int]) -> bytes:
         limits = self.limits
@@ -168,12 +175,6 @@ class ImageInputs:
                 param=ref.param,
             )
         return data
-
-
-def _process(
-    processor: ImageProcessor, options: Mapping[str, Any] | None, data: bytes, param: str
-) -> ProcessedImage:
-    return processor.process(data, param, options)
 
 
 @asynccontextmanager

@@ -24,7 +24,7 @@ from smg_trio.errors import ClientError
 from smg_trio.model.image_worker import NICENESS, ImageJob
 from smg_trio.model.image_workers import ImageWorkerFailed, ImageWorkers, PooledImages
 from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
-from smg_trio.request.images import ImageInputs, open_image_workers
+from smg_trio.request.images import ImageInputs, ImageLimits, open_image_workers
 
 FOLDER: Final = Path(__file__).resolve().parents[1] / "vision_model"
 TEXT_FOLDER: Final = Path(__file__).resolve().parents[1] / "tiny_model"
@@ -123,3 +123,19 @@ async def test_a_requests_images_run_in_the_pool() -> None:
     for gone in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(gone, 0)
+
+
+async def test_a_data_uri_is_decoded_in_the_worker_under_the_per_image_limit() -> None:
+    data = png(300, 300)
+    uri = "data:image/png;base64," + __import__("base64").b64encode(data).decode()
+    with trio.fail_after(CAP_S):
+        async with open_image_workers(1) as workers:
+            pooled = PooledImages(workers, FOLDER, "m", "<image>")
+            small = ImageInputs(pooled, ImageLimits(max_image_bytes=len(data) // 2))
+            with pytest.raises(ClientError, match="larger than") as caught:
+                await small.resolve([ImageRef("p0", uri)])
+            assert caught.value.param == "p0"
+            with pytest.raises(ClientError) as bad:
+                await ImageInputs(pooled).resolve([ImageRef("p1", "data:image/png;base64,@@")])
+            assert bad.value.param == "p1"
+            assert len(workers.pids()) == 1  # refusals, not deaths: the same worker
