@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from smg_trio.core.images import routing_ids
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
@@ -283,7 +282,8 @@ class Gateway:
         context = RoutingContext(
             model=plan.model,
             model_key=self.model_key(served),
-            prompt_ids=routing_ids(plan.prompt_ids, plan.media),  # images by their identifiers
+            prompt_ids=plan.prompt_ids,
+            media=tuple(feature.span for feature in plan.media),  # images by their identifiers
             session_key=arrival.session_key or user,
         )
         if not self.pool.ready_for(context.model_key):
