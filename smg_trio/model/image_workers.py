@@ -5,7 +5,7 @@ processes (model/image_worker.py) and the `ImageProcessor` that hands a model's 
 Why processes, measured (bench/RESULTS.md "Images"): processing in the gateway's own threads
 holds its GIL in the parts numpy and Pillow do not release (copies into the tensors' bytes, the
 processor's Python) and takes the cores its event loop and the engines need; text streams' ITL
-rose with 16 image requests in flight. A worker process at nice 19 takes neither: the OS runs
+rose with 16 image requests in flight. A worker process at nice 10 takes neither: the OS runs
 the gateway and the engines first, and the tensors come back over a Unix socket as raw bytes
 read in one `recv` with the GIL released (no pickling).
 
@@ -18,6 +18,7 @@ size), so a slot is always free. `close()` kills every worker (they hold nothing
 from __future__ import annotations
 
 import queue
+import select
 import socket
 import subprocess
 import sys
@@ -53,7 +54,9 @@ class _Slot:
         self._process: subprocess.Popen[bytes] | None = None
         self._socket: socket.socket | None = None
 
-    def exchange(self, job: bytes) -> tuple[ImageAnswer, list[bytes]]:
+    def exchange(self, job: bytes, budget_s: float | None) -> tuple[ImageAnswer, list[bytes]]:
+        """`budget_s`: the caller's time left (its request's deadline); a worker that has not
+        begun answering by then is killed (a hung or starved worker never outlives a request)."""
         message = framed(job)
         sock = self._started()
         try:
@@ -62,6 +65,9 @@ class _Slot:
             self.stop()
             sock = self._started()
             sock.sendall(message)
+        if budget_s is not None and not select.select([sock], [], [], max(0.0, budget_s))[0]:
+            self.stop()
+            raise ImageWorkerFailed("the image worker did not answer within the request's time")
         try:
             answer = _DECODER.decode(received_message(sock))
             datas = [received_exactly(sock, size) for size in answer.sizes]
@@ -114,12 +120,12 @@ class ImageWorkers:
             self._free.put(slot)
         self._closed = threading.Event()
 
-    def process(self, job: ImageJob) -> ProcessedImage:
+    def process(self, job: ImageJob, budget_s: float | None = None) -> ProcessedImage:
         if self._closed.is_set():
             raise ImageWorkerFailed("the gateway is shutting down")
         slot = self._free.get()  # never waits: callers are bounded by `size`
         try:
-            answer, datas = slot.exchange(_ENCODER.encode(job))
+            answer, datas = slot.exchange(_ENCODER.encode(job), budget_s)
         finally:
             self._free.put(slot)
         return _processed(answer, datas)
@@ -155,27 +161,40 @@ class PooledImages:
     placeholder: str
 
     def process(
-        self, data: bytes, param: str, options: Mapping[str, Any] | None = None
+        self,
+        data: bytes,
+        param: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        budget_s: float | None = None,
     ) -> ProcessedImage:
-        job = ImageJob(
-            folder=str(self.folder),
-            model_id=self.model_id,
-            param=param,
-            options=dict(options) if options else None,
-            data=data,
-        )
-        return self.workers.process(job)
+        """`budget_s`: the time the request has left (None: unbounded)."""
+        return self._run(param, options, budget_s, data=data)
 
     def process_data_uri(
-        self, uri: str, param: str, options: Mapping[str, Any] | None, *, max_bytes: int
+        self,
+        uri: str,
+        param: str,
+        options: Mapping[str, Any] | None,
+        *,
+        max_bytes: int,
+        budget_s: float | None = None,
     ) -> ProcessedImage:
         """A `data:` URI's image, its base64 decoded in the worker too."""
+        return self._run(param, options, budget_s, data_uri=uri, max_bytes=max_bytes)
+
+    def _run(
+        self,
+        param: str,
+        options: Mapping[str, Any] | None,
+        budget_s: float | None,
+        **source: Any,
+    ) -> ProcessedImage:
         job = ImageJob(
             folder=str(self.folder),
             model_id=self.model_id,
             param=param,
             options=dict(options) if options else None,
-            data_uri=uri,
-            max_bytes=max_bytes,
+            **source,
         )
-        return self.workers.process(job)
+        return self.workers.process(job, budget_s)

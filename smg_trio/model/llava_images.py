@@ -13,8 +13,6 @@ expansion and vLLM's `mm_features` field (docs/images.md §4.3).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -22,13 +20,20 @@ import numpy as np
 from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
 
 from smg_trio.core.images import ProcessedImage
-from smg_trio.errors import ClientError, ConfigError
+from smg_trio.errors import ConfigError
 from smg_trio.model.image_decode import DEFAULT_MAX_PIXELS, decoded_image
+from smg_trio.model.image_processing import (
+    built_processor,
+    image_identifier,
+    processed,
+    processor_kwargs,
+    refuse_options,
+    settings_salt,
+)
 from smg_trio.model.tensors import tensor_of
 from smg_trio.neutral.media import FieldKind, MediaField
 
 IMAGE_TOKEN: Final = "<image>"
-NOT_KWARGS: Final = frozenset({"image_processor_type", "processor_class", "auto_map"})
 # Vision towers whose feature count we know, and the extra (class) tokens they output.
 TOWER_EXTRA_TOKENS: Final = {"clip_vision_model": 1, "siglip_vision_model": 0}
 STRATEGIES: Final = ("default", "full")
@@ -67,36 +72,21 @@ class LlavaImages:
         image_token_id: int,
         max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
-        kwargs = {k: v for k, v in image_processor_config.items() if k not in NOT_KWARGS}
-        try:
-            self._processor = LlavaImageProcessorPil(**kwargs)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"the LLaVA image processor config is invalid: {exc}") from exc
+        kwargs = processor_kwargs(image_processor_config)
+        self._processor = built_processor(LlavaImageProcessorPil, kwargs, "LLaVA")
         self.image_token_id = image_token_id
         self.tokens = feature_count(config)
         self.max_pixels = max_pixels
-        self._salt = json.dumps({"model": model_id, "processor": kwargs}, sort_keys=True).encode()
+        self._salt = settings_salt(model_id, processor=kwargs)
 
     def process(
         self, data: bytes, param: str, options: Mapping[str, Any] | None = None
     ) -> ProcessedImage:
         """One image's bytes -> its picture tensor and placeholder run (a 400 if unreadable)."""
-        if options:
-            key = next(iter(options))
-            raise ClientError(
-                f"mm_processor_kwargs.{key}: not taken for this model's images yet",
-                param=f"mm_processor_kwargs.{key}",
-            )
+        refuse_options(options)
         picture = decoded_image(data, param, max_pixels=self.max_pixels)
-        try:
-            out = self._processor(images=[picture], return_tensors="np")
-        except (ValueError, TypeError, OSError) as exc:
-            raise ClientError(
-                f"{param}: the image cannot be processed ({exc})", code="invalid_image", param=param
-            ) from None
+        out = processed(self._processor, [picture], param)
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)[0]
-        digest = hashlib.blake2b(self._salt, digest_size=32)
-        digest.update(data)
         return ProcessedImage(
             placeholder=IMAGE_TOKEN,
             replacement=IMAGE_TOKEN * self.tokens,
@@ -105,5 +95,5 @@ class LlavaImages:
             fields=(
                 MediaField(name="pixel_values", tensor=tensor_of(pixels), kind=FieldKind.BATCHED),
             ),
-            identifier=digest.hexdigest(),
+            identifier=image_identifier(self._salt, data),
         )

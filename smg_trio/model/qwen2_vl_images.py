@@ -20,8 +20,6 @@ families share it), the HF processor's placeholder expansion and vLLM's `mm_feat
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -29,13 +27,19 @@ import numpy as np
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from smg_trio.core.images import ProcessedImage
-from smg_trio.errors import ClientError, ConfigError
 from smg_trio.model.image_decode import DEFAULT_MAX_PIXELS, decoded_image
+from smg_trio.model.image_processing import (
+    built_processor,
+    image_identifier,
+    processed,
+    processor_kwargs,
+    refuse_options,
+    settings_salt,
+)
 from smg_trio.model.tensors import flat_field, tensor_of
 from smg_trio.neutral.media import FieldKind, MediaField
 
 IMAGE_TOKEN: Final = "<|image_pad|>"
-NOT_KWARGS: Final = frozenset({"image_processor_type", "processor_class", "auto_map"})
 # The families this module processes, by config.json's model_type.
 MODEL_TYPES: Final = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
@@ -54,11 +58,8 @@ class Qwen2VLImages:
         device_normalize: bool = True,
         max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
-        kwargs = {k: v for k, v in image_processor_config.items() if k not in NOT_KWARGS}
-        try:
-            self._processor = Qwen2VLImageProcessorPil(**kwargs)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"the Qwen2-VL image processor config is invalid: {exc}") from exc
+        kwargs = processor_kwargs(image_processor_config)
+        self._processor = built_processor(Qwen2VLImageProcessorPil, kwargs, "Qwen2-VL")
         self.image_token_id = image_token_id
         self.device_normalize = device_normalize
         self.max_pixels = max_pixels
@@ -66,28 +67,15 @@ class Qwen2VLImages:
         self._call: dict[str, Any] = (
             {"do_rescale": False, "do_normalize": False} if device_normalize else {}
         )
-        self._salt = json.dumps(
-            {"model": model_id, "processor": kwargs, "device_normalize": device_normalize},
-            sort_keys=True,
-        ).encode()
+        self._salt = settings_salt(model_id, processor=kwargs, device_normalize=device_normalize)
 
     def process(
         self, data: bytes, param: str, options: Mapping[str, Any] | None = None
     ) -> ProcessedImage:
         """One image's bytes -> its patches and placeholder run (a 400 if unreadable)."""
-        if options:
-            key = next(iter(options))
-            raise ClientError(
-                f"mm_processor_kwargs.{key}: not taken for this model's images yet",
-                param=f"mm_processor_kwargs.{key}",
-            )
+        refuse_options(options)
         picture = decoded_image(data, param, max_pixels=self.max_pixels)
-        try:
-            out = self._processor(images=[picture], return_tensors="np", **self._call)
-        except (ValueError, TypeError, OSError) as exc:  # e.g. an aspect ratio above 200
-            raise ClientError(
-                f"{param}: the image cannot be processed ({exc})", code="invalid_image", param=param
-            ) from None
+        out = processed(self._processor, [picture], param, **self._call)  # e.g. ratio > 200
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)
         if self.device_normalize:  # raw 0..255 values: exact in uint8
             pixels = pixels.astype(np.uint8)
@@ -102,13 +90,11 @@ class Qwen2VLImages:
                 keep_on_cpu=True,
             ),
         )
-        digest = hashlib.blake2b(self._salt, digest_size=32)
-        digest.update(data)
         return ProcessedImage(
             placeholder=IMAGE_TOKEN,
             replacement=IMAGE_TOKEN * tokens,
             embed_token_id=self.image_token_id,
             embed_count=tokens,
             fields=fields,
-            identifier=digest.hexdigest(),
+            identifier=image_identifier(self._salt, data),
         )

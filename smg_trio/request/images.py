@@ -132,21 +132,31 @@ class ImageInputs:
     ) -> None:
         try:
             if is_data_uri(ref.url):  # decoded off the loop too: megabytes of base64
-                work = partial(self._data_uri_image, processor, options, ref)
+                work = partial(self._data_uri_image, processor, options, ref, _time_left())
             else:
                 data = await self._bytes(ref, fetched)
                 work = partial(processor.process, data, ref.param, options)
+                if isinstance(processor, PooledImages):  # its worker bounded by our deadline
+                    work = partial(
+                        processor.process, data, ref.param, options, budget_s=_time_left()
+                    )
             results[index] = await trio.to_thread.run_sync(work, limiter=self._limiter)
         except ClientError as error:  # (from a worker thread too: its traceback dropped)
             errors.append((index, error.with_traceback(None)))
             scope.cancel()
 
     def _data_uri_image(
-        self, processor: ImageProcessor, options: Mapping[str, Any] | None, ref: ImageRef
+        self,
+        processor: ImageProcessor,
+        options: Mapping[str, Any] | None,
+        ref: ImageRef,
+        budget_s: float | None,
     ) -> ProcessedImage:
         max_bytes = self.limits.max_image_bytes
         if isinstance(processor, PooledImages):  # the worker process decodes it
-            return processor.process_data_uri(ref.url, ref.param, options, max_bytes=max_bytes)
+            return processor.process_data_uri(
+                ref.url, ref.param, options, max_bytes=max_bytes, budget_s=budget_s
+            )
         return processor.process(
             image_data(ref.url, ref.param, max_bytes=max_bytes), ref.param, options
         )
@@ -175,6 +185,13 @@ class ImageInputs:
                 param=ref.param,
             )
         return data
+
+
+def _time_left() -> float | None:
+    """The time the calling task's deadline leaves (None: it has none): a worker process is
+    killed past it, so a worker that never answers never holds its request's thread longer."""
+    deadline = trio.current_effective_deadline()
+    return None if deadline == float("inf") else max(0.0, deadline - trio.current_time())
 
 
 @asynccontextmanager

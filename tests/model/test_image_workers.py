@@ -139,3 +139,20 @@ async def test_a_data_uri_is_decoded_in_the_worker_under_the_per_image_limit() -
                 await ImageInputs(pooled).resolve([ImageRef("p1", "data:image/png;base64,@@")])
             assert bad.value.param == "p1"
             assert len(workers.pids()) == 1  # refusals, not deaths: the same worker
+
+
+def test_a_worker_that_does_not_answer_in_the_requests_time_is_killed(
+    workers: ImageWorkers,
+) -> None:
+    """The request's time left bounds its wait: past it the worker (busy, hung or starved) is
+    killed and the image is a 500; the next image gets a new worker."""
+    pooled = PooledImages(workers, FOLDER, "m", "<image>")
+    pooled.process(png(64, 64), "p")  # spawned and loaded
+    (pid,) = workers.pids()
+    big = png(4000, 3000)
+    started = time.monotonic()
+    with pytest.raises(ImageWorkerFailed, match="did not answer"):
+        pooled.process(big, "p", budget_s=0.0)
+    assert time.monotonic() - started < 5.0
+    assert pid not in workers.pids()
+    assert pooled.process(png(64, 64), "p") == local().process(png(64, 64), "p")

@@ -8,7 +8,6 @@ there; a vision tower we cannot count features for is refused by name."""
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any, Final
 
 import numpy as np
 import pytest
-from PIL import Image
 from transformers import AutoTokenizer
 from transformers.models.llava.image_processing_pil_llava import LlavaImageProcessorPil
 from transformers.models.llava.processing_llava import LlavaProcessor
@@ -25,7 +23,7 @@ from smg_trio.core.prepare import chat_prompt
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.llava_images import LlavaImages
 from smg_trio.model.vision import VisionRefusal, load_vision
-from smg_trio.wire.openai_decode import decode_chat_request
+from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
 
 TEST_MODEL: Final = Path(__file__).resolve().parents[1] / "vision_model"
 NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -50,23 +48,13 @@ SETTINGS: Final = {
 VISION: Final = {"model_type": "clip_vision_model", "image_size": 336, "patch_size": 14}
 
 
-def _picture(width: int, height: int, mode: str, seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
-    pixels = rng.integers(0, 256, size=(height, width, channels), dtype=np.uint8)
-    picture = Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
-    buffer = io.BytesIO()
-    picture.save(buffer, "PNG")
-    return buffer.getvalue()
-
-
 IMAGES: Final = [
-    _picture(30, 20, "RGB", 1),
-    _picture(640, 480, "RGB", 2),
-    _picture(97, 333, "RGBA", 3),
-    _picture(336, 336, "L", 4),
-    _picture(1000, 90, "RGB", 5),
-    _picture(123, 457, "RGB", 6),
+    picture(30, 20, "RGB", 1),
+    picture(640, 480, "RGB", 2),
+    picture(97, 333, "RGBA", 3),
+    picture(336, 336, "L", 4),
+    picture(1000, 90, "RGB", 5),
+    picture(123, 457, "RGB", 6),
 ]
 
 
@@ -93,16 +81,6 @@ def _hf_image_processor() -> LlavaImageProcessorPil:
     )
 
 
-def _hf_rgb(data: bytes) -> Image.Image:
-    """What vLLM hands the HF processor: the picture in RGB, transparency on white."""
-    picture = Image.open(io.BytesIO(data))
-    if picture.mode == "RGBA":
-        rgb = Image.new("RGB", picture.size, (255, 255, 255))
-        rgb.paste(picture, mask=picture.split()[3])
-        return rgb
-    return picture.convert("RGB")
-
-
 def test_each_image_equals_the_hf_image_processor(tmp_path: Path) -> None:
     ours = load_vision(_folder(tmp_path), "llava")
     assert isinstance(ours, LlavaImages)
@@ -113,7 +91,7 @@ def test_each_image_equals_the_hf_image_processor(tmp_path: Path) -> None:
         assert field.name == "pixel_values"
         assert field.kind == "batched"
         pixels = np.frombuffer(field.tensor.data, np.float32).reshape(field.tensor.shape)
-        golden = hf(images=[_hf_rgb(data)], return_tensors="np")["pixel_values"][0]
+        golden = hf(images=[hf_rgb(data)], return_tensors="np")["pixel_values"][0]
         assert pixels.shape == golden.shape == (3, 336, 336)
         assert np.array_equal(pixels, golden)
         assert mine.embed_count == 576
@@ -123,18 +101,8 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(tmp_path: Path)
     folder = _folder(tmp_path)
     vision = load_vision(folder, "llava")
     assert isinstance(vision, LlavaImages)
-    chat = decode_chat_request(
-        b"""{"model": "m", "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:a"}},
-            {"type": "text", "text": "Compare"},
-            {"type": "image_url", "image_url": {"url": "data:b"}}]},
-        {"role": "assistant", "content": "They differ."},
-        {"role": "user", "content": [{"type": "text", "text": "And this one?"},
-            {"type": "image_url", "image_url": {"url": "data:d"}}]}]}"""
-    )
-    chosen = [IMAGES[0], IMAGES[2], IMAGES[4]]
+    chat = multi_turn_chat()
+    chosen = [IMAGES[0], IMAGES[2], IMAGES[4], IMAGES[5]]
     processed = [vision.process(data, "image") for data in chosen]
     model = load_model_dir(folder).prompt_model()
     ids, features = chat_prompt(chat, model, now=NOW, images=processed)
@@ -148,36 +116,18 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(tmp_path: Path)
         chat_template=template,
     )
     text = hf.apply_chat_template(
-        [
-            {"role": "system", "content": "Be brief."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image"},
-                    {"type": "text", "text": "Compare"},
-                    {"type": "image"},
-                ],
-            },
-            {"role": "assistant", "content": "They differ."},
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "And this one?"}, {"type": "image"}],
-            },
-        ],
+        MULTI_TURN_HF,
         add_generation_prompt=True,
         tokenize=False,
     )
-    golden = hf(text=text, images=[_hf_rgb(d) for d in chosen], return_tensors="np")
+    golden = hf(text=text, images=[hf_rgb(d) for d in chosen], return_tensors="np")
     assert list(ids) == [int(t) for t in golden["input_ids"][0]]
     for feature in features:
         assert feature.length == 576
         assert feature.is_embed is None
         assert set(ids[feature.offset : feature.offset + feature.length]) == {IMAGE_TOKEN_ID}
-    assert [f.offset for f in features] == [
-        at
-        for at in range(len(ids))
-        if ids[at] == IMAGE_TOKEN_ID and (at == 0 or ids[at - 1] != IMAGE_TOKEN_ID)
-    ]
+    covered = [at for f in features for at in range(f.offset, f.offset + f.length)]
+    assert covered == [at for at, token in enumerate(ids) if token == IMAGE_TOKEN_ID]
 
 
 @pytest.mark.parametrize(

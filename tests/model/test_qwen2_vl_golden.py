@@ -9,7 +9,6 @@ images)["input_ids"]`, each image's span the run of `<|image_pad|>` HF put there
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import shutil
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import pytest
-from PIL import Image
 from tokenizers import AddedToken, Tokenizer
 from transformers import AutoTokenizer
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -29,7 +27,7 @@ from smg_trio.core.prepare import chat_prompt
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.qwen2_vl_images import Qwen2VLImages
 from smg_trio.model.vision import VisionRefusal, load_vision
-from smg_trio.wire.openai_decode import decode_chat_request
+from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
 
 TEST_MODEL: Final = Path(__file__).resolve().parents[1] / "vision_model"
 NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -78,24 +76,14 @@ TEMPLATE: Final = (
 )
 
 
-def _picture(width: int, height: int, mode: str, seed: int) -> bytes:
-    rng = np.random.default_rng(seed)
-    channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
-    pixels = rng.integers(0, 256, size=(height, width, channels), dtype=np.uint8)
-    picture = Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
-    buffer = io.BytesIO()
-    picture.save(buffer, "PNG")
-    return buffer.getvalue()
-
-
 # Below the minimum (scaled up), above the maximum (scaled down), odd sizes, long sides; modes.
 IMAGES: Final = [
-    _picture(30, 20, "RGB", 1),
-    _picture(640, 480, "RGB", 2),
-    _picture(97, 333, "RGBA", 3),
-    _picture(200, 200, "L", 4),
-    _picture(1000, 90, "RGB", 5),
-    _picture(123, 457, "RGB", 6),
+    picture(30, 20, "RGB", 1),
+    picture(640, 480, "RGB", 2),
+    picture(97, 333, "RGBA", 3),
+    picture(200, 200, "L", 4),
+    picture(1000, 90, "RGB", 5),
+    picture(123, 457, "RGB", 6),
 ]
 
 
@@ -131,16 +119,6 @@ def _hf_image_processor(model_type: str) -> Qwen2VLImageProcessorPil:
     return Qwen2VLImageProcessorPil(**kwargs)
 
 
-def _hf_rgb(data: bytes) -> Image.Image:
-    """What vLLM hands the HF processor: the picture in RGB, transparency on white."""
-    picture = Image.open(io.BytesIO(data))
-    if picture.mode == "RGBA":
-        rgb = Image.new("RGB", picture.size, (255, 255, 255))
-        rgb.paste(picture, mask=picture.split()[3])
-        return rgb
-    return picture.convert("RGB")
-
-
 def _array(image: ProcessedImage, name: str) -> npt.NDArray[Any]:
     field = next(f for f in image.fields if f.name == name)
     dtype = {"float32": np.float32, "int64": np.int64, "uint8": np.uint8}[field.tensor.dtype]
@@ -166,7 +144,7 @@ def test_each_image_equals_the_hf_image_processor(folder: Path, device_normalize
     merge = SETTINGS[folder.name]["merge_size"]
     for data in IMAGES:
         mine = ours.process(data, "image")
-        golden = hf(images=[_hf_rgb(data)], return_tensors="np", **off)
+        golden = hf(images=[hf_rgb(data)], return_tensors="np", **off)
         pixels = _array(mine, "pixel_values")
         assert pixels.dtype == (np.uint8 if device_normalize else np.float32)
         assert pixels.shape == golden["pixel_values"].shape
@@ -189,18 +167,7 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
     )
     vision = load_vision(folder, folder.name)
     assert isinstance(vision, Qwen2VLImages)
-    chat = decode_chat_request(
-        b"""{"model": "m", "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:a"}},
-            {"type": "text", "text": "Compare"},
-            {"type": "image_url", "image_url": {"url": "data:b"}},
-            {"type": "image_url", "image_url": {"url": "data:c"}}]},
-        {"role": "assistant", "content": "They differ."},
-        {"role": "user", "content": [{"type": "text", "text": "And this one?"},
-            {"type": "image_url", "image_url": {"url": "data:d"}}]}]}"""
-    )
+    chat = multi_turn_chat()
     chosen = [IMAGES[0], IMAGES[1], IMAGES[2], IMAGES[5]]
     processed = [vision.process(data, "image") for data in chosen]
     model = load_model_dir(folder).prompt_model()
@@ -211,27 +178,11 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
         chat_template=TEMPLATE,
     )
     text = hf.apply_chat_template(
-        [
-            {"role": "system", "content": "Be brief."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image"},
-                    {"type": "text", "text": "Compare"},
-                    {"type": "image"},
-                    {"type": "image"},
-                ],
-            },
-            {"role": "assistant", "content": "They differ."},
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "And this one?"}, {"type": "image"}],
-            },
-        ],
+        MULTI_TURN_HF,
         add_generation_prompt=True,
         tokenize=False,
     )
-    golden = hf(text=text, images=[_hf_rgb(d) for d in chosen], return_tensors="np")
+    golden = hf(text=text, images=[hf_rgb(d) for d in chosen], return_tensors="np")
     assert list(ids) == [int(t) for t in golden["input_ids"][0]]
     pad = vision.image_token_id
     runs, at = [], 0
