@@ -6,7 +6,9 @@ while images are processed beside it (issue 42: "threads or processes: measure w
 SmolVLM-256M's settings on 1920x1080 JPEGs (bench/images/image_cost.py): `--images` processed
 by `--workers` worker threads (trio.to_thread + CapacityLimiter, as the gateway does), then by
 `--workers` forked processes (a ProcessPoolExecutor, the result pickled back), while a task
-sleeps 5 ms in a loop and records how late each wake-up is; also with nothing beside it.
+sleeps 5 ms in a loop and records how late each wake-up is; also with nothing beside it; and
+by the gateway's own worker processes (model/image_workers.py: nice 19, the tensors back as raw
+bytes over a Unix socket, read with the GIL released), what `smg-trio serve` uses.
 Bounded: a fixed number of images, ticks only while they run.
 """
 
@@ -28,6 +30,7 @@ import trio
 
 from bench.images.image_cost import jpeg, smolvlm_folder
 from smg_trio.core.images import ProcessedImage
+from smg_trio.model.image_workers import ImageWorkers, PooledImages
 from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
 
 TICK_S: Final = 0.005
@@ -102,6 +105,17 @@ async def _processes(
             nursery.start_soon(one, data)
 
 
+async def _workers(pooled: PooledImages, images: list[bytes], workers: int) -> None:
+    limiter = trio.CapacityLimiter(workers)
+    async with trio.open_nursery() as nursery:
+        for data in images:
+            nursery.start_soon(
+                partial(
+                    trio.to_thread.run_sync, partial(pooled.process, data, "p"), limiter=limiter
+                )
+            )
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench image_loop_lag")
     parser.add_argument("--images", type=int, default=16)
@@ -124,5 +138,14 @@ def main(argv: Sequence[str]) -> int:
         out["processes"] = trio.run(
             _lag_while, partial(_processes, pool, folder, images, args.workers)
         )
+        gateway_pool = ImageWorkers(args.workers)
+        try:
+            pooled = PooledImages(gateway_pool, Path(folder), "bench", "<image>")
+            trio.run(_workers, pooled, images[: args.workers], args.workers)  # spawned, warm
+            out["gateway_workers"] = trio.run(
+                _lag_while, partial(_workers, pooled, images, args.workers)
+            )
+        finally:
+            gateway_pool.close()
     print(json.dumps(out, indent=1))
     return 0

@@ -1,5 +1,5 @@
 """I/O. `python -m bench model_memory`: the resident memory each loaded model adds to a
-gateway process (docs/fleet.md §4, docs/performance.md §7).
+gateway process (docs/fleet.md §4, docs/performance.md §6).
 
     python -m bench model_memory [--model NAME=DIR ...] [--repeats 3] [--synthetic-vocab N]
 

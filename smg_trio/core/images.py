@@ -18,7 +18,7 @@ import msgspec
 
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import ClientError
-from smg_trio.neutral.media import MediaFeature, MediaField
+from smg_trio.neutral.media import MediaFeature, MediaField, MediaSpan
 from smg_trio.wire import openai as oa
 
 
@@ -152,7 +152,7 @@ def _find(haystack: Sequence[int], needle: Sequence[int], start: int) -> int:
     return -1
 
 
-def routing_ids(prompt_ids: Sequence[int], media: Sequence[MediaFeature]) -> tuple[int, ...]:
+def routing_ids(prompt_ids: Sequence[int], media: Sequence[MediaSpan]) -> tuple[int, ...]:
     """The prompt as prefix-matching routing sees it (cache_aware, docs/images.md §5): each
     image's span holds ids derived from its identifier instead of its placeholder ids, so two
     different images of one size (the same placeholders) part there, as the engine's prefix

@@ -15,7 +15,6 @@ placeholder expansion and vLLM's `mm_features` fields (docs/images.md §4.1).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -24,15 +23,20 @@ import numpy as np
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
 from smg_trio.core.images import ProcessedImage
-from smg_trio.errors import ClientError, ConfigError
+from smg_trio.errors import ClientError
 from smg_trio.model.image_decode import DEFAULT_MAX_PIXELS, decoded_image
+from smg_trio.model.image_processing import (
+    built_processor,
+    image_identifier,
+    processor_kwargs,
+    settings_salt,
+)
 from smg_trio.model.tensors import flat_field, scalar_field
 from smg_trio.neutral.media import FieldKind, MediaField
 
 IMAGE_TOKEN: Final = "<image>"
 FAKE_TOKEN: Final = "<fake_token_around_image>"
 GLOBAL_TOKEN: Final = "<global-img>"
-_NOT_KWARGS: Final = frozenset({"image_processor_type", "processor_class", "auto_map"})
 # vLLM's mm_processor_kwargs taken for Idefics3: fewer or smaller tiles, never another tile size.
 OPTION_KEYS: Final = frozenset({"do_image_splitting", "size"})
 MAX_VARIANTS: Final = 16
@@ -53,11 +57,8 @@ class Idefics3Images:
         image_token_id: int,
         max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
-        kwargs = {k: v for k, v in image_processor_config.items() if k not in _NOT_KWARGS}
-        try:
-            self._processor = Idefics3ImageProcessorPil(**kwargs)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"the Idefics3 image processor config is invalid: {exc}") from exc
+        kwargs = processor_kwargs(image_processor_config)
+        self._processor = built_processor(Idefics3ImageProcessorPil, kwargs, "Idefics3")
         self.image_token_id = image_token_id
         self.image_seq_len = int(
             processor_config.get("image_seq_len") or _default_seq_len(config) or 169
@@ -94,15 +95,13 @@ class Idefics3Images:
             flat_field("pixel_attention_mask", mask),
             scalar_field("num_patches", tiles, kind=FieldKind.BATCHED, keep_on_cpu=True),
         )
-        digest = hashlib.blake2b(salt, digest_size=32)
-        digest.update(data)
         return ProcessedImage(
             placeholder=IMAGE_TOKEN,
             replacement=self.replacement(rows, cols),
             embed_token_id=self.image_token_id,
             embed_count=tiles * self.image_seq_len,
             fields=fields,
-            identifier=digest.hexdigest(),
+            identifier=image_identifier(salt, data),
         )
 
     def _variant(self, options: Mapping[str, Any]) -> tuple[Idefics3ImageProcessorPil, bytes]:
@@ -138,10 +137,7 @@ class Idefics3Images:
         return cached
 
     def _salt_of(self, kwargs: Mapping[str, Any]) -> bytes:
-        return json.dumps(
-            {"model": self._model_id, "processor": kwargs, "seq": self.image_seq_len},
-            sort_keys=True,
-        ).encode()
+        return settings_salt(self._model_id, processor=kwargs, seq=self.image_seq_len)
 
     def replacement(self, rows: int, cols: int) -> str:
         """The HF processor's text for an image split into `rows` x `cols` tiles (0 x 0: not

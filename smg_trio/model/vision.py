@@ -1,7 +1,7 @@
 """I/O (startup). A model folder's image processing, or why its images are refused.
 
 `load_vision(folder)` reads config.json's `model_type` and, for a family we process, builds its
-processor once (model/idefics3_images.py). What it returns answers every image request:
+processor once (model/idefics3_images.py, model/qwen2_vl_images.py, model/llava_images.py). What it returns answers every image request:
 - a folder whose config names no vision tower: `None`, images are a 400 (a text-only model);
 - the `vision` extra missing (Pillow, numpy, transformers): a `VisionRefusal` naming it;
 - a vision family we do not process: a `VisionRefusal` naming its model type.
@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from smg_trio.core.images import ProcessedImage
+from smg_trio.errors import ConfigError
 from smg_trio.model.folder import read_json_object
 
 logger = logging.getLogger(__name__)
 
 EXTRA_HINT: Final = "install smg-trio[vision] (Pillow, numpy, transformers) to take images"
-SUPPORTED: Final = ("idefics3",)
+SUPPORTED: Final = ("idefics3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava")
 
 
 class ImageProcessor(Protocol):
@@ -55,11 +56,24 @@ def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal |
             f"images for model type {model_type!r} are not supported by this gateway "
             f"(it processes {', '.join(SUPPORTED)})"
         )
+    key = "image_token_index" if model_type == "llava" else "image_token_id"
+    image_token_id = config.get(key)
+    if not isinstance(image_token_id, int):
+        return VisionRefusal(f"the model's config.json names no {key}")
     try:
-        from smg_trio.model.idefics3_images import Idefics3Images
+        if model_type == "idefics3":
+            return _idefics3(folder, model_id, config, image_token_id)
+        if model_type == "llava":
+            return _llava(folder, model_id, config, image_token_id)
+        return _qwen2_vl(folder, model_id, image_token_id)
     except ImportError as exc:
         logger.warning("images refused: %s (%s)", EXTRA_HINT, exc)
         return VisionRefusal(f"this gateway was installed without image support: {EXTRA_HINT}")
+
+
+def _image_processor_config(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """processor_config.json, and the image processor's settings: nested in it (transformers
+    5), else preprocessor_config.json."""
     processor_config = read_json_object(folder / "processor_config.json") or {}
     nested = processor_config.get("image_processor")
     image_config: dict[str, Any] = (
@@ -67,13 +81,46 @@ def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal |
         if isinstance(nested, dict)
         else read_json_object(folder / "preprocessor_config.json") or {}
     )
-    image_token_id = config.get("image_token_id")
-    if not isinstance(image_token_id, int):
-        return VisionRefusal("the model's config.json names no image_token_id")
+    return processor_config, image_config
+
+
+def _idefics3(
+    folder: Path, model_id: str, config: Mapping[str, Any], image_token_id: int
+) -> ImageProcessor:
+    from smg_trio.model.idefics3_images import Idefics3Images
+
+    processor_config, image_config = _image_processor_config(folder)
     return Idefics3Images(
         model_id=model_id,
         config=config,
         processor_config=processor_config,
+        image_processor_config=image_config,
+        image_token_id=image_token_id,
+    )
+
+
+def _qwen2_vl(folder: Path, model_id: str, image_token_id: int) -> ImageProcessor:
+    from smg_trio.model.qwen2_vl_images import Qwen2VLImages
+
+    _, image_config = _image_processor_config(folder)
+    return Qwen2VLImages(
+        model_id=model_id, image_processor_config=image_config, image_token_id=image_token_id
+    )
+
+
+def _llava(
+    folder: Path, model_id: str, config: Mapping[str, Any], image_token_id: int
+) -> ImageProcessor | VisionRefusal:
+    from smg_trio.model.llava_images import LlavaImages, feature_count
+
+    try:
+        feature_count(config)
+    except ConfigError as exc:  # a tower we cannot count for: text served, images refused
+        return VisionRefusal(exc.message)
+    _, image_config = _image_processor_config(folder)
+    return LlavaImages(
+        model_id=model_id,
+        config=config,
         image_processor_config=image_config,
         image_token_id=image_token_id,
     )

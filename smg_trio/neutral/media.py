@@ -61,6 +61,15 @@ class MediaField(msgspec.Struct, frozen=True, kw_only=True):
     dim: int = 0  # FLAT only: the concatenation axis
 
 
+class MediaSpan(msgspec.Struct, frozen=True):
+    """Where one image sits in a prompt, by the identifier the engine hashes its blocks with:
+    what routing needs of an image (docs/images.md §5)."""
+
+    identifier: str
+    offset: int
+    length: int
+
+
 class MediaFeature(msgspec.Struct, frozen=True, kw_only=True):
     """One image as the engine takes it: its span in the prompt and its tensors."""
 
@@ -74,6 +83,10 @@ class MediaFeature(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def embed_count(self) -> int:
         return self.length if self.is_embed is None else sum(self.is_embed)
+
+    @property
+    def span(self) -> MediaSpan:
+        return MediaSpan(self.identifier, self.offset, self.length)
 
     @property
     def nbytes(self) -> int:

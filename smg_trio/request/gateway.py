@@ -43,12 +43,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from smg_trio.core.images import routing_ids
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
-from smg_trio.model.vision import load_vision
+from smg_trio.model.image_workers import ImageWorkers, PooledImages
+from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
 from smg_trio.neutral.pooling import GENERATION_MODEL, ModelPooler, Task
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
@@ -130,6 +130,7 @@ class Gateway:
         more_models: Sequence[ServedModel] = (),
         image_limits: ImageLimits | None = None,
         pooler: ModelPooler = GENERATION_MODEL,
+        image_workers: ImageWorkers | None = None,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too;
@@ -154,13 +155,14 @@ class Gateway:
         # /v1/models and the request's `model` (request/served_models.py)
         self.models = ServedModels((first, *more_models), created=int(time.time()))
         # A chat request's images (docs/images.md): each model's processor, or why it has none.
-        # One thread bound for all of them (request/images.py).
-        processing = trio.CapacityLimiter(DEFAULT_PROCESSING_THREADS)
+        # One bound for all of them (request/images.py): the worker processes' count when
+        # `image_workers` runs them, else threads.
+        processing = trio.CapacityLimiter(
+            DEFAULT_PROCESSING_THREADS if image_workers is None else image_workers.size
+        )
         self.images = {
             served.key: ImageInputs(
-                load_vision(served.folder.path, served.folder.served_name),
-                image_limits,
-                limiter=processing,
+                pooled_vision(served.folder, image_workers), image_limits, limiter=processing
             )
             for served in (first, *more_models)
         }
@@ -291,7 +293,8 @@ class Gateway:
         context = RoutingContext(
             model=plan.model,
             model_key=self.model_key(served),
-            prompt_ids=routing_ids(plan.prompt_ids, plan.media),  # images by their identifiers
+            prompt_ids=plan.prompt_ids,
+            media=tuple(feature.span for feature in plan.media),  # images by their identifiers
             session_key=arrival.session_key or user,
         )
         if not self.pool.ready_for(context.model_key):
@@ -390,3 +393,13 @@ class Gateway:
     def ready_for(self, body: bytes) -> bool:
         """A worker of the model `body` names can take it (the 404 for an unknown name)."""
         return self.pool.ready_for(self.model_key(self.models.for_body(body)))
+
+
+def pooled_vision(
+    folder: ModelDir, workers: ImageWorkers | None
+) -> ImageProcessor | VisionRefusal | None:
+    """The folder's image processing, run by `workers` when given (docs/images.md §3)."""
+    vision = load_vision(folder.path, folder.served_name)
+    if workers is None or vision is None or isinstance(vision, VisionRefusal):
+        return vision
+    return PooledImages(workers, folder.path, folder.served_name, vision.placeholder)

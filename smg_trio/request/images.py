@@ -4,9 +4,11 @@ processor run on each, in parallel, under the request's scope (docs/images.md §
 `ImageInputs.resolve(refs)` runs one task per image in a nursery of its own, inside the
 request's cancel scope: a client that leaves, or the request deadline, cancels every fetch
 still running; the first image to fail is the 400 (the lowest-numbered part when several
-failed together), and its siblings are cancelled. Processing (decode, resize, normalise: CPU) runs on worker threads bounded by one
-`CapacityLimiter` for the whole gateway, so text streams never wait behind an image on the
-event loop, and a burst of images queues for threads instead of multiplying them.
+failed together), and its siblings are cancelled. Processing (decode, resize, normalise: CPU)
+is bounded by one `CapacityLimiter` for the whole gateway, so a burst of images queues instead
+of multiplying the work; `smg-trio serve` runs it in worker processes at low priority
+(`open_image_workers`, model/image_workers.py), so text streams never wait behind an image for
+the GIL or a core; without them (tests, benches) it runs on worker threads.
 
 Where the bytes come from: a `data:` URI is decoded here (wire/data_uri.py); an http(s) or
 allowed file: URL is fetched (request/media_fetch.py) under its own deadline, against the
@@ -15,7 +17,8 @@ per-image and per-request byte limits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
@@ -25,14 +28,16 @@ import trio
 from smg_trio.core.images import ImageRef, ProcessedImage
 from smg_trio.core.media_addresses import MediaPolicy
 from smg_trio.errors import ClientError
+from smg_trio.model.image_workers import ImageWorkers, PooledImages
 from smg_trio.model.vision import ImageProcessor, VisionRefusal
 from smg_trio.request.media_fetch import fetch_media
 from smg_trio.wire.data_uri import image_data, is_data_uri
 
 DEFAULT_MAX_IMAGES: Final = 16  # per request (vLLM: --limit-mm-per-prompt; docs/images.md §3)
 DEFAULT_MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
-# Images processed at once by the whole gateway: two cores here; more only queue for the GIL.
+# Images processed at once by the whole gateway (worker processes, or threads without them).
 DEFAULT_PROCESSING_THREADS: Final = 2
+CLOSE_WORKERS_S: Final = 5.0
 
 
 DEFAULT_MAX_REQUEST_IMAGE_BYTES: Final = 64 * 1024 * 1024
@@ -85,7 +90,8 @@ class ImageInputs:
             for index, ref in enumerate(refs):
                 nursery.start_soon(
                     self._one,
-                    partial(_process, processor, options),
+                    processor,
+                    options,
                     index,
                     ref,
                     results,
@@ -115,7 +121,8 @@ class ImageInputs:
 
     async def _one(
         self,
-        processor: Callable[[bytes, str], ProcessedImage],
+        processor: ImageProcessor,
+        options: Mapping[str, Any] | None,
         index: int,
         ref: ImageRef,
         results: list[ProcessedImage | None],
@@ -124,20 +131,35 @@ class ImageInputs:
         scope: trio.CancelScope,
     ) -> None:
         try:
-            if is_data_uri(ref.url):  # decoded on the worker thread too: megabytes of base64
-                work = partial(self._data_uri_image, processor, ref)
+            if is_data_uri(ref.url):  # decoded off the loop too: megabytes of base64
+                work = partial(self._data_uri_image, processor, options, ref, _time_left())
             else:
-                work = partial(processor, await self._bytes(ref, fetched), ref.param)
+                data = await self._bytes(ref, fetched)
+                work = partial(processor.process, data, ref.param, options)
+                if isinstance(processor, PooledImages):  # its worker bounded by our deadline
+                    work = partial(
+                        processor.process, data, ref.param, options, budget_s=_time_left()
+                    )
             results[index] = await trio.to_thread.run_sync(work, limiter=self._limiter)
         except ClientError as error:  # (from a worker thread too: its traceback dropped)
             errors.append((index, error.with_traceback(None)))
             scope.cancel()
 
     def _data_uri_image(
-        self, processor: Callable[[bytes, str], ProcessedImage], ref: ImageRef
+        self,
+        processor: ImageProcessor,
+        options: Mapping[str, Any] | None,
+        ref: ImageRef,
+        budget_s: float | None,
     ) -> ProcessedImage:
-        data = image_data(ref.url, ref.param, max_bytes=self.limits.max_image_bytes)
-        return processor(data, ref.param)
+        max_bytes = self.limits.max_image_bytes
+        if isinstance(processor, PooledImages):  # the worker process decodes it
+            return processor.process_data_uri(
+                ref.url, ref.param, options, max_bytes=max_bytes, budget_s=budget_s
+            )
+        return processor.process(
+            image_data(ref.url, ref.param, max_bytes=max_bytes), ref.param, options
+        )
 
     async def _bytes(self, ref: ImageRef, fetched: list[int]) -> bytes:
         limits = self.limits
@@ -165,7 +187,21 @@ class ImageInputs:
         return data
 
 
-def _process(
-    processor: ImageProcessor, options: Mapping[str, Any] | None, data: bytes, param: str
-) -> ProcessedImage:
-    return processor.process(data, param, options)
+def _time_left() -> float | None:
+    """The time the calling task's deadline leaves (None: it has none): a worker process is
+    killed past it, so a worker that never answers never holds its request's thread longer."""
+    deadline = trio.current_effective_deadline()
+    return None if deadline == float("inf") else max(0.0, deadline - trio.current_time())
+
+
+@asynccontextmanager
+async def open_image_workers(
+    size: int = DEFAULT_PROCESSING_THREADS,
+) -> AsyncIterator[ImageWorkers]:
+    """The gateway's image worker processes (spawned on first use), killed on exit."""
+    workers = ImageWorkers(size)
+    try:
+        yield workers
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_WORKERS_S):
+            await trio.to_thread.run_sync(workers.close)

@@ -123,8 +123,12 @@ async def answer_token_request(
         return await off_loop_if_large(partial(count_tokens_answer, count, model, processed), body)
     if path in TOKENIZE_PATHS and images is not None:
         tokenize = await off_loop_if_large(partial(decode_tokenize, body, check_model), body)
-        refs = chat_image_refs(tokenize.chat) if isinstance(tokenize, TokenizeChatRequest) else ()
-        processed = await images.resolve(refs)
+        if isinstance(tokenize, TokenizeChatRequest):  # with its mm_processor_kwargs, as chat
+            processed = await images.resolve(
+                chat_image_refs(tokenize.chat), tokenize.chat.mm_processor_kwargs
+            )
+        else:
+            processed = ()
         return await off_loop_if_large(
             partial(tokenize_answer, tokenize, model, tokenizer, processed), body
         )

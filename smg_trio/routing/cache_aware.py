@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from smg_trio.core.images import routing_ids
 from smg_trio.routing.prefix_tree import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_NODES, PrefixTree
 from smg_trio.routing.vocabulary import RoutingContext, Worker, in_flight
 
@@ -43,8 +44,10 @@ class CacheAware:
 
     def choose(self, candidates: Sequence[Worker], context: RoutingContext) -> Worker:
         loads = {worker.name: in_flight(worker) for worker in candidates}
-        chosen = self._choose(candidates, context.prompt_ids, loads)
-        self.tree.insert(context.prompt_ids, chosen.name)
+        # An image's span by its identifier (docs/images.md §5), as the engine's prefix cache.
+        ids = routing_ids(context.prompt_ids, context.media)
+        chosen = self._choose(candidates, ids, loads)
+        self.tree.insert(ids, chosen.name)
         return chosen
 
     def forget(self, worker: str) -> None:

@@ -76,7 +76,7 @@ class KvEventsPolicy:
         self._new_prefixes: dict[int, tuple[str, int]] = {}
         self._keyed_at = FALLBACK_BLOCK_SIZE  # the block size of the keys remembered above
         # (prompt, worker) routed while no engine had said its block size, oldest first
-        self._unsized: deque[tuple[Sequence[int], str]] = deque()
+        self._unsized: deque[tuple[RoutingContext, str]] = deque()
         self._unsized_tokens = 0
 
     def choose(self, candidates: Sequence[Worker], context: RoutingContext) -> Worker:
@@ -85,19 +85,19 @@ class KvEventsPolicy:
         ):
             self._rekey(self.index.block_size)
         size = self._keyed_at
-        keys = block_keys(context.prompt_ids, size)
-        chosen = self._choose(candidates, context.prompt_ids, keys, size)
+        keys = block_keys(context.prompt_ids, size, context.media)
+        chosen = self._choose(candidates, context, keys, size)
         self._remember(keys, chosen.name)
         if self.index.block_size is None:
-            self._keep_unsized(context.prompt_ids, chosen.name)
+            self._keep_unsized(context, chosen.name)
         return chosen
 
-    def _keep_unsized(self, ids: Sequence[int], worker: str) -> None:
-        self._unsized.append((ids, worker))
-        self._unsized_tokens += len(ids)
+    def _keep_unsized(self, context: RoutingContext, worker: str) -> None:
+        self._unsized.append((context, worker))
+        self._unsized_tokens += len(context.prompt_ids)
         while len(self._unsized) > UNSIZED_PROMPTS or self._unsized_tokens > UNSIZED_TOKENS:
             dropped, _ = self._unsized.popleft()
-            self._unsized_tokens -= len(dropped)
+            self._unsized_tokens -= len(dropped.prompt_ids)
 
     def _rekey(self, size: int) -> None:
         """The engines' block size is known: what was remembered at another size is
@@ -106,8 +106,8 @@ class KvEventsPolicy:
             self._pending.clear()
             self._new_prefixes.clear()
             self._keyed_at = size
-            for ids, worker in self._unsized:
-                self._remember(block_keys(ids, size), worker)
+            for context, worker in self._unsized:
+                self._remember(block_keys(context.prompt_ids, size, context.media), worker)
         self._unsized.clear()
         self._unsized_tokens = 0
 
@@ -123,17 +123,17 @@ class KvEventsPolicy:
         self.index.forget(worker)
         self._pending = {key: name for key, name in self._pending.items() if name != worker}
         self._unsized = deque(entry for entry in self._unsized if entry[1] != worker)
-        self._unsized_tokens = sum(len(ids) for ids, _ in self._unsized)
+        self._unsized_tokens = sum(len(context.prompt_ids) for context, _ in self._unsized)
 
     def _choose(
-        self, candidates: Sequence[Worker], ids: Sequence[int], keys: list[int], size: int
+        self, candidates: Sequence[Worker], context: RoutingContext, keys: list[int], size: int
     ) -> Worker:
         if len(candidates) == 1:
             return candidates[0]
         loads = {worker.name: in_flight(worker) for worker in candidates}
         if _imbalanced(loads.values(), self.balance_abs_threshold, self.balance_rel_threshold):
             return min(candidates, key=lambda worker: loads[worker.name])
-        depth = dict(self.index.match(ids))
+        depth = dict(self.index.match(context.prompt_ids, context.media))
         if not depth:  # no engine reported the prefix (yet): our own recent choices count
             depth = {name: blocks * size for name, blocks in self._pending_depths(keys).items()}
         best = max((depth.get(worker.name, 0) for worker in candidates), default=0)

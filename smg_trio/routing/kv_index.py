@@ -7,9 +7,14 @@ events say (docs/routing.md §9): what the kv_events policy reads.
   token ids))` (CPython's tuple hash: 64 bits, the same in every process, as ints are not
   salted), so a prompt's blocks get the same keys at routing time and two gateway processes
   agree. Per worker, the engine's hash of each block maps to its key, for `BlockRemoved`.
+- Images: vLLM's block hash of a block that overlaps an image also takes `(identifier, offset
+  of the image from the block's start)` for each such image, published per block as the
+  event's `extra_keys`; the key here takes the same pairs (`media_extras`), and a prompt's
+  images (its `MediaSpan`s) give them at routing time, so a repeated image matches where it is
+  cached and another image of the same size does not (docs/images.md §5).
 - Block size: the engine's (the first `BlockStored` decides; an event with another block size,
-  a LoRA, extra hash keys (multimodal, cache salt) or a medium other than the GPU's is counted
-  and skipped: a plain prompt could never hit those blocks).
+  a LoRA, extra hash keys other than images' (cache salt, prompt embeddings) or a medium other
+  than the GPU's is counted and skipped: a prompt routed here could never hit those blocks).
 - A stored block whose parent is unknown here (its store was missed) is skipped: its key cannot
   be computed.
 - Bounded: at most `max_blocks` (worker, block) entries; past it, the oldest stored entries of
@@ -19,11 +24,12 @@ events say (docs/routing.md §9): what the kv_events policy reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 import msgspec
 
+from smg_trio.neutral.media import MediaSpan
 from smg_trio.wire.vllm_kv_events import (
     MEDIUM_GPU,
     AllBlocksCleared,
@@ -55,14 +61,61 @@ class _WorkerBlocks:
         self.keys: dict[int, int] = {}  # engine hash -> content key, oldest store first
 
 
-def block_keys(ids: Sequence[int], block_size: int) -> list[int]:
+MediaExtras = tuple[tuple[str, int], ...]
+
+
+def block_key(parent: int, tokens: Sequence[int], extras: MediaExtras = ()) -> int:
+    """A block's content key: its parent's, its token ids and its images' extra keys."""
+    return hash((parent, *tokens, extras)) if extras else hash((parent, *tokens))
+
+
+def media_extras(media: Sequence[MediaSpan], start: int, end: int) -> MediaExtras:
+    """vLLM's extra keys of the block [start, end): `(identifier, offset - start)` for each
+    image whose span it overlaps, in prompt order."""
+    return tuple(
+        (span.identifier, span.offset - start)
+        for span in media
+        if span.offset < end and start < span.offset + span.length
+    )
+
+
+def iter_block_keys(
+    ids: Sequence[int], block_size: int, media: Sequence[MediaSpan] = ()
+) -> Iterator[int]:
     """The content keys of the whole blocks of `ids`, in order."""
-    keys = []
     parent = ROOT_KEY
     for start in range(0, len(ids) - block_size + 1, block_size):
-        parent = hash((parent, *ids[start : start + block_size]))
-        keys.append(parent)
-    return keys
+        end = start + block_size
+        extras = media_extras(media, start, end) if media else ()
+        parent = block_key(parent, ids[start:end], extras)
+        yield parent
+
+
+def block_keys(ids: Sequence[int], block_size: int, media: Sequence[MediaSpan] = ()) -> list[int]:
+    return list(iter_block_keys(ids, block_size, media))
+
+
+def _event_extras(extra_keys: Sequence[Any] | None, count: int) -> list[MediaExtras] | None:
+    """Each stored block's image extra keys; None when some block carries another kind (a
+    LoRA name, a cache salt, an embeddings digest: published bare) or the list is malformed."""
+    if not extra_keys:
+        return [()] * count
+    if len(extra_keys) != count:
+        return None
+    out: list[MediaExtras] = []
+    for keys in extra_keys:
+        pairs: list[tuple[str, int]] = []
+        for key in keys or ():
+            if not (
+                isinstance(key, (list, tuple))
+                and len(key) == 2
+                and isinstance(key[0], str)
+                and isinstance(key[1], int)
+            ):
+                return None
+            pairs.append((key[0], key[1]))
+        out.append(tuple(pairs))
+    return out
 
 
 class KvIndex:
@@ -134,18 +187,16 @@ class KvIndex:
         if entry is not None:
             self._free_bits.append(entry.bit)
 
-    def match(self, ids: Sequence[int]) -> Mapping[str, int]:
-        """Per worker holding at least the first block of `ids`: how many leading tokens of
-        `ids` it holds (whole, contiguous blocks from the start)."""
+    def match(self, ids: Sequence[int], media: Sequence[MediaSpan] = ()) -> Mapping[str, int]:
+        """Per worker holding at least the first block of `ids` (its images `media`): how many
+        leading tokens of `ids` it holds (whole, contiguous blocks from the start)."""
         if self.block_size is None:
             return {}
         size = self.block_size
         running = -1  # workers holding every block so far
         depth: dict[int, int] = {}
-        parent = ROOT_KEY
-        for index, start in enumerate(range(0, len(ids) - size + 1, size)):
-            parent = hash((parent, *ids[start : start + size]))
-            running &= self._holders.get(parent, 0)
+        for index, key in enumerate(iter_block_keys(ids, size, media)):
+            running &= self._holders.get(key, 0)
             if not running:
                 break
             for bit in _bits(running):
@@ -172,7 +223,7 @@ class KvIndex:
             or event.lora_name is not None
             or event.medium not in (None, MEDIUM_GPU)
             or event.group_idx not in (None, 0)
-            or any(keys for keys in event.extra_keys or ())
+            or (extras := _event_extras(event.extra_keys, count)) is None
             or size < 1
             or len(event.token_ids) != size * count
             or (self.block_size is not None and size != self.block_size)
@@ -191,7 +242,7 @@ class KvIndex:
             parent = known
         tokens = event.token_ids
         for index, raw_hash in enumerate(event.block_hashes):
-            parent = hash((parent, *tokens[index * size : (index + 1) * size]))
+            parent = block_key(parent, tokens[index * size : (index + 1) * size], extras[index])
             engine_hash = block_hash_int(raw_hash)
             old = entry.keys.pop(engine_hash, None)  # re-stored: now the newest
             if old is None:

@@ -14,6 +14,7 @@ import msgspec
 
 from smg_trio.backends.base import Backend
 from smg_trio.core.finalize import WorkerTarget
+from smg_trio.neutral.media import MediaSpan
 
 
 class Worker(msgspec.Struct, frozen=True):
@@ -35,7 +36,10 @@ class RoutingContext(msgspec.Struct, frozen=True, kw_only=True):
     """The key of the model serving the request: only its workers are candidates (None: every
     worker, as for a pool of one model's workers)."""
     prompt_ids: tuple[int, ...] = ()
-    """The (first) prompt's token ids: cache_aware matches their prefix."""
+    """The (first) prompt's token ids: cache_aware and kv_events match their prefix."""
+    media: tuple[MediaSpan, ...] = ()
+    """Its images' spans by identifier: both policies key an image's blocks by it, as the
+    engine's prefix cache does (docs/images.md §5)."""
     session_key: str | None = None
     """The sticky-session key: the configured header's value, else the body's `user`."""
 

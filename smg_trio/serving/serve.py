@@ -59,6 +59,7 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.observability.vllm_load_metrics import VllmLoadFamilies
 from smg_trio.observability.worker_collector import WorkerStateSource
 from smg_trio.request.gateway import Gateway
+from smg_trio.request.images import open_image_workers
 from smg_trio.request.memory_budget import memory_budget
 from smg_trio.request.served_model import served_model
 from smg_trio.responses.store.stores import default_store_url, open_response_store
@@ -166,6 +167,8 @@ async def serve(
                 queue_timeout_s=config.queue_timeout_s,
             )
         )
+        # Image processing in worker processes at low priority (docs/images.md §3).
+        image_workers = await stack.enter_async_context(open_image_workers())
         gateway = Gateway(
             model,
             pool,
@@ -203,6 +206,7 @@ async def serve(
                 for spec, folder in zip(config.models, folders.folders[1:], strict=True)
             ],
             image_limits=image_limits(config),
+            image_workers=image_workers,
         )
         limits = http_limits(config)
         app = GatewayApp(

@@ -34,8 +34,10 @@ class TokenizeOptions(msgspec.Struct, frozen=True, kw_only=True):
     prompt: str | None = None
     add_special_tokens: bool | None = None
     return_token_strs: bool = False
-    # vLLM's chat-form options this gateway cannot honour: refused, never ignored.
+    # vLLM's chat-form option this gateway cannot honour: refused, never ignored.
     chat_template: str | None = None
+    # The chat form's (decoded with it, applied to its images, docs/images.md §1); the prompt
+    # form has no images to apply it to: a 400 there, as vLLM's completion form has no field.
     mm_processor_kwargs: dict[str, object] | None = None
 
 
@@ -91,12 +93,6 @@ def decode_tokenize_request(body: bytes) -> TokenizeRequest:
             "chat_template is not supported: the model folder's own template is used",
             param="chat_template",
         )
-    if options.mm_processor_kwargs:
-        raise ClientError(
-            "mm_processor_kwargs is not supported: images are processed with the model "
-            "folder's settings",
-            param="mm_processor_kwargs",
-        )
     if bytes(options.messages) not in (b"", b"null"):
         return TokenizeChatRequest(
             chat=decode_chat_request(body),
@@ -105,6 +101,11 @@ def decode_tokenize_request(body: bytes) -> TokenizeRequest:
         )
     if options.prompt is None:
         raise ClientError("give either `prompt` or `messages`", param="prompt")
+    if options.mm_processor_kwargs:
+        raise ClientError(
+            "mm_processor_kwargs applies to images, which only the `messages` form carries",
+            param="mm_processor_kwargs",
+        )
     return TokenizePromptRequest(
         model=options.model,
         prompt=options.prompt,

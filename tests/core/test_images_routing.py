@@ -9,14 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smg_trio.core.images import routing_ids
-from smg_trio.neutral.media import MediaFeature
+from smg_trio.neutral.media import MediaSpan
 from smg_trio.routing.prefix_tree import PrefixTree
 
 PROMPT = tuple(range(100, 164))  # 64 ids; the image spans [16, 48)
 
 
-def image(identifier: str) -> MediaFeature:
-    return MediaFeature(identifier=identifier, offset=16, length=32, is_embed=None, fields=())
+def image(identifier: str) -> MediaSpan:
+    return MediaSpan(identifier, 16, 32)
 
 
 def test_a_text_prompt_is_its_ids() -> None:

@@ -472,3 +472,41 @@ async def test_tokenize_counts_image_tokens_as_the_prompt_has_them(vision: LiveS
     body = counted.json()
     assert body["count"] == answer.usage.prompt_tokens == len(body["tokens"])
     assert body["tokens"].count(IMAGE_TOKEN_ID) == 5 * SEQ_LEN
+
+
+async def test_tokenize_takes_mm_processor_kwargs_as_chat_does(vision: LiveServer) -> None:
+    """vLLM's /tokenize chat form takes mm_processor_kwargs: one tile instead of five, the
+    count equal to the chat completion's with the same kwargs; a key the model does not take
+    is a 400 naming it; on the prompt form (no images) the field is a 400."""
+    messages: Any = [
+        {"role": "user", "content": [image_part(png_uri(64, 48)), {"type": "text", "text": "?"}]}
+    ]
+    kwargs = {"do_image_splitting": False}
+    with trio.fail_after(CAP_S):
+        async with client(vision) as sdk:
+            answer = await sdk.chat.completions.create(
+                model=VISION,
+                messages=messages,
+                max_tokens=2,
+                extra_body={"mm_processor_kwargs": kwargs},
+            )
+            counted = await sdk.post(
+                "/tokenize",
+                body={"model": VISION, "messages": messages, "mm_processor_kwargs": kwargs},
+                cast_to=httpx.Response,
+            )
+            refused = []
+            for extra in ({"messages": messages}, {"prompt": "hi"}):
+                with pytest.raises(openai.BadRequestError) as caught:
+                    await sdk.post(
+                        "/tokenize",
+                        body={"model": VISION, **extra, "mm_processor_kwargs": {"foo": 1}},
+                        cast_to=httpx.Response,
+                    )
+                assert isinstance(caught.value.body, dict)
+                refused.append(caught.value.body["param"])
+    assert answer.usage is not None
+    body = counted.json()
+    assert body["count"] == answer.usage.prompt_tokens
+    assert body["tokens"].count(IMAGE_TOKEN_ID) == SEQ_LEN
+    assert refused == ["mm_processor_kwargs.foo", "mm_processor_kwargs"]

@@ -9,7 +9,6 @@ Also: a text-only install (Pillow missing) refuses images with the extra's name.
 from __future__ import annotations
 
 import datetime as dt
-import io
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 import pytest
-from PIL import Image
 from transformers import AutoProcessor
 
 from smg_trio.core.images import ProcessedImage
@@ -26,32 +24,21 @@ from smg_trio.core.prepare import chat_prompt
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
 from smg_trio.neutral.media import MediaFeature
-from smg_trio.wire.openai_decode import decode_chat_request
+from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
 
 FOLDER: Final = Path(__file__).parent.parent / "vision_model"
 IMAGE_TOKEN_ID: Final = 4097
 NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-def _picture(width: int, height: int, mode: str, seed: int) -> bytes:
-    """Noise, so that resizing and normalising are exercised on every pixel."""
-    rng = np.random.default_rng(seed)
-    channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
-    pixels = rng.integers(0, 256, size=(height, width, channels), dtype=np.uint8)
-    picture = Image.fromarray(pixels[..., 0] if channels == 1 else pixels, mode)
-    buffer = io.BytesIO()
-    picture.save(buffer, "PNG")
-    return buffer.getvalue()
-
-
 # Sizes that exercise every split (none, 1x2, 2x1, 2x2) and resize path; modes RGB, RGBA, L.
 IMAGES: Final = [
-    _picture(64, 48, "RGB", 1),
-    _picture(300, 100, "RGB", 2),
-    _picture(40, 170, "RGBA", 3),
-    _picture(20, 30, "L", 4),
-    _picture(56, 56, "RGB", 5),
-    _picture(513, 257, "RGB", 6),
+    picture(64, 48, "RGB", 1),
+    picture(300, 100, "RGB", 2),
+    picture(40, 170, "RGBA", 3),
+    picture(20, 30, "L", 4),
+    picture(56, 56, "RGB", 5),
+    picture(513, 257, "RGB", 6),
 ]
 
 
@@ -68,16 +55,6 @@ def hf() -> Any:
     return AutoProcessor.from_pretrained(FOLDER)  # type: ignore[no-untyped-call]
 
 
-def _hf_rgb(data: bytes) -> Image.Image:
-    """What vLLM hands the HF processor: the picture in RGB, transparency on white."""
-    picture = Image.open(io.BytesIO(data))
-    if picture.mode == "RGBA":
-        rgb = Image.new("RGB", picture.size, (255, 255, 255))
-        rgb.paste(picture, mask=picture.split()[3])
-        return rgb
-    return picture.convert("RGB")
-
-
 def _array(feature: ProcessedImage | MediaFeature, name: str) -> npt.NDArray[Any]:
     field = next(f for f in feature.fields if f.name == name)
     dtype = {"float32": np.float32, "int64": np.int64}[field.tensor.dtype]
@@ -88,7 +65,7 @@ def _array(feature: ProcessedImage | MediaFeature, name: str) -> npt.NDArray[Any
 def test_each_image_equals_the_hf_processor(ours: ImageProcessor, hf: Any, index: int) -> None:
     data = IMAGES[index]
     mine = ours.process(data, "image")
-    golden = hf(text="<image>", images=[_hf_rgb(data)], return_tensors="np")
+    golden = hf(text="<image>", images=[hf_rgb(data)], return_tensors="np")
     assert np.array_equal(_array(mine, "pixel_values"), golden["pixel_values"][0])
     assert np.array_equal(_array(mine, "pixel_attention_mask"), golden["pixel_attention_mask"][0])
     tiles = golden["pixel_values"].shape[1]
@@ -101,18 +78,7 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
 ) -> None:
     """Every image in one conversation: the same ids as the HF processor given the template's
     text and all the images at once, and each span where HF put its image."""
-    chat = decode_chat_request(
-        b"""{"model": "m", "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": "data:a"}},
-            {"type": "text", "text": "Compare"},
-            {"type": "image_url", "image_url": {"url": "data:b"}},
-            {"type": "image_url", "image_url": {"url": "data:c"}}]},
-        {"role": "assistant", "content": "They differ."},
-        {"role": "user", "content": [{"type": "text", "text": "And this one?"},
-            {"type": "image_url", "image_url": {"url": "data:d"}}]}]}"""
-    )
+    chat = multi_turn_chat()
     chosen = [IMAGES[0], IMAGES[1], IMAGES[2], IMAGES[5]]
     processed = [ours.process(data, "image") for data in chosen]
     model = load_model_dir(FOLDER).prompt_model()
@@ -120,27 +86,11 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
     template = model.chat_template
     assert template is not None
     text = hf.apply_chat_template(
-        [
-            {"role": "system", "content": "Be brief."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image"},
-                    {"type": "text", "text": "Compare"},
-                    {"type": "image"},
-                    {"type": "image"},
-                ],
-            },
-            {"role": "assistant", "content": "They differ."},
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "And this one?"}, {"type": "image"}],
-            },
-        ],
+        MULTI_TURN_HF,
         add_generation_prompt=True,
         tokenize=False,
     )
-    golden = hf(text=text, images=[_hf_rgb(d) for d in chosen], return_tensors="np")
+    golden = hf(text=text, images=[hf_rgb(d) for d in chosen], return_tensors="np")
     assert list(ids) == [int(t) for t in golden["input_ids"][0]]
     # Each span covers exactly one image's replacement; its embed positions are its <image>s.
     tiles = [int(_array(p, "num_patches")) for p in processed]
@@ -167,7 +117,7 @@ def test_mm_processor_kwargs_equal_the_hf_processor_given_them(
 ) -> None:
     data = IMAGES[index]
     mine = ours.process(data, "image", options)
-    golden = hf(text="<image>", images=[_hf_rgb(data)], return_tensors="np", **options)
+    golden = hf(text="<image>", images=[hf_rgb(data)], return_tensors="np", **options)
     assert np.array_equal(_array(mine, "pixel_values"), golden["pixel_values"][0])
     assert mine.embed_count == list(golden["input_ids"][0]).count(IMAGE_TOKEN_ID)
     assert mine.identifier != ours.process(data, "image").identifier  # other tensors, other key
@@ -198,10 +148,10 @@ def test_without_the_vision_extra_images_are_refused_naming_it() -> None:
 
 
 def test_another_family_is_refused_naming_its_model_type(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text('{"model_type": "llava", "vision_config": {}}')
+    (tmp_path / "config.json").write_text('{"model_type": "gemma3", "vision_config": {}}')
     vision = load_vision(tmp_path, "m")
     assert isinstance(vision, VisionRefusal)
-    assert "'llava'" in vision.reason
+    assert "'gemma3'" in vision.reason
 
 
 def test_a_text_model_has_no_vision(tmp_path: Path) -> None:

@@ -5,11 +5,13 @@ loads go to the least loaded worker."""
 from __future__ import annotations
 
 from smg_trio.engines.prefix_cache import PrefixCache
+from smg_trio.neutral.media import MediaSpan
 from smg_trio.routing.kv_events import KvEventsPolicy, rendezvous
 from smg_trio.routing.kv_index import KvIndex, block_keys
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.vocabulary import RoutingContext, Worker
 from smg_trio.routing.workers import WorkerPool
+from smg_trio.wire.vllm_kv_events import BlockStored
 from tests.routing.loaded_workers import backend_of, loaded_worker
 
 SYSTEM_A = tuple(range(100, 164))  # 4 blocks of 16
@@ -149,3 +151,32 @@ def test_a_burst_routed_before_the_block_size_is_known_stays_together_after() ->
     index.apply(other.name, cache.admit(SYSTEM_A).events)
     backend_of(chosen).in_flight = 3
     assert {policy.choose(workers, ask((*SYSTEM_B, n))).name for n in range(4)} == {chosen.name}
+
+
+def test_a_repeated_image_goes_where_the_engine_cached_it() -> None:
+    """Two engines each cached one image's prompt (the same text and placeholder ids, another
+    image): a request repeating an image goes to the engine holding it, whatever the loads'
+    small difference; a new image is a new prefix past the text before it."""
+    index = KvIndex()
+    text = tuple(range(100, 116))  # one block of text, then a 32-token image span
+    placeholders = (7,) * 32
+    prompt = (*text, *placeholders, 5, 6)
+    for name, identifier in (("w1", "img-a"), ("w2", "img-b")):
+        index.apply(
+            name,
+            [
+                BlockStored(
+                    block_hashes=[hash((name, n)) for n in range(3)],
+                    parent_block_hash=None,
+                    token_ids=[*text, *placeholders],
+                    block_size=16,
+                    extra_keys=[None, [[identifier, 0]], [[identifier, -16]]],
+                )
+            ],
+        )
+    policy = KvEventsPolicy(index)
+    workers = [loaded_worker("w1", in_flight=1), loaded_worker("w2", in_flight=0)]
+    for identifier, expected in (("img-a", "w1"), ("img-b", "w2")):
+        context = RoutingContext(prompt_ids=prompt, media=(MediaSpan(identifier, 16, 32),))
+        assert policy.choose(workers, context).name == expected
+    assert dict(index.match(prompt, (MediaSpan("img-c", 16, 32),))) == {"w1": 16, "w2": 16}

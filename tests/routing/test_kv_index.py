@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smg_trio.engines.prefix_cache import PrefixCache
+from smg_trio.neutral.media import MediaSpan
 from smg_trio.routing.kv_index import KvIndex
 from smg_trio.wire.vllm_kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
@@ -123,3 +124,49 @@ def test_memory_per_block_stays_under_the_documented_cap() -> None:
     blocks = index.statistics().blocks
     assert blocks == 20_000
     assert used / blocks < BYTES_PER_BLOCK_CAP, used / blocks
+
+
+def image_blocks(identifier: str, hashes: tuple[int, int, int]) -> BlockStored:
+    """A 12-token prompt's 3 blocks of 4 as vLLM publishes them when an image spans [2, 8):
+    each block overlapping it carries `[identifier, image offset - block start]` (msgpack
+    lists), the last block none."""
+    return BlockStored(
+        block_hashes=list(hashes),
+        parent_block_hash=None,
+        token_ids=[1, 2, 9, 9, 9, 9, 9, 9, 3, 4, 5, 6],
+        block_size=4,
+        extra_keys=[[[identifier, 2]], [[identifier, -2]], None],
+    )
+
+
+IMAGE_PROMPT = (1, 2, 9, 9, 9, 9, 9, 9, 3, 4, 5, 6)
+
+
+def test_blocks_past_an_image_are_keyed_by_its_identifier_as_the_engine_keys_them() -> None:
+    index = KvIndex()
+    index.apply("a", [image_blocks("img-a", (11, 12, 13))])
+    index.apply("b", [image_blocks("img-b", (21, 22, 23))])
+    assert index.statistics().skipped_events == 0
+    assert index.match(IMAGE_PROMPT, [MediaSpan("img-a", 2, 6)]) == {"a": 12}
+    assert index.match(IMAGE_PROMPT, [MediaSpan("img-b", 2, 6)]) == {"b": 12}
+    assert index.match(IMAGE_PROMPT, [MediaSpan("img-c", 2, 6)]) == {}  # a new image
+    assert index.match(IMAGE_PROMPT) == {}  # the placeholder ids alone are no image
+    # The same image at another offset is another key (the offset is part of it).
+    assert index.match(IMAGE_PROMPT, [MediaSpan("img-a", 3, 5)]) == {}
+    index.apply("a", [BlockRemoved(block_hashes=[13])])
+    assert index.match(IMAGE_PROMPT, [MediaSpan("img-a", 2, 6)]) == {"a": 8}
+
+
+def test_a_block_with_a_cache_salt_beside_an_image_is_skipped() -> None:
+    index = KvIndex()
+    event = image_blocks("img-a", (11, 12, 13))
+    salted = BlockStored(
+        block_hashes=event.block_hashes,
+        parent_block_hash=None,
+        token_ids=event.token_ids,
+        block_size=4,
+        extra_keys=[[["img-a", 2], "salt"], [["img-a", -2]], None],
+    )
+    index.apply("a", [salted])
+    assert index.statistics().skipped_events == 1
+    assert index.match(IMAGE_PROMPT, [MediaSpan("img-a", 2, 6)]) == {}

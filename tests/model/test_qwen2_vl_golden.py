@@ -1,0 +1,211 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL images against the Hugging Face processor itself (golden,
+offline: each family's folder is built here from its published processor settings, with the
+test tokenizer given Qwen's vision tokens; no weights, no hub). For each of 6 images, our
+tensors equal the HF image processor's, bit for bit (normalised float32 when the engine does not
+normalise; the raw pixels as uint8, vLLM's default `mm_device_do_normalize`, when it does); and
+a multi-image, multi-turn prompt built by our chat path equals `Qwen2VLProcessor(text,
+images)["input_ids"]`, each image's span the run of `<|image_pad|>` HF put there."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from tokenizers import AddedToken, Tokenizer
+from transformers import AutoTokenizer
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+
+from smg_trio.core.images import ProcessedImage
+from smg_trio.core.prepare import chat_prompt
+from smg_trio.model.folder import load_model_dir
+from smg_trio.model.qwen2_vl_images import Qwen2VLImages
+from smg_trio.model.vision import VisionRefusal, load_vision
+from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
+
+TEST_MODEL: Final = Path(__file__).resolve().parents[1] / "vision_model"
+NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+VISION_TOKENS: Final = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+CLIP_MEAN: Final = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD: Final = [0.26862954, 0.26130258, 0.27577711]
+# Each family's published image processor settings, the pixel bounds made small (fewer patches).
+SETTINGS: Final[dict[str, dict[str, Any]]] = {
+    "qwen2_vl": {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "min_pixels": 56 * 56,
+        "max_pixels": 28 * 28 * 40,
+        "patch_size": 14,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": CLIP_MEAN,
+        "image_std": CLIP_STD,
+    },
+    "qwen2_5_vl": {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "min_pixels": 3136,
+        "max_pixels": 28 * 28 * 24,
+        "patch_size": 14,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": CLIP_MEAN,
+        "image_std": CLIP_STD,
+    },
+    "qwen3_vl": {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "size": {"shortest_edge": 64 * 64, "longest_edge": 32 * 32 * 36},
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    },
+}
+TEMPLATE: Final = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for p in message['content'] %}{% if p['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif p['type'] == 'text' %}{{ p['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+# Below the minimum (scaled up), above the maximum (scaled down), odd sizes, long sides; modes.
+IMAGES: Final = [
+    picture(30, 20, "RGB", 1),
+    picture(640, 480, "RGB", 2),
+    picture(97, 333, "RGBA", 3),
+    picture(200, 200, "L", 4),
+    picture(1000, 90, "RGB", 5),
+    picture(123, 457, "RGB", 6),
+]
+
+
+def _folder(root: Path, model_type: str) -> Path:
+    folder = root / model_type
+    folder.mkdir()
+    tokenizer = Tokenizer.from_file(str(TEST_MODEL / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in VISION_TOKENS])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>")]
+    )
+    tokenizer.save(str(folder / "tokenizer.json"))
+    shutil.copy(TEST_MODEL / "tokenizer_config.json", folder / "tokenizer_config.json")
+    (folder / "chat_template.jinja").write_text(TEMPLATE)
+    config = json.loads((TEST_MODEL / "config.json").read_text())
+    config.update(
+        model_type=model_type,
+        image_token_id=tokenizer.token_to_id("<|image_pad|>"),
+        vision_config={"spatial_merge_size": 2},
+    )
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "preprocessor_config.json").write_text(json.dumps(SETTINGS[model_type]))
+    return folder
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _folder(tmp_path_factory.mktemp("qwen"), request.param)
+
+
+def _hf_image_processor(model_type: str) -> Qwen2VLImageProcessorPil:
+    kwargs = {k: v for k, v in SETTINGS[model_type].items() if k != "image_processor_type"}
+    return Qwen2VLImageProcessorPil(**kwargs)
+
+
+def _array(image: ProcessedImage, name: str) -> npt.NDArray[Any]:
+    field = next(f for f in image.fields if f.name == name)
+    dtype = {"float32": np.float32, "int64": np.int64, "uint8": np.uint8}[field.tensor.dtype]
+    return np.frombuffer(field.tensor.data, dtype=dtype).reshape(field.tensor.shape)
+
+
+def _ours(folder: Path, *, device_normalize: bool) -> Qwen2VLImages:
+    config = json.loads((folder / "config.json").read_text())
+    settings = json.loads((folder / "preprocessor_config.json").read_text())
+    return Qwen2VLImages(
+        model_id=folder.name,
+        image_processor_config=settings,
+        image_token_id=config["image_token_id"],
+        device_normalize=device_normalize,
+    )
+
+
+@pytest.mark.parametrize("device_normalize", [True, False])
+def test_each_image_equals_the_hf_image_processor(folder: Path, device_normalize: bool) -> None:
+    ours = _ours(folder, device_normalize=device_normalize)
+    hf = _hf_image_processor(folder.name)
+    off = {"do_rescale": False, "do_normalize": False} if device_normalize else {}
+    merge = SETTINGS[folder.name]["merge_size"]
+    for data in IMAGES:
+        mine = ours.process(data, "image")
+        golden = hf(images=[hf_rgb(data)], return_tensors="np", **off)
+        pixels = _array(mine, "pixel_values")
+        assert pixels.dtype == (np.uint8 if device_normalize else np.float32)
+        assert pixels.shape == golden["pixel_values"].shape
+        assert np.array_equal(pixels.astype(np.float32), golden["pixel_values"])
+        grid = _array(mine, "image_grid_thw")
+        assert grid.shape == (3,)
+        assert np.array_equal(grid, golden["image_grid_thw"][0])
+        assert mine.embed_count == int(grid.prod()) // merge**2
+        assert mine.replacement == "<|image_pad|>" * mine.embed_count
+
+
+def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Qwen2VLProcessor`'s constructor checks its video processor's class in a mapping that
+    needs torchvision (absent here: no torch in the gateway's venv); that check alone is
+    skipped, and the processor runs as it is (its image processor, expansion, tokenizer)."""
+    monkeypatch.setattr(
+        Qwen2VLProcessor, "check_argument_for_proper_class", lambda self, name, arg: None
+    )
+    vision = load_vision(folder, folder.name)
+    assert isinstance(vision, Qwen2VLImages)
+    chat = multi_turn_chat()
+    chosen = [IMAGES[0], IMAGES[1], IMAGES[2], IMAGES[5]]
+    processed = [vision.process(data, "image") for data in chosen]
+    model = load_model_dir(folder).prompt_model()
+    ids, features = chat_prompt(chat, model, now=NOW, images=processed)
+    hf: Any = Qwen2VLProcessor(
+        image_processor=_hf_image_processor(folder.name),
+        tokenizer=AutoTokenizer.from_pretrained(folder),  # type: ignore[no-untyped-call]
+        chat_template=TEMPLATE,
+    )
+    text = hf.apply_chat_template(
+        MULTI_TURN_HF,
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    golden = hf(text=text, images=[hf_rgb(d) for d in chosen], return_tensors="np")
+    assert list(ids) == [int(t) for t in golden["input_ids"][0]]
+    pad = vision.image_token_id
+    runs, at = [], 0
+    while at < len(ids):  # the pad runs of the HF ids, in order
+        if ids[at] == pad:
+            end = at
+            while end < len(ids) and ids[end] == pad:
+                end += 1
+            runs.append((at, end - at))
+            at = end
+        else:
+            at += 1
+    assert [(f.offset, f.length) for f in features] == runs
+    assert all(f.is_embed is None for f in features)  # every pad is an embedding
+    grids = np.stack([_array(p, "image_grid_thw") for p in processed])
+    assert np.array_equal(grids, golden["image_grid_thw"])
+
+
+def test_another_vision_family_is_refused_naming_its_model_type(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "qwen2_vl")
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "mllama"
+    (folder / "config.json").write_text(json.dumps(config))
+    refusal = load_vision(folder, "m")
+    assert isinstance(refusal, VisionRefusal)
+    assert "'mllama'" in refusal.reason
