@@ -3,7 +3,8 @@ template, EOS ids and context length of each `ModelSpec`, with its own `chat_tem
 and `max_model_len` applied; and which folder a worker's `?model=NAME` means.
 
 - `chat_template` is read as the template's text (vLLM's `--chat-template FILE`); an
-  unreadable file is a ConfigError naming it.
+  unreadable file is a ConfigError naming it; `chat_template_text` is the template itself
+  (vLLM's inline `--chat-template`); not both.
 - `max_model_len` may lower the folder's context length, never raise it (vLLM refuses a
   length above the one the model derives, as we do); a folder without one takes it as is.
 - Each model's `DeclaredModel` is what its workers' engines are checked against
@@ -61,6 +62,13 @@ def load_spec_folder(spec: ModelSpec) -> ModelDir:
 
 
 def with_overrides(spec: ModelSpec, folder: ModelDir) -> ModelDir:
+    if spec.chat_template is not None and spec.chat_template_text is not None:
+        raise ConfigError(
+            f"model {spec.names[0]!r}: chat_template (a file) and chat_template_text (the "
+            "template itself) are both given; give one"
+        )
+    if spec.chat_template_text is not None:
+        folder = dataclasses.replace(folder, chat_template=spec.chat_template_text)
     if spec.chat_template is not None:
         try:
             template = spec.chat_template.read_text(encoding="utf-8")

@@ -35,6 +35,7 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     chat_template: Path | None = None  # a Jinja file in place of the folder's template
+    chat_template_text: str | None = None  # or the template itself
     max_model_len: int | None = None  # at most the folder's context length
 
     @property
@@ -54,6 +55,7 @@ FIRST_MODEL_KEYS: Final = (
     "tool_call_parser",
     "reasoning_parser",
     "chat_template",
+    "chat_template_text",
     "max_model_len",
 )
 TABLE_KEYS: Final = frozenset({*ModelSpec.__struct_fields__, "workers"})
