@@ -163,7 +163,9 @@ REFUSED_REASONS: Final[Mapping[str, str]] = {
     "otlp_traces_endpoint": "vLLM exports over OTLP/gRPC by default; smg-trio's exporter "
     "speaks OTLP/HTTP (`smg-trio serve --otlp-endpoint`), so the same value would not reach "
     "the same collector",
-    "enable_prompt_tokens_details": "usage.prompt_tokens_details.cached_tokens is not reported yet",
+    "enable_prompt_tokens_details": "we report usage.prompt_tokens_details.cached_tokens "
+    "whenever the engine reports cached tokens (more than 0), flag or not; vLLM with the flag "
+    "also reports a 0 and created_cache_tokens, which we do not match yet",
     "return_tokens_as_token_ids": "logprobs tokens as `token_id:N` are not implemented",
     "enable_scale_out": "vLLM's tokens-in/tokens-out /inference/v1/generate is not implemented",
     "tokens_only": "as --enable-scale-out",
