@@ -150,7 +150,9 @@ def test_greedy_text_equals_plain_vllm_serve(reference: dict[str, Any], tmp_path
 def test_an_unsupported_flag_stops_vllm_serve_naming_it(tmp_path: Path) -> None:
     """Within 10 s of vLLM running its front end (vLLM's own start-up before that, importing
     torch and building its config, takes ~25 s here and is not ours)."""
-    command = vllm_command("--host", "127.0.0.1", "--port", str(free_port()), "--response-role", "bot")
+    command = vllm_command(
+        "--host", "127.0.0.1", "--port", str(free_port()), "--response-role", "bot"
+    )
     server = launch("vllm-bad-flag", command, tmp_path, hook_env(tmp_path))
     with running([server]):
         started = time.monotonic()
