@@ -212,6 +212,19 @@ def test_chat_template_file_and_max_model_len_apply_to_the_folder(tmp_path: Path
         )
 
 
+def test_an_inline_chat_template_applies_and_never_with_a_file(tmp_path: Path) -> None:
+    inline = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    folder = load_spec_folder(ModelSpec(model_path=demo_model_path(), chat_template_text=inline))
+    assert folder.chat_template == inline
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ 1 }}", encoding="utf-8")
+    both = ModelSpec(
+        model_path=demo_model_path(), chat_template=template, chat_template_text=inline
+    )
+    with pytest.raises(ConfigError, match="both given"):
+        load_spec_folder(both)
+
+
 @pytest.mark.parametrize(
     ("models", "message"),
     [
