@@ -20,6 +20,8 @@ import msgspec
 
 from smg_trio.core.parsers.registry import check_parser_names
 from smg_trio.errors import ConfigError, UnsupportedRuntime
+from smg_trio.frontends.cors import CorsPolicy
+from smg_trio.frontends.root_path import checked_root_path
 from smg_trio.neutral.capabilities import capabilities_of, require_adapter
 from smg_trio.neutral.runtime import Runtime, Wire, parse_runtime, parse_wire
 from smg_trio.request.arrival import DEFAULT_SESSION_HEADER
@@ -100,8 +102,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     # The model's chat template from a Jinja file instead of its folder's (vLLM's
-    # --chat-template FILE), and its context bound below the folder's (--max-model-len).
+    # --chat-template FILE, or the template itself), and its context bound below the folder's
+    # (--max-model-len).
     chat_template: Path | None = None
+    chat_template_text: str | None = None
     max_model_len: int | None = None
     # What the first model serves, by vLLM's `--runner generate|pooling` and
     # `--convert embed|classify` (docs/pooling.md §4).
@@ -148,6 +152,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     resume_grace_s: float = 30.0
     # vLLM's GET /tokenizer_info (its --enable-tokenizer-info-endpoint; model/tokenizer_info.py).
     tokenizer_info_endpoint: bool = False
+    # Served under a proxy's path prefix, and to browser pages of other origins (vLLM's
+    # --root-path and CORS flags; frontends/root_path.py, frontends/cors.py).
+    root_path: str = ""
+    cors: CorsPolicy | None = None
     # Gateway processes sharing the listening socket (docs/processes.md); 1: this process
     # serves, with no supervisor.
     processes: int = 1
@@ -166,6 +174,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
             tool_call_parser=self.tool_call_parser,
             reasoning_parser=self.reasoning_parser,
             chat_template=self.chat_template,
+            chat_template_text=self.chat_template_text,
             max_model_len=self.max_model_len,
             runner=self.runner,
             convert=self.convert,
@@ -300,6 +309,7 @@ def validated(config: GatewayConfig) -> GatewayConfig:
         raise ConfigError(f"max_model_len must be at least 1, got {config.max_model_len}")
     check_processes(config)
     check_tenancy(config)
+    checked_root_path(config.root_path)
     return config
 
 

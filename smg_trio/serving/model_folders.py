@@ -3,9 +3,12 @@ template, EOS ids and context length of each `ModelSpec`, with its own `chat_tem
 and `max_model_len` applied; and which folder a worker's `?model=NAME` means.
 
 - `chat_template` is read as the template's text (vLLM's `--chat-template FILE`); an
-  unreadable file is a ConfigError naming it.
+  unreadable file is a ConfigError naming it; `chat_template_text` is the template itself
+  (vLLM's inline `--chat-template`); not both.
 - `max_model_len` may lower the folder's context length, never raise it (vLLM refuses a
-  length above the one the model derives, as we do); a folder without one takes it as is.
+  length above the one the model derives, as we do), unless `VLLM_ALLOW_LONG_MAX_MODEL_LEN`
+  is `1` or `true` in the environment, vLLM's own switch for exactly that (then it is taken,
+  with a warning, as vLLM takes it); a folder without one takes it as is.
 - Each model's `DeclaredModel` is what its workers' engines are checked against
   (backends/declared_model.py): its names, folder and the folder's own context length.
 """
@@ -13,12 +16,22 @@ and `max_model_len` applied; and which folder a worker's `?model=NAME` means.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 from dataclasses import dataclass
 
 from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.errors import ConfigError
 from smg_trio.model.folder import ModelDir, load_model_dir
 from smg_trio.serving.model_specs import ModelSpec
+
+logger = logging.getLogger(__name__)
+ALLOW_LONG_MAX_MODEL_LEN = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def long_max_model_len_allowed() -> bool:
+    """vLLM's switch for a max_model_len above the model's own (parsed as vLLM parses it)."""
+    return os.environ.get(ALLOW_LONG_MAX_MODEL_LEN, "0").strip().lower() in ("1", "true")
 
 
 @dataclass(frozen=True)
@@ -48,11 +61,20 @@ def load_model_folders(specs: tuple[ModelSpec, ...]) -> ModelFolders:
                 key=spec.names[0],
                 names=spec.names,
                 path=str(spec.model_path),
-                context_length=folder.context_length,
+                context_length=_engine_bound(spec, folder),
             )
             for spec, folder in loaded
         ),
     )
+
+
+def _engine_bound(spec: ModelSpec, folder: ModelDir) -> int | None:
+    """The longest context an engine of this model may report: the folder's own, or a longer
+    max_model_len that VLLM_ALLOW_LONG_MAX_MODEL_LEN let the engines take too."""
+    own, limit = folder.context_length, spec.max_model_len
+    if own is not None and limit is not None and limit > own and long_max_model_len_allowed():
+        return limit
+    return own
 
 
 def load_spec_folder(spec: ModelSpec) -> ModelDir:
@@ -61,6 +83,13 @@ def load_spec_folder(spec: ModelSpec) -> ModelDir:
 
 
 def with_overrides(spec: ModelSpec, folder: ModelDir) -> ModelDir:
+    if spec.chat_template is not None and spec.chat_template_text is not None:
+        raise ConfigError(
+            f"model {spec.names[0]!r}: chat_template (a file) and chat_template_text (the "
+            "template itself) are both given; give one"
+        )
+    if spec.chat_template_text is not None:
+        folder = dataclasses.replace(folder, chat_template=spec.chat_template_text)
     if spec.chat_template is not None:
         try:
             template = spec.chat_template.read_text(encoding="utf-8")
@@ -72,7 +101,16 @@ def with_overrides(spec: ModelSpec, folder: ModelDir) -> ModelDir:
     limit = spec.max_model_len
     if limit is not None:
         derived = folder.context_length
-        if derived is not None and limit > derived:
+        if derived is not None and limit > derived and long_max_model_len_allowed():
+            logger.warning(
+                "model %r: max_model_len %d is more than its folder's context length %d, "
+                "taken as %s asks",
+                spec.names[0],
+                limit,
+                derived,
+                ALLOW_LONG_MAX_MODEL_LEN,
+            )
+        elif derived is not None and limit > derived:
             raise ConfigError(
                 f"model {spec.names[0]!r}: max_model_len {limit} is more than its folder's "
                 f"context length {derived} ({spec.model_path})"

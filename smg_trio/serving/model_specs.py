@@ -36,6 +36,7 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     chat_template: Path | None = None  # a Jinja file in place of the folder's template
+    chat_template_text: str | None = None  # or the template itself
     max_model_len: int | None = None  # at most the folder's context length
     # What it serves, as vLLM's `--runner` and `--convert` (docs/pooling.md §4).
     runner: str = "generate"
@@ -62,6 +63,7 @@ FIRST_MODEL_KEYS: Final = (
     "tool_call_parser",
     "reasoning_parser",
     "chat_template",
+    "chat_template_text",
     "max_model_len",
     "runner",
     "convert",

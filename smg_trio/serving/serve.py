@@ -47,9 +47,12 @@ from hypercorn.typing import ASGIFramework
 
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.asgi import GatewayApp
+from smg_trio.frontends.cors import CorsApp
+from smg_trio.frontends.http.asgi_types import AsgiApp
 from smg_trio.frontends.http.probe_server import ProbeSnapshot, open_probe_server, publish_forever
 from smg_trio.frontends.http.server import serve_http
 from smg_trio.frontends.metrics_app import MetricsApp
+from smg_trio.frontends.root_path import RootPathApp, checked_root_path
 from smg_trio.model.pooler_facts import load_model_pooler
 from smg_trio.model.tokenizer_info import tokenizer_info_body
 from smg_trio.observability.kv_index_metrics import KvIndexFamilies
@@ -221,7 +224,7 @@ async def serve(
             tokenizer_info=tokenizer_info_body(model) if config.tokenizer_info_endpoint else None,
         )
         # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
-        wrapped = ASGIWrapper(cast(ASGIFramework, app))
+        wrapped = ASGIWrapper(cast(ASGIFramework, http_front(app, config)))
         probes = None
         if config.probe_port is not None:
             probes = await stack.enter_async_context(
@@ -359,3 +362,12 @@ def tracing_for(
             f"--otlp-endpoint needs OpenTelemetry: pip install 'smg-trio[tracing]' ({exc})"
         ) from exc
     return partial(otlp_tracing, endpoint)
+
+
+def http_front(app: AsgiApp, config: GatewayConfig) -> AsgiApp:
+    """`app` behind the CORS rules and under the path prefix the config asks for."""
+    if config.cors is not None and config.cors.allowed_origins:
+        app = CorsApp(app, config.cors)
+    if config.root_path:
+        app = RootPathApp(app, checked_root_path(config.root_path))
+    return app

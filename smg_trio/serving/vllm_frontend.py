@@ -47,7 +47,7 @@ from smg_trio.serving.vllm_frontend_args import (
     gateway_config,
     parse_frontend_args,
 )
-from smg_trio.serving.vllm_frontend_model import resolve_model
+from smg_trio.serving.vllm_frontend_model import chat_template_source, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,10 @@ def frontend_setup(launch: HookLaunch) -> tuple[FrontendArgs, GatewayConfig, Inh
                 "tokenizer from the model's own folder"
             )
     worker = WorkerSpec(Runtime.VLLM, Wire.ZMQ, f"fd:{launch.input_fd},{launch.output_fd}")
-    config = gateway_config(args, model_path, worker)
+    template_file, template_text = chat_template_source(args.chat_template)
+    config = gateway_config(
+        args, model_path, worker, template_file=template_file, template_text=template_text
+    )
     listeners = AdoptedListeners(launch.input_fd, launch.output_fd, launch.engine_count)
     return args, config, InheritedSockets(launch.listen_fd, {worker: listeners})
 

@@ -63,3 +63,29 @@ def resolve_model(
 
 def commit_dir_ok(snapshot: Path, repo: Path) -> bool:
     return snapshot != repo / "snapshots" and snapshot.is_dir()
+
+
+JINJA_CHARACTERS = "{}\n"
+
+
+def chat_template_source(value: str | None) -> tuple[Path | None, str | None]:
+    """vLLM's `--chat-template VALUE` as (file, None) or (None, template): a file that opens is
+    a file; otherwise a value with a Jinja character (`{`, `}`, a newline) is the template
+    itself, as vLLM tells them apart. Anything else (a missing file, or the name of one of
+    vLLM's bundled templates) is a FrontendArgsError naming the flag."""
+    from smg_trio.serving.vllm_frontend_args import FrontendArgsError
+
+    if value is None:
+        return None, None
+    path = Path(value).expanduser()
+    try:
+        with path.open(encoding="utf-8"):
+            pass
+    except (OSError, ValueError) as exc:
+        if any(character in value for character in JINJA_CHARACTERS):
+            return None, value
+        raise FrontendArgsError(
+            f"vLLM flag --chat-template {value!r:.80}: not a template, and the file does not "
+            f"open ({exc.__class__.__name__}); vLLM's bundled templates are not in smg-trio"
+        ) from exc
+    return path.resolve(), None

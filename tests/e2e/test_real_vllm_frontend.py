@@ -101,16 +101,21 @@ def group_members(pgid: int) -> list[str]:
     return members
 
 
-def engine_pids(pgid: int) -> list[int]:
+def group_pids(pgid: int, marker: bytes) -> list[int]:
+    """The processes of group `pgid` whose command line holds `marker`."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
                 cmdline = (entry / "cmdline").read_bytes()
-                if int(fields[2]) == pgid and b"EngineCore" in cmdline:
+                if int(fields[2]) == pgid and fields[0] != "Z" and marker in cmdline:
                     pids.append(int(entry.name))
     return sorted(pids)
+
+
+def engine_pids(pgid: int) -> list[int]:
+    return group_pids(pgid, b"EngineCore")
 
 
 def wait_exit(server: Launched, within_s: float) -> tuple[int, float]:
@@ -145,7 +150,9 @@ def test_greedy_text_equals_plain_vllm_serve(reference: dict[str, Any], tmp_path
 def test_an_unsupported_flag_stops_vllm_serve_naming_it(tmp_path: Path) -> None:
     """Within 10 s of vLLM running its front end (vLLM's own start-up before that, importing
     torch and building its config, takes ~25 s here and is not ours)."""
-    command = vllm_command("--host", "127.0.0.1", "--port", str(free_port()), "--root-path", "/x")
+    command = vllm_command(
+        "--host", "127.0.0.1", "--port", str(free_port()), "--response-role", "bot"
+    )
     server = launch("vllm-bad-flag", command, tmp_path, hook_env(tmp_path))
     with running([server]):
         started = time.monotonic()
@@ -158,26 +165,36 @@ def test_an_unsupported_flag_stops_vllm_serve_naming_it(tmp_path: Path) -> None:
         print(f"vllm serve exited {code} {took:.1f} s after running its front end")
         assert code != 0
         launched = log.index("Launching Rust frontend")
-        assert "smg-trio: vLLM flag --root-path is not supported" in log[launched:]
+        assert "smg-trio: vLLM flag --response-role is not supported" in log[launched:]
 
 
 def test_a_killed_engine_stops_vllm_serve(tmp_path: Path) -> None:
-    """vLLM and we both see the death at once: the API is gone within 5 s; `vllm serve`'s own
-    teardown (its engines' executor, its resource tracker) then takes a few seconds more."""
+    """Within 5 s of the last engine's SIGKILL the API is gone and our front end has exited.
+    `vllm serve` itself exits later: its main process then spends seconds in its interpreter's
+    final garbage collection (docs/vllm-frontend.md §4), which no front end can shorten; the
+    time is measured and printed, and bounded by STOPPED_WITHIN_S."""
     with vllm_with_smg_trio(tmp_path) as (url, server):
         (engine,) = engine_pids(server.process.pid)
+        (frontend,) = group_pids(server.process.pid, b"smg_trio")
         os.kill(engine, signal.SIGKILL)
         started = time.monotonic()
-        while time.monotonic() - started < 5.0:
-            try:
-                httpx.get(f"{url}/health", timeout=1.0)
-            except httpx.TransportError:
-                break  # nobody listens any more
-            time.sleep(0.1)
-        gone = time.monotonic() - started
-        assert gone < 5.0, "the API still answers 5 s after the last engine was killed"
-        code, took = wait_exit(server, STOPPED_WITHIN_S)
-        print(f"API gone {gone:.1f} s, vllm serve exited {code} {took:.1f} s after the kill")
+        api_gone = frontend_gone = None
+        while time.monotonic() - started < 5.0 and frontend_gone is None:
+            if api_gone is None:
+                try:
+                    httpx.get(f"{url}/health", timeout=1.0)
+                except httpx.TransportError:
+                    api_gone = time.monotonic() - started  # nobody listens any more
+            if frontend not in group_pids(server.process.pid, b"smg_trio"):
+                frontend_gone = time.monotonic() - started
+            time.sleep(0.05)
+        assert api_gone is not None, "the API still answers 5 s after the last engine was killed"
+        assert frontend_gone is not None, "the front end still runs 5 s after the kill"
+        code, _ = wait_exit(server, STOPPED_WITHIN_S)
+        print(
+            f"API gone {api_gone:.2f} s, front end exited {frontend_gone:.2f} s, "
+            f"vllm serve exited {code} {time.monotonic() - started:.1f} s after the kill"
+        )
         assert code != 0
         # vLLM's own orphans (the killed EngineCore's worker, its resource tracker) notice
         # their parent's death on their own, a few seconds later.

@@ -80,7 +80,8 @@ async def test_serves_the_openai_api_on_the_inherited_sockets(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ({"chat_template": "/x.jinja"}, "--chat-template"),
+        ({"chat_template": "/no/such/x.jinja"}, "--chat-template"),
+        ({"response_role": "bot"}, "--response-role"),
         ({"made_up_flag": 1}, "--made-up-flag"),
         ({"tokenizer_mode": "mistral"}, "--tokenizer-mode mistral"),
     ],
@@ -95,6 +96,58 @@ async def test_an_unsupported_flag_exits_2_naming_it(
     lines = played.stderr.decode().strip().splitlines()
     assert len(lines) == 1, lines
     assert named in lines[0]
+
+
+INLINE_TEMPLATE: Final = "{% for m in messages %}[{{ m['content'] }}]{% endfor %}"
+ORIGIN: Final = "https://app.example"
+
+
+async def test_chat_template_root_path_and_cors_flags_are_honoured(tmp_path: Path) -> None:
+    """vLLM's inline `--chat-template`, `--root-path` and CORS flags, through the hook."""
+    replay = write_replay(tmp_path, TEXT)
+    flags = vllm_args(
+        chat_template=INLINE_TEMPLATE,
+        root_path="/llm",
+        allowed_origins=[ORIGIN],
+        allowed_methods=["GET", "POST"],
+    )
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            played_vllm(tmp_path, flags, replay=replay) as played,
+            httpx.AsyncClient(base_url=played.url) as client,
+        ):
+            chat = {"messages": [{"role": "user", "content": "hi"}]}
+            by_template = (await client.post("/tokenize", json=chat)).json()
+            plain = {"prompt": "[hi]", "add_special_tokens": False}
+            assert (
+                by_template["tokens"]
+                == (await client.post("/tokenize", json=plain)).json()["tokens"]
+            )
+            for path in ("/llm/v1/models", "/v1/models"):  # as vLLM: with or without it
+                assert (await client.get(path)).status_code == 200, path
+            assert (await client.get("/llm")).status_code == 404
+            preflight = {"origin": ORIGIN, "access-control-request-method": "POST"}
+            allowed = await client.options("/v1/completions", headers=preflight)
+            assert allowed.status_code == 200
+            assert allowed.headers["access-control-allow-origin"] == ORIGIN
+            assert allowed.headers["access-control-allow-methods"] == "GET, POST"
+            stranger = {**preflight, "origin": "https://evil.example"}
+            refused = await client.options("/v1/completions", headers=stranger)
+            assert refused.status_code == 400
+            assert "origin" in refused.json()["error"]["message"]
+            put = await client.options(
+                "/v1/completions", headers={**preflight, "access-control-request-method": "PUT"}
+            )
+            assert put.status_code == 400
+            body = {"model": MODEL, "prompt": "x", "max_tokens": 5, "stream": True}
+            async with client.stream(
+                "POST", "/llm/v1/completions", json=body, headers={"origin": ORIGIN}
+            ) as streamed:
+                events = parse_sse(await streamed.aread())
+            assert streamed.headers["access-control-allow-origin"] == ORIGIN
+            assert events[-1] == "[DONE]"
+            no_origin = await client.get("/v1/models")
+            assert "access-control-allow-origin" not in no_origin.headers
 
 
 async def test_sigterm_drains_then_exits_nonzero(tmp_path: Path) -> None:

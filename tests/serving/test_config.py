@@ -73,9 +73,29 @@ def test_toml_config(tmp_path: Path) -> None:
     assert [str(w) for w in config.workers] == ["vllm+zmq://127.0.0.1:27937"]
 
 
+def test_toml_cors_root_path_and_inline_template(tmp_path: Path) -> None:
+    """The settings vLLM's --allowed-origins, --root-path and inline --chat-template become."""
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "model"\nworkers = ["vllm+zmq://127.0.0.1:27937"]\nroot_path = "/llm"\n'
+        "chat_template_text = \"{{ messages[0]['content'] }}\"\n"
+        '[cors]\nallowed_origins = ["https://app.example"]\nallow_credentials = true\n',
+        encoding="utf-8",
+    )
+    config = config_from_toml(path)
+    assert config.root_path == "/llm"
+    assert config.chat_template_text == "{{ messages[0]['content'] }}"
+    assert config.model_specs[0].chat_template_text == config.chat_template_text
+    assert config.cors is not None
+    assert config.cors.allowed_origins == ("https://app.example",)
+    assert config.cors.allowed_methods == ("*",)
+    assert config.cors.allow_credentials
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        ('model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nroot_path = "llm"\n', "root_path"),
         ('model_path = "m"\nworkers = ["zmq://127.0.0.1:1"]\n', "names no runtime"),
         ('model_path = "m"\nworkers = []\n', "at least one"),
         ('model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nprot = 1\n', "unknown keys"),

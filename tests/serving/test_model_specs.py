@@ -18,7 +18,7 @@ from smg_trio.serving.config import (
     parse_worker_spec,
     read_config_file,
 )
-from smg_trio.serving.model_folders import load_spec_folder
+from smg_trio.serving.model_folders import load_model_folders, load_spec_folder
 from smg_trio.serving.model_specs import ModelSpec
 from smg_trio.serving.options import config_from_args
 
@@ -210,6 +210,39 @@ def test_chat_template_file_and_max_model_len_apply_to_the_folder(tmp_path: Path
         load_spec_folder(
             ModelSpec(model_path=demo_model_path(), chat_template=tmp_path / "missing.jinja")
         )
+
+
+def test_vllms_allow_long_switch_takes_a_longer_max_model_len(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As vLLM with VLLM_ALLOW_LONG_MAX_MODEL_LEN: the longer length is taken, and an engine
+    reporting it is not taken for another model."""
+    spec = ModelSpec(model_path=demo_model_path(), max_model_len=5000)
+    own = load_spec_folder(ModelSpec(model_path=demo_model_path())).context_length
+    assert own is not None
+    assert own < 5000
+    for value in ("0", "", "yes"):
+        monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", value)
+        with pytest.raises(ConfigError, match="more than its folder's"):
+            load_spec_folder(spec)
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", " True ")
+    assert load_spec_folder(spec).context_length == 5000
+    (declared,) = load_model_folders((spec,)).declared
+    assert declared.refusal(max_model_len=5000) is None
+    assert declared.refusal(max_model_len=5001) is not None
+
+
+def test_an_inline_chat_template_applies_and_never_with_a_file(tmp_path: Path) -> None:
+    inline = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    folder = load_spec_folder(ModelSpec(model_path=demo_model_path(), chat_template_text=inline))
+    assert folder.chat_template == inline
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ 1 }}", encoding="utf-8")
+    both = ModelSpec(
+        model_path=demo_model_path(), chat_template=template, chat_template_text=inline
+    )
+    with pytest.raises(ConfigError, match="both given"):
+        load_spec_folder(both)
 
 
 @pytest.mark.parametrize(

@@ -10,18 +10,23 @@ from typing import Any
 import pytest
 
 from smg_trio.errors import ConfigError
+from smg_trio.frontends.cors import CorsPolicy
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serving.config import WorkerSpec
 from smg_trio.serving.vllm_frontend_args import (
-    ENGINE_FLAGS,
-    FRONTEND_FLAGS,
-    REFUSED_FLAGS,
-    SERVE_FLAGS,
     FrontendArgs,
     FrontendArgsError,
     gateway_config,
     parse_frontend_args,
 )
+from smg_trio.serving.vllm_frontend_flags import (
+    ENGINE_FLAGS,
+    FRONTEND_FLAGS,
+    REFUSED_FLAGS,
+    REFUSED_REASONS,
+    SERVE_FLAGS,
+)
+from smg_trio.serving.vllm_frontend_model import chat_template_source
 
 MODEL = "/models/tiny"
 WORKER = WorkerSpec(Runtime.VLLM, Wire.ZMQ, "fd:4,5")
@@ -136,6 +141,10 @@ def test_the_front_end_flags_map_onto_the_config() -> None:
         ({"shutdown_timeout": -1}, "--shutdown-timeout"),
         ({"served_model_name": [""]}, "--served-model-name"),
         ({"max_model_len": "big"}, "--max-model-len"),
+        ({"limit_mm_per_prompt": {"video": 1}}, "--limit-mm-per-prompt"),
+        ({"limit_mm_per_prompt": {"image": -1}}, "--limit-mm-per-prompt"),
+        ({"allowed_origins": "*"}, "--allowed-origins"),
+        ({"root_path": 3}, "--root-path"),
     ],
 )
 def test_a_value_we_cannot_honour_is_refused_naming_the_flag(
@@ -143,6 +152,48 @@ def test_a_value_we_cannot_honour_is_refused_naming_the_flag(
 ) -> None:
     with pytest.raises(FrontendArgsError, match=re.escape(message)):
         parsed(**extra)
+
+
+def test_cors_root_path_and_image_flags_map_onto_the_config() -> None:
+    args = parsed(
+        allowed_origins=["https://app.example"],
+        allowed_methods=["GET", "POST"],
+        allow_credentials=True,
+        root_path="/llm",
+        limit_mm_per_prompt={"image": 2},
+        allowed_media_domains=["images.example"],
+        allowed_local_media_path="/srv/images",
+    )
+    config = gateway_config(args, Path(MODEL), WORKER)
+    assert config.cors == CorsPolicy(
+        allowed_origins=("https://app.example",),
+        allowed_methods=("GET", "POST"),
+        allowed_headers=("*",),  # vLLM's default
+        allow_credentials=True,
+    )
+    assert config.root_path == "/llm"
+    assert config.limit_mm_per_prompt == 2
+    assert config.allowed_media_domains == ("images.example",)
+    assert config.allowed_local_media_path == "/srv/images"
+    assert gateway_config(parsed(), Path(MODEL), WORKER).cors is None  # vLLM's default: off
+
+
+def test_a_root_path_that_is_not_a_path_is_refused() -> None:
+    with pytest.raises(ConfigError, match="root_path must start with '/'"):
+        gateway_config(parsed(root_path="llm"), Path(MODEL), WORKER)
+
+
+def test_chat_template_a_file_or_the_template_itself(tmp_path: Path) -> None:
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ messages[0]['content'] }}", encoding="utf-8")
+    assert chat_template_source(str(template)) == (template.resolve(), None)
+    inline = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert chat_template_source(inline) == (None, inline)
+    assert chat_template_source(None) == (None, None)
+    with pytest.raises(FrontendArgsError, match=re.escape("--chat-template 'chatml.jinja'")):
+        chat_template_source("chatml.jinja")  # one of vLLM's bundled names, or a missing file
+    config = gateway_config(parsed(), Path(MODEL), WORKER, template_text=inline)
+    assert (config.chat_template, config.chat_template_text) == (None, inline)
 
 
 def test_an_unknown_parser_is_a_config_error() -> None:
@@ -163,3 +214,4 @@ def test_the_docs_table_lists_every_front_end_and_refused_flag() -> None:
     text = DOCS.read_text(encoding="utf-8")
     for flag in (*FRONTEND_FLAGS, *REFUSED_FLAGS):
         assert f"`{flag}`" in text, flag
+    assert set(REFUSED_REASONS) <= REFUSED_FLAGS

@@ -14,6 +14,7 @@ Message: TypeAlias = dict[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
 Send: TypeAlias = Callable[[Message], Awaitable[None]]
 Header: TypeAlias = tuple[bytes, bytes]
+AsgiApp: TypeAlias = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 DIRECT_CHUNKS_KEY: Final = "smg_trio.direct_chunks"
 """Where `frontends.http.connection` puts each connection (a `DirectChunksSource`) in the state
