@@ -24,8 +24,9 @@ import trio
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.vocabulary import Worker
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.serve import Serving, serve
+from smg_trio.serving.worker_specs import WorkerSpec
 
 ENGINE_READY_S: Final = 30.0
 

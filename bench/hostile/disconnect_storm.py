@@ -43,8 +43,9 @@ from smg_trio.backends.zmq_backend import ZmqBackend
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.serve import Serving, serve
+from smg_trio.serving.worker_specs import WorkerSpec
 
 ENGINE_READY_S: Final = 60.0
 FIRST_EVENTS_S: Final = 120.0

@@ -32,8 +32,9 @@ import trio
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.errors import ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.serve import Serving, open_shutdown_signal, serve
+from smg_trio.serving.worker_specs import WorkerSpec
 
 ENGINE_READY_TIMEOUT_S: Final = 30.0
 REQUEST_TIMEOUT_S: Final = 30.0

@@ -15,7 +15,8 @@ import msgspec
 from smg_trio.backends.zmq_adopted import AdoptedListeners
 from smg_trio.backends.zmq_clients import ZmqClient, zmq_client
 from smg_trio.neutral.runtime import Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.worker_specs import WorkerSpec
 
 
 class ProcessRole(msgspec.Struct, frozen=True, kw_only=True):

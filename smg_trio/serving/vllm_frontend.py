@@ -37,7 +37,7 @@ from smg_trio.backends.base import Backend
 from smg_trio.backends.zmq_adopted import AdoptedListeners
 from smg_trio.errors import ConfigError
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.http_listener import HTTP_LOGGER
 from smg_trio.serving.process_role import InheritedSockets
 from smg_trio.serving.serve import Serving, ShutdownTrigger, serve
@@ -48,6 +48,7 @@ from smg_trio.serving.vllm_frontend_args import (
     parse_frontend_args,
 )
 from smg_trio.serving.vllm_frontend_model import chat_template_source, resolve_model
+from smg_trio.serving.worker_specs import WorkerSpec
 
 logger = logging.getLogger(__name__)
 

@@ -25,13 +25,14 @@ import msgspec
 
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.cors import CorsPolicy
-from smg_trio.serving.config import GatewayConfig, WorkerSpec, validated
+from smg_trio.serving.config import GatewayConfig, validated
 from smg_trio.serving.vllm_frontend_flags import (
     ENGINE_FLAGS,
     FRONTEND_FLAGS,
     GATEWAY_LOG_LEVELS,
     SERVE_FLAGS,
 )
+from smg_trio.serving.worker_specs import WorkerSpec
 
 
 class FrontendArgsError(ConfigError):

@@ -21,7 +21,8 @@ from smg_trio.backends.zmq_clients import ZmqClient
 from smg_trio.model.folder import ModelDir
 from smg_trio.neutral.capabilities import require_adapter
 from smg_trio.neutral.runtime import Wire
-from smg_trio.serving.config import DEFAULT_ENGINE_SILENCE_S, WorkerSpec
+from smg_trio.serving.config import DEFAULT_ENGINE_SILENCE_S
+from smg_trio.serving.worker_specs import WorkerSpec
 
 
 def check_worker_available(spec: WorkerSpec) -> None:

@@ -36,8 +36,8 @@ from smg_trio.model.folder import ModelDir
 from smg_trio.routing.kv_event_subscriber import subscribe_kv_events
 from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.workers import Worker, WorkerPool, WorkerSnapshot
-from smg_trio.serving.config import WorkerSpec, parse_worker_spec
 from smg_trio.serving.model_folders import ModelFolders
+from smg_trio.serving.worker_specs import WorkerSpec, parse_worker_spec
 
 # Opens one worker's backend and says the address it bound (ZMQ) or dials (gRPC).
 BackendOpener = Callable[

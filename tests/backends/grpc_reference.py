@@ -28,8 +28,9 @@ from smg_trio.engines.generation import Mode
 from smg_trio.engines.launch import EngineCommand
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.serve import Serving
+from smg_trio.serving.worker_specs import WorkerSpec
 from smg_trio.wire._proto import smg_trio_engine_grpc
 from smg_trio.wire._proto import smg_trio_engine_pb2 as counters_pb2
 from tests.backends.conformance import EngineFactory, EngineUnderTest

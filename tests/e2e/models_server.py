@@ -17,8 +17,9 @@ from harness.served_gateway import ServedGateway, served_gateway
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.vocabulary import Worker
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.model_specs import ModelSpec
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.e2e.live_server import engine_command, engine_log
 
 HARMONY_MODEL: Final = Path(__file__).resolve().parents[1] / "harmony_model"

@@ -17,7 +17,8 @@ from smg_trio.engines.launch import EngineCommand
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.kv_events import KvEventsPolicy
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.e2e.live_server import MODEL, engine_log
 
 TEST_TIMEOUT_S: Final = 30.0

@@ -24,8 +24,9 @@ from smg_trio.backends.base import Backend
 from smg_trio.engines.generation import Mode
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.serve import Serving
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.live_server import LiveServer, SseEvent, chat_outcome, live_server, parse_sse
 

@@ -19,9 +19,10 @@ import trio
 
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.model_specs import ModelSpec
 from smg_trio.serving.serve import Serving, serve
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.models_server import HARMONY_MODEL, ServedFolder, models_server
 

@@ -18,8 +18,9 @@ from smg_trio.engines.launch import EngineCommand
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.routing.kv_events import KvEventsPolicy
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.model_specs import ModelSpec
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.e2e.live_server import engine_log
 from tests.e2e.models_server import HARMONY_MODEL
 

@@ -28,7 +28,8 @@ import trio
 from harness.served_gateway import served_gateway
 from smg_trio.model.folder import load_model_dir
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.backends.test_real_vllm_zmq import (
     MODEL,
     STARTUP_S,

@@ -24,9 +24,10 @@ from smg_trio.backends.zmq_clients import answer_handshakes, client_addresses
 from smg_trio.backends.zmq_socket import private_ipc_dir
 from smg_trio.model.folder import demo_model_path
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import GatewayConfig, WorkerSpec
+from smg_trio.serving.config import GatewayConfig
 from smg_trio.serving.process_role import ProcessRole
 from smg_trio.serving.serve import Serving, serve
+from smg_trio.serving.worker_specs import WorkerSpec
 from tests.e2e.live_server import engine_command, engine_log, write_replay
 
 PROCESSES: Final = 2

@@ -13,10 +13,10 @@ from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serving.config import (
     GatewayConfig,
     config_from_mapping,
-    parse_worker_spec,
     read_config_file,
 )
 from smg_trio.serving.options import config_from_args
+from smg_trio.serving.worker_specs import parse_worker_spec
 
 
 def config_from_toml(path: Path) -> GatewayConfig:

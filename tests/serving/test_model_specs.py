@@ -15,12 +15,12 @@ from smg_trio.model.folder import demo_model_path
 from smg_trio.serving.config import (
     GatewayConfig,
     config_from_mapping,
-    parse_worker_spec,
     read_config_file,
 )
 from smg_trio.serving.model_folders import load_model_folders, load_spec_folder
 from smg_trio.serving.model_specs import ModelSpec
 from smg_trio.serving.options import config_from_args
+from smg_trio.serving.worker_specs import parse_worker_spec
 
 TWO_TABLES = """
 policy = "least_load"

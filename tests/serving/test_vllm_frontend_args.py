@@ -12,7 +12,6 @@ import pytest
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.cors import CorsPolicy
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.serving.config import WorkerSpec
 from smg_trio.serving.vllm_frontend_args import (
     FrontendArgs,
     FrontendArgsError,
@@ -27,6 +26,7 @@ from smg_trio.serving.vllm_frontend_flags import (
     SERVE_FLAGS,
 )
 from smg_trio.serving.vllm_frontend_model import chat_template_source
+from smg_trio.serving.worker_specs import WorkerSpec
 
 MODEL = "/models/tiny"
 WORKER = WorkerSpec(Runtime.VLLM, Wire.ZMQ, "fd:4,5")
