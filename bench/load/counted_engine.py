@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.batching import EngineConfig
 from smg_trio.engines.cli import load_engine_model
+from smg_trio.engines.engine_process import run_engine
 from smg_trio.engines.generation import Mode
 from smg_trio.engines.vllm_zmq_engine import VllmWire
 from smg_trio.engines.wire_adapter import (

@@ -1,5 +1,5 @@
-"""I/O. The reference engines' process body, shared by every ZMQ wire: the handshake
-(`engines.handshake`), then a blocking continuous-batching loop, until a signal or a fatal error.
+"""I/O. The reference engines' continuous-batching loop, shared by every ZMQ wire; the process
+around it (signals, the handshake, exit codes) is `engines/engine_process.py`.
 
 A real EngineCore is a blocking busy loop, and so is this one (plain pyzmq, no trio). Each
 iteration drains every pending input frame (ADD / ABORT / UTILITY), admits waiting requests up
@@ -23,7 +23,6 @@ import dataclasses
 import logging
 import math
 import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,8 +30,7 @@ from typing import Any, assert_never
 
 import zmq
 
-from smg_trio.backends.zmq_leftovers import close_leftover_sockets
-from smg_trio.engines.handshake import OUTPUT_LINGER_MS, EngineSockets, HandshakeTarget, connect
+from smg_trio.engines.handshake import OUTPUT_LINGER_MS, EngineSockets
 from smg_trio.engines.kv_publisher import KvEventPublisher
 from smg_trio.engines.prefix_cache import PrefixCache
 from smg_trio.engines.received_log import ReceivedLog
@@ -351,63 +349,3 @@ def _drain_pipe(fd: int) -> None:
             pass
     except BlockingIOError:
         pass
-
-
-def run_engine(adapter: WireAdapter, model: EngineModel, config: EngineConfig) -> int:
-    """Handshake, serve until SIGTERM/SIGINT (exit 0) or a fatal error (sentinel, exit 1)."""
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(read_fd, False)
-    os.set_blocking(write_fd, False)
-    loop: BatchingLoop | None = None
-
-    def stop(signum: int, frame: object) -> None:
-        if loop is not None:
-            loop.stopping = True
-        else:
-            raise SystemExit(0)  # still in the handshake: nothing to clean up but sockets
-
-    previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    sockets = EngineSockets([], [])
-    kv_events = None
-    try:
-        if config.kv_events_endpoint is not None:
-            publisher = KvEventPublisher(
-                context, config.kv_events_endpoint, config.kv_events_replay_endpoint
-            )
-            capacity = config.kv_cache_blocks or model.num_gpu_blocks
-            cache = PrefixCache(
-                capacity_blocks=capacity, block_size=BLOCK_SIZE, seed=int.from_bytes(os.urandom(8))
-            )
-            kv_events = KvEvents(cache, publisher)
-        target = HandshakeTarget(
-            config.handshake_address, config.engine_index, config.data_addresses
-        )
-        connect(context, adapter, target, sockets)
-        where = config.data_addresses or config.handshake_address
-        logger.info("engine %d ready on %s", config.engine_index, where)
-        loop = BatchingLoop(adapter, model, sockets, config, read_fd, kv_events)
-        loop.run()
-        return 0
-    except SystemExit:
-        return 0
-    except Exception:
-        logger.exception("engine failed")
-        sockets.send_dead_sentinel()
-        return 1
-    finally:
-        sockets.close()
-        if kv_events is not None:
-            kv_events.publisher.close()
-        # A signal's SystemExit between a socket's creation and its handing over (in connect,
-        # in the publisher) leaves it open with linger -1, and term() would wait for it for
-        # ever; closed here, every socket has a bounded linger (OUTPUT_LINGER_MS at most, a
-        # READY's HANDSHAKE_LINGER_MS), so term() ends.
-        close_leftover_sockets(context, logger)
-        context.term()
-        signal.set_wakeup_fd(previous_wakeup)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        os.close(read_fd)
-        os.close(write_fd)

@@ -29,8 +29,9 @@ from typing import Any, Final, assert_never
 
 import msgspec
 
-from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.batching import EngineConfig
 from smg_trio.engines.choice_script import choice_script, constraint_choices
+from smg_trio.engines.engine_process import run_engine
 from smg_trio.engines.generation import (
     EosStop,
     Generation,

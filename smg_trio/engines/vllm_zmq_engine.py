@@ -40,8 +40,9 @@ from typing import Any, Final
 
 import msgspec
 
-from smg_trio.engines.batching import EngineConfig, run_engine
+from smg_trio.engines.batching import EngineConfig
 from smg_trio.engines.choice_script import choice_script, constraint_choices
+from smg_trio.engines.engine_process import run_engine
 from smg_trio.engines.generation import (
     Generation,
     Greedy,

@@ -13,6 +13,8 @@ read in one `recv` with the GIL released (no pickling).
 first use and again after a worker died. A caller thread takes a free slot for one exchange;
 the caller bounds how many run at once (request/images.py's `CapacityLimiter`, of the same
 size), so a slot is always free. `close()` kills every worker (they hold nothing to save).
+`pooled_vision(folder, workers)`: a model folder's image processing, through the pool when
+there is one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import msgspec
 
 from smg_trio.core.images import ProcessedImage
 from smg_trio.errors import ClientError, GatewayError
+from smg_trio.model.folder import ModelDir
 from smg_trio.model.image_worker import (
     ImageAnswer,
     ImageJob,
@@ -39,6 +42,7 @@ from smg_trio.model.image_worker import (
     received_exactly,
     received_message,
 )
+from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
 
 WORKER_MODULE: Final = "smg_trio.model.image_worker"
 
@@ -198,3 +202,13 @@ class PooledImages:
             **source,
         )
         return self.workers.process(job, budget_s)
+
+
+def pooled_vision(
+    folder: ModelDir, workers: ImageWorkers | None
+) -> ImageProcessor | VisionRefusal | None:
+    """The folder's image processing, run by `workers` when given (docs/images.md §3)."""
+    vision = load_vision(folder.path, folder.served_name)
+    if workers is None or vision is None or isinstance(vision, VisionRefusal):
+        return vision
+    return PooledImages(workers, folder.path, folder.served_name, vision.placeholder)

@@ -47,8 +47,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
-from smg_trio.model.image_workers import ImageWorkers, PooledImages
-from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
+from smg_trio.model.image_workers import ImageWorkers, pooled_vision
 from smg_trio.neutral.pooling import GENERATION_MODEL, ModelPooler, Task
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
@@ -393,13 +392,3 @@ class Gateway:
     def ready_for(self, body: bytes) -> bool:
         """A worker of the model `body` names can take it (the 404 for an unknown name)."""
         return self.pool.ready_for(self.model_key(self.models.for_body(body)))
-
-
-def pooled_vision(
-    folder: ModelDir, workers: ImageWorkers | None
-) -> ImageProcessor | VisionRefusal | None:
-    """The folder's image processing, run by `workers` when given (docs/images.md §3)."""
-    vision = load_vision(folder.path, folder.served_name)
-    if workers is None or vision is None or isinstance(vision, VisionRefusal):
-        return vision
-    return PooledImages(workers, folder.path, folder.served_name, vision.placeholder)
