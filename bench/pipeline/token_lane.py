@@ -69,7 +69,7 @@ class SocketChunks:
         raise AssertionError("the socketpair takes everything")
 
 
-async def _no_send(message: Message) -> None:
+async def no_send(message: Message) -> None:
     raise AssertionError("everything goes by the direct writes")
 
 
@@ -88,7 +88,7 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) ->
     with ours, theirs:
         ours.setblocking(False)
         chunks = SocketChunks(ours.fileno())
-        sink = SseResponse(_no_send, direct=chunks, start_now=chunks.start_now)
+        sink = SseResponse(no_send, direct=chunks, start_now=chunks.start_now)
         assembler = ResponseAssembler(plan, tokenizer, created=0)
         record = RequestRecord("bench", "completion", "http1", "bench")
         writer = ChunkWriter(sink)

@@ -93,14 +93,20 @@ class OutputReader:
         strays = registry.strays
         requests = in_flight.requests
         advance = self._advance
-        for step in message.steps:
+        for step in message.steps:  # one loop, in the engine's order
             route = requests.get(step.request_id)
-            if route is not None:  # else aborted, failed or not ours: dropped
-                if route.engine is not heard:
-                    in_flight.heard_from(route.engine, now)
+            if route is None:  # aborted, failed or not ours: dropped
+                if strays is not None and (
+                    not isinstance(step, RequestStep) or step.finish_reason is None
+                ):
+                    strays.setdefault(message.engine_index, set()).add(step.request_id)
+                continue
+            if route.engine is not heard:
+                in_flight.heard_from(route.engine, now)
+            if isinstance(step, RequestStep):
                 advance(route, step)
-            elif strays is not None and step.finish_reason is None:
-                strays.setdefault(message.engine_index, set()).add(step.request_id)
+            elif step.new_token_ids:  # plain token ids: no object made (the fast lane)
+                route.deliver_tokens(step.new_token_ids, None)
 
     def _stray_aborts(self) -> list[tuple[EngineSlot, list[bytes]]]:
         """The ABORT frames for the strays collected so far (then forgotten): a killed
