@@ -30,26 +30,17 @@ from typing import Final
 import trio
 import trio.testing
 
-from bench.pipeline.token_lane import DRAIN_EVERY, TEXT, SocketChunks, no_send
+from bench.pipeline.token_lane import DRAIN_EVERY, TEXT, consume, drain, request_side
 from smg_trio.backends.event_stream import (
-    EngineEventStream,
     InlineBatches,
-    InlineStep,
-    TokensStep,
 )
 from smg_trio.backends.zmq_engines import RankPolicy, Route
 from smg_trio.backends.zmq_input_writer import Outgoing
 from smg_trio.backends.zmq_outputs import OutputReader
 from smg_trio.backends.zmq_registry import EngineRegistry
-from smg_trio.core.plan import GeneratePlan, StopSpec
-from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
-from smg_trio.frontends.sse import SseResponse
 from smg_trio.model.folder import demo_model_path, load_model_dir
-from smg_trio.neutral.runtime import Endpoint, Runtime
-from smg_trio.neutral.sampling import SamplingParams
-from smg_trio.observability.request_record import RequestRecord
-from smg_trio.request.nursery import ChunkWriter, _step_for, _tokens_step_for
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.vllm_zmq_outputs import EngineCoreOutput, EngineCoreOutputs, encode_outputs
 
 MAX_TOKENS: Final = 100_000
@@ -76,21 +67,6 @@ def _never_sent(item: Outgoing) -> None:
     raise AssertionError("plain tokens send nothing back")
 
 
-async def _consume(
-    stream: EngineEventStream,
-    step: InlineStep,
-    tokens: TokensStep,
-    *,
-    task_status: trio.TaskStatus[None],
-) -> None:
-    """A request's loop over its stream, parked in `batches()` (as request/nursery.py's)."""
-    stream.consume_inline(step, tokens)
-    task_status.started()
-    async for batch in stream.batches():
-        if not step(batch):
-            break
-
-
 async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], streams: int) -> float:
     """ns per token over the messages after the first (which opens every stream)."""
     messages = _messages(ids, streams)
@@ -105,20 +81,7 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], streams: int) 
                 ours, theirs = (sockets.enter_context(end) for end in socket.socketpair())
                 ours.setblocking(False)
                 ends.append(theirs)
-                plan = GeneratePlan(
-                    request_id=f"bench-{s}",
-                    endpoint=Endpoint.COMPLETION,
-                    model="demo",
-                    prompt_ids=(1,),
-                    sampling=SamplingParams(),
-                    stream=True,
-                    stop_spec=StopSpec(),
-                )
-                chunks = SocketChunks(ours.fileno())
-                sink = SseResponse(no_send, direct=chunks, start_now=chunks.start_now)
-                assembler = ResponseAssembler(plan, tokenizer, created=0)
-                record = RequestRecord(f"bench-{s}", "completion", "http1", "bench")
-                writer = ChunkWriter(sink)
+                writer, step, tokens = request_side(tokenizer, ours.fileno(), f"bench-{s}")
                 writer.starts_in(nursery)
                 stream = registry.in_flight.new_stream((f"r{s}",), inline)
                 registry.in_flight.add(
@@ -130,23 +93,15 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], streams: int) 
                         prompt_tokens=1,
                     )
                 )
-                step = _step_for(assembler, writer, record)
-                tokens = _tokens_step_for(assembler, writer, record)
-
-                await nursery.start(_consume, stream, step, tokens)
+                await nursery.start(consume, stream, step, tokens)
             await trio.testing.wait_all_tasks_blocked()
             reader.apply(messages[:1], trio.current_time())  # the first chunks open the streams
             started = time.perf_counter_ns()
             for index, message in enumerate(messages[1:]):
                 reader.apply([message], trio.current_time())
-                if index % DRAIN_EVERY:
-                    continue
-                for end in ends:
-                    try:
-                        while end.recv(1 << 20, socket.MSG_DONTWAIT):
-                            pass
-                    except BlockingIOError:
-                        pass
+                if index % DRAIN_EVERY == 0:
+                    for end in ends:
+                        drain(end)
             elapsed = time.perf_counter_ns() - started
             nursery.cancel_scope.cancel()
     return elapsed / max((len(ids) - 1) * streams, 1)
