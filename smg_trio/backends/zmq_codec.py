@@ -170,8 +170,13 @@ def _vllm_message(
 ) -> OutputMessage:
     outputs = message.outputs
     steps: Sequence[RequestStep | PlainTokens] = outputs  # plain token ids: as decoded
-    for position, output in enumerate(outputs):
-        if not _plain(output):  # this one and those after it through `_vllm_step`, in order
+    for position, output in enumerate(outputs):  # `_plain`, inline: once per token
+        if (
+            output.finish_reason is not None
+            or output.new_logprobs is not None
+            or output.new_prompt_logprobs_tensors is not None
+            or output.prefill_stats is not None
+        ):  # this one and those after it through `_vllm_step`, in order
             steps = [
                 *outputs[:position],
                 *(_vllm_step(each, frames) for each in outputs[position:]),
