@@ -87,6 +87,11 @@ COMMANDS: Final = (
             "bench.pipeline.token_lane:main",
             "a token's request-side layers, lane on/off",
         ),
+        (
+            "engine_lane",
+            "bench.pipeline.engine_lane:main",
+            "a token from a vLLM output message's bytes to the client sockets",
+        ),
         ("parser_cpu", "bench.pipeline.parser_cpu:main", "CPU per token with output parsers"),
         ("messages_cost", "bench.pipeline.messages_cost:main", "Anthropic Messages against chat"),
         ("responses_stream", "bench.pipeline.responses_stream:main", "Responses against chat"),

@@ -29,7 +29,7 @@ figures moved by up to ±30 % with the machine's other load):
 - Where the client's time goes at 256 streams (profiles above): the one output-reader task is
   60-75 % of the busy main thread in the backend pass. Per engine output it builds a
   `RequestStep` (`zmq_codec._vllm_message`), looks up the route and builds a `TokenDelta`
-  (`zmq_registry.dispatch`/`_advance`) and appends it to the stream's mailbox
+  (`zmq_outputs.OutputReader.dispatch`/`_advance`) and appends it to the stream's mailbox
   (`deliver`/`put_nowait`): ~4.5 µs per token (timed by instrumenting the reader). The stream
   tasks (one wake-up per reader batch, `coalesce`, the loop) take most of the rest; in the
   pipeline pass detokenize + stop scan is the largest single area.
@@ -191,7 +191,7 @@ PROFILE_AREAS: Final = (
         "backend decode (zmq_codec, wire outputs, msgspec)",
         ("zmq_codec.py", "vllm_zmq_outputs.py", "zmq_transport.py", "msgpack.Decoder"),
     ),
-    ("backend demultiplex (zmq_registry, in_flight)", ("zmq_registry.py", "in_flight.py")),
+    ("backend demultiplex (zmq_outputs, in_flight)", ("zmq_outputs.py", "in_flight.py")),
     ("backend hand-off (event_stream, mailbox)", ("event_stream.py", "handoff.py")),
     (
         "pipeline stops + detokenize",

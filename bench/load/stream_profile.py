@@ -68,7 +68,7 @@ RULES: Final = (
         (
             "Socket.send",
             "smg_trio/backends/zmq_input_writer",
-            "ZmqBackend._start_stream",
+            "StreamStarter.start",
             "ZmqBackend.open_stream",
             "encode_request",
             "build_request",

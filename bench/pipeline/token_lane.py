@@ -30,7 +30,12 @@ from typing import Final
 import trio
 import trio.testing
 
-from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
+from smg_trio.backends.event_stream import (
+    EngineEventStream,
+    InlineBatches,
+    InlineStep,
+    TokensStep,
+)
 from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.response_assembler import ResponseAssembler
 from smg_trio.core.tokenizer import TokenizerLike
@@ -69,14 +74,25 @@ class SocketChunks:
         raise AssertionError("the socketpair takes everything")
 
 
-async def _no_send(message: Message) -> None:
+async def no_send(message: Message) -> None:
     raise AssertionError("everything goes by the direct writes")
 
 
-async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) -> float:
-    """ns per token over `ids` after the first (which opens the stream), one token per read."""
+def drain(end: socket.socket) -> None:
+    """Read what the socketpair's other end holds, without waiting."""
+    try:
+        while end.recv(1 << 20, socket.MSG_DONTWAIT):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def request_side(
+    tokenizer: TokenizerLike, fd: int, request_id: str
+) -> tuple[ChunkWriter, InlineStep, TokensStep]:
+    """A plain streamed completion's writer, step and fast lane, its chunks written to `fd`."""
     plan = GeneratePlan(
-        request_id="bench",
+        request_id=request_id,
         endpoint=Endpoint.COMPLETION,
         model="demo",
         prompt_ids=(1,),
@@ -84,29 +100,40 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) ->
         stream=True,
         stop_spec=StopSpec(),
     )
+    chunks = SocketChunks(fd)
+    sink = SseResponse(no_send, direct=chunks, start_now=chunks.start_now)
+    assembler = ResponseAssembler(plan, tokenizer, created=0)
+    record = RequestRecord(request_id, "completion", "http1", "bench")
+    writer = ChunkWriter(sink)
+    return writer, _step_for(assembler, writer, record), _tokens_step_for(assembler, writer, record)
+
+
+async def consume(
+    stream: EngineEventStream,
+    step: InlineStep,
+    tokens: TokensStep | None,
+    *,
+    task_status: trio.TaskStatus[None],
+) -> None:
+    """A request's loop over its stream, parked in `batches()` (as request/nursery.py's)."""
+    stream.consume_inline(step, tokens)
+    task_status.started()
+    async for batch in stream.batches():
+        if not step(batch):
+            break
+
+
+async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) -> float:
+    """ns per token over `ids` after the first (which opens the stream), one token per read."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
         ours.setblocking(False)
-        chunks = SocketChunks(ours.fileno())
-        sink = SseResponse(_no_send, direct=chunks, start_now=chunks.start_now)
-        assembler = ResponseAssembler(plan, tokenizer, created=0)
-        record = RequestRecord("bench", "completion", "http1", "bench")
-        writer = ChunkWriter(sink)
-        step = _step_for(assembler, writer, record)
-        tokens = _tokens_step_for(assembler, writer, record)
+        writer, step, tokens = request_side(tokenizer, ours.fileno(), "bench")
         inline = InlineBatches()
         stream = EngineEventStream(("bench",), inline)
         async with trio.open_nursery() as nursery:
             writer.starts_in(nursery)
-
-            async def consume(*, task_status: trio.TaskStatus[None]) -> None:
-                stream.consume_inline(step, tokens if lane else None)
-                task_status.started()
-                async for batch in stream.batches():
-                    if not step(batch):
-                        break
-
-            await nursery.start(consume)
+            await nursery.start(consume, stream, step, tokens if lane else None)
             await trio.testing.wait_all_tasks_blocked()
             stream.deliver(TokenDelta(0, (ids[0],)))  # the first chunk opens the stream
             inline.flush()
@@ -118,11 +145,7 @@ async def one_round(tokenizer: TokenizerLike, ids: Sequence[int], lane: bool) ->
                     stream.deliver(TokenDelta(0, (token_id,)))
                 inline.flush()
                 if index % DRAIN_EVERY == 0:
-                    try:
-                        while theirs.recv(1 << 20, socket.MSG_DONTWAIT):
-                            pass
-                    except BlockingIOError:
-                        pass
+                    drain(theirs)
             elapsed = time.perf_counter_ns() - started
             stream.end()
             writer.close()

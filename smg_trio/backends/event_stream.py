@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import trio
 
@@ -105,18 +106,11 @@ class EngineEventStream:
         is one choice's plain token ids to `tokens`, if given, without making the event. A
         no-op on a backend without a single reader."""
         if self._inline is not None:
-            context = trio.lowlevel.current_task().context
-
-            def in_context(batch: Sequence[EngineEvent]) -> bool:
-                return context.run(step, batch)
-
-            self._step = in_context
+            # `context.run(step, ...)` through a partial: no Python frame of ours per batch.
+            run: Callable[..., bool] = trio.lowlevel.current_task().context.run
+            self._step = partial(run, step)
             if tokens is not None:
-
-                def tokens_in_context(choice_index: int, token_ids: tuple[int, ...]) -> bool:
-                    return context.run(tokens, choice_index, token_ids)
-
-                self._tokens = tokens_in_context
+                self._tokens = partial(run, tokens)
 
     def batches(self) -> EventBatches:
         """Everything delivered since the previous batch, merged; ends or fails as told."""
@@ -167,17 +161,28 @@ class EngineEventStream:
 
     def flush_inline(self) -> None:
         """The events held since the last flush: to the inline step when the consumer is
-        parked with nothing queued, else to the mailbox."""
+        parked with nothing queued, else to the mailbox. Held ids alone (the fast lane's) go
+        to the lane as the step would get them, or as a delta to the mailbox."""
         ids = self._held_ids
+        mailbox = self._mailbox
         if ids is not None:  # the fast lane's: nothing else is held
             self._held_ids = None
-            self._flush_tokens(ids)
+            if not mailbox.owner_parked():
+                mailbox.put_nowait(TokenDelta(self._held_choice, ids))
+                return
+            assert self._tokens is not None  # ids are only held for a fast lane
+            try:
+                more = self._tokens(self._held_choice, ids)
+            except Exception as error:
+                self._end_inline(error)
+                return
+            if not more:
+                self._end_inline(None)
             return
         held = self._held
         if not held:  # the stream ended or failed since: they went to the mailbox
             return
         self._held = []
-        mailbox = self._mailbox
         if not mailbox.owner_parked():
             for event in held:
                 mailbox.put_nowait(event)
@@ -185,31 +190,17 @@ class EngineEventStream:
         assert self._step is not None  # events are only held for a step
         try:
             more = self._step(coalesce(held))
-        except Exception as error:  # the task's loop raises it, as if the step had run there
-            self._closed = True
-            mailbox.close(error)
+        except Exception as error:
+            self._end_inline(error)
             return
         if not more:
-            self._closed = True
-            mailbox.close()
+            self._end_inline(None)
 
-    def _flush_tokens(self, token_ids: tuple[int, ...]) -> None:
-        """`flush_inline` of one choice's plain ids: to the fast lane as the step would get
-        them, or as a delta to the mailbox."""
-        mailbox = self._mailbox
-        if not mailbox.owner_parked():
-            mailbox.put_nowait(TokenDelta(self._held_choice, token_ids))
-            return
-        assert self._tokens is not None  # ids are only held for a fast lane
-        try:
-            more = self._tokens(self._held_choice, token_ids)
-        except Exception as error:  # as in `flush_inline`
-            self._closed = True
-            mailbox.close(error)
-            return
-        if not more:
-            self._closed = True
-            mailbox.close()
+    def _end_inline(self, error: Exception | None) -> None:
+        """The inline step said it wants no more (`error` None) or raised `error`: the task's
+        loop ends, or raises it, as if the step had run there."""
+        self._closed = True
+        self._mailbox.close(error)
 
     def _release_held(self) -> None:
         if self._held_ids is not None:

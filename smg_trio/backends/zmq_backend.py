@@ -30,7 +30,6 @@ every engine of this socket set out. An engine "abort" or "error" finish raises
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -39,25 +38,21 @@ from typing import Any, Final
 import trio
 import zmq
 
-from smg_trio.backends import zmq_codec
 from smg_trio.backends.base import BackendStatistics
 from smg_trio.backends.declared_model import DeclaredModel
 from smg_trio.backends.event_stream import EngineEventStream, InlineBatches
 from smg_trio.backends.in_flight import ENGINE_SILENCE_S, WATCHDOG_PERIOD_S
+from smg_trio.backends.zmq_adds import StreamStarter
 from smg_trio.backends.zmq_adopted import AdoptedListeners, adopt_engine_socket
 from smg_trio.backends.zmq_arrivals import serve_handshake, serve_registrations
 from smg_trio.backends.zmq_clients import ZmqClient, saved_registrations
+from smg_trio.backends.zmq_engines import EngineSlot, RankPolicy, Route, check_settings
 from smg_trio.backends.zmq_input_writer import InputWriter, Outgoing
 from smg_trio.backends.zmq_lifetime import open_socket_monitor, open_zmq_context
 from smg_trio.backends.zmq_liveness import MONITORED_EVENTS, PROBE_PERIOD_S, EngineProber
+from smg_trio.backends.zmq_outputs import OutputReader
 from smg_trio.backends.zmq_pooling import ZmqPooler
-from smg_trio.backends.zmq_registry import (
-    EngineRegistry,
-    EngineSlot,
-    RankPolicy,
-    Route,
-    check_settings,
-)
+from smg_trio.backends.zmq_registry import EngineRegistry
 from smg_trio.backends.zmq_socket import (
     TrioZmqSocket,
     any_port,
@@ -67,15 +62,13 @@ from smg_trio.backends.zmq_socket import (
     private_ipc_dir,
 )
 from smg_trio.core.finalize import Finalized
-from smg_trio.errors import BackendProtocolError, BackendUnavailable, ConfigError
+from smg_trio.errors import BackendUnavailable, ConfigError
 from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.neutral.runtime import Runtime, Wire
-from smg_trio.neutral.sampling import EngineRequest
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.zmq_transport import (
     RequestType,
     encode_abort,
-    is_engine_dead,
 )
 
 logger = logging.getLogger(__name__)
@@ -99,7 +92,6 @@ class ZmqBackend:
         client: ZmqClient | None = None,
     ) -> None:
         self._runtime = runtime
-        self._vocab_size = vocab_size
         self._input, self._output = sockets
         self.handshake_address, self.input_address, self.output_address = addresses
         """The bound endpoints (ports resolved): what INIT tells the engines."""
@@ -108,12 +100,21 @@ class ZmqBackend:
         self._inline = InlineBatches()  # docs/performance.md §2
         self.client_index = 0 if client is None else client.index
         """INIT's outputs[client_index] is ours: stamped on every ADD and UTILITY call."""
-        self._one_client = client is None  # the engine's image cache is ours alone
         if client is not None:
             self._registry.strays = {}
             for index, payload in saved_registrations(client.registrations).items():
                 self._registry.recover(runtime, index, payload)
         self._writer = InputWriter(self._input, self._registry)
+        self._streams = StreamStarter(
+            runtime=runtime,
+            registry=self._registry,
+            writer=self._writer,
+            inline=self._inline,
+            vocab_size=vocab_size,
+            client_index=self.client_index,
+            one_client=client is None,
+        )
+        self._outputs = OutputReader(runtime, self._registry, self._inline, self._writer.put)
         self._pooler = ZmqPooler(  # docs/pooling.md §2
             runtime, self._registry, self._writer, self._abort, vocab_size, self.client_index
         )
@@ -145,7 +146,7 @@ class ZmqBackend:
         the engine would refuse (prompt too long, token id outside the vocabulary, ...).
         """
         await trio.lowlevel.checkpoint_if_cancelled()
-        stream, routes = self._start_stream(finalized)
+        stream, routes = self._streams.start(finalized)
         async with self._in_flight.hold(stream, routes, self._abort) as events:
             yield events
 
@@ -202,63 +203,6 @@ class ZmqBackend:
             engine_deaths=self._in_flight.engine_deaths,
         )
 
-    def _start_stream(self, finalized: Finalized) -> tuple[EngineEventStream, list[Route]]:
-        """Encode every ADD (any ClientError leaves nothing behind), then register and queue."""
-        self._in_flight.admit(finalized, self._runtime, Wire.ZMQ)
-        registry = self._registry
-        ready = registry.ready_engines()
-        if not ready:
-            raise BackendUnavailable(registry.unready_reason())
-        planned: dict[str, tuple[EngineRequest, EngineSlot, list[bytes], list[bytes] | None]] = {}
-        load: dict[int, int] = {}
-        arrival_time = time.time()
-        for request in finalized.requests:
-            engine = registry.pick_engine(ready, load)
-            load[engine.index] = load.get(engine.index, 0) + 1
-            engine_request_id = self._in_flight.new_engine_request_id(request.request_id, planned)
-            assert engine.registration is not None  # it is ready
-            encode = partial(
-                zmq_codec.encode_add,
-                self._runtime,
-                request,
-                engine_request_id=engine_request_id,
-                max_model_len=engine.registration.max_model_len,
-                vocab_size=self._vocab_size,
-                arrival_time=arrival_time,
-                client_index=self.client_index,
-            )
-            frames = encode()
-            full_add = None
-            held = self._held_media(engine, request)
-            if held:  # repeats go as `data: nil`; the full ADD is kept for a cache miss
-                full_add, frames = frames, encode(cached_media=held)
-            engine.media.sent(request.media)
-            planned[engine_request_id] = (request, engine, frames, full_add)
-        stream = self._in_flight.new_stream(tuple(planned), self._inline)
-        routes = []
-        adds = []
-        for engine_request_id, (request, engine, frames, full_add) in planned.items():
-            route = Route(
-                engine_request_id=engine_request_id,
-                choice_index=request.choice_index,
-                engine=engine,
-                stream=stream,
-                prompt_tokens=len(request.prompt_ids),
-                full_add=full_add,
-            )
-            self._in_flight.add(route)
-            routes.append(route)
-            adds.append(Outgoing(engine, [engine.identity, *frames], add_for=route))
-        self._writer.send_adds(adds)  # every route registered first: a failed send sees them
-        return stream, routes
-
-    def _held_media(self, engine: EngineSlot, request: EngineRequest) -> frozenset[str]:
-        """The request's images `engine` holds, for vLLM with this process its only client
-        (several processes would each mirror a cache they share: data is always sent)."""
-        if not request.media or self._runtime is not Runtime.VLLM or not self._one_client:
-            return frozenset()
-        return engine.media.held(request.media)
-
     async def _abort(self, _given_up: Sequence[Route], unfinished: Sequence[Route]) -> None:
         """Queue one ABORT per live engine for the unfinished routes whose ADD went out, and
         wait until the writer sent them (the in-flight table shields and bounds the wait)."""
@@ -289,29 +233,9 @@ class ZmqBackend:
     # --- socket owners (background tasks) ---------------------------------------------------
 
     async def _read_outputs(self) -> None:
-        registry = self._registry
         while True:
             batch = await self._output.receive_batch(OUTPUT_BATCH_MAX)
-            now = trio.current_time()
-            for frames in batch:
-                if is_engine_dead(frames):
-                    for engine in registry.engines:
-                        registry.engine_died(engine, "it sent ENGINE_CORE_DEAD")
-                    continue
-                try:
-                    message = zmq_codec.decode_output(self._runtime, frames)
-                except BackendProtocolError as exc:
-                    registry.protocol_error(exc)
-                    continue
-                registry.dispatch(message, now)
-            self._inline.flush()  # the read's batches to the requests parked for them
-            if registry.resends:  # cache misses: the same ADDs again, with their images
-                for engine, frames in registry.resends:
-                    self._writer.put(Outgoing(engine, frames))
-                registry.resends.clear()
-            if registry.strays:  # once per batch; only ever with several processes
-                for engine, frames in registry.stray_aborts():
-                    self._writer.put(Outgoing(engine, frames))
+            self._outputs.apply(batch, trio.current_time())
 
 
 @asynccontextmanager

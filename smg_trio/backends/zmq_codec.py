@@ -5,13 +5,14 @@ an `EngineRequest` in, the ADD payload out; an output message in, per-request st
 finalized `EngineRequest` and the engine's own facts to the dialect's wire builder, and flattens
 both output layouts (vLLM's list of per-request structs with integer finish reasons and logprob
 arrays; TokenSpeed's column batch with string reasons and cumulative counts) into
-`RequestStep`s.
+`RequestStep`s; a vLLM output that is plain token ids stays the decoded struct (`PlainTokens`),
+so the common streamed token makes no object of ours.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -51,6 +52,18 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     pooled: tuple[tuple[float, ...], tuple[int, ...]] | None = None  # a pooling finish's tensor
 
 
+class PlainTokens(Protocol):
+    """One engine request's share of one output message that is token ids and nothing else (no
+    logprobs, prompt logprobs, prompt counts or finish): vLLM's own decoded output, kept as it
+    is instead of a `RequestStep` (the fast lane of docs/performance.md §2)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def new_token_ids(self) -> tuple[int, ...]: ...
+
+
 class UtilityReply(msgspec.Struct, frozen=True):
     call_id: int
     failure: str | None
@@ -59,7 +72,7 @@ class UtilityReply(msgspec.Struct, frozen=True):
 
 class OutputMessage(msgspec.Struct, frozen=True):
     engine_index: int
-    steps: tuple[RequestStep, ...]
+    steps: Sequence[RequestStep | PlainTokens]  # in the engine's order
     utility: UtilityReply | None = None
     load: EngineLoad | None = None  # what the message reported of the engine's load, if any
     prefix_cache: PrefixCacheCounts | None = None  # its prefix-cache counts since its last report
@@ -182,44 +195,20 @@ def _utility_reply(frames: Sequence[bytes]) -> OutputMessage | None:
 def _vllm_message(
     message: vllm_zmq_outputs.EngineCoreOutputs, frames: Sequence[bytes]
 ) -> OutputMessage:
-    steps = []
-    for output in message.outputs:
-        logprobs = None
-        if output.new_logprobs is not None:
-            logprobs = vllm_zmq_outputs.decode_logprobs(output.new_logprobs, frames)
-            if len(logprobs) != len(output.new_token_ids):
-                raise BackendProtocolError(
-                    f"{len(logprobs)} logprob positions for {len(output.new_token_ids)} tokens"
-                )
-        prompt_logprobs = None
-        if output.new_prompt_logprobs_tensors is not None:
-            prompt_logprobs = vllm_zmq_outputs.decode_prompt_logprobs(
-                output.new_prompt_logprobs_tensors, frames
-            )
-        error = None
-        if output.finish_reason == vllm_zmq_outputs.FinishReason.ERROR:
-            error = "the engine failed the request"
-            if output.error is not None:
-                error = output.error.message or output.error.code or error
-        prefill = output.prefill_stats
-        pooled = None
-        if output.pooling_output is not None:
-            pooled = vllm_pooling.pooled_tensor(output.pooling_output, frames)
-        steps.append(
-            RequestStep(
-                request_id=output.request_id,
-                token_ids=output.new_token_ids,
-                logprobs=logprobs,
-                prompt_logprobs=prompt_logprobs,
-                finish_reason=vllm_zmq_outputs.finish_reason_text(output.finish_reason),
-                stop_reason=output.stop_reason,
-                error=error,
-                prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
-                cached_tokens=None if prefill is None else prefill.num_cached_tokens,
-                cache_miss=output.mm_cache_miss_hashes or (),
-                pooled=pooled,
-            )
-        )
+    outputs = message.outputs
+    steps: Sequence[RequestStep | PlainTokens] = outputs  # plain token ids: as decoded
+    for position, output in enumerate(outputs):  # `_plain`, inline: once per token
+        if (
+            output.finish_reason is not None
+            or output.new_logprobs is not None
+            or output.new_prompt_logprobs_tensors is not None
+            or output.prefill_stats is not None
+        ):  # this one and those after it through `_vllm_step`, in order
+            steps = [
+                *outputs[:position],
+                *(_vllm_step(each, frames) for each in outputs[position:]),
+            ]
+            break
     utility = None
     if message.utility_output is not None:
         reply = message.utility_output
@@ -227,7 +216,7 @@ def _vllm_message(
         utility = UtilityReply(reply.call_id, reply.failure_message, value)
     stats = message.scheduler_stats  # only when the engine logs stats (docs/wire.md §A.7.4)
     if stats is None:
-        return OutputMessage(message.engine_index, tuple(steps), utility)
+        return OutputMessage(message.engine_index, steps, utility)
     load = EngineLoad(stats.num_running_reqs, stats.num_waiting_reqs, stats.kv_cache_usage)
     # Deltas: most steps (decode only) admit nothing, and share one empty report.
     cache = stats.prefix_cache_stats
@@ -244,7 +233,60 @@ def _vllm_message(
             or cache.reset
         ):
             counts = _prefix_cache_counts(cache)
-    return OutputMessage(message.engine_index, tuple(steps), utility, load, counts)
+    return OutputMessage(message.engine_index, steps, utility, load, counts)
+
+
+def _plain(output: vllm_zmq_outputs.EngineCoreOutput) -> bool:
+    """Token ids and nothing the gateway reads besides (`PlainTokens`)."""
+    return (
+        output.finish_reason is None
+        and output.new_logprobs is None
+        and output.new_prompt_logprobs_tensors is None
+        and output.prefill_stats is None
+        and output.pooling_output is None
+    )
+
+
+def _vllm_step(
+    output: vllm_zmq_outputs.EngineCoreOutput, frames: Sequence[bytes]
+) -> RequestStep | PlainTokens:
+    """One output as a `RequestStep`, or as it is when it is plain token ids."""
+    if _plain(output):
+        return output
+    logprobs = None
+    if output.new_logprobs is not None:
+        logprobs = vllm_zmq_outputs.decode_logprobs(output.new_logprobs, frames)
+        if len(logprobs) != len(output.new_token_ids):
+            raise BackendProtocolError(
+                f"{len(logprobs)} logprob positions for {len(output.new_token_ids)} tokens"
+            )
+    prompt_logprobs = None
+    if output.new_prompt_logprobs_tensors is not None:
+        prompt_logprobs = vllm_zmq_outputs.decode_prompt_logprobs(
+            output.new_prompt_logprobs_tensors, frames
+        )
+    error = None
+    if output.finish_reason == vllm_zmq_outputs.FinishReason.ERROR:
+        error = "the engine failed the request"
+        if output.error is not None:
+            error = output.error.message or output.error.code or error
+    prefill = output.prefill_stats
+    pooled = None
+    if output.pooling_output is not None:  # at the finish, so never on the plain lane
+        pooled = vllm_pooling.pooled_tensor(output.pooling_output, frames)
+    return RequestStep(
+        request_id=output.request_id,
+        token_ids=output.new_token_ids,
+        logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        finish_reason=vllm_zmq_outputs.finish_reason_text(output.finish_reason),
+        stop_reason=output.stop_reason,
+        error=error,
+        prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
+        cached_tokens=None if prefill is None else prefill.num_cached_tokens,
+        cache_miss=output.mm_cache_miss_hashes or (),
+        pooled=pooled,
+    )
 
 
 def _prefix_cache_counts(cache: vllm_zmq_outputs.PrefixCacheStats) -> PrefixCacheCounts:

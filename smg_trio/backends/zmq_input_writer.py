@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import trio
 
-from smg_trio.backends.zmq_registry import EngineRegistry, EngineSlot, Route
+from smg_trio.backends.zmq_engines import EngineSlot, Route
+from smg_trio.backends.zmq_registry import EngineRegistry
 from smg_trio.backends.zmq_socket import TrioZmqSocket
 from smg_trio.errors import BackendError, BackendUnavailable
 from smg_trio.handoff import Mailbox, Taken

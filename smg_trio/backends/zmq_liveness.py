@@ -28,7 +28,8 @@ import trio
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from smg_trio.backends.zmq_registry import EngineRegistry, EngineSlot
+from smg_trio.backends.zmq_engines import EngineSlot
+from smg_trio.backends.zmq_registry import EngineRegistry
 from smg_trio.backends.zmq_socket import TrioZmqSocket
 from smg_trio.wire import vllm_zmq
 from smg_trio.wire.zmq_transport import RequestType, encode_abort

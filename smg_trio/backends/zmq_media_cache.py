@@ -5,7 +5,7 @@ image items (`mm_processor_cache_gb`, an LRU by bytes), so a repeated image goes
 The mirror is kept smaller than the engine's cache (1 GiB against vLLM's 4 GiB default) and
 only one frontend feeds that cache, so what the mirror holds the engine holds too; if it does
 not (another budget, a restart we have not seen yet), the engine ends the request with a cache
-miss and the backend resends it once with data (`zmq_registry`). An engine that registers again
+miss and the backend resends it once with data (`zmq_outputs`). An engine that registers again
 or dies starts empty.
 """
 

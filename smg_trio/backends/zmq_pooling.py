@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import trio
 
 from smg_trio.backends import zmq_codec
+from smg_trio.backends.zmq_engines import Route
 from smg_trio.backends.zmq_input_writer import InputWriter, Outgoing
-from smg_trio.backends.zmq_registry import EngineRegistry, Route
+from smg_trio.backends.zmq_registry import EngineRegistry
 from smg_trio.errors import BackendProtocolError, BackendUnavailable
 from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.neutral.runtime import Runtime

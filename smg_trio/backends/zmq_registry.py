@@ -1,6 +1,7 @@
 """I/O. The ZMQ backend's engines: which exist and are ready, their utility calls, and what a
-handshake message, a registration, an output message or an engine death does to them. The
-engine requests in flight are its `InFlightTable` (in_flight.py).
+handshake message, a registration or an engine death does to them. The engine requests in flight
+are its `InFlightTable` (in_flight.py); what an output message does is the output reader's
+(zmq_outputs.py); the slots themselves are zmq_engines.py's.
 
 Every method is synchronous, so the output reader applies a whole message without yielding and
 never waits on a request; trio is used only for its events.
@@ -8,41 +9,24 @@ never waits on a request; trio is used only for its events.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
-from smg_trio.backends.base import EngineLoad, EngineStatus, PrefixCacheCounts
+from smg_trio.backends.base import EngineStatus
 from smg_trio.backends.declared_model import DeclaredModel
-from smg_trio.backends.in_flight import InFlight, InFlightTable
-from smg_trio.backends.zmq_codec import (
-    OutputMessage,
-    Registration,
-    RequestStep,
-    decode_registration,
-)
-from smg_trio.backends.zmq_media_cache import MediaMirror
-from smg_trio.errors import (
-    BackendError,
-    BackendProtocolError,
-    ConfigError,
-    EngineDead,
-    EngineRejected,
-)
-from smg_trio.neutral.capabilities import capabilities_of
-from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.backends.in_flight import InFlightTable
+from smg_trio.backends.zmq_codec import decode_registration
+from smg_trio.backends.zmq_engines import EngineSlot, PendingCall, RankPolicy, Route
+from smg_trio.errors import BackendError, BackendProtocolError, EngineDead
+from smg_trio.neutral.runtime import Runtime
 from smg_trio.wire.zmq_transport import (
     HELLO,
     READY,
-    RequestType,
     decode_handshake,
-    encode_abort,
     engine_identity,
     engine_index_of,
 )
@@ -50,87 +34,9 @@ from smg_trio.wire.zmq_transport import (
 logger = logging.getLogger(__name__)
 
 
-class RankPolicy(enum.Enum):
-    """How a data-parallel rank is chosen for each engine request."""
-
-    LEAST_LOADED = "least_loaded"  # fewest requests in flight; ties rotate
-    ROUND_ROBIN = "round_robin"
-
-
-@dataclass(eq=False)
-class EngineSlot:
-    """One engine (data-parallel rank) behind the socket set, by its 2-byte identity."""
-
-    index: int
-    identity: bytes
-    said_hello: bool = False
-    said_ready: bool = False
-    registration: Registration | None = None
-    dead_reason: str | None = None
-    revivable: bool = False
-    """Dead by silence only: it is still probed, and its next output takes it back."""
-    abandoned: list[str] = field(default_factory=list)
-    """Engine request ids sent to it and given up when it went silent: aborted if it revives."""
-    load: EngineLoad | None = None  # the last load it reported (metrics)
-    prefix_cache: PrefixCacheCounts | None = None  # the sum of its prefix-cache reports (metrics)
-    awaiting_answer: bool = False
-    """Its registration came from a sibling process (docs/processes.md §3): not ready here until
-    it answers a probe, and a send it cannot take yet (not reconnected) is no death."""
-    probe_delivered: bool = False
-    """A probe reached its input: outputs from then on prove both directions reconnected (its
-    output socket may reconnect, and deliver, before its input does)."""
-    media: MediaMirror = field(default_factory=MediaMirror)
-    """The images it holds (zmq_media_cache.py): a repeat goes as `data: nil`."""
-
-    @property
-    def ready(self) -> bool:
-        return self.said_ready and self.registration is not None and self.dead_reason is None
-
-    def restart(self) -> None:
-        """A (new) engine process said HELLO with this identity."""
-        self.said_hello, self.said_ready = True, False
-        self.registration, self.dead_reason = None, None
-        self.revivable, self.abandoned = False, []
-        self.awaiting_answer = self.probe_delivered = False
-
-
-@dataclass(eq=False, kw_only=True)
-class Route(InFlight[EngineSlot]):
-    """One engine request in flight on a rank."""
-
-    add_sent: bool = False  # the writer handed its ADD to libzmq: leaving must ABORT it
-    # Sent with some images as `data: nil`: the same ADD with every image's data, for one
-    # resend should the engine answer with a cache miss (docs/images.md §5).
-    full_add: list[bytes] | None = None
-    pooled: tuple[tuple[float, ...], tuple[int, ...]] | None = None  # a pooling request's result
-
-
-@dataclass(eq=False)
-class PendingCall:
-    engine: EngineSlot
-    done: trio.Event = field(default_factory=trio.Event)
-    value: Any = None
-    error: BaseException | None = None
-
-    def settle(self, *, value: Any = None, error: BaseException | None = None) -> None:
-        if not self.done.is_set():
-            self.value, self.error = value, error
-            self.done.set()
-
-
-def check_settings(runtime: Runtime, engine_count: int, **periods: float) -> None:
-    """A ZMQ backend's settings, checked before any socket is bound (ConfigError)."""
-    one_engine = capabilities_of(runtime, Wire.ZMQ).one_engine_per_worker
-    if engine_count < 1 or (one_engine and engine_count != 1):
-        raise ConfigError(
-            f"engine_count must be >= 1 (and exactly 1 for TokenSpeed), got {engine_count}"
-        )
-    for name, value in periods.items():
-        if not value > 0:
-            raise ConfigError(f"{name} must be positive, got {value}")
-
-
 class EngineRegistry:
+    """The engines of one socket set, by index. See the module doc."""
+
     def __init__(self, engine_count: int, rank_policy: RankPolicy) -> None:
         self.engines = tuple(EngineSlot(i, engine_identity(i)) for i in range(engine_count))
         self.in_flight: InFlightTable[EngineSlot, Route] = InFlightTable(self.engines)
@@ -147,8 +53,6 @@ class EngineRegistry:
         """Told the ids to abort on an engine that answered again after going silent."""
         self.declared: DeclaredModel | None = None
         """The model this worker was declared for: an engine showing another is refused."""
-        self.resends: list[tuple[EngineSlot, list[bytes]]] = []
-        """ADDs to send again with their images' data (a cache miss), by the output reader."""
 
     # --- engines ----------------------------------------------------------------------------
 
@@ -352,79 +256,3 @@ class EngineRegistry:
             return rotated[0]
         count = self.in_flight.count
         return min(rotated, key=lambda engine: count(engine) + planned.get(engine.index, 0))
-
-    # --- outputs ----------------------------------------------------------------------------
-
-    def dispatch(self, message: OutputMessage, now: float) -> None:
-        """Apply one output message: resolve a utility reply, deliver steps to their streams."""
-        in_flight = self.in_flight
-        heard: EngineSlot | None = None  # the engine marked heard from below (once per message)
-        if 0 <= message.engine_index < len(self.engines):
-            engine = heard = self.engines[message.engine_index]
-            in_flight.heard_from(engine, now)
-            if engine.revivable:  # once per message, never per token
-                self.revive(engine)
-            elif engine.awaiting_answer and engine.probe_delivered:
-                self.answered(engine)
-            if message.load is not None:
-                engine.load = message.load
-            counts = message.prefix_cache  # deltas: summed here, exported as counters
-            if counts is not None:
-                summed = engine.prefix_cache
-                engine.prefix_cache = counts if summed is None else summed.plus(counts)
-        if message.utility is not None:
-            call = self.calls.get(message.utility.call_id)
-            if call is not None:
-                failure = message.utility.failure
-                call.settle(
-                    value=message.utility.value,
-                    error=None if failure is None else EngineRejected(failure),
-                )
-        strays = self.strays
-        requests = in_flight.requests
-        advance = self._advance
-        for step in message.steps:
-            route = requests.get(step.request_id)
-            if route is not None:  # else aborted, failed or not ours: dropped
-                if route.engine is not heard:
-                    in_flight.heard_from(route.engine, now)
-                advance(route, step)
-            elif strays is not None and step.finish_reason is None:
-                strays.setdefault(message.engine_index, set()).add(step.request_id)
-
-    def stray_aborts(self) -> list[tuple[EngineSlot, list[bytes]]]:
-        """The ABORT frames for the strays collected so far (then forgotten): a killed
-        predecessor's requests would otherwise run to their end (docs/processes.md §3). Aborts
-        are idempotent, so re-aborting an id we had just aborted costs one frame."""
-        frames = []
-        for index, ids in (self.strays or {}).items():
-            if 0 <= index < len(self.engines):
-                engine = self.engines[index]
-                abort = encode_abort(sorted(ids))
-                frames.append((engine, [engine.identity, RequestType.ABORT.frame, abort]))
-        if self.strays:
-            self.strays.clear()
-        return frames
-
-    def _advance(self, route: Route, step: RequestStep) -> None:
-        if step.prompt_logprobs is not None:
-            route.prompt_logprobs = step.prompt_logprobs
-        if step.token_ids:
-            route.deliver_tokens(step.token_ids, step.logprobs)
-        if step.prompt_tokens is not None:
-            route.prompt_tokens = step.prompt_tokens
-        if step.completion_tokens is not None:
-            route.completion_tokens = step.completion_tokens
-        if step.cached_tokens is not None:
-            route.cached_tokens = step.cached_tokens
-        if step.pooled is not None:
-            route.pooled = step.pooled
-        if step.finish_reason is not None:
-            if step.cache_miss and route.full_add is not None and not route.completion_tokens:
-                # vLLM's cache miss: its receiver lost an image we sent as nil. Once, with data.
-                route.engine.media.forget(step.cache_miss)
-                self.resends.append((route.engine, [route.engine.identity, *route.full_add]))
-                route.full_add = None
-                return
-            failure = step.error or f"finish reason {step.finish_reason!r}"
-            self.in_flight.end_choice(route, step.finish_reason, step.stop_reason, failure=failure)

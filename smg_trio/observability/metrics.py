@@ -218,9 +218,11 @@ class GatewayMetrics:
         route = self._route(endpoint, transport, record.worker, record.model or NO_WORKER)
         if record.status == 200:
             route.served.inc()
+            route.model_served().inc()
         else:
-            self.requests.labels(endpoint, transport, str(record.status)).inc()
-        self.model_requests.labels(record.model or NO_WORKER, str(record.status)).inc()
+            status = str(record.status)
+            self.requests.labels(endpoint, transport, status).inc()
+            self.model_requests.labels(record.model or NO_WORKER, status).inc()
         if record.error_code is not None:
             self.errors.labels(endpoint, transport, record.error_code).inc()
         if record.abort_cause is not None:
@@ -281,6 +283,16 @@ class _RouteChildren:
         self.e2e = metrics.e2e.labels(endpoint, model, worker)
         self.inter_token = metrics.inter_token.labels(model, worker)
         self._finishes: dict[str, Counter] = {}
+        self._model = model
+        self._model_served: Counter | None = None
+
+    def model_served(self) -> Counter:
+        """Its served model's count of 200s, made on the first (an in-flight route, whose model
+        is "", never shows one)."""
+        child = self._model_served
+        if child is None:
+            child = self._model_served = self._metrics.model_requests.labels(self._model, "200")
+        return child
 
     def finished(self, reason: str) -> Counter:
         child = self._finishes.get(reason)

@@ -201,8 +201,11 @@ class RequestError(msgspec.Struct, frozen=True):
     retryable: bool = False
 
 
-class EngineCoreOutput(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
-    """One request's step. Terminal iff `finish_reason` is not None; tokens are this step's delta."""
+class EngineCoreOutput(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True, gc=False):
+    """One request's step. Terminal iff `finish_reason` is not None; tokens are this step's delta.
+
+    `gc=False` (as `EngineCoreOutputs`): one per streamed token, holding only decoded values, so
+    never in a reference cycle; untracked, it does not count toward the collector's next run."""
 
     request_id: str
     new_token_ids: tuple[int, ...]
@@ -233,7 +236,7 @@ class UtilityOutput(msgspec.Struct, array_like=True, frozen=True):
     result: tuple[Any, Any] | None = None
 
 
-class EngineCoreOutputs(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
+class EngineCoreOutputs(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True, gc=False):
     """One output message. `engine_index` names the producing engine (PULL has no identity)."""
 
     engine_index: int = 0

@@ -13,9 +13,10 @@ import trio
 import trio.testing
 import zmq
 
+from smg_trio.backends.zmq_engines import RankPolicy, Route
 from smg_trio.backends.zmq_input_writer import LOST_CONNECTION, InputWriter, Outgoing
 from smg_trio.backends.zmq_lifetime import open_zmq_context
-from smg_trio.backends.zmq_registry import EngineRegistry, RankPolicy, Route
+from smg_trio.backends.zmq_registry import EngineRegistry
 from smg_trio.backends.zmq_socket import TrioZmqSocket, bind_engine_socket
 from smg_trio.wire.zmq_transport import RequestType, engine_identity
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smg_trio.backends.zmq_codec import decode_output, encode_pooling_add
+from smg_trio.backends.zmq_codec import RequestStep, decode_output, encode_pooling_add
 from smg_trio.errors import BackendProtocolError, ClientError, UnsupportedRuntime
 from smg_trio.neutral.pooling import PoolingRequest, PoolingTask
 from smg_trio.neutral.runtime import Runtime
@@ -93,6 +93,7 @@ def test_pooling_params_as_vllms_frontend_fills_them() -> None:
 def test_the_output_tensor_is_read_from_its_aux_frame() -> None:
     tensor = struct.pack("<2f", 0.5, -0.25)
     (step,) = decode_output(Runtime.VLLM, [POOLED_OUTPUT, tensor]).steps
+    assert isinstance(step, RequestStep)  # a finish: never the plain lane
     assert step.finish_reason == "stop"
     assert step.token_ids == ()
     assert step.pooled == ((0.5, -0.25), (2,))
