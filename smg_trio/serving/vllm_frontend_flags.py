@@ -44,7 +44,11 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "hf_token": "accepted: the engine downloads; we only read the local cache",
     "generation_config": "`vllm` only (we apply no sampling defaults from the model's files)",
     "tokenizer_mode": "`auto` or `hf` only (the model's tokenizer.json)",
-    "runner": "`generate` or `auto` only (pooling models are not served through the hook)",
+    "runner": "runner: `generate` (or `auto`) serves generation; `pooling` serves the pooling "
+    "paths (docs/pooling.md), its pooler named by `--convert` or, absent, `embed` for a "
+    "`...ForCausalLM` architecture as vLLM converts it (other architectures: refused)",
+    "convert": "convert: `embed` or `classify` (with `--runner pooling` or `auto`); `none` only "
+    "with a generate runner",
     "engine_ready_timeout_secs": "how long we wait for the engines' ready messages",
     "http_timeout_keep_alive": "idle_timeout_s: an idle keep-alive connection closes after it",
     "max_model_len": "max_model_len: the context length prompts and max_tokens are checked against "
@@ -135,7 +139,7 @@ worker_extension_cls
 REFUSED_FLAGS: Final = _flag_set(
     """
 aggregate_engine_logging anthropic_disabled_thinking_effort chat_template_content_format
-cohere_format cohere_is_reasoning_model convert cudagraph_metrics custom_histogram_buckets
+cohere_format cohere_is_reasoning_model cudagraph_metrics custom_histogram_buckets
 default_chat_template_kwargs enable_force_include_usage enable_log_deltas enable_mfu_metrics
 enable_mm_embeds enable_offline_docs enable_per_request_metrics enable_prompt_embeds
 enable_prompt_tokens_details enable_return_routed_experts enable_scale_out

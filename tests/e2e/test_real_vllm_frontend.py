@@ -210,3 +210,65 @@ def test_two_data_parallel_engines(reference: dict[str, Any], tmp_path: Path) ->
         assert len(engine_pids(server.process.pid)) == 2
         for _ in range(2):  # spread over both engines: each answers vLLM's greedy text
             assert greedy_answers(url) == reference
+
+
+EMBED_FLAGS: Final = ("--served-model-name", SERVED, "--runner", "pooling", "--convert", "embed")
+EMBED_INPUTS: Final = ["hello world", "Pooling through the hook.", "a", "emoji 🙂 and 漢字"]
+TOLERANCE: Final = 1e-6
+
+
+def pooling_answers(url: str) -> dict[str, Any]:
+    """Embeddings (one batch, one token-id input), their usage, the scores of /score and
+    /rerank, and the status a generation path gets on this embedding model."""
+    with httpx.Client(base_url=url, timeout=60.0) as client:
+        batch = client.post("/v1/embeddings", json={"model": SERVED, "input": EMBED_INPUTS})
+        ids = client.post("/v1/embeddings", json={"model": SERVED, "input": [1, 2, 3, 4, 5]})
+        pooling = client.post("/pooling", json={"model": SERVED, "input": "hello world"})
+        score = client.post(
+            "/score", json={"model": SERVED, "queries": "a fox", "documents": EMBED_INPUTS}
+        )
+        rerank = client.post(
+            "/rerank", json={"model": SERVED, "query": "a fox", "documents": EMBED_INPUTS}
+        )
+        chat = client.post(
+            "/v1/chat/completions", json={"model": SERVED, "messages": MESSAGES, "max_tokens": 4}
+        )
+    for answer in (batch, ids, pooling, score, rerank):
+        assert answer.status_code == 200, answer.text
+    return {
+        "vectors": [d["embedding"] for d in batch.json()["data"]]
+        + [ids.json()["data"][0]["embedding"], pooling.json()["data"][0]["data"]],
+        "usage": [batch.json()["usage"], ids.json()["usage"], pooling.json()["usage"]],
+        "scores": [d["score"] for d in score.json()["data"]]
+        + [
+            r["relevance_score"] for r in sorted(rerank.json()["results"], key=lambda r: r["index"])
+        ],
+        "chat_status": chat.status_code,
+    }
+
+
+def test_runner_pooling_convert_embed_equals_plain_vllm_serve(tmp_path: Path) -> None:
+    """`vllm serve --runner pooling --convert embed` through our front end: /v1/embeddings,
+    /pooling, /score and /rerank answer plain `vllm serve`'s vectors (within 1e-6) and usage,
+    and chat on the embedding model is a 404 on both (docs/pooling.md §4)."""
+    port = free_port()
+    plain_command = vllm_command("--host", "127.0.0.1", "--port", str(port), *EMBED_FLAGS)
+    plain = launch("vllm-embed-plain", plain_command, tmp_path)
+    with running([plain]):
+        url = f"http://127.0.0.1:{port}"
+        print(f"plain vllm serve (embed) ready after {wait_healthy([plain], url):.1f} s")
+        expected = pooling_answers(url)
+    with vllm_with_smg_trio(tmp_path, *EMBED_FLAGS) as (url, _):
+        got = pooling_answers(url)
+    assert got["usage"] == expected["usage"]
+    assert got["chat_status"] == expected["chat_status"] == 404
+    assert len(got["vectors"]) == len(expected["vectors"]) == len(EMBED_INPUTS) + 2
+    worst = max(
+        abs(a - b)
+        for ours, theirs in zip(got["vectors"], expected["vectors"], strict=True)
+        for a, b in zip(ours, theirs, strict=True)
+    )
+    worst_score = max(abs(a - b) for a, b in zip(got["scores"], expected["scores"], strict=True))
+    print(f"max abs difference: vectors {worst:.3g}, scores {worst_score:.3g}")
+    assert worst <= TOLERANCE
+    assert worst_score <= TOLERANCE
