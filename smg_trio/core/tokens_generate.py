@@ -11,6 +11,7 @@ carries the usage, as vLLM's server streams it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from msgspec import UNSET, UnsetType
 
@@ -20,6 +21,7 @@ from smg_trio.core.render import FinishedChoice
 from smg_trio.core.renderer_vocabulary import ChoiceProgress, Positions, RenderedLogprobs
 from smg_trio.core.sampling_plan import checked_prompt_ids, room_capped_max_tokens, stop_spec_for
 from smg_trio.core.stream_end import ChoiceFinish
+from smg_trio.errors import ClientError
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire.openai_responses import JSON_ENCODER, PromptLogprobs, Usage
@@ -35,6 +37,11 @@ from smg_trio.wire.vllm_tokens_generate import (
 )
 
 _encode = JSON_ENCODER.encode
+KNOBS: Final = (
+    *("temperature", "top_p", "top_k", "min_p", "seed"),
+    *("presence_penalty", "frequency_penalty", "repetition_penalty"),
+)
+"""The sampling fields the request and the engine spell alike."""
 RESPONSE_ID_PREFIX = "generate-tokens-"
 
 
@@ -47,15 +54,15 @@ def prepare_tokens_generate(
     max_tokens = room_capped_max_tokens(
         len(prompt_ids), params.max_tokens, model, "sampling_params.max_tokens"
     )
+    if max_tokens is not None and params.min_tokens > max_tokens:
+        raise ClientError(  # vLLM's check, against the max_tokens it filled in
+            f"sampling_params.min_tokens ({params.min_tokens}) must not exceed max_tokens "
+            f"({max_tokens}), the room the context leaves",
+            param="sampling_params.min_tokens",
+        )
+    knobs = {name: getattr(params, name) for name in KNOBS}
     sampling = SamplingParams(
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
-        min_p=params.min_p,
-        presence_penalty=params.presence_penalty,
-        frequency_penalty=params.frequency_penalty,
-        repetition_penalty=params.repetition_penalty,
-        seed=params.seed,
+        **knobs,
         max_tokens=max_tokens,
         min_tokens=params.min_tokens,
         ignore_eos=params.ignore_eos,

@@ -171,9 +171,12 @@ REFUSED_REASONS: Final[Mapping[str, str]] = {
     "whenever the engine reports cached tokens (more than 0), flag or not; vLLM with the flag "
     "also reports a 0 and created_cache_tokens, which we do not match yet",
     "return_tokens_as_token_ids": "logprobs tokens as `token_id:N` are not implemented",
-    "enable_scale_out": "vLLM's tokens-in/tokens-out /inference/v1/generate is not implemented",
-    "tokens_only": "as --enable-scale-out",
-    "return_sampling_mask": "as --enable-scale-out",
+    "enable_scale_out": "it also serves /render, /derender and /inference/v1/abort_requests, "
+    "which we do not; /inference/v1/generate itself is served without the flag "
+    "(docs/vllm-frontend.md §7)",
+    "tokens_only": "a server of /inference/v1/generate alone, with detokenization off, is not "
+    "implemented (our /inference/v1/generate is served beside the rest)",
+    "return_sampling_mask": "sampling masks in /inference/v1/generate are not implemented",
     "grpc": "the smg-trio front end serves no vLLM gRPC API",
     "grpc_port": "the smg-trio front end serves no vLLM gRPC API",
     "headless": "no front end runs with --headless",

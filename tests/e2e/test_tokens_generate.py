@@ -109,9 +109,8 @@ async def test_a_stream_carries_the_same_ids_then_the_usage(server: LiveServer) 
     assert chunks[0]["prompt_token_ids"] == PROMPT_IDS
     assert all("prompt_token_ids" not in c for c in chunks[1:])
     *id_chunks, last = chunks
-    assert last["choices"] == [] and last["usage"] == {
-        k: v for k, v in whole["usage"].items() if v is not None
-    }
+    assert last["choices"] == []
+    assert last["usage"] == {k: v for k, v in whole["usage"].items() if v is not None}
     for choice in whole["choices"]:
         mine = [c["choices"][0] for c in id_chunks if c["choices"][0]["index"] == choice["index"]]
         assert [i for c in mine for i in c["token_ids"]] == choice["token_ids"]
@@ -145,6 +144,7 @@ async def test_max_tokens_absent_is_the_room_left(server: LiveServer) -> None:
         ({"cache_salt": "salt"}, "cache_salt"),
         ({"priority": 1}, "priority"),
         ({"token_ids": []}, "token_ids"),
+        ({"sampling": {"max_tokens": None, "min_tokens": 10**6}}, "sampling_params.min_tokens"),
         ({"token_ids": [1, -2]}, "token_ids"),
         ({"token_ids": [10**9]}, "token_ids"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
