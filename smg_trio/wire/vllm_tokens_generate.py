@@ -183,6 +183,7 @@ class TokensUsage(msgspec.Struct, frozen=True):
     total_tokens: int
     completion_tokens: int
     prompt_tokens_details: None = None
+    completion_tokens_details: None = None
 
 
 class TokensChoice(msgspec.Struct, frozen=True, kw_only=True):

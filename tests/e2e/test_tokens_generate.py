@@ -73,7 +73,8 @@ async def test_the_ids_equal_completions_and_the_body_is_vllms_shape(server: Liv
         expected["finish_reason"],
         expected["stop_reason"],
     )
-    assert got["usage"] == {**reference["usage"], "prompt_tokens_details": None}
+    details = {"prompt_tokens_details": None, "completion_tokens_details": None}
+    assert got["usage"] == {**reference["usage"], **details}
     assert got["request_id"] == "generate-tokens-r-1"
     assert got["prompt_token_ids"] == PROMPT_IDS
     assert (got["model"], got["output_mode"], got["prompt_logprobs"]) == (MODEL, "tokens", None)
