@@ -97,7 +97,7 @@ def _shape_stops(
     (docs/stops-and-finalize.md §1.3)."""
     # Chat-templated prompts (chat, Responses, Messages) force it, as vLLM's chat does.
     chat = endpoint in (Endpoint.CHAT, Endpoint.RESPONSES, Endpoint.MESSAGES)
-    completion = endpoint in (Endpoint.COMPLETION, Endpoint.TOKENS)  # prompts as given
+    completion = endpoint is Endpoint.COMPLETION
     if caps.string_stops is StringStops.TOKEN_IDS:
         sampling = _resolve_string_stops(sampling, tokenizer)
     if caps.chat_skips_special_tokens and chat and not sampling.skip_special_tokens:
