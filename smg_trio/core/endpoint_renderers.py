@@ -2,7 +2,7 @@
 
 `ResponseAssembler` decides WHEN a choice opens, gets text or finishes; its `EndpointRenderer`
 (`core/renderer_vocabulary.py`) decides what that looks like for the request's endpoint: chat
-and completions (`openai_rendering`), /generate (`generate_rendering`), Responses
+and completions (`openai_rendering`), /generate (`generate_rendering`), vLLM's /inference/v1/generate (`tokens_generate`), Responses
 (`responses_rendering`) and Messages (`anthropic_rendering`). The assembler never looks at the
 endpoint again after `renderer_for`.
 
@@ -21,6 +21,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.renderer_vocabulary import EndpointRenderer
 from smg_trio.core.responses_rendering import ResponsesRenderer
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.core.tokens_generate import RESPONSE_ID_PREFIX, TokensRenderer
 from smg_trio.neutral.runtime import Endpoint
 
 
@@ -37,6 +38,8 @@ def response_id(plan: GeneratePlan) -> str:
             return f"resp_{plan.request_id}"
         case Endpoint.MESSAGES:
             return message_id(plan.request_id)
+        case Endpoint.TOKENS:
+            return RESPONSE_ID_PREFIX + plan.request_id
         case _:
             assert_never(plan.endpoint)
 
@@ -55,5 +58,7 @@ def renderer_for(plan: GeneratePlan, tokenizer: TokenizerLike, *, created: int) 
             return ResponsesRenderer(plan, tokenizer, rid, created)
         case Endpoint.MESSAGES:
             return MessagesRenderer(plan, tokenizer, rid, created)
+        case Endpoint.TOKENS:
+            return TokensRenderer(plan, rid, created)
         case _:
             assert_never(plan.endpoint)

@@ -33,6 +33,7 @@ class Endpoint(enum.Enum):
     GENERATE = "generate"  # POST /generate (SGLang style)
     RESPONSES = "responses"  # POST /v1/responses (OpenAI Responses)
     MESSAGES = "messages"  # POST /v1/messages (Anthropic)
+    TOKENS = "tokens"  # POST /inference/v1/generate (vLLM's tokens in, tokens out)
 
 
 _RUNTIME_ALIASES = {"tensorrt-llm": Runtime.TRTLLM, "tensorrt_llm": Runtime.TRTLLM}

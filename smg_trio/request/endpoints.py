@@ -32,6 +32,7 @@ from smg_trio.core.prepare import (
 )
 from smg_trio.core.responses_request import prepare_responses, responses_chat, responses_param
 from smg_trio.core.tokenize import TokenNames, detokenize_body, tokenize_body
+from smg_trio.core.tokens_generate import prepare_tokens_generate
 from smg_trio.errors import ClientError
 from smg_trio.wire import anthropic as an
 from smg_trio.wire import openai as oa
@@ -48,6 +49,7 @@ from smg_trio.wire.openai_tokenize import (
     decode_tokenize_request,
 )
 from smg_trio.wire.responses_api import ResponsesRequest, decode_responses_request
+from smg_trio.wire.vllm_tokens_generate import TOKENS_GENERATE_PATH, decode_tokens_generate
 
 CheckModel = Callable[[str | None], None]
 """Raises the 404 for a `model` that is none of the served names."""
@@ -58,6 +60,7 @@ GENERATE_PATHS: Final = (
     CHAT_PATH,
     "/v1/completions",
     "/generate",
+    TOKENS_GENERATE_PATH,
     RESPONSES_PATH,
     MESSAGES_PATH,
 )
@@ -111,6 +114,10 @@ def prepare_for_path(
         generate = decode_generate_request(body)
         check_model(generate.model)
         return prepare_generate(generate, model, request_id=generate.rid or request_id), None
+    if path == TOKENS_GENERATE_PATH:
+        tokens = decode_tokens_generate(body)
+        check_model(tokens.model)
+        return prepare_tokens_generate(tokens, model, request_id=request_id), None
     raise ClientError(f"unknown path {path!r}", status=404, code="not_found", param="path")
 
 

@@ -6,7 +6,7 @@ route's `kind`; a WebSocket upgrade is served on the paths whose route names a
 (`frontends/http/probe_server.py`) answers the routes marked `probe`.
 
     POST /v1/chat/completions, /v1/completions, /generate,    → GENERATE (Gateway.handle)
-         /v1/responses, /v1/messages
+         /inference/v1/generate, /v1/responses, /v1/messages
     POST /v1/tokenize, /v1/detokenize, /tokenize,             → TOKENS (Gateway.handle, JSON)
          /detokenize, /v1/messages/count_tokens
     POST /v1/embeddings, /pooling, /classify,                 → POOLING (Gateway.handle, JSON)

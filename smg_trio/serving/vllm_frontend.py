@@ -47,7 +47,11 @@ from smg_trio.serving.vllm_frontend_args import (
     gateway_config,
     parse_frontend_args,
 )
-from smg_trio.serving.vllm_frontend_model import chat_template_source, resolve_model
+from smg_trio.serving.vllm_frontend_model import (
+    chat_template_source,
+    pooling_convert,
+    resolve_model,
+)
 from smg_trio.serving.worker_specs import WorkerSpec
 
 logger = logging.getLogger(__name__)
@@ -130,8 +134,16 @@ def frontend_setup(launch: HookLaunch) -> tuple[FrontendArgs, GatewayConfig, Inh
             )
     worker = WorkerSpec(Runtime.VLLM, Wire.ZMQ, f"fd:{launch.input_fd},{launch.output_fd}")
     template_file, template_text = chat_template_source(args.chat_template)
+    convert = args.convert
+    if args.runner == "pooling" and convert is None:
+        convert = pooling_convert(model_path)
     config = gateway_config(
-        args, model_path, worker, template_file=template_file, template_text=template_text
+        args,
+        model_path,
+        worker,
+        template_file=template_file,
+        template_text=template_text,
+        convert=convert,
     )
     listeners = AdoptedListeners(launch.input_fd, launch.output_fd, launch.engine_count)
     return args, config, InheritedSockets(launch.listen_fd, {worker: listeners})

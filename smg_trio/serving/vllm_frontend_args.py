@@ -69,6 +69,11 @@ class FrontendArgs:
     images_per_prompt: int | None = None  # None: the gateway's default
     allowed_media_domains: tuple[str, ...] = ()
     allowed_local_media_path: str | None = None
+    # vLLM's `--runner`/`--convert` resolved as far as the flags go: ("generate", None),
+    # ("pooling", "embed"|"classify"), or ("pooling", None) when the architecture decides
+    # (serving/vllm_frontend_model.py: pooling_convert).
+    runner: str = "generate"
+    convert: str | None = None
 
 
 def flag_name(key: str) -> str:
@@ -88,7 +93,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         raise FrontendArgsError("--args-json names no model (model_tag or model)")
     _only(args, "generation_config", ("vllm",), default="auto")
     _only(args, "tokenizer_mode", ("auto", "hf"))
-    _only(args, "runner", ("auto", "generate"))
+    runner, convert = _runner_convert(args)
     revision = _text(args, "revision")
     tokenizer_revision = _text(args, "tokenizer_revision")
     if tokenizer_revision is not None and tokenizer_revision != revision:
@@ -129,7 +134,34 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         images_per_prompt=_images_per_prompt(args.get("limit_mm_per_prompt")),
         allowed_media_domains=_texts(args, "allowed_media_domains"),
         allowed_local_media_path=_text(args, "allowed_local_media_path"),
+        runner=runner,
+        convert=convert,
     )
+
+
+def _runner_convert(args: Mapping[str, Any]) -> tuple[str, str | None]:
+    """vLLM's `--runner` and `--convert` as vLLM resolves them before looking at the weights: a
+    `--convert embed|classify` makes `--runner auto` a pooling runner; `--runner pooling` alone
+    leaves the pooler to the architecture (convert None here)."""
+    _only(args, "runner", ("auto", "generate", "pooling"), default="auto")
+    _only(args, "convert", ("auto", "none", "embed", "classify"), default="auto")
+    runner = args.get("runner") or "auto"
+    convert = args.get("convert") or "auto"
+    if convert in ("embed", "classify"):
+        if runner == "generate":
+            raise FrontendArgsError(
+                f"vLLM flag --convert {convert} needs --runner pooling (got --runner generate)"
+            )
+        return "pooling", str(convert)
+    if runner == "pooling":
+        if convert == "none":
+            raise FrontendArgsError(
+                "vLLM flag --convert none with --runner pooling is not supported by the "
+                "smg-trio front end (a natively pooling architecture): name --convert "
+                "embed or classify"
+            )
+        return "pooling", None
+    return "generate", None
 
 
 def _text(args: Mapping[str, Any], key: str) -> str | None:
@@ -249,10 +281,12 @@ def gateway_config(
     *,
     template_file: Path | None = None,
     template_text: str | None = None,
+    convert: str | None = None,
 ) -> GatewayConfig:
     """The GatewayConfig serving `worker` (the engines vLLM started) as `args` ask, with the
-    chat template `args.chat_template` turned out to be (a file or the template itself). The
-    served name defaults to the model as typed, as vLLM's (`--served-model-name` absent)."""
+    chat template `args.chat_template` turned out to be (a file or the template itself) and,
+    for a pooling runner, the pooler `convert` (`args.convert` unless the architecture chose
+    it: vllm_frontend_model.py pooling_convert). The served name defaults to the model as typed, as vLLM's (`--served-model-name` absent)."""
     config = GatewayConfig(
         model_path=model_path,
         workers=(worker,),
@@ -273,6 +307,8 @@ def gateway_config(
         cors=args.cors,
         allowed_media_domains=args.allowed_media_domains,
         allowed_local_media_path=args.allowed_local_media_path,
+        runner=args.runner,
+        convert=(convert or args.convert) if args.runner == "pooling" else None,
     )
     if args.images_per_prompt is not None:
         config = msgspec.structs.replace(config, limit_mm_per_prompt=args.images_per_prompt)

@@ -44,7 +44,11 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "hf_token": "accepted: the engine downloads; we only read the local cache",
     "generation_config": "`vllm` only (we apply no sampling defaults from the model's files)",
     "tokenizer_mode": "`auto` or `hf` only (the model's tokenizer.json)",
-    "runner": "`generate` or `auto` only (pooling models are not served through the hook)",
+    "runner": "runner: `generate` (or `auto`) serves generation; `pooling` serves the pooling "
+    "paths (docs/pooling.md), its pooler named by `--convert` or, absent, `embed` for a "
+    "`...ForCausalLM` architecture as vLLM converts it (other architectures: refused)",
+    "convert": "convert: `embed` or `classify` (with `--runner pooling` or `auto`); `none` only "
+    "with a generate runner",
     "engine_ready_timeout_secs": "how long we wait for the engines' ready messages",
     "http_timeout_keep_alive": "idle_timeout_s: an idle keep-alive connection closes after it",
     "max_model_len": "max_model_len: the context length prompts and max_tokens are checked against "
@@ -135,7 +139,7 @@ worker_extension_cls
 REFUSED_FLAGS: Final = _flag_set(
     """
 aggregate_engine_logging anthropic_disabled_thinking_effort chat_template_content_format
-cohere_format cohere_is_reasoning_model convert cudagraph_metrics custom_histogram_buckets
+cohere_format cohere_is_reasoning_model cudagraph_metrics custom_histogram_buckets
 default_chat_template_kwargs enable_force_include_usage enable_log_deltas enable_mfu_metrics
 enable_mm_embeds enable_offline_docs enable_per_request_metrics enable_prompt_embeds
 enable_prompt_tokens_details enable_return_routed_experts enable_scale_out
@@ -167,9 +171,12 @@ REFUSED_REASONS: Final[Mapping[str, str]] = {
     "whenever the engine reports cached tokens (more than 0), flag or not; vLLM with the flag "
     "also reports a 0 and created_cache_tokens, which we do not match yet",
     "return_tokens_as_token_ids": "logprobs tokens as `token_id:N` are not implemented",
-    "enable_scale_out": "vLLM's tokens-in/tokens-out /inference/v1/generate is not implemented",
-    "tokens_only": "as --enable-scale-out",
-    "return_sampling_mask": "as --enable-scale-out",
+    "enable_scale_out": "it also serves /render, /derender and /inference/v1/abort_requests, "
+    "which we do not; /inference/v1/generate itself is served without the flag "
+    "(docs/vllm-frontend.md §7)",
+    "tokens_only": "a server of /inference/v1/generate alone, with detokenization off, is not "
+    "implemented (our /inference/v1/generate is served beside the rest)",
+    "return_sampling_mask": "sampling masks in /inference/v1/generate are not implemented",
     "grpc": "the smg-trio front end serves no vLLM gRPC API",
     "grpc_port": "the smg-trio front end serves no vLLM gRPC API",
     "headless": "no front end runs with --headless",

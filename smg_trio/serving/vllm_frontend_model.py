@@ -89,3 +89,32 @@ def chat_template_source(value: str | None) -> tuple[Path | None, str | None]:
             f"open ({exc.__class__.__name__}); vLLM's bundled templates are not in smg-trio"
         ) from exc
     return path.resolve(), None
+
+
+GENERATIVE_SUFFIX = "ForCausalLM"
+
+
+def pooling_convert(model_path: Path) -> str:
+    """The pooler `vllm serve --runner pooling` (no `--convert`) gives the model: vLLM converts
+    a generative architecture (`...ForCausalLM`) to an embedding model. A natively pooling
+    architecture keeps its own pooler, which the front end does not read: a FrontendArgsError
+    asking for `--convert`."""
+    import json
+
+    from smg_trio.serving.vllm_frontend_args import FrontendArgsError
+
+    try:
+        config = json.loads((model_path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{model_path / 'config.json'}: {exc}") from exc
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if (
+        isinstance(architectures, list)
+        and architectures
+        and all(isinstance(a, str) and a.endswith(GENERATIVE_SUFFIX) for a in architectures)
+    ):
+        return "embed"
+    raise FrontendArgsError(
+        f"vLLM flag --runner pooling without --convert: the architecture {architectures!r:.80} "
+        "is not a *ForCausalLM one vLLM converts to embeddings; name --convert embed or classify"
+    )

@@ -133,7 +133,10 @@ def test_the_front_end_flags_map_onto_the_config() -> None:
     [
         ({"generation_config": "/some/folder"}, "--generation-config /some/folder"),
         ({"tokenizer_mode": "mistral"}, "--tokenizer-mode mistral"),
-        ({"runner": "pooling"}, "--runner pooling"),
+        ({"runner": "draft"}, "--runner draft"),
+        ({"runner": "generate", "convert": "embed"}, "--convert embed"),
+        ({"runner": "pooling", "convert": "none"}, "--convert none"),
+        ({"convert": "reward"}, "--convert reward"),
         ({"tokenizer_revision": "v2"}, "--tokenizer-revision v2"),
         ({"api_key": ["a", "b"]}, "--api-key"),
         ({"log_level": "loud"}, "--log-level loud"),
@@ -215,3 +218,24 @@ def test_the_docs_table_lists_every_front_end_and_refused_flag() -> None:
     for flag in (*FRONTEND_FLAGS, *REFUSED_FLAGS):
         assert f"`{flag}`" in text, flag
     assert set(REFUSED_REASONS) <= REFUSED_FLAGS
+
+
+@pytest.mark.parametrize(
+    ("flags", "runner", "convert"),
+    [
+        ({}, "generate", None),
+        ({"runner": "generate", "convert": "none"}, "generate", None),
+        ({"runner": "pooling", "convert": "embed"}, "pooling", "embed"),
+        ({"runner": "pooling", "convert": "classify"}, "pooling", "classify"),
+        ({"convert": "classify"}, "pooling", "classify"),  # --runner auto: vLLM's pooling
+        ({"runner": "pooling"}, "pooling", None),  # the architecture decides
+    ],
+)
+def test_runner_and_convert_map_onto_the_models_tasks(
+    flags: dict[str, Any], runner: str, convert: str | None
+) -> None:
+    args = parsed(**flags)
+    assert (args.runner, args.convert) == (runner, convert)
+    config = gateway_config(args, Path(MODEL), WORKER, convert=convert or "embed")
+    assert config.runner == runner
+    assert config.convert == (None if runner == "generate" else convert or "embed")

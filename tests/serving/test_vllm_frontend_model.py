@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from smg_trio.errors import ConfigError
-from smg_trio.serving.vllm_frontend_model import hub_cache_dir, resolve_model
+from smg_trio.serving.vllm_frontend_args import FrontendArgsError
+from smg_trio.serving.vllm_frontend_model import hub_cache_dir, pooling_convert, resolve_model
 
 
 def cached(cache: Path, repo: str, commit: str, ref: str | None = "main") -> Path:
@@ -56,3 +57,13 @@ def test_what_is_not_cached_is_a_config_error_naming_it(
     cached(tmp_path, "Org/Other", "c1")
     with pytest.raises(ConfigError, match="'Org/M'"):
         resolve_model("Org/M", revision=revision, environ={"HF_HUB_CACHE": str(tmp_path)})
+
+
+def test_runner_pooling_alone_embeds_a_causal_lm_and_refuses_other_architectures(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert pooling_convert(tmp_path) == "embed"
+    (tmp_path / "config.json").write_text('{"architectures": ["BertModel"]}')
+    with pytest.raises(FrontendArgsError, match="--runner pooling without --convert"):
+        pooling_convert(tmp_path)
