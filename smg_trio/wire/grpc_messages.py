@@ -37,6 +37,7 @@ from smg_trio.wire.grpc_constraints import (
     string_keys,
     trtllm_guide,
 )
+from smg_trio.wire.vllm_grpc_media import vllm_mm_inputs
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -132,6 +133,7 @@ def build_vllm_generate(
         ),
         sampling_params=params,
         stream=stream,
+        mm_inputs=vllm_mm_inputs(request.media, request.prompt_ids) if request.media else None,
     )
 
 
