@@ -23,6 +23,7 @@ frontend behind smg's servicer serves it (docs/wire.md §C.2).
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Final
 
@@ -39,6 +40,8 @@ from smg_trio.wire._proto import vllm_engine_pb2 as vllm
 VLLM_VERSION: Final = "0.33.0"
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 
+logger = logging.getLogger(__name__)
+
 
 def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
     grpc_pooling.refuse_generation(model, grpc_pooling.VLLM_NOT_GENERATING)
@@ -54,6 +57,9 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
     media_problem = mm_inputs_problem(request, prompt)
     if media_problem is not None:
         raise grpc_policy.invalid(media_problem)
+    if request.HasField("mm_inputs"):  # as the servicer logs what it took
+        images = len(request.mm_inputs.mm_placeholders)
+        logger.info("generate %r: %d image(s) in mm_inputs", request.request_id, images)
     p = request.sampling_params
     if p.n > 1:
         raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")

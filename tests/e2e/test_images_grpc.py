@@ -1,0 +1,97 @@
+"""Images over the gRPC wires, end to end (docs/images.md §5.1): the openai SDK sends `image_url`
+parts to `serve` with one gRPC worker, the reference engine serving the vision model's configs
+(tests/vision_model). vLLM's engine reads `mm_inputs` as smg-grpc-servicer 0.14.0 does (a
+malformed one is INVALID_ARGUMENT, a 400 nowhere near the client: the test would fail) and logs
+how many images it took; the answer counts the images' tokens."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+from openai import AsyncOpenAI
+
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.serve import Serving, serve
+from smg_trio.serving.worker_specs import WorkerSpec
+from tests.backends.grpc_reference import start_engine, stop_engine
+from tests.e2e.test_images import SEQ_LEN, VISION, VISION_MODEL, image_part, png_uri
+
+CAP_S: Final = 60.0
+READY_S: Final = 20.0
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@asynccontextmanager
+async def vision_over_grpc(runtime: Runtime, log_path: Path) -> AsyncIterator[str]:
+    with log_path.open("wb") as log:
+        process, port = await start_engine(
+            runtime, log, model_path=VISION_MODEL, extra=("--log-level", "INFO")
+        )
+        try:
+            config = GatewayConfig(
+                model_path=VISION_MODEL,
+                workers=(WorkerSpec(runtime, Wire.GRPC, f"127.0.0.1:{port}"),),
+                port=0,
+                max_body_bytes=8 * 1024 * 1024,
+            )
+            stop = trio.Event()
+            async with trio.open_nursery() as nursery:
+                serving: Serving = await nursery.start(
+                    partial(serve, config, shutdown_trigger=stop.wait)
+                )
+                with trio.fail_after(READY_S):
+                    await serving.gateway.pool.workers[0].backend.wait_ready()
+                try:
+                    yield f"http://127.0.0.1:{serving.port}/v1"
+                finally:
+                    stop.set()
+        finally:
+            await stop_engine(process)
+
+
+def two_turns() -> list[Any]:
+    return [
+        {
+            "role": "user",
+            "content": [
+                image_part(png_uri(64, 48)),
+                {"type": "text", "text": "and"},
+                image_part(png_uri(300, 100, color=(1, 2, 3))),
+            ],
+        },
+        {"role": "assistant", "content": "Two pictures."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Now?"}, image_part(png_uri(20, 30))],
+        },
+    ]
+
+
+async def test_images_reach_the_vllm_grpc_engine_as_mm_inputs(tmp_path: Path) -> None:
+    log_path = tmp_path / "engine.log"
+    with trio.fail_after(CAP_S):
+        async with (
+            vision_over_grpc(Runtime.VLLM, log_path) as base_url,
+            AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as sdk,
+        ):
+            text_only = await sdk.chat.completions.create(
+                model=VISION, messages=[{"role": "user", "content": "Now?"}], max_tokens=2
+            )
+            answer = await sdk.chat.completions.create(
+                model=VISION, messages=two_turns(), max_tokens=3, temperature=0
+            )
+    assert answer.usage is not None
+    assert text_only.usage is not None
+    assert answer.choices[0].finish_reason == "length"
+    # Each image is at least its global tile's SEQ_LEN <image> tokens and its wrappers.
+    assert answer.usage.prompt_tokens > text_only.usage.prompt_tokens + 3 * SEQ_LEN
+    log = log_path.read_text(errors="replace")
+    assert log.count("3 image(s) in mm_inputs") == 1, log[-3000:]
