@@ -37,6 +37,7 @@ from smg_trio.wire.grpc_constraints import (
     string_keys,
     trtllm_guide,
 )
+from smg_trio.wire.sglang_grpc_media import sglang_mm_inputs
 from smg_trio.wire.vllm_grpc_media import vllm_mm_inputs
 
 INT32_MIN: Final = -(2**31)
@@ -170,6 +171,7 @@ def build_sglang_generate(
         return_logprob=s.logprobs is not None,
         top_logprobs_num=_ranged(s.logprobs or 0, "logprobs", 0, INT32_MAX),
         stream=stream,
+        mm_inputs=sglang_mm_inputs(request.media, request.prompt_ids) if request.media else None,
     )
 
 

@@ -23,7 +23,7 @@ one tensor for all images, as the servicer rebuilds them:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from smg_trio.errors import ClientError
@@ -42,26 +42,13 @@ def vllm_mm_inputs(
     features: Sequence[MediaFeature], prompt_ids: Sequence[int]
 ) -> vllm.MultimodalInputs:
     """The request's `mm_inputs`, checked first (spans, bytes, masks: `checked_features`)."""
-    checked_features(features, len(prompt_ids))
-    if any(f.modality != "image" for f in features):
-        raise _refused("only images travel over vLLM's gRPC wire")
-    names = [field.name for field in features[0].fields]
-    if any([field.name for field in f.fields] != names for f in features):
-        raise _refused("the images of one request carry different processor fields")
-    by_name = [{field.name: field for field in f.fields} for f in features]
+    by_name = fields_by_name(features, prompt_ids, "vLLM")
     mm = vllm.MultimodalInputs(modality=common.IMAGE)
-    for name in names:
-        fields = [fields_of[name] for fields_of in by_name]
-        kind, dtype = fields[0].kind, fields[0].tensor.dtype
-        if dtype not in SERVICER_DTYPES:
-            raise _refused(f"processor field {name!r} is {dtype}, which the servicer cannot read")
-        if any(f.kind is not kind or f.tensor.dtype != dtype for f in fields):
-            raise _refused(f"processor field {name!r} differs in kind or dtype between images")
-        if kind is FieldKind.FLAT:
-            tensor = _concatenated(name, fields)
+    for name, fields in by_name.items():
+        tensor = joined(name, fields, "vLLM")
+        if fields[0].kind is FieldKind.FLAT:
             mm.flat_keys[name] = _sizes_key(name, fields, by_name)
         else:
-            tensor = _stacked(name, fields)
             mm.batched_keys.append(name)
         if fields[0].keep_on_cpu:
             mm.keep_on_cpu_keys.append(name)
@@ -71,8 +58,8 @@ def vllm_mm_inputs(
         else:
             mm.model_specific_tensors[name].CopyFrom(data)
     if not mm.HasField("pixel_values"):
-        raise _refused(f"the processor gave no {PRIMARY!r}, the servicer's encoder input")
-    image_token = _embed_token(features, prompt_ids)
+        raise _refused("vLLM", f"the processor gave no {PRIMARY!r}, the servicer's encoder input")
+    image_token = embed_token(features, prompt_ids, "vLLM")
     if image_token is not None:
         mm.im_token_id = image_token
     for f in features:
@@ -81,47 +68,72 @@ def vllm_mm_inputs(
     return mm
 
 
-def _concatenated(name: str, fields: Sequence[MediaField]) -> Tensor:
+def fields_by_name(
+    features: Sequence[MediaFeature], prompt_ids: Sequence[int], engine: str
+) -> dict[str, list[MediaField]]:
+    """Each processor kwarg's fields, one per image in prompt order, after `checked_features`."""
+    checked_features(features, len(prompt_ids))
+    if any(f.modality != "image" for f in features):
+        raise _refused(engine, "only images travel over its gRPC wire")
+    names = [field.name for field in features[0].fields]
+    if any([field.name for field in f.fields] != names for f in features):
+        raise _refused(engine, "the images of one request carry different processor fields")
+    return {name: [f.fields[i] for f in features] for i, name in enumerate(names)}
+
+
+def joined(name: str, fields: Sequence[MediaField], engine: str) -> Tensor:
+    """One tensor for every image: flat kwargs concatenated on dim 0, batched ones stacked."""
+    kind, dtype = fields[0].kind, fields[0].tensor.dtype
+    if dtype not in SERVICER_DTYPES:
+        raise _refused(engine, f"processor field {name!r} is {dtype}, which it cannot read")
+    if any(f.kind is not kind or f.tensor.dtype != dtype for f in fields):
+        raise _refused(engine, f"processor field {name!r} differs in kind or dtype between images")
+    if kind is FieldKind.FLAT:
+        return _concatenated(name, fields, engine)
+    return _stacked(name, fields, engine)
+
+
+def _concatenated(name: str, fields: Sequence[MediaField], engine: str) -> Tensor:
     shapes = [f.tensor.shape for f in fields]
     if any(f.dim != 0 or not shape for f, shape in zip(fields, shapes, strict=True)):
-        raise _refused(f"processor field {name!r} is not concatenated on its first axis")
+        raise _refused(engine, f"processor field {name!r} is not concatenated on its first axis")
     if any(shape[1:] != shapes[0][1:] for shape in shapes):
-        raise _refused(f"processor field {name!r} differs in shape between images")
+        raise _refused(engine, f"processor field {name!r} differs in shape between images")
     total = sum(shape[0] for shape in shapes)
     data = b"".join(f.tensor.data for f in fields)
     return Tensor(fields[0].tensor.dtype, (total, *shapes[0][1:]), data)
 
 
-def _stacked(name: str, fields: Sequence[MediaField]) -> Tensor:
+def _stacked(name: str, fields: Sequence[MediaField], engine: str) -> Tensor:
     shape = fields[0].tensor.shape
     if any(f.tensor.shape != shape for f in fields):
-        raise _refused(f"processor field {name!r} differs in shape between images")
+        raise _refused(engine, f"processor field {name!r} differs in shape between images")
     data = b"".join(f.tensor.data for f in fields)
     return Tensor(fields[0].tensor.dtype, (len(fields), *shape), data)
 
 
 def _sizes_key(
-    name: str, fields: Sequence[MediaField], by_name: Sequence[dict[str, MediaField]]
+    name: str, fields: Sequence[MediaField], by_name: Mapping[str, Sequence[MediaField]]
 ) -> str:
     """The batched int64 scalar kwarg equal, per image, to `name`'s dim-0 size."""
     sizes = [f.tensor.shape[0] for f in fields]
-    for candidate, first in by_name[0].items():
+    for candidate, per_image in by_name.items():
+        first = per_image[0]
         if first.kind is not FieldKind.BATCHED or first.tensor.shape != ():
             continue
         if first.tensor.dtype != "int64":
             continue
-        values = [
-            int.from_bytes(fields_of[candidate].tensor.data, "little", signed=True)
-            for fields_of in by_name
-        ]
+        values = [int.from_bytes(f.tensor.data, "little", signed=True) for f in per_image]
         if values == sizes:
             return candidate
     raise _refused(
-        f"processor field {name!r} has no per-image size field the servicer can cut it with"
+        "vLLM", f"processor field {name!r} has no per-image size field the servicer can cut it with"
     )
 
 
-def _embed_token(features: Sequence[MediaFeature], prompt_ids: Sequence[int]) -> int | None:
+def embed_token(
+    features: Sequence[MediaFeature], prompt_ids: Sequence[int], engine: str
+) -> int | None:
     """The one id whose positions are each span's embedded positions; None: every position."""
     if all(f.is_embed is None or all(f.is_embed) for f in features):
         return None
@@ -132,19 +144,19 @@ def _embed_token(features: Sequence[MediaFeature], prompt_ids: Sequence[int]) ->
         if f.is_embed is None or f.is_embed[i]
     }
     if len(embedded) != 1:
-        raise _refused("the embedded positions are not one token id's, as the servicer reads them")
+        raise _refused(engine, "the embedded positions are not one token id's, as it reads them")
     (token,) = embedded
     for f in features:
         span = prompt_ids[f.offset : f.offset + f.length]
         mask = tuple(i == token for i in span)
         if mask != (f.is_embed or (True,) * f.length):
-            raise _refused("an image span holds its embed token outside its embedded positions")
+            raise _refused(engine, "an image span holds its embed token outside its embeddings")
     return token
 
 
-def _refused(reason: str) -> ClientError:
+def _refused(engine: str, reason: str) -> ClientError:
     return ClientError(
-        f"images of this model cannot travel to vLLM over gRPC: {reason}",
+        f"images of this model cannot travel to {engine} over gRPC: {reason}",
         code="multimodal_not_supported",
         param=_PARAM,
     )

@@ -1,8 +1,8 @@
 """Images over the gRPC wires, end to end (docs/images.md §5.1): the openai SDK sends `image_url`
-parts to `serve` with one gRPC worker, the reference engine serving the vision model's configs
-(tests/vision_model). vLLM's engine reads `mm_inputs` as smg-grpc-servicer 0.14.0 does (a
-malformed one is INVALID_ARGUMENT, a 400 nowhere near the client: the test would fail) and logs
-how many images it took; the answer counts the images' tokens."""
+parts to `serve` with one gRPC worker, the reference vLLM or SGLang engine serving the vision
+model's configs (tests/vision_model). Each reads `mm_inputs` as smg-grpc-servicer 0.14.0's
+servicer for it does (a malformed one is INVALID_ARGUMENT: the request fails) and logs how many
+images it took; the answer counts the images' tokens. No SGLang runs here."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
+import openai
 import pytest
 import trio
 from openai import AsyncOpenAI
@@ -75,11 +76,12 @@ def two_turns() -> list[Any]:
     ]
 
 
-async def test_images_reach_the_vllm_grpc_engine_as_mm_inputs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", [Runtime.VLLM, Runtime.SGLANG])
+async def test_images_reach_the_grpc_engine_as_mm_inputs(runtime: Runtime, tmp_path: Path) -> None:
     log_path = tmp_path / "engine.log"
     with trio.fail_after(CAP_S):
         async with (
-            vision_over_grpc(Runtime.VLLM, log_path) as base_url,
+            vision_over_grpc(runtime, log_path) as base_url,
             AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as sdk,
         ):
             text_only = await sdk.chat.completions.create(
@@ -95,3 +97,23 @@ async def test_images_reach_the_vllm_grpc_engine_as_mm_inputs(tmp_path: Path) ->
     assert answer.usage.prompt_tokens > text_only.usage.prompt_tokens + 3 * SEQ_LEN
     log = log_path.read_text(errors="replace")
     assert log.count("3 image(s) in mm_inputs") == 1, log[-3000:]
+
+
+@pytest.mark.parametrize("runtime", [Runtime.TOKENSPEED, Runtime.TRTLLM, Runtime.MLX])
+async def test_a_grpc_wire_without_images_names_runtime_and_wire(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """The capability table's other gRPC rows: a 400 naming the part, the runtime and the wire,
+    and nothing reaches the engine."""
+    log_path = tmp_path / "engine.log"
+    with trio.fail_after(CAP_S):
+        async with (
+            vision_over_grpc(runtime, log_path) as base_url,
+            AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as sdk,
+        ):
+            with pytest.raises(openai.BadRequestError) as caught:
+                await sdk.chat.completions.create(model=VISION, messages=two_turns(), max_tokens=2)
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "messages[0].content[0].image_url"
+    assert f"({runtime.value} over grpc: its wire carries no image)" in caught.value.body["message"]
+    assert "image(s) in mm_inputs" not in log_path.read_text(errors="replace")
