@@ -19,6 +19,8 @@ one tensor for all images, as the servicer rebuilds them:
 - `mm_placeholders` are the spans, `mm_hashes` the identifiers; the servicer rebuilds each span's
   `is_embed` as "ids equal to `im_token_id`", so the embedded positions must be exactly one token
   id's positions in the span (checked), or the whole span (no `im_token_id`).
+
+`fields_by_name`, `joined` and `embed_token` build SGLang's `mm_inputs` too (sglang_grpc_media).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -17,15 +16,14 @@ import pytest
 import trio
 from openai import AsyncOpenAI
 
+from harness.served_gateway import served_gateway
 from smg_trio.neutral.runtime import Runtime, Wire
 from smg_trio.serving.config import GatewayConfig
-from smg_trio.serving.serve import Serving, serve
 from smg_trio.serving.worker_specs import WorkerSpec
 from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.test_images import SEQ_LEN, VISION, VISION_MODEL, image_part, png_uri
 
 CAP_S: Final = 60.0
-READY_S: Final = 20.0
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -37,23 +35,13 @@ async def vision_over_grpc(runtime: Runtime, log_path: Path) -> AsyncIterator[st
             runtime, log, model_path=VISION_MODEL, extra=("--log-level", "INFO")
         )
         try:
+            worker = WorkerSpec(runtime, Wire.GRPC, f"127.0.0.1:{port}")
             config = GatewayConfig(
-                model_path=VISION_MODEL,
-                workers=(WorkerSpec(runtime, Wire.GRPC, f"127.0.0.1:{port}"),),
-                port=0,
-                max_body_bytes=8 * 1024 * 1024,
+                model_path=VISION_MODEL, workers=(worker,), port=0, max_body_bytes=8 << 20
             )
-            stop = trio.Event()
-            async with trio.open_nursery() as nursery:
-                serving: Serving = await nursery.start(
-                    partial(serve, config, shutdown_trigger=stop.wait)
-                )
-                with trio.fail_after(READY_S):
-                    await serving.gateway.pool.workers[0].backend.wait_ready()
-                try:
-                    yield f"http://127.0.0.1:{serving.port}/v1"
-                finally:
-                    stop.set()
+            async with served_gateway(config) as served:
+                await served.wait_ready(served.serving.gateway.pool.workers)
+                yield f"http://127.0.0.1:{served.serving.port}/v1"
         finally:
             await stop_engine(process)
 

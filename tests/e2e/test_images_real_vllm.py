@@ -101,13 +101,19 @@ def _answers(base_url: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def test_image_answers_equal_vllms_own_server(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with real_vllm.vllm_http_server(tmp_path_factory.mktemp("vllm-http")) as url:
+def _compared(factory: pytest.TempPathFactory, wire: str) -> tuple[list[Any], Path]:
+    """vLLM's own server's answers, then smg-trio's over `wire`: equal; the gateway's logs."""
+    with real_vllm.vllm_http_server(factory.mktemp("vllm-http")) as url:
         expected = _answers(url)
-    logs = tmp_path_factory.mktemp("smg-zmq")
-    with real_vllm.smg_trio_in_front_of_vllm("zmq", logs) as url:
+    logs = factory.mktemp(f"smg-{wire}")
+    with real_vllm.smg_trio_in_front_of_vllm(wire, logs) as url:
         got = _answers(url)
     assert got == expected, _log_tail(logs)
+    return expected, logs
+
+
+def test_image_answers_equal_vllms_own_server(tmp_path_factory: pytest.TempPathFactory) -> None:
+    expected, _ = _compared(tmp_path_factory, "zmq")
     assert all(prompt > 40 for _, prompt, _ in expected[:-1])  # the images' tokens counted
 
 
@@ -116,12 +122,7 @@ def test_image_answers_over_grpc_equal_vllms_own_server(
 ) -> None:
     """The same cases through `vllm serve --grpc` (smg-grpc-servicer 0.14.0): the images travel as
     processed tensors in `mm_inputs` (docs/images.md §5.1)."""
-    with real_vllm.vllm_http_server(tmp_path_factory.mktemp("vllm-http")) as url:
-        expected = _answers(url)
-    logs = tmp_path_factory.mktemp("smg-grpc")
-    with real_vllm.smg_trio_in_front_of_vllm("grpc", logs) as url:
-        got = _answers(url)
-    assert got == expected, _log_tail(logs)
+    _, logs = _compared(tmp_path_factory, "grpc")
     # The servicer took every request (6 cases and the streamed one) as preprocessed tensors.
     servicer_log = (logs / "vllm-grpc.log").read_text(errors="replace")
     assert servicer_log.count("preprocessed_mm=True, media_refs=0") == len(CASES) + 1

@@ -8,7 +8,6 @@ images) finds no problem in what we encode and names corruptions. No SGLang runs
 
 from __future__ import annotations
 
-import hashlib
 from typing import Final
 
 import numpy as np
@@ -19,38 +18,29 @@ from smg_trio.errors import ClientError
 from smg_trio.model.tensors import flat_field
 from smg_trio.neutral.media import MediaFeature
 from smg_trio.neutral.runtime import Runtime
-from smg_trio.neutral.sampling import EngineRequest, SamplingParams
-from smg_trio.wire import grpc_messages
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 from smg_trio.wire.sglang_grpc_media import sglang_mm_inputs
-from tests.wire.test_vllm_grpc_media import PROMPT, TWO_IDEFICS, TWO_LLAVA
+from tests.wire.grpc_media_cases import (
+    LLAVA_PROMPT,
+    PROMPT,
+    TWO_IDEFICS,
+    TWO_LLAVA,
+    built,
+    digest,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
-GOLDEN_IDEFICS: Final = "71cd7424c88c03699cbfd11bca77eb5886d885897801b59c02a87c957c50ea7a"
+GOLDEN_IDEFICS: Final = "bef999caa667833d81693f4f471a6b2d0090b62c1521ccf7e5ffdc0e9595554c"
 GOLDEN_LLAVA: Final = "3738d0f52a8b426a3ac8b38704826ccf947bbe1afa15ea53504f253e5ddc207e"
-
-
-LLAVA_PROMPT: Final = (1, 9, 9, 9, 9, 9, 9, 9, 9, 2)  # two spans of 4 <image>
 
 
 def request(
     media: tuple[MediaFeature, ...], prompt: tuple[int, ...] = PROMPT
 ) -> sglang.GenerateRequest:
-    engine_request = EngineRequest(
-        request_id="r",
-        choice_index=0,
-        prompt_ids=prompt,
-        sampling=SamplingParams(max_tokens=2),
-        media=media,
-    )
-    built = grpc_messages.build_generate(Runtime.SGLANG, engine_request, "r-0")
-    assert isinstance(built, sglang.GenerateRequest)
-    return built
-
-
-def digest(mm: sglang.MultimodalInputs) -> str:
-    return hashlib.sha256(mm.SerializeToString(deterministic=True)).hexdigest()
+    message = built(Runtime.SGLANG, media, prompt)
+    assert isinstance(message, sglang.GenerateRequest)
+    return message
 
 
 def array(tensor: sglang.TensorData) -> np.ndarray:
@@ -58,27 +48,27 @@ def array(tensor: sglang.TensorData) -> np.ndarray:
 
 
 def test_idefics3_shaped_images() -> None:
-    built = request(TWO_IDEFICS)
-    mm = built.mm_inputs
-    assert list(mm.pixel_values.shape) == [3, 3, 2, 2]
-    assert array(mm.pixel_values)[2].flat[0] == 5.0  # the second image's first tile
+    message = request(TWO_IDEFICS)
+    mm = message.mm_inputs
+    assert list(mm.pixel_values.shape) == [3, 3, 4, 4]
+    assert array(mm.pixel_values)[2].flat[1] == 1.0  # the second image's first tile
     assert array(mm.model_specific_tensors["num_patches"]).tolist() == [2, 1]
-    assert list(mm.model_specific_tensors["pixel_attention_mask"].shape) == [3, 2, 2]
+    assert list(mm.model_specific_tensors["pixel_attention_mask"].shape) == [3, 4, 4]
     assert mm.im_token_id == 9
     assert [(p.offset, p.length) for p in mm.mm_placeholders] == [(1, 4), (5, 4)]
     assert not mm.image_urls
     assert not mm.modalities
     assert digest(mm) == GOLDEN_IDEFICS
-    assert mm_inputs_problem(built, PROMPT) is None
+    assert mm_inputs_problem(message, PROMPT) is None
 
 
 def test_llava_shaped_images_name_their_span_token() -> None:
-    built = request(TWO_LLAVA, LLAVA_PROMPT)
-    assert built.mm_inputs.HasField("im_token_id")
-    assert built.mm_inputs.im_token_id == 9
-    assert list(built.mm_inputs.pixel_values.shape) == [2, 3, 2, 2]
-    assert digest(built.mm_inputs) == GOLDEN_LLAVA
-    assert mm_inputs_problem(built, LLAVA_PROMPT) is None
+    message = request(TWO_LLAVA, LLAVA_PROMPT)
+    assert message.mm_inputs.HasField("im_token_id")
+    assert message.mm_inputs.im_token_id == 9
+    assert list(message.mm_inputs.pixel_values.shape) == [2, 3, 2, 2]
+    assert digest(message.mm_inputs) == GOLDEN_LLAVA
+    assert mm_inputs_problem(message, LLAVA_PROMPT) is None
 
 
 def test_a_text_request_carries_no_mm_inputs() -> None:
@@ -97,9 +87,9 @@ def test_a_text_request_carries_no_mm_inputs() -> None:
     ],
 )
 def test_the_reference_reading_names_corruptions(corrupt: object, problem: str) -> None:
-    built = request(TWO_IDEFICS)
-    corrupt(built)  # type: ignore[operator]
-    found = mm_inputs_problem(built, PROMPT)
+    message = request(TWO_IDEFICS)
+    corrupt(message)  # type: ignore[operator]
+    found = mm_inputs_problem(message, PROMPT)
     assert found is not None
     assert problem in found
 

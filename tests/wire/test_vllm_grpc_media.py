@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Final
 
 import numpy as np
@@ -18,67 +17,22 @@ import pytest
 
 from smg_trio.engines.grpc_vllm_media import mm_inputs_problem
 from smg_trio.errors import ClientError
-from smg_trio.model.tensors import flat_field, scalar_field
+from smg_trio.model.tensors import flat_field
 from smg_trio.neutral.media import FieldKind, MediaFeature, MediaField, Tensor
 from smg_trio.neutral.runtime import Runtime
-from smg_trio.neutral.sampling import EngineRequest, SamplingParams
-from smg_trio.wire import grpc_messages
 from smg_trio.wire._proto import common_pb2 as common
 from smg_trio.wire._proto import vllm_engine_pb2 as vllm
 from smg_trio.wire.vllm_grpc_media import vllm_mm_inputs
+from tests.wire.grpc_media_cases import PROMPT, TWO_IDEFICS, TWO_LLAVA, built, digest, llava
+from tests.wire.test_vllm_mm_features import feature
 
 pytestmark = pytest.mark.timeout(30)
 
-PROMPT: Final = (1, 5, 9, 9, 9, 5, 9, 9, 9, 2)  # images at 1 and 5: <fake> + 3 x <image>=9
-
-
-def idefics(tiles: int, offset: int, identifier: str) -> MediaFeature:
-    pixels = np.arange(tiles * 3 * 2 * 2, dtype=np.float32).reshape(tiles, 3, 2, 2) + offset
-    mask = np.ones((tiles, 2, 2), dtype=np.int64)
-    return MediaFeature(
-        identifier=identifier,
-        offset=offset,
-        length=4,
-        is_embed=(False, True, True, True),
-        fields=(
-            flat_field("pixel_values", pixels),
-            flat_field("pixel_attention_mask", mask),
-            scalar_field("num_patches", tiles, kind=FieldKind.BATCHED, keep_on_cpu=True),
-        ),
-    )
-
-
-def llava(offset: int, identifier: str, value: float) -> MediaFeature:
-    pixels = np.full((3, 2, 2), value, dtype=np.float32)
-    field = MediaField(
-        name="pixel_values",
-        tensor=Tensor("float32", (3, 2, 2), pixels.tobytes()),
-        kind=FieldKind.BATCHED,
-    )
-    return MediaFeature(
-        identifier=identifier, offset=offset, length=4, is_embed=None, fields=(field,)
-    )
-
-
-TWO_IDEFICS: Final = (idefics(2, 1, "a" * 64), idefics(1, 5, "b" * 64))
-TWO_LLAVA: Final = (llava(1, "c" * 64, 0.5), llava(5, "d" * 64, -1.0))
-
 
 def request(media: tuple[MediaFeature, ...]) -> vllm.GenerateRequest:
-    engine_request = EngineRequest(
-        request_id="r",
-        choice_index=0,
-        prompt_ids=PROMPT,
-        sampling=SamplingParams(max_tokens=2),
-        media=media,
-    )
-    built = grpc_messages.build_generate(Runtime.VLLM, engine_request, "r-0")
-    assert isinstance(built, vllm.GenerateRequest)
-    return built
-
-
-def digest(mm: vllm.MultimodalInputs) -> str:
-    return hashlib.sha256(mm.SerializeToString(deterministic=True)).hexdigest()
+    message = built(Runtime.VLLM, media, PROMPT)
+    assert isinstance(message, vllm.GenerateRequest)
+    return message
 
 
 def array(tensor: vllm.TensorData) -> np.ndarray:
@@ -88,11 +42,11 @@ def array(tensor: vllm.TensorData) -> np.ndarray:
 def test_idefics3_images_concatenate_with_their_sizes() -> None:
     mm = request(TWO_IDEFICS).mm_inputs
     assert mm.modality == common.IMAGE
-    assert list(mm.pixel_values.shape) == [3, 3, 2, 2]
+    assert list(mm.pixel_values.shape) == [3, 3, 4, 4]
     expected = np.concatenate(
         [
-            np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2) + 1,
-            np.arange(12, dtype=np.float32).reshape(1, 3, 2, 2) + 5,
+            np.arange(96, dtype=np.float32).reshape(2, 3, 4, 4),
+            np.arange(48, dtype=np.float32).reshape(1, 3, 4, 4),
         ]
     )
     assert np.array_equal(array(mm.pixel_values), expected)
@@ -103,7 +57,7 @@ def test_idefics3_images_concatenate_with_their_sizes() -> None:
     assert list(mm.batched_keys) == ["num_patches"]
     assert list(mm.keep_on_cpu_keys) == ["num_patches"]
     assert array(mm.model_specific_tensors["num_patches"]).tolist() == [2, 1]
-    assert list(array(mm.model_specific_tensors["pixel_attention_mask"]).shape) == [3, 2, 2]
+    assert list(array(mm.model_specific_tensors["pixel_attention_mask"]).shape) == [3, 4, 4]
     assert mm.im_token_id == 9
     assert [(p.offset, p.length) for p in mm.mm_placeholders] == [(1, 4), (5, 4)]
     assert list(mm.mm_hashes) == ["a" * 64, "b" * 64]
@@ -140,19 +94,19 @@ def test_a_text_request_carries_no_mm_inputs() -> None:
     ],
 )
 def test_the_reference_reading_names_corruptions(corrupt: object, problem: str) -> None:
-    built = request(TWO_IDEFICS)
-    corrupt(built)  # type: ignore[operator]
-    found = mm_inputs_problem(built, PROMPT)
+    message = request(TWO_IDEFICS)
+    corrupt(message)  # type: ignore[operator]
+    found = mm_inputs_problem(message, PROMPT)
     assert found is not None
     assert problem in found
 
 
 def test_sizes_that_disagree_are_named() -> None:
-    built = request(TWO_IDEFICS)
-    built.mm_inputs.model_specific_tensors["num_patches"].inline = np.array(
+    message = request(TWO_IDEFICS)
+    message.mm_inputs.model_specific_tensors["num_patches"].inline = np.array(
         [1, 1], dtype=np.int64
     ).tobytes()
-    assert "sizes sum to 2" in (mm_inputs_problem(built, PROMPT) or "")
+    assert "sizes sum to 2" in (mm_inputs_problem(message, PROMPT) or "")
 
 
 def test_refused_before_sending() -> None:
@@ -196,7 +150,7 @@ def test_refused_before_sending() -> None:
     )
     with pytest.raises(ClientError, match="int32"):
         vllm_mm_inputs((int32,), PROMPT)
-    mixed = idefics(1, 1, "h" * 64)
+    mixed = feature(1, 1, "h" * 64)
     mixed = MediaFeature(
         identifier=mixed.identifier,
         offset=1,
@@ -207,8 +161,8 @@ def test_refused_before_sending() -> None:
     with pytest.raises(ClientError, match="one token id"):
         vllm_mm_inputs((mixed,), PROMPT)
     with pytest.raises(ClientError, match="leaves the prompt"):
-        vllm_mm_inputs((idefics(1, 8, "i" * 64),), PROMPT)
+        vllm_mm_inputs((feature(1, 8, "i" * 64),), PROMPT)
 
 
-GOLDEN_IDEFICS: Final = "2e8d68282b9467fc0322e0df9897af3f7f6385cc40ff1f0d257d157b39547c61"
+GOLDEN_IDEFICS: Final = "866cf9759f844af2dcc0409e838db9d5c017b5e463b5ea014e10c8004ed74109"
 GOLDEN_LLAVA: Final = "f225be738f73839eca9556370eb3d49fb4f1b4ac6539b7a3d3d703fd3024374e"
