@@ -14,12 +14,15 @@ as SGLang's scheduler behind smg's servicer serves it with `skip_tokenizer_init`
   with finish "abort".
 - A pooling model (`--runner pooling`, SGLang's `--is-embedding`) answers Embed and refuses
   Generate (`grpc_pooling`); GetModelInfo then says `is_generation` false.
+- Images: `mm_inputs` checked as the servicer reads them, stricter where it would drop them
+  (`grpc_sglang_media`); the scripted model then answers the prompt ids.
 - Unsupported here: n > 1 (INVALID_ARGUMENT) and LoRA loading (UNIMPLEMENTED). A constraint is
   taken but not applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Final
 
@@ -31,11 +34,14 @@ from smg_trio.engines.grpc_policy import (
     RuntimePolicy,
     ServedModel,
 )
+from smg_trio.engines.grpc_sglang_media import mm_inputs_problem
 from smg_trio.wire._proto import sglang_scheduler_grpc
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
 
 SGLANG_VERSION: Final = "0.5.21"
 GREEDY_BELOW: Final = 1e-6
+
+logger = logging.getLogger(__name__)
 
 
 def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
@@ -43,6 +49,12 @@ def admit(request: sglang.GenerateRequest, model: ServedModel) -> JobSpec:
     if not request.HasField("tokenized"):
         raise grpc_policy.invalid("tokenized input must be provided")
     prompt = grpc_policy.checked_prompt(request.tokenized.input_ids, model)
+    media_problem = mm_inputs_problem(request, prompt)
+    if media_problem is not None:
+        raise grpc_policy.invalid(media_problem)
+    if request.HasField("mm_inputs"):
+        images = len(request.mm_inputs.mm_placeholders)
+        logger.info("generate %r: %d image(s) in mm_inputs", request.request_id, images)
     p = request.sampling_params
     if p.stop:
         raise grpc_policy.invalid(

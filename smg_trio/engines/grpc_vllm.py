@@ -15,12 +15,15 @@ frontend behind smg's servicer serves it (docs/wire.md §C.2).
   with finish "abort".
 - A pooling model (`--runner pooling`) answers Embed and refuses Generate (`grpc_pooling`);
   GetModelInfo then says `is_generation` false.
+- Images: `mm_inputs` checked as the servicer reads them (`grpc_vllm_media`), the scripted model
+  then answers the prompt ids; `media_refs` refused as a worker without `--mm-processor` does.
 - Unsupported here (INVALID_ARGUMENT): n > 1. A structured-output constraint is taken but not
   applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Final
 
@@ -28,6 +31,7 @@ from smg_trio.engines import grpc_management, grpc_policy, grpc_pooling
 from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TextStops
+from smg_trio.engines.grpc_vllm_media import mm_inputs_problem
 from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import BLOCK_SIZE
 from smg_trio.wire._proto import vllm_engine_grpc
@@ -35,6 +39,8 @@ from smg_trio.wire._proto import vllm_engine_pb2 as vllm
 
 VLLM_VERSION: Final = "0.33.0"
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
+
+logger = logging.getLogger(__name__)
 
 
 def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
@@ -48,6 +54,12 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
             )
         case _:
             raise grpc_policy.invalid("the request carries neither tokenized input nor text")
+    media_problem = mm_inputs_problem(request, prompt)
+    if media_problem is not None:
+        raise grpc_policy.invalid(media_problem)
+    if request.HasField("mm_inputs"):  # as the servicer logs what it took
+        images = len(request.mm_inputs.mm_placeholders)
+        logger.info("generate %r: %d image(s) in mm_inputs", request.request_id, images)
     p = request.sampling_params
     if p.n > 1:
         raise grpc_policy.invalid(f"this reference engine serves n=1 only, got n={p.n}")

@@ -153,7 +153,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
-        images=ImageInput.REFUSED,
+        images=ImageInput.MM_INPUTS,  # processed tensors in GenerateRequest.mm_inputs
     ),
     Capabilities(
         runtime=Runtime.SGLANG,
@@ -179,7 +179,7 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
-        images=ImageInput.REFUSED,
+        images=ImageInput.MM_INPUTS,  # processed tensors in GenerateRequest.mm_inputs
     ),
     Capabilities(
         runtime=Runtime.TOKENSPEED,

@@ -98,3 +98,4 @@ class ImageInput(enum.Enum):
 
     REFUSED = "refused"  # the wire carries no image: a 400 naming the part
     MM_FEATURES = "mm_features"  # processed tensors and expanded placeholders (vLLM EngineCore)
+    MM_INPUTS = "mm_inputs"  # the same, as one gRPC MultimodalInputs (vLLM's, SGLang's)

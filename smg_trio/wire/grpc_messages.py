@@ -37,6 +37,8 @@ from smg_trio.wire.grpc_constraints import (
     string_keys,
     trtllm_guide,
 )
+from smg_trio.wire.sglang_grpc_media import sglang_mm_inputs
+from smg_trio.wire.vllm_grpc_media import vllm_mm_inputs
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -132,6 +134,7 @@ def build_vllm_generate(
         ),
         sampling_params=params,
         stream=stream,
+        mm_inputs=vllm_mm_inputs(request.media, request.prompt_ids) if request.media else None,
     )
 
 
@@ -168,6 +171,7 @@ def build_sglang_generate(
         return_logprob=s.logprobs is not None,
         top_logprobs_num=_ranged(s.logprobs or 0, "logprobs", 0, INT32_MAX),
         stream=stream,
+        mm_inputs=sglang_mm_inputs(request.media, request.prompt_ids) if request.media else None,
     )
 
 

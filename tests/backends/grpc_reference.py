@@ -58,6 +58,7 @@ async def start_engine(
     step_ms: float = STEP_MS,
     mode: Mode | None = None,
     extra: Sequence[str] = (),
+    model_path: Path = MODEL_PATH,
 ) -> tuple[trio.Process, int]:
     """Start the engine; return it and its port (from its first stdout line). `extra`: more
     flags, as the engine's CLI spells them."""
@@ -65,7 +66,7 @@ async def start_engine(
         ENGINE_NAMES[runtime],
         host="127.0.0.1",
         port=port,
-        model_path=MODEL_PATH,
+        model_path=model_path,
         step_ms=step_ms,
         mode=mode,
         extra=tuple(extra),

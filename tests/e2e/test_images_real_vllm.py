@@ -1,5 +1,5 @@
 """Opt-in: images through smg-trio to a real headless vLLM EngineCore over ZMQ answer exactly
-as vLLM's own server does (docs/images.md §5): greedy text and usage, for image requests of
+as vLLM's own server does (docs/images.md §5), and over gRPC through `vllm serve --grpc` (§5.1): greedy text and usage, for image requests of
 1 to 3 images of different sizes and modes, multi-turn, a repeated image, streaming too.
 
     SMG_TRIO_VLLM_VENV=/opt/venvs/vllm SMG_TRIO_VLLM_MODEL=/work/shared/models/tiny-idefics3 \\
@@ -101,14 +101,31 @@ def _answers(base_url: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def test_image_answers_equal_vllms_own_server(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with real_vllm.vllm_http_server(tmp_path_factory.mktemp("vllm-http")) as url:
+def _compared(factory: pytest.TempPathFactory, wire: str) -> tuple[list[Any], Path]:
+    """vLLM's own server's answers, then smg-trio's over `wire`: equal; the gateway's logs."""
+    with real_vllm.vllm_http_server(factory.mktemp("vllm-http")) as url:
         expected = _answers(url)
-    logs = tmp_path_factory.mktemp("smg-zmq")
-    with real_vllm.smg_trio_in_front_of_vllm("zmq", logs) as url:
+    logs = factory.mktemp(f"smg-{wire}")
+    with real_vllm.smg_trio_in_front_of_vllm(wire, logs) as url:
         got = _answers(url)
     assert got == expected, _log_tail(logs)
+    return expected, logs
+
+
+def test_image_answers_equal_vllms_own_server(tmp_path_factory: pytest.TempPathFactory) -> None:
+    expected, _ = _compared(tmp_path_factory, "zmq")
     assert all(prompt > 40 for _, prompt, _ in expected[:-1])  # the images' tokens counted
+
+
+def test_image_answers_over_grpc_equal_vllms_own_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The same cases through `vllm serve --grpc` (smg-grpc-servicer 0.14.0): the images travel as
+    processed tensors in `mm_inputs` (docs/images.md §5.1)."""
+    _, logs = _compared(tmp_path_factory, "grpc")
+    # The servicer took every request (6 cases and the streamed one) as preprocessed tensors.
+    servicer_log = (logs / "vllm-grpc.log").read_text(errors="replace")
+    assert servicer_log.count("preprocessed_mm=True, media_refs=0") == len(CASES) + 1
 
 
 def _log_tail(folder: Path) -> str:
