@@ -29,10 +29,9 @@ from smg_trio.backends.grpc_readiness import EngineReadiness
 from smg_trio.backends.grpc_services import EngineInfo, LoopClient
 from smg_trio.backends.in_flight import ABORT_GRACE_S
 from smg_trio.errors import BackendError, BackendUnavailable, ClientError
-from smg_trio.neutral.pooling import PooledOutput, PoolingRequest, PoolingTask
-from smg_trio.neutral.runtime import Runtime
+from smg_trio.neutral.pooling import PooledOutput, PoolingRequest
 from smg_trio.neutral.validation import checked_ids
-from smg_trio.wire.grpc_embed import EMBED_RUNTIMES, GrpcEmbedding, build_embed
+from smg_trio.wire.grpc_embed import GrpcEmbedding, build_embed, embed_options_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -100,36 +99,6 @@ class EmbedCalls:
                 await self._bridge.run(self._client.abort, [engine_request_id])
             except (BackendError, trio.ClosedResourceError) as exc:
                 logger.warning("Abort of Embed %s failed: %s", engine_request_id, exc)
-
-
-def embed_options_refusal(runtime: Runtime, request: PoolingRequest) -> None:
-    """A `ClientError` naming what one Embed call cannot carry (docs/wire.md §C.8): another
-    engine than vLLM or SGLang, another task than embed, `dimensions`, `use_activation`
-    false. The call pools with the model's defaults: activation (normalisation) on."""
-    if runtime not in EMBED_RUNTIMES:
-        raise ClientError(
-            f"the {runtime.value} engine's gRPC service has no Embed: it serves no pooling "
-            "requests",
-            param="model",
-        )
-    if request.task is not PoolingTask.EMBED:
-        raise ClientError(
-            f"task {request.task.value!r} cannot be served over gRPC: the {runtime.value} "
-            "Embed RPC pools with task 'embed' only",
-            param="task",
-        )
-    if request.dimensions is not None:
-        raise ClientError(
-            "dimensions cannot be served over gRPC: the Embed RPC has no field for it "
-            "(the engine answers the model's full size)",
-            param="dimensions",
-        )
-    if request.use_activation is False:
-        raise ClientError(
-            "use_activation=false cannot be served over gRPC: the Embed RPC pools with the "
-            "model's defaults (normalised)",
-            param="use_activation",
-        )
 
 
 def pooled_input(prompt_ids: Sequence[int], info: EngineInfo | None) -> tuple[int, ...]:

@@ -14,6 +14,8 @@ Generate. What differs per engine is spelling only:
 
 The builders take token ids only (like Generate, docs/wire.md §C: we never send text); the
 parser checks that the vector is as long as the engine says and not empty.
+`embed_options_refusal` says, before anything is built, what of a pooling request this wire
+cannot carry (a 400 naming it), as vllm_pooling.py does for the ZMQ wire.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import TypeAlias, assert_never
 
 import msgspec
 
-from smg_trio.errors import BackendProtocolError, UnsupportedRuntime
+from smg_trio.errors import BackendProtocolError, ClientError, UnsupportedRuntime
+from smg_trio.neutral.pooling import PoolingRequest, PoolingTask
 from smg_trio.neutral.runtime import Runtime
 from smg_trio.neutral.validation import checked_ids
 from smg_trio.wire._proto import sglang_scheduler_pb2 as sglang
@@ -67,6 +70,36 @@ def build_embed(
             )
         case _:
             raise UnsupportedRuntime(f"the {runtime.value} gRPC service has no Embed we speak")
+
+
+def embed_options_refusal(runtime: Runtime, request: PoolingRequest) -> None:
+    """A `ClientError` naming what one Embed call cannot carry (docs/wire.md §C.8): another
+    engine than vLLM or SGLang, another task than embed, `dimensions`, `use_activation`
+    false. The call pools with the model's defaults: activation (normalisation) on."""
+    if runtime not in EMBED_RUNTIMES:
+        raise ClientError(
+            f"the {runtime.value} engine's gRPC service has no Embed: it serves no pooling "
+            "requests",
+            param="model",
+        )
+    if request.task is not PoolingTask.EMBED:
+        raise ClientError(
+            f"task {request.task.value!r} cannot be served over gRPC: the {runtime.value} "
+            "Embed RPC pools with task 'embed' only",
+            param="task",
+        )
+    if request.dimensions is not None:
+        raise ClientError(
+            "dimensions cannot be served over gRPC: the Embed RPC has no field for it "
+            "(the engine answers the model's full size)",
+            param="dimensions",
+        )
+    if request.use_activation is False:
+        raise ClientError(
+            "use_activation=false cannot be served over gRPC: the Embed RPC pools with the "
+            "model's defaults (normalised)",
+            param="use_activation",
+        )
 
 
 def parse_embed_response(response: EmbedResponse) -> GrpcEmbedding:
