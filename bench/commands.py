@@ -65,6 +65,7 @@ COMMANDS: Final = (
             "per-image stage costs; text ITL under images",
         ),
         ("image_loop_lag", "bench.images.loop_lag:main", "event-loop lag: threads or processes"),
+        ("image_load", "bench.images.image_load:main", "(helper) image requests, back to back"),
     ),
     *_group(
         "engine backends (bench/backends/)",

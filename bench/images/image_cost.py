@@ -1,7 +1,7 @@
 """I/O. What images cost the gateway, and whether text streams notice (issue 42 item 7).
 
     python -m bench image_cost [--repeats 10] [--streams 4] [--tokens 96] [--images 16]
-        [--step-ms 10] [--rounds 2]
+        [--step-ms 10] [--rounds 2] [--engines separate|shared] [--image-client process|inline]
 
 1. Per image, in this process: wall time and CPU (thread time) of each stage, the median of
    `--repeats`: base64 decoding of the data: URI, fetching it from a loopback HTTP server
@@ -10,13 +10,15 @@
    for the ADD. Two processor settings: the test model's (tiny-idefics3: 56 px tiles) and
    SmolVLM-256M's published ones (512 px tiles up to 2048 px, 64 tokens per tile), on a
    640x480 and a 1920x1080 JPEG of noise.
-2. End to end: `smg-trio serve` (a subprocess) with SmolVLM's settings in front of the
-   reference vLLM engine (a subprocess, `--step-ms` per step, so a text stream's ITL floor is
-   known). TTFT of a one-image chat request against the same request without its image
-   (medians of `--repeats`, sequential). Then `--streams` streamed text chats of `--tokens`
-   tokens each, alone, and again while `--images` concurrent one-image requests (1920x1080,
-   SmolVLM's settings) are sent back to back for the streams' whole life: the inter-chunk gaps'
-   p50 and p99 both ways, `--rounds` times.
+2. End to end: `smg-trio serve` (a subprocess) with SmolVLM's settings in front of reference
+   vLLM engines (subprocesses, `--step-ms` per step, so a text stream's ITL floor is known).
+   TTFT of a one-image chat request against the same request without its image (medians of
+   `--repeats`, sequential). Then `--streams` streamed text chats of `--tokens` tokens each,
+   alone, and again while `--images` concurrent one-image requests (1920x1080, SmolVLM's
+   settings) are sent back to back for the streams' whole life: the inter-chunk gaps' p50 and
+   p99 both ways, the gateway's own probe and CPU share, `--rounds` times. Where the text and
+   image requests go (`--engines`) and who sends the images (`--image-client`):
+   bench/images/text_under_images.py.
 
 Bounded: every loop has a count, every wait a deadline; loopback only.
 """
@@ -42,7 +44,7 @@ import trio
 from openai import AsyncOpenAI
 from PIL import Image
 
-from bench.load.targets import reference_engine, smg_trio_target
+from bench.images.text_under_images import itl_round, served
 from smg_trio.core.media_addresses import MediaPolicy
 from smg_trio.core.prepare import chat_prompt
 from smg_trio.model.folder import load_model_dir
@@ -180,49 +182,6 @@ def stage_rows(root: Path, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-async def _stream_gaps(sdk: AsyncOpenAI, model: str, tokens: int) -> list[float]:
-    gaps: list[float] = []
-    stream = await sdk.chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": "Tell me a story."}],
-        max_tokens=tokens,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
-    last = None
-    async for chunk in stream:
-        if not chunk.choices or not chunk.choices[0].delta.content:
-            continue
-        now = time.perf_counter()
-        if last is not None:
-            gaps.append(now - last)
-        last = now
-    return gaps
-
-
-async def _image_request(sdk: AsyncOpenAI, model: str, uri: str) -> float:
-    started = time.perf_counter()
-    await sdk.chat.completions.create(
-        model=model,
-        messages=[
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": uri}},
-                    {"type": "text", "text": "?"},
-                ],
-            }
-        ],
-        max_tokens=1,
-    )
-    return time.perf_counter() - started
-
-
 async def _ttft(sdk: AsyncOpenAI, model: str, content: Any) -> float:
     started = time.perf_counter()
     stream = await sdk.chat.completions.create(
@@ -243,86 +202,32 @@ async def _ttft(sdk: AsyncOpenAI, model: str, content: Any) -> float:
 async def end_to_end(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     folder = smolvlm_folder(root / "e2e")
     uri = "data:image/jpeg;base64," + base64.b64encode(jpeg(1920, 1080, seed=1)).decode()
-    out: dict[str, Any] = {"rounds": []}
-    engine = reference_engine(folder, args.step_ms)
+    uri_file = root / "image.uri"
+    uri_file.write_text(uri)
+    out: dict[str, Any] = {
+        "engines": args.engines,
+        "image_client": args.image_client,
+        "rounds": [],
+    }
     with trio.fail_after(DEADLINE_S):
-        async with smg_trio_target(folder, engine, root) as target:
-            base = f"http://127.0.0.1:{target.port}/v1"
+        async with served(folder, args.step_ms, root, args.engines) as where:
+            base = f"http://127.0.0.1:{where.port}/v1"
             async with AsyncOpenAI(base_url=base, api_key="unused", max_retries=0) as sdk:
                 image_content = [
                     {"type": "image_url", "image_url": {"url": uri}},
                     {"type": "text", "text": "?"},
                 ]
                 text_only = [{"type": "text", "text": "?"}]
-                await _ttft(sdk, target.model, image_content)  # warm-up
+                await _ttft(sdk, where.vision_model, image_content)  # warm-up
                 texts, images = [], []
                 for _ in range(args.repeats):
-                    texts.append(await _ttft(sdk, target.model, text_only))
-                    images.append(await _ttft(sdk, target.model, image_content))
+                    texts.append(await _ttft(sdk, where.vision_model, text_only))
+                    images.append(await _ttft(sdk, where.vision_model, image_content))
                 out["ttft_text_ms"] = statistics.median(texts) * 1e3
                 out["ttft_image_ms"] = statistics.median(images) * 1e3
-                for _ in range(args.rounds):
-                    out["rounds"].append(await _itl_round(sdk, target.model, uri, args))
+            for _ in range(args.rounds):
+                out["rounds"].append(await itl_round(where, uri_file, args))
     return out
-
-
-async def _itl_round(
-    sdk: AsyncOpenAI, model: str, uri: str, args: argparse.Namespace
-) -> dict[str, Any]:
-    return {
-        "alone": await _itl_once(sdk, model, uri, args, loaded=False),
-        "with_images": await _itl_once(sdk, model, uri, args, loaded=True),
-    }
-
-
-async def _itl_once(
-    sdk: AsyncOpenAI, model: str, uri: str, args: argparse.Namespace, *, loaded: bool
-) -> dict[str, Any]:
-    gaps: list[list[float]] = []
-    image_times: list[float] = []
-    done = trio.Event()
-
-    async def stream_one() -> None:
-        gaps.append(await _stream_gaps(sdk, model, args.tokens))
-
-    async def image_loop() -> None:
-        for _ in range(MAX_REPEATS):  # bounded; ends when the streams are done
-            if done.is_set():
-                return
-            image_times.append(await _image_request(sdk, model, uri))
-
-    probes: list[float] = []
-
-    async def probe_loop() -> None:
-        """The gateway alone (GET /v1/models, no engine): its event loop's responsiveness."""
-        for _ in range(MAX_PROBES):
-            if done.is_set():
-                return
-            started = time.perf_counter()
-            await sdk.models.list()
-            probes.append(time.perf_counter() - started)
-            await trio.sleep(PROBE_GAP_S)
-
-    async with trio.open_nursery() as nursery:
-        if loaded:
-            for _ in range(args.images):
-                nursery.start_soon(image_loop)
-            await trio.sleep(0.5)  # the image load running before the streams start
-        nursery.start_soon(probe_loop)
-        async with trio.open_nursery() as streams:
-            for _ in range(args.streams):
-                streams.start_soon(stream_one)
-        done.set()
-    flat = [gap * 1e3 for each in gaps for gap in each]
-    return {
-        "probe_p50_ms": statistics.median(probes) * 1e3,
-        "probe_p99_ms": _percentile(probes, 0.99) * 1e3,
-        "p50_ms": _percentile(flat, 0.5),
-        "p99_ms": _percentile(flat, 0.99),
-        "gaps": len(flat),
-        "image_requests": len(image_times),
-        "image_latency_p50_ms": statistics.median(image_times) * 1e3 if image_times else None,
-    }
 
 
 def main(argv: Sequence[str]) -> int:
@@ -333,6 +238,18 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--images", type=int, default=16)
     parser.add_argument("--step-ms", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--engines",
+        choices=("separate", "shared"),
+        default="separate",
+        help="text and image requests on engines of their own (default) or on one",
+    )
+    parser.add_argument(
+        "--image-client",
+        choices=("process", "inline"),
+        default="process",
+        help="the image requests from a process of their own (default) or this one",
+    )
     args = parser.parse_args(argv)
     args.repeats = max(1, min(args.repeats, MAX_REPEATS))
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
