@@ -64,6 +64,7 @@ RUN_S: Final = 900.0  # one run's load, at most
 INPUT_TOKENS: Final = 128
 OUTPUT_TOKENS: Final = 128
 WARM_UP_REQUESTS: Final = 8
+ATTEMPTS: Final = 3  # a run that completed fewer than its prompts is run again, at most twice
 MEDIAN_TTFT: Final = re.compile(r"Median TTFT \(ms\):\s+([\d.]+)")
 During = Callable[[int], AbstractAsyncContextManager[None]]
 """Something around a run's measured load, given the gateway's pid (a profiler)."""
@@ -96,9 +97,10 @@ def _ratio(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.3f}" if theirs > 0 else "-"
 
 
-def report(rounds: Sequence[dict[str, BarRun]]) -> list[str]:
+def report(rounds: Sequence[dict[str, BarRun]], discarded: Sequence[str] = ()) -> list[str]:
     """A row per round (and the medians): each gateway's tok/s, CPU per 1k output tokens and
-    TTFT p50, and smg-trio's ratios to smg where both ran."""
+    TTFT p50, and smg-trio's ratios to smg where both ran; then the runs discarded (`discarded`:
+    one line each, a run that failed some of its requests and was run again)."""
     both = all("smg" in runs for runs in rounds)
     head = "| round | smg-trio tok/s | ms CPU per 1k | TTFT p50 ms |"
     rule = "|---|---:|---:|---:|"
@@ -159,6 +161,12 @@ def report(rounds: Sequence[dict[str, BarRun]]) -> list[str]:
     short = [run for runs in rounds for run in runs.values() if run.completed == 0]
     if short:
         lines.append(f"runs that completed nothing: {len(short)}")
+    if discarded:
+        lines += [
+            "",
+            "Runs discarded and run again (a fresh engine and gateway), not in the table:",
+        ]
+        lines += [f"- {line}" for line in discarded]
     return lines
 
 
@@ -234,10 +242,15 @@ class BarLoad:
 
 async def run(
     engine: EngineLaunch, load: BarLoad, smg_bin: Path | None, rounds: int
-) -> list[dict[str, BarRun]]:
+) -> tuple[list[dict[str, BarRun]], list[str]]:
+    """The rounds, and a line per discarded run: one that completed fewer than its prompts
+    (a gateway failing requests, e.g. smg's 10 s send window when its engine is slow to read,
+    measures something else) is run again with a fresh engine and gateway, `ATTEMPTS` times at
+    most; the last attempt is kept whatever it completed."""
     model = load_model_dir(load.model_path)
     words = prompt_words(model.tokenizer, model.tokenizer.vocab_size)
     results: list[dict[str, BarRun]] = []
+    discarded: list[str] = []
     with tempfile.TemporaryDirectory(prefix="stream-bar-") as logs:
         log_dir = Path(logs)
         kinds: dict[str, Callable[[], AbstractAsyncContextManager[Target]]] = {
@@ -248,17 +261,21 @@ async def run(
         for index in range(rounds):
             runs: dict[str, BarRun] = {}
             for name in round_order(index, list(kinds)):
-                async with kinds[name]() as target:
-                    result = await load.run(name, target, words)
-                print(
-                    f"round {index + 1}: {name} {result.output_tok_s:,.0f} tok/s, "
-                    f"{result.completed} completed, {result.cpu_ms_per_1k:.1f} ms CPU per 1k, "
-                    f"TTFT p50 {result.ttft_p50_ms:.1f} ms",
-                    flush=True,
-                )
+                for attempt in range(ATTEMPTS):
+                    async with kinds[name]() as target:
+                        result = await load.run(name, target, words)
+                    line = (
+                        f"round {index + 1}: {name} {result.output_tok_s:,.0f} tok/s, "
+                        f"{result.completed} completed, {result.cpu_ms_per_1k:.1f} ms CPU per "
+                        f"1k, TTFT p50 {result.ttft_p50_ms:.1f} ms"
+                    )
+                    print(line, flush=True)
+                    if result.completed >= load.prompts or attempt == ATTEMPTS - 1:
+                        break
+                    discarded.append(f"{line} (of {load.prompts})")
                 runs[name] = result
             results.append(runs)
-    return results
+    return results, discarded
 
 
 def main(argv: Sequence[str]) -> int:
@@ -299,11 +316,11 @@ def main(argv: Sequence[str]) -> int:
         )
     recording = Recording(f"stream_bar-{args.engine}", f"The streamed token's bar ({args.engine})")
     load = BarLoad(model_path, args.num_prompts, args.concurrency, venv)
-    rounds = trio.run(run, engine, load, args.smg_bin, args.rounds)
+    rounds, discarded = trio.run(run, engine, load, args.smg_bin, args.rounds)
     body = (
         f"{what}, {args.num_prompts} prompts at concurrency {args.concurrency}; each gateway "
         "in front of its own engine, alternated within each round. Gateway CPU from /proc "
-        "over the measured load (the warm-up excluded).\n\n" + "\n".join(report(rounds))
+        "over the measured load (the warm-up excluded).\n\n" + "\n".join(report(rounds, discarded))
     )
     recording.publish(body, write=not args.no_write)
     return 0

@@ -140,6 +140,15 @@ def test_the_bar_gives_each_round_its_ratios_and_the_medians_of_the_rounds() -> 
     )
 
 
+def test_the_bar_lists_the_runs_it_discarded_after_the_table() -> None:
+    rounds = [{"smg-trio": _bar("smg-trio", 3000, 40, 90), "smg": _bar("smg", 3000, 20, 60)}]
+    assert "discarded" not in "\n".join(bar_report(rounds))
+    lines = bar_report(rounds, ["round 1: smg 823 tok/s, 117 completed (of 256)"])
+    assert lines[-2].startswith("Runs discarded and run again")
+    assert lines[-1] == "- round 1: smg 823 tok/s, 117 completed (of 256)"
+    assert lines[3].startswith("| median |")  # the table is the kept runs' alone
+
+
 def test_the_bar_alternates_which_gateway_runs_first() -> None:
     assert [round_order(i, ["a", "b"]) for i in range(3)] == [["a", "b"], ["b", "a"], ["a", "b"]]
 
