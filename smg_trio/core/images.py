@@ -38,6 +38,10 @@ class ProcessedImage(msgspec.Struct, frozen=True, kw_only=True):
     embed_count: int  # how many of them (the encoder's output count)
     fields: tuple[MediaField, ...]
     identifier: str
+    # The part of the replacement that is the span, when its edges merge with the text
+    # around it into other tokens (Gemma 3's "\n\n" edges: "\n" + "\n\n" is one token);
+    # empty: the whole replacement.
+    span_text: str = ""
 
 
 def chat_image_refs(req: oa.ChatCompletionRequest) -> tuple[ImageRef, ...]:
@@ -110,7 +114,8 @@ def place_images(
     features: list[MediaFeature] = []
     start = 0
     for number, image in enumerate(images):
-        wanted = tuple(tokenizer.encode(image.replacement, add_special_tokens=False))
+        span_text = image.span_text or image.replacement
+        wanted = tuple(tokenizer.encode(span_text, add_special_tokens=False))
         offset = _find(prompt_ids, wanted, start)
         if offset < 0:
             raise ClientError(

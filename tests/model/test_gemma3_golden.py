@@ -1,0 +1,136 @@
+"""Gemma 3 images against the Hugging Face processor itself (golden, offline: the folder is
+built with gemma-3-4b-it's published settings and the test tokenizer given Gemma's image and
+newline tokens, tests/model/family_folders.py). For each of 6 images our picture tensor equals
+the HF image processor's bit for bit; a multi-image, multi-turn prompt whose newlines merge
+across the images' replacements (a turn's "\\n" before one, two images side by side, text on
+both sides of one) equals `Gemma3Processor(text, images)["input_ids"]`, each span `boi` to
+`eoi` with only the soft tokens embedded; pan-and-scan, not built, is refused by name."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+from transformers.models.gemma3.processing_gemma3 import Gemma3Processor
+
+from smg_trio.core.prepare import chat_prompt
+from smg_trio.errors import ClientError
+from smg_trio.model.folder import load_model_dir
+from smg_trio.model.gemma3_images import Gemma3Images
+from smg_trio.model.vision import VisionRefusal, load_vision
+from tests.model.family_folders import GEMMA3_SETTINGS, gemma3_folder
+from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
+
+NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+IMAGES: Final = [
+    picture(30, 20, "RGB", 1),
+    picture(640, 480, "RGB", 2),
+    picture(97, 333, "RGBA", 3),
+    picture(896, 896, "L", 4),
+    picture(1000, 90, "RGB", 5),
+    picture(123, 457, "RGB", 6),
+]
+
+
+def _hf_image_processor() -> Gemma3ImageProcessorPil:
+    return Gemma3ImageProcessorPil(
+        **{
+            k: v
+            for k, v in GEMMA3_SETTINGS.items()
+            if k not in ("image_processor_type", "processor_class", "image_seq_length")
+        }
+    )
+
+
+def test_each_image_equals_the_hf_image_processor(tmp_path: Path) -> None:
+    folder, ids = gemma3_folder(tmp_path)
+    ours = load_vision(folder, "gemma3")
+    assert isinstance(ours, Gemma3Images)
+    hf = _hf_image_processor()
+    for data in IMAGES:
+        mine = ours.process(data, "image")
+        pixel_field, patches_field = mine.fields
+        assert (pixel_field.name, pixel_field.kind) == ("pixel_values", "flat")
+        assert (patches_field.name, patches_field.kind, patches_field.keep_on_cpu) == (
+            "num_patches",
+            "batched",
+            True,
+        )
+        pixels = np.frombuffer(pixel_field.tensor.data, np.float32).reshape(
+            pixel_field.tensor.shape
+        )
+        golden = hf(images=[hf_rgb(data)], return_tensors="np")
+        assert pixels.shape == golden["pixel_values"].shape == (1, 3, 896, 896)
+        assert np.array_equal(pixels, golden["pixel_values"])
+        assert np.frombuffer(patches_field.tensor.data, np.int64).tolist() == [1]
+        assert patches_field.tensor.shape == ()
+        assert mine.embed_count == 256
+        assert mine.embed_token_id == ids["<image_soft_token>"]
+
+
+def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(tmp_path: Path) -> None:
+    folder, ids_of = gemma3_folder(tmp_path)
+    vision = load_vision(folder, "gemma3")
+    assert isinstance(vision, Gemma3Images)
+    chosen = [IMAGES[0], IMAGES[2], IMAGES[4], IMAGES[5]]
+    processed = [vision.process(data, "image") for data in chosen]
+    model = load_model_dir(folder).prompt_model()
+    ids, features = chat_prompt(multi_turn_chat(), model, now=NOW, images=processed)
+    hf: Any = Gemma3Processor(
+        image_processor=_hf_image_processor(),
+        tokenizer=AutoTokenizer.from_pretrained(folder),
+        chat_template=(folder / "chat_template.jinja").read_text(),
+        image_seq_length=256,
+    )
+    text = hf.apply_chat_template(MULTI_TURN_HF, add_generation_prompt=True, tokenize=False)
+    golden = hf(text=text, images=[hf_rgb(d) for d in chosen], return_tensors="np")
+    assert list(ids) == [int(t) for t in golden["input_ids"][0]]
+    # The newlines merged across the replacements: "\n" + "\n\n", two images side by side.
+    assert ids_of["\n\n\n"] in ids
+    assert ids_of["\n\n\n\n"] in ids
+    soft = ids_of["<image_soft_token>"]
+    for feature in features:
+        assert feature.length == 258
+        assert ids[feature.offset] == ids_of["<start_of_image>"]
+        assert ids[feature.offset + feature.length - 1] == ids_of["<end_of_image>"]
+        assert feature.is_embed == (False, *[True] * 256, False)
+    covered = [
+        feature.offset + at
+        for feature in features
+        for at, embedded in enumerate(feature.is_embed or ())
+        if embedded
+    ]
+    assert covered == [at for at, token in enumerate(ids) if token == soft]
+    assert [at for at, kind in enumerate(golden["token_type_ids"][0]) if kind] == covered
+
+
+def test_pan_and_scan_is_refused_by_name(tmp_path: Path) -> None:
+    folder, _ = gemma3_folder(tmp_path, settings={**GEMMA3_SETTINGS, "do_pan_and_scan": True})
+    refusal = load_vision(folder, "gemma3")
+    assert isinstance(refusal, VisionRefusal)
+    assert "do_pan_and_scan" in refusal.reason
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"do_pan_and_scan": True}, "do_pan_and_scan"),
+        ({"do_pan_and_scan": False, "pan_and_scan_max_num_crops": 2}, "pan_and_scan_max_num_crops"),
+        ({"size": {"height": 448, "width": 448}}, "size"),
+    ],
+)
+def test_mm_processor_kwargs_other_than_the_default_are_refused(
+    tmp_path: Path, options: dict[str, Any], named: str
+) -> None:
+    vision = load_vision(gemma3_folder(tmp_path)[0], "gemma3")
+    assert isinstance(vision, Gemma3Images)
+    with pytest.raises(ClientError) as caught:
+        vision.process(IMAGES[0], "image", options)
+    assert caught.value.param == f"mm_processor_kwargs.{named}"
+    plain = vision.process(IMAGES[0], "image", {"do_pan_and_scan": False})
+    assert plain == vision.process(IMAGES[0], "image")
