@@ -186,5 +186,5 @@ def _gemma3(
             image_token_id=image_token_id,
             seq_length=int(seq_length),
         )
-    except ConfigError as exc:  # pan-and-scan turned on: text served, images refused
+    except ConfigError as exc:  # settings we cannot take: text served, images refused
         return VisionRefusal(exc.message)

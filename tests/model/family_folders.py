@@ -70,6 +70,7 @@ def _copy(root: Path, name: str) -> tuple[Path, dict[str, Any]]:
     (folder / "processor_config.json").unlink()
     config: dict[str, Any] = json.loads((folder / "config.json").read_text())
     config.pop("image_token_id")
+    config["text_config"]["max_position_embeddings"] = 16384  # LLaVA-NeXT: ~2,000 per image
     return folder, config
 
 

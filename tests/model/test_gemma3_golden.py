@@ -4,7 +4,10 @@ newline tokens, tests/model/family_folders.py). For each of 6 images our picture
 the HF image processor's bit for bit; a multi-image, multi-turn prompt whose newlines merge
 across the images' replacements (a turn's "\\n" before one, two images side by side, text on
 both sides of one) equals `Gemma3Processor(text, images)["input_ids"]`, each span `boi` to
-`eoi` with only the soft tokens embedded; pan-and-scan, not built, is refused by name."""
+`eoi` with only the soft tokens embedded. Pan-and-scan, from the folder or the request's
+`mm_processor_kwargs`: 6 images' crops (none, 2, 3 across, 3 down, capped at 4) equal the HF
+image processor's, and a prompt of pictures with and without crops equals the HF processor's
+with `do_pan_and_scan=True`; a setting of the wrong kind is refused by name."""
 
 from __future__ import annotations
 
@@ -109,22 +112,95 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(tmp_path: Path)
     assert [at for at, kind in enumerate(golden["token_type_ids"][0]) if kind] == covered
 
 
-def test_pan_and_scan_is_refused_by_name(tmp_path: Path) -> None:
-    folder, _ = gemma3_folder(tmp_path, settings={**GEMMA3_SETTINGS, "do_pan_and_scan": True})
-    refusal = load_vision(folder, "gemma3")
-    assert isinstance(refusal, VisionRefusal)
-    assert "do_pan_and_scan" in refusal.reason
+PAN_AND_SCAN: Final = {
+    "do_pan_and_scan": True,
+    "pan_and_scan_min_crop_size": 256,
+    "pan_and_scan_max_num_crops": 4,
+    "pan_and_scan_min_ratio_to_activate": 1.2,
+}
+CROPPED: Final = [
+    (picture(1200, 400, "RGB", 7), 3),  # wide: 3 crops across
+    (picture(300, 900, "RGBA", 8), 3),  # tall: 3 crops down
+    (picture(640, 480, "L", 9), 2),  # just past the ratio: 2
+    (picture(97, 333, "RGB", 10), 0),  # crops would be under the minimum size
+    (picture(500, 480, "RGB", 11), 0),  # under the ratio
+    (picture(3000, 300, "RGB", 12), 4),  # capped at max_num_crops
+]
+
+
+def test_pan_and_scan_crops_equal_the_hf_image_processor(tmp_path: Path) -> None:
+    folder, _ = gemma3_folder(tmp_path)
+    vision = load_vision(folder, "gemma3")
+    assert isinstance(vision, Gemma3Images)
+    hf = _hf_image_processor()
+    for data, crops in CROPPED:
+        mine = vision.process(data, "image", {"do_pan_and_scan": True})
+        pixel_field, patches_field = mine.fields
+        pixels = np.frombuffer(pixel_field.tensor.data, np.float32).reshape(
+            pixel_field.tensor.shape
+        )
+        golden = hf(images=[hf_rgb(data)], return_tensors="np", **PAN_AND_SCAN)
+        assert [int(n) for n in golden["num_crops"]] == [crops]
+        assert pixels.shape == golden["pixel_values"].shape == (1 + crops, 3, 896, 896)
+        assert np.array_equal(pixels, golden["pixel_values"])
+        assert np.frombuffer(patches_field.tensor.data, np.int64).tolist() == [1 + crops]
+        assert mine.embed_count == 256 * (1 + crops)
+        assert mine.identifier != vision.process(data, "image").identifier or crops == 0
+
+
+def test_a_pan_and_scan_prompt_equals_the_hf_processor(tmp_path: Path) -> None:
+    """Small pictures (56 x 56: the ids do not depend on the size) with crops and without,
+    in the multi-turn prompt, the setting from the folder or from the request."""
+    small = {**GEMMA3_SETTINGS, "size": {"height": 56, "width": 56}}
+    chosen = [CROPPED[0][0], CROPPED[3][0], CROPPED[1][0], CROPPED[2][0]]
+    golden_ids: list[int] | None = None
+    for name, settings, options in [
+        ("request", small, {"do_pan_and_scan": True}),
+        ("folder", {**small, "do_pan_and_scan": True}, None),
+    ]:
+        folder, ids_of = gemma3_folder(tmp_path / name, settings=small if options else settings)
+        vision = load_vision(folder, "gemma3")
+        assert isinstance(vision, Gemma3Images)
+        processed = [vision.process(data, "image", options) for data in chosen]
+        model = load_model_dir(folder).prompt_model()
+        ids, features = chat_prompt(multi_turn_chat(), model, now=NOW, images=processed)
+        if golden_ids is None:
+            hf: Any = Gemma3Processor(
+                image_processor=_hf_image_processor(),
+                tokenizer=AutoTokenizer.from_pretrained(folder),
+                chat_template=(folder / "chat_template.jinja").read_text(),
+                image_seq_length=256,
+            )
+            text = hf.apply_chat_template(MULTI_TURN_HF, add_generation_prompt=True, tokenize=False)
+            golden = hf(
+                text=text, images=[hf_rgb(d) for d in chosen], return_tensors="np", **PAN_AND_SCAN
+            )
+            golden_ids = [int(t) for t in golden["input_ids"][0]]
+            embedded = [at for at, kind in enumerate(golden["token_type_ids"][0]) if kind]
+        assert list(ids) == golden_ids, name
+        covered = [
+            feature.offset + at
+            for feature in features
+            for at, flag in enumerate(feature.is_embed or ())
+            if flag
+        ]
+        assert covered == embedded
+        assert [sum(f.is_embed or ()) for f in features] == [1024, 256, 1024, 768]
+        for feature in features:
+            assert ids[feature.offset] == ids_of["<start_of_image>"]
+            assert ids[feature.offset + feature.length - 1] == ids_of["<end_of_image>"]
 
 
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ({"do_pan_and_scan": True}, "do_pan_and_scan"),
-        ({"do_pan_and_scan": False, "pan_and_scan_max_num_crops": 2}, "pan_and_scan_max_num_crops"),
+        ({"do_pan_and_scan": "yes"}, "do_pan_and_scan"),
+        ({"do_pan_and_scan": True, "pan_and_scan_max_num_crops": 0}, "pan_and_scan_max_num_crops"),
+        ({"pan_and_scan_min_ratio_to_activate": "1"}, "pan_and_scan_min_ratio_to_activate"),
         ({"size": {"height": 448, "width": 448}}, "size"),
     ],
 )
-def test_mm_processor_kwargs_other_than_the_default_are_refused(
+def test_mm_processor_kwargs_of_the_wrong_kind_are_refused(
     tmp_path: Path, options: dict[str, Any], named: str
 ) -> None:
     vision = load_vision(gemma3_folder(tmp_path)[0], "gemma3")
@@ -134,3 +210,10 @@ def test_mm_processor_kwargs_other_than_the_default_are_refused(
     assert caught.value.param == f"mm_processor_kwargs.{named}"
     plain = vision.process(IMAGES[0], "image", {"do_pan_and_scan": False})
     assert plain == vision.process(IMAGES[0], "image")
+
+
+def test_a_folder_setting_of_the_wrong_kind_is_refused_by_name(tmp_path: Path) -> None:
+    settings = {**GEMMA3_SETTINGS, "pan_and_scan_max_num_crops": "four"}
+    refusal = load_vision(gemma3_folder(tmp_path, settings=settings)[0], "gemma3")
+    assert isinstance(refusal, VisionRefusal)
+    assert "pan_and_scan_max_num_crops" in refusal.reason
