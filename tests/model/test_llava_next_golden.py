@@ -10,12 +10,15 @@ cannot count for is refused by name."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoTokenizer
 from transformers.models.llava_next.image_processing_pil_llava_next import (
     LlavaNextImageProcessorPil,
@@ -25,11 +28,14 @@ from transformers.models.llava_next.processing_llava_next import LlavaNextProces
 from smg_trio.core.prepare import chat_prompt
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import load_model_dir
-from smg_trio.model.llava_next_images import LlavaNextImages
+from smg_trio.model.llava_next_images import LlavaNextFeatures, LlavaNextImages
 from smg_trio.model.vision import VisionRefusal, load_vision
 from tests.model.family_folders import (
     IMAGE_TOKEN_ID,
     LLAVA_NEXT_SETTINGS,
+    LLAVA_NEXT_VISION,
+    PINPOINTS,
+    TEST_MODEL,
     llava_next_folder,
 )
 from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
@@ -64,6 +70,11 @@ def _hf_processor(folder: Path) -> Any:
     )
 
 
+@functools.cache
+def _hf_counter() -> Any:
+    return _hf_processor(TEST_MODEL)
+
+
 def test_each_image_equals_the_hf_processor(tmp_path: Path) -> None:
     folder = llava_next_folder(tmp_path)
     ours = load_vision(folder, "llava-next")
@@ -95,6 +106,24 @@ def test_each_image_equals_the_hf_processor(tmp_path: Path) -> None:
         assert mine.embed_count == int((ids[0] == IMAGE_TOKEN_ID).sum())
         assert mine.replacement == "<image>" * mine.embed_count
     assert tile_counts == {3, 4, 5}  # the base patch and 2 or 4 tiles
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6000), st.integers(1, 6000))
+def test_the_feature_count_equals_the_hf_processors_for_any_size(height: int, width: int) -> None:
+    """The count alone, over any picture size (every best resolution, every rounding of the
+    unpadded grid): ours from config.json as vLLM counts, HF's from its processor."""
+    ours = LlavaNextFeatures(
+        {
+            "vision_config": LLAVA_NEXT_VISION,
+            "vision_feature_select_strategy": "default",
+            "image_grid_pinpoints": PINPOINTS,
+        }
+    )
+    assert (
+        ours.count(height, width)
+        == _hf_counter()._get_number_of_features(height, width, 336, 336) - 1
+    )
 
 
 def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(tmp_path: Path) -> None:
