@@ -144,8 +144,11 @@ class Gemma3Images:
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)
         crops = int(np.asarray(out["num_crops"])[0])
         text = self.replacement(crops)
-        salt = settings_salt(
-            self._model_id, processor=self._kwargs, seq_length=self.seq_length, **settings
+        salt = settings_salt(  # the crop settings change nothing while pan-and-scan is off
+            self._model_id,
+            processor=self._kwargs,
+            seq_length=self.seq_length,
+            pan_and_scan=settings if settings["do_pan_and_scan"] else False,
         )
         return ProcessedImage(
             placeholder=self.placeholder,

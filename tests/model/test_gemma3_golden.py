@@ -208,8 +208,10 @@ def test_mm_processor_kwargs_of_the_wrong_kind_are_refused(
     with pytest.raises(ClientError) as caught:
         vision.process(IMAGES[0], "image", options)
     assert caught.value.param == f"mm_processor_kwargs.{named}"
-    plain = vision.process(IMAGES[0], "image", {"do_pan_and_scan": False})
-    assert plain == vision.process(IMAGES[0], "image")
+    plain = vision.process(IMAGES[0], "image")
+    assert plain == vision.process(IMAGES[0], "image", {"do_pan_and_scan": False})
+    # Crop settings without pan-and-scan change nothing, the identifier included.
+    assert plain == vision.process(IMAGES[0], "image", {"pan_and_scan_max_num_crops": 2})
 
 
 def test_a_folder_setting_of_the_wrong_kind_is_refused_by_name(tmp_path: Path) -> None:
