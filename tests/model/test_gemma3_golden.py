@@ -12,6 +12,7 @@ with `do_pan_and_scan=True`; a setting of the wrong kind is refused by name."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 from typing import Any, Final
 
@@ -219,3 +220,13 @@ def test_a_folder_setting_of_the_wrong_kind_is_refused_by_name(tmp_path: Path) -
     refusal = load_vision(gemma3_folder(tmp_path, settings=settings)[0], "gemma3")
     assert isinstance(refusal, VisionRefusal)
     assert "pan_and_scan_max_num_crops" in refusal.reason
+
+
+def test_a_sequence_length_the_model_disagrees_with_is_refused_by_name(tmp_path: Path) -> None:
+    folder, _ = gemma3_folder(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["mm_tokens_per_image"] = 64
+    (folder / "config.json").write_text(json.dumps(config))
+    refusal = load_vision(folder, "gemma3")
+    assert isinstance(refusal, VisionRefusal)
+    assert "mm_tokens_per_image" in refusal.reason
