@@ -26,6 +26,7 @@ from smg_trio.core.prepare import chat_prompt
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.gemma3_images import Gemma3Images
+from smg_trio.model.image_workers import ImageWorkers, PooledImages
 from smg_trio.model.vision import VisionRefusal, load_vision
 from tests.model.family_folders import GEMMA3_SETTINGS, gemma3_folder
 from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
@@ -230,3 +231,22 @@ def test_a_sequence_length_the_model_disagrees_with_is_refused_by_name(tmp_path:
     refusal = load_vision(folder, "gemma3")
     assert isinstance(refusal, VisionRefusal)
     assert "mm_tokens_per_image" in refusal.reason
+
+
+def test_a_worker_process_gives_the_same_crops_and_span(tmp_path: Path) -> None:
+    """What `serve` does: the image processed in a worker process equals it processed here,
+    the crops and the span's text included (they cross the worker's socket)."""
+    small = {**GEMMA3_SETTINGS, "size": {"height": 56, "width": 56}}
+    folder, _ = gemma3_folder(tmp_path, settings=small)
+    local = load_vision(folder, "gemma3")
+    assert isinstance(local, Gemma3Images)
+    pool = ImageWorkers(1)
+    try:
+        pooled = PooledImages(pool, folder, "gemma3", local.placeholder)
+        options = {"do_pan_and_scan": True}
+        image = pooled.process(CROPPED[0][0], "p", options)
+    finally:
+        pool.close()
+    assert image == local.process(CROPPED[0][0], "p", options)
+    assert image.embed_count == 4 * 256
+    assert image.span_text.startswith("<start_of_image>")
