@@ -166,17 +166,19 @@ def _gemma3(
 
     processor_config, image_config = _image_processor_config(folder)
     tokenizer_config = read_json_object(folder / "tokenizer_config.json") or {}
+    named = tokenizer_config.get("extra_special_tokens")  # transformers 5 may keep them here
+    named = {**(named if isinstance(named, dict) else {}), **tokenizer_config}
     tokens = {
-        name: str(tokenizer_config[name])
+        name: named[name]
         for name in ("boi_token", "eoi_token", "image_token")
-        if isinstance(tokenizer_config.get(name), str)
+        if isinstance(named.get(name), str)
     }
     per_image = config.get("mm_tokens_per_image", DEFAULT_SEQ_LENGTH)
     seq_length = processor_config.get("image_seq_length", per_image)
-    if seq_length != per_image:
+    if seq_length != per_image or not isinstance(seq_length, int) or seq_length < 1:
         return VisionRefusal(
-            f"Gemma 3's processor writes {seq_length} image tokens where config.json's "
-            f"mm_tokens_per_image is {per_image}"
+            f"Gemma 3's processor writes {seq_length!r} image tokens where config.json's "
+            f"mm_tokens_per_image is {per_image!r}"
         )
     try:
         return Gemma3Images(
@@ -184,7 +186,7 @@ def _gemma3(
             tokens=tokens,
             image_processor_config=image_config,
             image_token_id=image_token_id,
-            seq_length=int(seq_length),
+            seq_length=seq_length,
         )
     except ConfigError as exc:  # settings we cannot take: text served, images refused
         return VisionRefusal(exc.message)
