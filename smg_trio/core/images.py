@@ -5,8 +5,10 @@ each processed image's placeholder is expanded into the prompt and located there
 vLLM's rule, reproduced: the chat template renders one placeholder per image (the model's
 `<image>`); the prompt text then gets each placeholder replaced, in order, by that image's
 replacement text (the HF processor's expansion: tiles, tags, N x `<image>`), and the whole text
-is tokenized once. Each image's span is found by its replacement's ids, searched in order, as
-vLLM finds it; the span's positions holding the embed token receive the encoder's outputs.
+is tokenized once. Each image's span is found by its replacement's ids (or its `span_text`'s,
+where the replacement's edges merge with the text around it: Gemma 3's newlines), searched in
+order, as vLLM finds it; the span's positions holding the embed token receive the encoder's
+outputs.
 """
 
 from __future__ import annotations
