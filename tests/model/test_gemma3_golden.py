@@ -18,10 +18,13 @@ from typing import Any, Final
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoTokenizer
 from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 from transformers.models.gemma3.processing_gemma3 import Gemma3Processor
 
+from smg_trio.core.images import expand_placeholders, place_images
 from smg_trio.core.prepare import chat_prompt
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import load_model_dir
@@ -156,11 +159,13 @@ def test_a_pan_and_scan_prompt_equals_the_hf_processor(tmp_path: Path) -> None:
     small = {**GEMMA3_SETTINGS, "size": {"height": 56, "width": 56}}
     chosen = [CROPPED[0][0], CROPPED[3][0], CROPPED[1][0], CROPPED[2][0]]
     golden_ids: list[int] | None = None
-    for name, settings, options in [
+    for name, folder_settings, options in [
         ("request", small, {"do_pan_and_scan": True}),
         ("folder", {**small, "do_pan_and_scan": True}, None),
     ]:
-        folder, ids_of = gemma3_folder(tmp_path / name, settings=small if options else settings)
+        folder, ids_of = gemma3_folder(
+            tmp_path / name, settings=small if options else folder_settings
+        )
         vision = load_vision(folder, "gemma3")
         assert isinstance(vision, Gemma3Images)
         processed = [vision.process(data, "image", options) for data in chosen]
@@ -250,3 +255,45 @@ def test_a_worker_process_gives_the_same_crops_and_span(tmp_path: Path) -> None:
     assert image == local.process(CROPPED[0][0], "p", options)
     assert image.embed_count == 4 * 256
     assert image.span_text.startswith("<start_of_image>")
+
+
+@pytest.fixture(scope="module")
+def small_gemma3(tmp_path_factory: pytest.TempPathFactory) -> tuple[Gemma3Images, Any, Any]:
+    """Ours, the test tokenizer and the HF processor for 4 soft tokens per 56 x 56 picture."""
+    small = {**GEMMA3_SETTINGS, "size": {"height": 56, "width": 56}}
+    folder, _ = gemma3_folder(tmp_path_factory.mktemp("gemma3"), settings=small, seq_length=4)
+    vision = load_vision(folder, "gemma3")
+    assert isinstance(vision, Gemma3Images)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    image_processor = Gemma3ImageProcessorPil(
+        **{k: v for k, v in small.items() if k not in ("image_processor_type", "processor_class")}
+    )
+    hf = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4)
+    return vision, load_model_dir(folder).prompt_model().tokenizer, hf
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.text(alphabet="a \n?", max_size=6), min_size=2, max_size=4),
+)
+def test_any_text_around_images_gives_the_hf_processors_ids_and_embeddings(
+    small_gemma3: tuple[Gemma3Images, Any, Any], pieces: list[str]
+) -> None:
+    """Any run of newlines, spaces and letters before, between and after 1 to 3 images (the
+    merges on either side, images side by side): the ids are Gemma3Processor's, and the
+    embedded positions its token_type_ids."""
+    vision, tokenizer, hf = small_gemma3
+    text = "<start_of_image>".join(pieces)
+    images = [vision.process(IMAGES[0], "image") for _ in pieces[1:]]
+    expanded = expand_placeholders(text, vision.placeholder, images, "p")
+    ids = tuple(tokenizer.encode(expanded, add_special_tokens=False))
+    features = place_images(ids, images, tokenizer, "p")
+    golden = hf(text=text, images=[hf_rgb(IMAGES[0])] * len(images), return_tensors="np")
+    assert list(ids) == [int(t) for t in golden["input_ids"][0]]
+    embedded = [
+        feature.offset + at
+        for feature in features
+        for at, flag in enumerate(feature.is_embed or ())
+        if flag
+    ]
+    assert embedded == [at for at, kind in enumerate(golden["token_type_ids"][0]) if kind]
