@@ -101,13 +101,14 @@ async def test_chat_images_reach_the_engine_in_the_familys_fields(
     assert counted > sum(embedded for _, embedded in expected)
 
 
-async def _tokenize_count(server: LiveServer, family: str) -> int:
+async def _tokenize_count(
+    server: LiveServer, family: str, messages: list[Any] | None = None, **extra: Any
+) -> int:
+    body = {"model": family, "messages": _messages() if messages is None else messages, **extra}
     async with httpx.AsyncClient(
         base_url=server.base_url, headers={"Authorization": f"Bearer {server.api_key}"}
     ) as http:
-        reply = await http.post(
-            "/v1/tokenize", json={"model": family, "messages": _messages()}, timeout=None
-        )
+        reply = await http.post("/v1/tokenize", json=body, timeout=None)
     assert reply.status_code == 200, reply.text
     count: int = reply.json()["count"]
     return count
@@ -179,13 +180,17 @@ async def test_gemma3_pan_and_scan_from_the_request(tmp_path: Path) -> None:
     async with live_server(tmp_path, model_path=folder, max_body_bytes=8 * 1024 * 1024) as server:
         with trio.fail_after(CAP_S):
             async with client(server) as sdk:
+                one: list[Any] = [{"role": "user", "content": [image_part(png_uri(*SIZES[0]))]}]
+                kwargs = {"do_pan_and_scan": True}
                 answer = await sdk.chat.completions.create(
                     model="gemma3",
-                    messages=[{"role": "user", "content": [image_part(png_uri(*SIZES[0]))]}],
+                    messages=one,
                     max_tokens=2,
-                    extra_body={"mm_processor_kwargs": {"do_pan_and_scan": True}},
+                    extra_body={"mm_processor_kwargs": kwargs},
                     extra_headers={"x-request-id": "pan-and-scan"},
                 )
+                counted = await _tokenize_count(server, "gemma3", one, mm_processor_kwargs=kwargs)
+                plain = await _tokenize_count(server, "gemma3", one)
                 [feature] = (await received(server, "pan-and-scan"))["mm_features"]
                 with pytest.raises(openai.BadRequestError) as caught:
                     await sdk.chat.completions.create(
@@ -197,6 +202,7 @@ async def test_gemma3_pan_and_scan_from_the_request(tmp_path: Path) -> None:
     assert feature["shapes"]["pixel_values"] == ["float32", [3, 3, 56, 56]]
     assert feature["shapes"]["num_patches"] == ["int64", []]
     assert answer.usage is not None
-    assert answer.usage.prompt_tokens > 3 * GEMMA3_SEQ
+    assert answer.usage.prompt_tokens == counted > 3 * GEMMA3_SEQ
+    assert plain < counted - 2 * GEMMA3_SEQ  # without the crops' sequences and their text
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "mm_processor_kwargs.pan_and_scan_crops"
