@@ -10,6 +10,8 @@ crops."""
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,10 +20,16 @@ import httpx
 import openai
 import pytest
 import trio
+from openai import AsyncOpenAI
 
+from harness.served_gateway import served_gateway
 from smg_trio.model.gemma3_images import Gemma3Images
 from smg_trio.model.llava_next_images import LlavaNextImages
 from smg_trio.model.vision import load_vision
+from smg_trio.neutral.runtime import Runtime, Wire
+from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.worker_specs import WorkerSpec
+from tests.backends.grpc_reference import start_engine, stop_engine
 from tests.e2e.live_server import LiveServer, live_server
 from tests.e2e.test_images import client, image_part, png_uri, received
 from tests.model.family_folders import GEMMA3_SETTINGS, gemma3_folder, llava_next_folder
@@ -30,6 +38,8 @@ CAP_S: Final = 60.0
 SIZES: Final = [(640, 480), (100, 300), (1000, 90)]
 GEMMA3_SMALL: Final = {**GEMMA3_SETTINGS, "size": {"height": 56, "width": 56}}
 GEMMA3_SEQ: Final = 16
+
+pytestmark = pytest.mark.timeout(180)  # the gRPC test starts two engines and two gateways
 
 
 def _folder(tmp_path: Path, family: str) -> Path:
@@ -206,3 +216,55 @@ async def test_gemma3_pan_and_scan_from_the_request(tmp_path: Path) -> None:
     assert plain < counted - 2 * GEMMA3_SEQ  # without the crops' sequences and their text
     assert isinstance(caught.value.body, dict)
     assert caught.value.body["param"] == "mm_processor_kwargs.pan_and_scan_crops"
+
+
+@asynccontextmanager
+async def _over_grpc(runtime: Runtime, folder: Path, log_path: Path) -> AsyncIterator[str]:
+    with log_path.open("wb") as log:
+        process, port = await start_engine(
+            runtime, log, model_path=folder, extra=("--log-level", "INFO")
+        )
+        try:
+            worker = WorkerSpec(runtime, Wire.GRPC, f"127.0.0.1:{port}")
+            config = GatewayConfig(
+                model_path=folder, workers=(worker,), port=0, max_body_bytes=8 << 20
+            )
+            async with served_gateway(config) as served:
+                await served.wait_ready(served.serving.gateway.pool.workers)
+                yield f"http://127.0.0.1:{served.serving.port}/v1"
+        finally:
+            await stop_engine(process)
+
+
+@pytest.mark.parametrize("runtime", [Runtime.VLLM, Runtime.SGLANG])
+async def test_over_grpc_gemma3_travels_and_llava_next_of_mixed_tiles_is_named(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """Gemma 3's flat pictures (with crops) sized by num_patches travel as mm_inputs; LLaVA-NeXT
+    images of one tile count travel, of different counts are a 400 naming pixel_values (they
+    cannot stack: docs/images.md §6)."""
+    gemma_log, llava_log = tmp_path / "gemma3.log", tmp_path / "llava_next.log"
+    mixed = [{"role": "user", "content": [image_part(png_uri(*size)) for size in SIZES[:2]]}]
+    alike = [{"role": "user", "content": [image_part(png_uri(*SIZES[0], color=c)) for c in [(1, 2, 3), (4, 5, 6)]]}]  # fmt: skip
+    with trio.fail_after(2 * CAP_S):
+        async with (
+            _over_grpc(runtime, _folder(tmp_path / "g", "gemma3"), gemma_log) as base_url,
+            AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as sdk,
+        ):
+            await sdk.chat.completions.create(
+                model="gemma3",
+                messages=_messages(),
+                max_tokens=2,
+                extra_body={"mm_processor_kwargs": {"do_pan_and_scan": True}},
+            )
+        async with (
+            _over_grpc(runtime, _folder(tmp_path / "l", "llava_next"), llava_log) as base_url,
+            AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0) as sdk,
+        ):
+            await sdk.chat.completions.create(model="llava_next", messages=alike, max_tokens=2)
+            with pytest.raises(openai.BadRequestError) as caught:
+                await sdk.chat.completions.create(model="llava_next", messages=mixed, max_tokens=2)
+    assert gemma_log.read_text(errors="replace").count("3 image(s) in mm_inputs") == 1
+    assert llava_log.read_text(errors="replace").count("2 image(s) in mm_inputs") == 1
+    assert isinstance(caught.value.body, dict)
+    assert "'pixel_values' differs in shape between images" in caught.value.body["message"]
