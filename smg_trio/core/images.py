@@ -5,8 +5,10 @@ each processed image's placeholder is expanded into the prompt and located there
 vLLM's rule, reproduced: the chat template renders one placeholder per image (the model's
 `<image>`); the prompt text then gets each placeholder replaced, in order, by that image's
 replacement text (the HF processor's expansion: tiles, tags, N x `<image>`), and the whole text
-is tokenized once. Each image's span is found by its replacement's ids, searched in order, as
-vLLM finds it; the span's positions holding the embed token receive the encoder's outputs.
+is tokenized once. Each image's span is found by its replacement's ids (or its `span_text`'s,
+where the replacement's edges merge with the text around it: Gemma 3's newlines), searched in
+order, as vLLM finds it; the span's positions holding the embed token receive the encoder's
+outputs.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ class ProcessedImage(msgspec.Struct, frozen=True, kw_only=True):
     embed_count: int  # how many of them (the encoder's output count)
     fields: tuple[MediaField, ...]
     identifier: str
+    # The part of the replacement that is the span, when its edges merge with the text
+    # around it into other tokens (Gemma 3's "\n\n" edges: "\n" + "\n\n" is one token);
+    # empty: the whole replacement.
+    span_text: str = ""
 
 
 def chat_image_refs(req: oa.ChatCompletionRequest) -> tuple[ImageRef, ...]:
@@ -110,7 +116,8 @@ def place_images(
     features: list[MediaFeature] = []
     start = 0
     for number, image in enumerate(images):
-        wanted = tuple(tokenizer.encode(image.replacement, add_special_tokens=False))
+        span_text = image.span_text or image.replacement
+        wanted = tuple(tokenizer.encode(span_text, add_special_tokens=False))
         offset = _find(prompt_ids, wanted, start)
         if offset < 0:
             raise ClientError(

@@ -138,6 +138,7 @@ def _engine_model(
         tokenizer=tokenizer,
         hidden_size=_hidden_size(config),
         num_labels=_num_labels(config),
+        model_type=str(config.get("model_type") or ""),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
+from smg_trio.engines.vllm_mm_fields import family_fields_problem
 from smg_trio.neutral.media import DTYPE_SIZES
 
 _KINDS = ("batched", "flat", "shared")
@@ -55,9 +56,10 @@ class MediaKeys:
 
 
 def mm_features_problem(
-    features: Any, frames: Sequence[bytes], prompt: Sequence[int]
+    features: Any, frames: Sequence[bytes], prompt: Sequence[int], model_type: str = ""
 ) -> str | None:
-    """Why `features` (decoded msgpack) would break the engine, or None."""
+    """Why `features` (decoded msgpack) would break the engine, or None; each image's kwargs
+    also against `model_type`'s field config (engines/vllm_mm_fields.py)."""
     if features is None:
         return None
     if not isinstance(features, list):
@@ -97,6 +99,9 @@ def mm_features_problem(
             problem = _element_problem(element, frames, f"{where}.data.{name}")
             if problem is not None:
                 return problem
+        problem = family_fields_problem(model_type, data, lambda tensor: _int64s(tensor, frames))
+        if problem is not None:
+            return f"{where}.data: {problem}"
     return None
 
 
@@ -150,6 +155,11 @@ def _size(tensor: list[Any], frames: Sequence[bytes]) -> int:
 def _bytes(tensor: list[Any], frames: Sequence[bytes]) -> bytes:
     data = tensor[2]
     return bytes(frames[data]) if isinstance(data, int) else bytes(data.data)
+
+
+def _int64s(tensor: list[Any], frames: Sequence[bytes]) -> list[int]:
+    raw = _bytes(tensor, frames)
+    return [int.from_bytes(raw[at : at + 8], "little", signed=True) for at in range(0, len(raw), 8)]
 
 
 def summary(features: Any) -> list[dict[str, Any]]:

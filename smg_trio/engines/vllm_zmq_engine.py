@@ -205,7 +205,7 @@ class VllmWire:
             return pooling_add(request, self.model)
         prompt = request.prompt_token_ids or ()
         problem = prompt_problem(prompt, self.model) or mm_features_problem(
-            request.mm_features, frames, prompt
+            request.mm_features, frames, prompt, self.model.model_type
         )
         if problem is not None:
             return Reject(request.request_id, request.client_index, problem)

@@ -36,6 +36,7 @@ class EngineModel:
     reasoning_end_ids: tuple[int, ...] = ()  # vLLM's --reasoning-parser (engines.reasoning_gate)
     hidden_size: int = 64  # the pooler's embedding size (engines.pooling; config.json's)
     num_labels: int = 2  # the classifier's classes (config.json's id2label)
+    model_type: str = ""  # config.json's: the image kwargs' field config (engines.vllm_mm_fields)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """I/O (startup). A model folder's image processing, or why its images are refused.
 
 `load_vision(folder)` reads config.json's `model_type` and, for a family we process, builds its
-processor once (model/idefics3_images.py, model/qwen2_vl_images.py, model/llava_images.py). What it returns answers every image request:
+processor once (model/idefics3_images.py, model/qwen2_vl_images.py, model/llava_images.py,
+model/llava_next_images.py, model/gemma3_images.py). What it returns answers every image
+request:
 - a folder whose config names no vision tower: `None`, images are a 400 (a text-only model);
 - the `vision` extra missing (Pillow, numpy, transformers): a `VisionRefusal` naming it;
 - a vision family we do not process: a `VisionRefusal` naming its model type.
@@ -23,7 +25,17 @@ from smg_trio.model.folder import read_json_object
 logger = logging.getLogger(__name__)
 
 EXTRA_HINT: Final = "install smg-trio[vision] (Pillow, numpy, transformers) to take images"
-SUPPORTED: Final = ("idefics3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava")
+SUPPORTED: Final = (
+    "idefics3",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "llava",
+    "llava_next",
+    "gemma3",
+)
+# config.json's key for the embedded image token, where it is not `image_token_id`.
+TOKEN_INDEX_FAMILIES: Final = ("llava", "llava_next", "gemma3")
 
 
 class ImageProcessor(Protocol):
@@ -56,7 +68,7 @@ def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal |
             f"images for model type {model_type!r} are not supported by this gateway "
             f"(it processes {', '.join(SUPPORTED)})"
         )
-    key = "image_token_index" if model_type == "llava" else "image_token_id"
+    key = "image_token_index" if model_type in TOKEN_INDEX_FAMILIES else "image_token_id"
     image_token_id = config.get(key)
     if not isinstance(image_token_id, int):
         return VisionRefusal(f"the model's config.json names no {key}")
@@ -65,6 +77,10 @@ def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal |
             return _idefics3(folder, model_id, config, image_token_id)
         if model_type == "llava":
             return _llava(folder, model_id, config, image_token_id)
+        if model_type == "llava_next":
+            return _llava_next(folder, model_id, config, image_token_id)
+        if model_type == "gemma3":
+            return _gemma3(folder, model_id, config, image_token_id)
         return _qwen2_vl(folder, model_id, image_token_id)
     except ImportError as exc:
         logger.warning("images refused: %s (%s)", EXTRA_HINT, exc)
@@ -124,3 +140,53 @@ def _llava(
         image_processor_config=image_config,
         image_token_id=image_token_id,
     )
+
+
+def _llava_next(
+    folder: Path, model_id: str, config: Mapping[str, Any], image_token_id: int
+) -> ImageProcessor | VisionRefusal:
+    from smg_trio.model.llava_next_images import LlavaNextImages
+
+    _, image_config = _image_processor_config(folder)
+    try:
+        return LlavaNextImages(
+            model_id=model_id,
+            config=config,
+            image_processor_config=image_config,
+            image_token_id=image_token_id,
+        )
+    except ConfigError as exc:  # a tower or tiling we cannot count for: text served
+        return VisionRefusal(exc.message)
+
+
+def _gemma3(
+    folder: Path, model_id: str, config: Mapping[str, Any], image_token_id: int
+) -> ImageProcessor | VisionRefusal:
+    from smg_trio.model.gemma3_images import DEFAULT_SEQ_LENGTH, Gemma3Images
+
+    processor_config, image_config = _image_processor_config(folder)
+    tokenizer_config = read_json_object(folder / "tokenizer_config.json") or {}
+    named = tokenizer_config.get("extra_special_tokens")  # transformers 5 may keep them here
+    named = {**(named if isinstance(named, dict) else {}), **tokenizer_config}
+    tokens = {
+        name: named[name]
+        for name in ("boi_token", "eoi_token", "image_token")
+        if isinstance(named.get(name), str)
+    }
+    per_image = config.get("mm_tokens_per_image", DEFAULT_SEQ_LENGTH)
+    seq_length = processor_config.get("image_seq_length", per_image)
+    if seq_length != per_image or not isinstance(seq_length, int) or seq_length < 1:
+        return VisionRefusal(
+            f"Gemma 3's processor writes {seq_length!r} image tokens where config.json's "
+            f"mm_tokens_per_image is {per_image!r}"
+        )
+    try:
+        return Gemma3Images(
+            model_id=model_id,
+            tokens=tokens,
+            image_processor_config=image_config,
+            image_token_id=image_token_id,
+            seq_length=seq_length,
+        )
+    except ConfigError as exc:  # settings we cannot take: text served, images refused
+        return VisionRefusal(exc.message)

@@ -148,10 +148,10 @@ def test_without_the_vision_extra_images_are_refused_naming_it() -> None:
 
 
 def test_another_family_is_refused_naming_its_model_type(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text('{"model_type": "gemma3", "vision_config": {}}')
+    (tmp_path / "config.json").write_text('{"model_type": "mllama", "vision_config": {}}')
     vision = load_vision(tmp_path, "m")
     assert isinstance(vision, VisionRefusal)
-    assert "'gemma3'" in vision.reason
+    assert "'mllama'" in vision.reason
 
 
 def test_a_text_model_has_no_vision(tmp_path: Path) -> None:
