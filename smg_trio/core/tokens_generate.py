@@ -5,7 +5,10 @@ The request's ids are the prompt as they are (checked against the vocabulary); i
 knobs are the engine's. The answer carries each choice's generated ids (the stop token
 included, as vLLM's), its finish and stop reasons, and usage; streamed, each chunk carries the
 ids counted since the last one, and with `stream_options.include_usage` a closing chunk
-carries the usage, as vLLM's server streams it.
+carries the usage, as vLLM's server streams it. A choice's finish names the weights that
+sampled its ids (`weight_versions`) when the engine's finish said which (vLLM's EngineCore does,
+on every step; a version cannot change within one request here, as only vLLM's own RL API
+changes it, so one span covers every id).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from smg_trio.wire.vllm_tokens_generate import (
     TokensStreamUsage,
     TokensUsage,
     TokensUsageChunk,
+    WeightVersionSpan,
 )
 
 _encode = JSON_ENCODER.encode
@@ -90,7 +94,7 @@ class TokensRenderer:
     """Token ids out: the text the assembler decodes is never shown."""
 
     keeps_output_ids = True
-    __slots__ = ("_created", "_id", "_include_usage", "_model", "_prompt_ids")
+    __slots__ = ("_created", "_id", "_include_usage", "_model", "_prompt_ids", "_sent")
 
     def __init__(self, plan: GeneratePlan, request_id: str, created: int) -> None:
         self._id, self._created, self._model = request_id, created, plan.model
@@ -99,13 +103,23 @@ class TokensRenderer:
         self._prompt_ids: tuple[int, ...] | None = (
             plan.prompt_ids if plan.return_token_ids else None
         )
+        self._sent = [0] * plan.n  # a stream's ids sent per choice (the finish's span)
 
-    def _chunk(self, index: int, ids: Sequence[int], reason: str | None, stop: object) -> bytes:
+    def _chunk(
+        self,
+        index: int,
+        ids: Sequence[int],
+        reason: str | None,
+        stop: object,
+        versions: tuple[WeightVersionSpan, ...] | None = None,
+    ) -> bytes:
+        self._sent[index] += len(ids)
         choice = TokensChoice(
             index=index,
             finish_reason=reason,
             stop_reason=stop if isinstance(stop, int | str) else None,
             token_ids=tuple(ids),
+            weight_versions=versions,
         )
         if self._prompt_ids is not None:
             first = TokensFirstStreamChunk(
@@ -127,7 +141,11 @@ class TokensRenderer:
         return ()
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
-        return self._chunk(index, choice.new_ids, choice.finish_reason, choice.stop_reason)
+        total = self._sent[index] + len(choice.new_ids)
+        versions = weight_versions(choice.weight_version, total)
+        return self._chunk(
+            index, choice.new_ids, choice.finish_reason, choice.stop_reason, versions
+        )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
         return ChoiceFinish(index, choice.finish_reason, choice.stop_reason)
@@ -162,9 +180,18 @@ class TokensRenderer:
                         finish_reason=c.finish_reason,
                         stop_reason=c.stop_reason,
                         token_ids=c.output_ids or (),
+                        weight_versions=weight_versions(c.weight_version, len(c.output_ids or ())),
                     )
                     for c in choices
                 ),
                 prompt_token_ids=self._prompt_ids,
             )
         )
+
+
+def weight_versions(version: str | None, tokens: int) -> tuple[WeightVersionSpan, ...] | None:
+    """vLLM's spans over a finished choice's `tokens` ids: no ids, no span; ids the engine
+    named no weights for, null."""
+    if not tokens:
+        return ()
+    return None if version is None else (WeightVersionSpan(version, 0, tokens),)

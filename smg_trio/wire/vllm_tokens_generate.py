@@ -186,6 +186,14 @@ class TokensUsage(msgspec.Struct, frozen=True):
     completion_tokens_details: None = None
 
 
+class WeightVersionSpan(msgspec.Struct, frozen=True):
+    """vLLM's: output tokens `[start, end)` were sampled by the weights named `version`."""
+
+    version: str
+    start: int
+    end: int
+
+
 class TokensChoice(msgspec.Struct, frozen=True, kw_only=True):
     """A choice of the whole answer (every field vLLM's has, null when not served)."""
 
@@ -195,7 +203,8 @@ class TokensChoice(msgspec.Struct, frozen=True, kw_only=True):
     token_ids: tuple[int, ...]
     routed_experts: None = None
     sampling_mask: None = None
-    weight_versions: None = None
+    weight_versions: tuple[WeightVersionSpan, ...] | None = None
+    """On the finish only (the whole answer's choice, a stream's last chunk)."""
     logprobs: None = None
 
 

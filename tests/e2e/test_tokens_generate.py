@@ -88,6 +88,10 @@ async def test_the_ids_equal_completions_and_the_body_is_vllms_shape(server: Liv
         "weight_versions",
         "logprobs",
     }
+    # The reference engine names its weights as vLLM's EngineCore does: "default".
+    assert choice["weight_versions"] == [
+        {"version": "default", "start": 0, "end": len(choice["token_ids"])}
+    ]
 
 
 async def test_a_stream_carries_the_same_ids_then_the_usage(server: LiveServer) -> None:
@@ -116,7 +120,9 @@ async def test_a_stream_carries_the_same_ids_then_the_usage(server: LiveServer) 
         mine = [c["choices"][0] for c in id_chunks if c["choices"][0]["index"] == choice["index"]]
         assert [i for c in mine for i in c["token_ids"]] == choice["token_ids"]
         assert mine[-1]["finish_reason"] == choice["finish_reason"]
+        assert mine[-1]["weight_versions"] == choice["weight_versions"]  # over every id
         assert all(c["finish_reason"] is None for c in mine[:-1])
+        assert all(c["weight_versions"] is None for c in mine[:-1])
         assert all(c["usage"] is None and c["output_mode"] == "tokens" for c in id_chunks)
 
 
