@@ -219,13 +219,15 @@ async def test_a_unix_socket_is_served_as_vllms_uds(tmp_path: Path) -> None:
 
 async def test_scale_out_and_dev_mode_reach_the_front_end(tmp_path: Path) -> None:
     """`--enable-scale-out` serves the abort path, and `VLLM_SERVER_DEV_MODE=1` in `vllm
-    serve`'s environment the engines' `collective_rpc` (docs/vllm-frontend.md §9, §10)."""
+    serve`'s environment the engines' `collective_rpc` (docs/vllm-frontend.md §9, §10): with two
+    data-parallel engines, each runs it and the first one's results are the answer."""
     flags = ("--worker-extension-cls", "tests.e2e.worker_extension_echo.EchoExtension")
     with trio.fail_after(TEST_TIMEOUT_S):
         async with (
             played_vllm(
                 tmp_path,
                 vllm_args(enable_scale_out=True),
+                engine_count=2,
                 engine_flags=flags,
                 env={"VLLM_SERVER_DEV_MODE": "1"},
             ) as played,
