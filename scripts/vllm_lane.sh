@@ -89,7 +89,9 @@ want metrics && run metrics entrypoints/serve/instrumentator/test_metrics.py \
     -k "text and not show and not run_batch and not test_metrics_counts and not test_metrics_exist"
 want tokenization && run tokenization entrypoints/serve/tokenize/test_tokenization.py \
     -k "not tokenizer_info"
+# The engines import the test's worker extension from the source tree (PYTHONPATH=$SOURCE).
+want collective_rpc && run collective_rpc entrypoints/serve/dev/rpc/test_collective_rpc.py
+want serving_tokens && run serving_tokens entrypoints/scale_out/token_in_token_out/test_serving_tokens.py \
+    -k "not stream and not lora and not test_generate_logprobs and not stop_string_workflow and not test_generate_prompt_token_id_logprobs"
 # Not run, with the reason in docs/vllm-frontend.md §5.2: v1/sample/test_logprobs_e2e.py
-# (lm_eval, GSM8K accuracy of a real model), entrypoints/serve/dev/rpc/test_collective_rpc.py
-# (vLLM's dev-mode /collective_rpc), entrypoints/scale_out/token_in_token_out/test_serving_tokens.py
-# (/inference/v1/generate and its flags).
+# (lm_eval, GSM8K accuracy of a real model).

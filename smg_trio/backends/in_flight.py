@@ -221,10 +221,17 @@ class InFlightTable(Generic[E, R]):
         self._activity[engine].heard_at = now
 
     def end_choice(
-        self, request: R, finish_reason: str, stop_reason: int | str | None, *, failure: str
+        self,
+        request: R,
+        finish_reason: str,
+        stop_reason: int | str | None,
+        *,
+        failure: str,
+        weight_version: str | None = None,
     ) -> None:
-        """The engine's terminal word on `request`: a stop or length finish ends the choice;
-        "abort" and any other reason (`failure` says why) fail its stream."""
+        """The engine's terminal word on `request`: a stop or length finish ends the choice
+        (with the engine's weight version, vLLM's, when it names one); "abort" and any other
+        reason (`failure` says why) fail its stream."""
         client_finish = _CLIENT_FINISHES.get(finish_reason)
         if client_finish is None:
             if finish_reason == "abort":
@@ -242,6 +249,7 @@ class InFlightTable(Generic[E, R]):
                 prompt_tokens=request.prompt_tokens,
                 completion_tokens=request.completion_tokens,
                 cached_tokens=request.cached_tokens,
+                weight_version=weight_version,
             )
         )
         if not any(

@@ -188,6 +188,19 @@ class ZmqBackend:
             raise call.error
         return call.value
 
+    async def call_utility_all(self, method: str, *args: Any) -> list[Any]:
+        """`call_utility` on every engine at once; their values in engine order (vLLM's
+        `call_utility_all_async`: what its front end does for a data-parallel group)."""
+        values: list[Any] = [None] * len(self._registry.engines)
+
+        async def call(index: int) -> None:
+            values[index] = await self.call_utility(method, *args, engine_index=index)
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(values)):
+                nursery.start_soon(call, index)
+        return values
+
     def statistics(self) -> BackendStatistics:
         engines = self._registry.statuses()
         lengths = [e.max_model_len for e in engines if e.ready and e.max_model_len is not None]

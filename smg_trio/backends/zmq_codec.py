@@ -50,6 +50,7 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     cached_tokens: int | None = None
     cache_miss: tuple[str, ...] = ()  # vLLM: image keys sent as `data: nil` it did not hold
     pooled: tuple[tuple[float, ...], tuple[int, ...]] | None = None  # a pooling finish's tensor
+    weight_version: str | None = None  # vLLM: the engine's weights at this step (finishes only)
 
 
 class PlainTokens(Protocol):
@@ -206,7 +207,7 @@ def _vllm_message(
         ):  # this one and those after it through `_vllm_step`, in order
             steps = [
                 *outputs[:position],
-                *(_vllm_step(each, frames) for each in outputs[position:]),
+                *(_vllm_step(each, frames, message.weight_version) for each in outputs[position:]),
             ]
             break
     utility = None
@@ -248,7 +249,9 @@ def _plain(output: vllm_zmq_outputs.EngineCoreOutput) -> bool:
 
 
 def _vllm_step(
-    output: vllm_zmq_outputs.EngineCoreOutput, frames: Sequence[bytes]
+    output: vllm_zmq_outputs.EngineCoreOutput,
+    frames: Sequence[bytes],
+    weight_version: str | None = None,
 ) -> RequestStep | PlainTokens:
     """One output as a `RequestStep`, or as it is when it is plain token ids."""
     if _plain(output):
@@ -286,6 +289,7 @@ def _vllm_step(
         cached_tokens=None if prefill is None else prefill.num_cached_tokens,
         cache_miss=output.mm_cache_miss_hashes or (),
         pooled=pooled,
+        weight_version=None if output.finish_reason is None else weight_version,
     )
 
 

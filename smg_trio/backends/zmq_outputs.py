@@ -145,5 +145,9 @@ class OutputReader:
                 return
             failure = step.error or f"finish reason {step.finish_reason!r}"
             self._registry.in_flight.end_choice(
-                route, step.finish_reason, step.stop_reason, failure=failure
+                route,
+                step.finish_reason,
+                step.stop_reason,
+                failure=failure,
+                weight_version=step.weight_version,
             )

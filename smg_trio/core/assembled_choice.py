@@ -44,6 +44,7 @@ class AssembledChoice:
         "streamed_match",
         "tokens",
         "unsent",
+        "weight_version",
     )
 
     def __init__(self, scanner: StopScanner, echo: str | None, *, stream: bool) -> None:
@@ -60,6 +61,7 @@ class AssembledChoice:
         self.matched: MatchedStop = None
         self.streamed_match: MatchedStop = None
         self.stop_reason: MatchedStop = None
+        self.weight_version: str | None = None  # the engine's, from its finish (vLLM's)
         self.emitted = 0  # generated characters sent (echo excluded)
         self.decoded = 0  # generated characters decoded (sent + held by the scanner)
         self.pending: list[_Pending] = []

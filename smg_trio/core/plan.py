@@ -93,6 +93,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     stream_interval: int = 1
     # vLLM's `return_token_ids` (chat, completions): the prompt's and the generated ids shown.
     return_token_ids: bool = False
+    # vLLM's /inference/v1/generate `output_mode: "text"`: the ids' text shown beside them.
+    text_output: bool = False
     # The prompt's images, processed, by position in `prompt_ids` (docs/images.md); the
     # client's names of their parts, for a worker's 400 when its wire carries no image.
     media: tuple[MediaFeature, ...] = ()

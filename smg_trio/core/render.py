@@ -316,3 +316,5 @@ class FinishedChoice(msgspec.Struct, frozen=True, kw_only=True):
     logprobs: ChoiceLogprobs | CompletionLogprobs | GenerateLogprobs | None = None
     prompt_logprobs: PromptLogprobs | msgspec.UnsetType = msgspec.UNSET  # when asked (vLLM's shape)
     """Chat's or completions' logprobs of the released tokens, when the client asked."""
+    weight_version: str | None = None
+    """The engine's weight version at the finish, when it named one (vLLM's)."""

@@ -46,6 +46,8 @@ class ChoiceProgress(Protocol):
     """What a full response reports: the stop string, or the stop token id."""
     streamed_match: MatchedStop
     """What a stream reports: the stop string; None for a router token stop (docs/stops-and-finalize.md §3.9)."""
+    weight_version: str | None
+    """The engine's weight version at the choice's finish, when it named one (vLLM's)."""
     stop_reason: MatchedStop
     """vLLM's `stop_reason`, streaming or not: the stop string, the stop token id, None for the
     primary EOS or no stop (docs/stops-and-finalize.md §3.9)."""

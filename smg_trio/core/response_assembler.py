@@ -140,6 +140,8 @@ class ResponseAssembler:
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
                     choice = choices[index]
+                    # Even after a router stop in the same batch: the step's weights made it.
+                    choice.weight_version = event.weight_version
                     if choice.done:
                         continue
                     choice.tokens = max(choice.tokens, event.completion_tokens)
@@ -205,6 +207,7 @@ class ResponseAssembler:
                     renderer.final_logprobs(i, c.released, c.prompt) if self._logprobs else None
                 ),
                 prompt_logprobs=renderer.prompt_logprobs(c.prompt),
+                weight_version=c.weight_version,
             )
             for i, c in enumerate(self._choices)
         ]

@@ -5,7 +5,12 @@ The request's ids are the prompt as they are (checked against the vocabulary); i
 knobs are the engine's. The answer carries each choice's generated ids (the stop token
 included, as vLLM's), its finish and stop reasons, and usage; streamed, each chunk carries the
 ids counted since the last one, and with `stream_options.include_usage` a closing chunk
-carries the usage, as vLLM's server streams it.
+carries the usage, as vLLM's server streams it. With `output_mode: "text"` each choice also
+carries its text (stop-trimmed; a stream's chunk, the text released since the last one), and
+every body says `output_mode: "text"`. A choice's finish names the weights that
+sampled its ids (`weight_versions`) when the engine's finish said which (vLLM's EngineCore does,
+on every step; a version cannot change within one request here, as only vLLM's own RL API
+changes it, so one span covers every id).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire.openai_responses import JSON_ENCODER, PromptLogprobs, Usage
 from smg_trio.wire.vllm_tokens_generate import (
+    TextChoice,
     TokensChoice,
     TokensFirstStreamChunk,
     TokensGenerateRequest,
@@ -34,6 +40,7 @@ from smg_trio.wire.vllm_tokens_generate import (
     TokensStreamUsage,
     TokensUsage,
     TokensUsageChunk,
+    WeightVersionSpan,
 )
 
 _encode = JSON_ENCODER.encode
@@ -83,6 +90,7 @@ def prepare_tokens_generate(
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
         return_token_ids=bool(req.return_token_ids),
         stream_interval=model.stream_interval,
+        text_output=req.output_mode == "text",
     )
 
 
@@ -90,7 +98,7 @@ class TokensRenderer:
     """Token ids out: the text the assembler decodes is never shown."""
 
     keeps_output_ids = True
-    __slots__ = ("_created", "_id", "_include_usage", "_model", "_prompt_ids")
+    __slots__ = ("_created", "_id", "_include_usage", "_mode", "_model", "_prompt_ids", "_sent")
 
     def __init__(self, plan: GeneratePlan, request_id: str, created: int) -> None:
         self._id, self._created, self._model = request_id, created, plan.model
@@ -99,26 +107,65 @@ class TokensRenderer:
         self._prompt_ids: tuple[int, ...] | None = (
             plan.prompt_ids if plan.return_token_ids else None
         )
+        self._sent = [0] * plan.n  # a stream's ids sent per choice (the finish's span)
+        self._mode = "text" if plan.text_output else "tokens"
 
-    def _chunk(self, index: int, ids: Sequence[int], reason: str | None, stop: object) -> bytes:
-        choice = TokensChoice(
-            index=index,
-            finish_reason=reason,
-            stop_reason=stop if isinstance(stop, int | str) else None,
-            token_ids=tuple(ids),
-        )
+    def _chunk(
+        self,
+        index: int,
+        ids: Sequence[int],
+        reason: str | None,
+        stop: object,
+        versions: tuple[WeightVersionSpan, ...] | None = None,
+        text: str = "",
+    ) -> bytes:
+        self._sent[index] += len(ids)
+        choice = self._choice(index, reason, stop, tuple(ids), versions, text)
+        mode = self._mode
         if self._prompt_ids is not None:
             first = TokensFirstStreamChunk(
-                request_id=self._id, choices=(choice,), prompt_token_ids=self._prompt_ids
+                request_id=self._id,
+                choices=(choice,),
+                prompt_token_ids=self._prompt_ids,
+                output_mode=mode,
             )
             self._prompt_ids = None
             return _encode(first)
-        return _encode(TokensStreamChunk(request_id=self._id, choices=(choice,)))
+        return _encode(TokensStreamChunk(request_id=self._id, choices=(choice,), output_mode=mode))
+
+    def _choice(
+        self,
+        index: int,
+        reason: str | None,
+        stop: object,
+        ids: tuple[int, ...],
+        versions: tuple[WeightVersionSpan, ...] | None,
+        text: str,
+    ) -> TokensChoice | TextChoice:
+        stop_reason = stop if isinstance(stop, int | str) else None
+        if self._mode == "text":
+            return TextChoice(
+                index=index,
+                finish_reason=reason,
+                stop_reason=stop_reason,
+                token_ids=ids,
+                weight_versions=versions,
+                text=text,
+            )
+        return TokensChoice(
+            index=index,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            token_ids=ids,
+            weight_versions=versions,
+        )
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         return ()
 
     def text(self, index: int, text: str, choice: ChoiceProgress, positions: Positions) -> bytes:
+        if self._mode == "text":
+            return self._chunk(index, choice.new_ids, None, None, text=text)
         if not choice.new_ids:
             return b""  # the ids went out with an earlier chunk
         return self._chunk(index, choice.new_ids, None, None)
@@ -127,7 +174,11 @@ class TokensRenderer:
         return ()
 
     def finish(self, index: int, choice: ChoiceProgress, positions: Positions) -> bytes:
-        return self._chunk(index, choice.new_ids, choice.finish_reason, choice.stop_reason)
+        total = self._sent[index] + len(choice.new_ids)
+        versions = weight_versions(choice.weight_version, total)
+        return self._chunk(
+            index, choice.new_ids, choice.finish_reason, choice.stop_reason, versions
+        )
 
     def reported_finish(self, index: int, choice: ChoiceProgress) -> ChoiceFinish:
         return ChoiceFinish(index, choice.finish_reason, choice.stop_reason)
@@ -136,7 +187,7 @@ class TokensRenderer:
         if not self._include_usage:
             return None
         counts = TokensStreamUsage(usage.prompt_tokens, usage.total_tokens, usage.completion_tokens)
-        return _encode(TokensUsageChunk(request_id=self._id, usage=counts))
+        return _encode(TokensUsageChunk(request_id=self._id, usage=counts, output_mode=self._mode))
 
     def reported_usage(self, usage: Usage) -> Usage | None:
         return usage if self._include_usage else None
@@ -157,14 +208,25 @@ class TokensRenderer:
                 created=self._created,
                 usage=TokensUsage(usage.prompt_tokens, usage.total_tokens, usage.completion_tokens),
                 choices=tuple(
-                    TokensChoice(
-                        index=c.index,
-                        finish_reason=c.finish_reason,
-                        stop_reason=c.stop_reason,
-                        token_ids=c.output_ids or (),
+                    self._choice(
+                        c.index,
+                        c.finish_reason,
+                        c.stop_reason,
+                        c.output_ids or (),
+                        weight_versions(c.weight_version, len(c.output_ids or ())),
+                        c.text,
                     )
                     for c in choices
                 ),
                 prompt_token_ids=self._prompt_ids,
+                output_mode=self._mode,
             )
         )
+
+
+def weight_versions(version: str | None, tokens: int) -> tuple[WeightVersionSpan, ...] | None:
+    """vLLM's spans over a finished choice's `tokens` ids: no ids, no span; ids the engine
+    named no weights for, null."""
+    if not tokens:
+        return ()
+    return None if version is None else (WeightVersionSpan(version, 0, tokens),)

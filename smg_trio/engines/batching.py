@@ -53,6 +53,7 @@ from smg_trio.engines.wire_adapter import (
     Utility,
     WireAdapter,
 )
+from smg_trio.engines.worker_extension import collective_rpc, load_worker
 from smg_trio.wire.vllm_zmq_outputs import PrefixCacheStats
 
 logger = logging.getLogger(__name__)
@@ -78,6 +79,8 @@ class EngineConfig:
     # vLLM's stats logging (on unless `--disable-log-stats`): scheduler stats ride on the
     # step's outputs. Only the vLLM wire reads it.
     log_stats: bool = True
+    # vLLM's --worker-extension-cls: methods `collective_rpc` can call (engines/worker_extension.py).
+    worker_extension_cls: str | None = None
 
 
 class KvEvents:
@@ -124,6 +127,7 @@ class BatchingLoop:
             "reset_mm_cache": self.adapter.reset_media,
         }
         self._lookups: dict[str, Callable[[str], Any]] = {RECEIVED_METHOD: self.received.latest}
+        self._worker = load_worker(config.worker_extension_cls)
 
     def run(self) -> None:
         next_step = time.monotonic()
@@ -216,7 +220,15 @@ class BatchingLoop:
         self.counters.utility_calls += 1
         handler = self._utilities.get(method)
         lookup = self._lookups.get(method)
-        if handler is not None and not args:
+        if method == "collective_rpc":
+            try:
+                payload = self.adapter.encode_utility_reply(
+                    call_id, None, collective_rpc(self._worker, tuple(args))
+                )
+            except Exception as exc:  # the worker's failure is the caller's answer, as vLLM's
+                failure = f"Call to {method} method failed: {exc}"
+                payload = self.adapter.encode_utility_reply(call_id, failure, None)
+        elif handler is not None and not args:
             payload = self.adapter.encode_utility_reply(call_id, None, handler())
         elif lookup is not None and len(args) == 1 and isinstance(args[0], str):
             payload = self.adapter.encode_utility_reply(call_id, None, lookup(args[0]))

@@ -37,6 +37,7 @@ from smg_trio.engines.schema_instance import answers_in_json
 from smg_trio.engines.tokenspeed_zmq_engine import run_tokenspeed_engine
 from smg_trio.engines.vllm_zmq_engine import run_vllm_engine
 from smg_trio.engines.wire_adapter import BLOCK_SIZE, EngineModel
+from smg_trio.engines.worker_extension import load_worker
 from smg_trio.errors import ConfigError
 from smg_trio.model.folder import ModelDir, demo_model_path, load_model_dir, read_json_object
 
@@ -233,6 +234,12 @@ def _add_zmq_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser])
                 "outputs",
             )
             parser.add_argument(
+                "--worker-extension-cls",
+                metavar="MODULE.CLASS",
+                help="as vLLM's: a class whose methods are mixed into the engine's worker, "
+                "for the collective_rpc utility call (engines/worker_extension.py)",
+            )
+            parser.add_argument(
                 "--reasoning-parser",
                 choices=sorted(REASONING_END_MARKERS),
                 help="as vLLM's: a structured-output grammar then starts after the reasoning "
@@ -341,7 +348,13 @@ def run_engine_command(args: argparse.Namespace) -> int:
         kv_events_replay_endpoint=getattr(args, "kv_events_replay_endpoint", None),
         kv_cache_blocks=getattr(args, "kv_cache_blocks", None),
         log_stats=not getattr(args, "disable_log_stats", False),
+        worker_extension_cls=getattr(args, "worker_extension_cls", None),
     )
+    if config.worker_extension_cls is not None:
+        try:
+            load_worker(config.worker_extension_cls)
+        except ValueError as exc:
+            raise ConfigError(f"--worker-extension-cls {exc}") from exc
     if config.kv_events_replay_endpoint is not None and config.kv_events_endpoint is None:
         raise ConfigError("--kv-events-replay-endpoint needs --kv-events-endpoint")
     runner, _ = ENGINES[args.wire]

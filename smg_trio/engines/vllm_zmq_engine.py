@@ -118,6 +118,7 @@ from smg_trio.wire.zmq_transport import (
 VLLM_VERSION: Final = "0.33.0"  # the layouts we speak (22-element request, 19-element output)
 GREEDY_BELOW: Final = 1e-5  # vLLM's _SAMPLING_EPS
 MAX_LOGPROBS: Final = 20
+WEIGHT_VERSION: Final = "default"  # vLLM's EngineCore's until its RL API names another
 HANDSHAKE_TIMEOUT_SECONDS: Final = 300.0  # HANDSHAKE_TIMEOUT_MINS = 5
 
 
@@ -299,6 +300,9 @@ class VllmWire:
                 scheduler_stats=stats,
                 timestamp=time.monotonic(),
                 finished_requests=engine_ended or None,
+                # vLLM's EngineCore names its weights on every step ("default" until its front
+                # end's RL API sets another; docs/vllm-frontend.md §7).
+                weight_version=WEIGHT_VERSION,
             )
             stats = None
             messages.append((client_index, step_payload(outputs, frames)))

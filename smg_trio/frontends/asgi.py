@@ -5,6 +5,7 @@
                                                  state, no engine)
     WORKERS, WORKER                           → frontends.workers_api (admin key)
     STORED_RESPONSE, CANCEL_RESPONSE          → frontends.response_runs_http, stored_responses
+    ABORT_REQUESTS, RENDER, COLLECTIVE_RPC    → frontends.vllm_control_routes (vLLM's flags)
     a WebSocket upgrade                       → frontends.websocket_admission
 
 Every path and its methods are declared once, in the route table (`request/routes.py`); this
@@ -65,6 +66,7 @@ from smg_trio.frontends.response_runs_http import (
 from smg_trio.frontends.response_started import ResponseStarted
 from smg_trio.frontends.sse import respond
 from smg_trio.frontends.stored_responses import serve_stored_response
+from smg_trio.frontends.vllm_control_routes import CONTROL_KINDS, VllmControlRoutes
 from smg_trio.frontends.websocket_admission import WebSocketAdmission
 from smg_trio.frontends.workers_api import (
     WorkerAdmin,
@@ -104,9 +106,12 @@ class GatewayApp:
         limits: HttpLimits | None = None,
         tenants: TenantTable | None = None,
         tokenizer_info: bytes | None = None,
+        scale_out: bool = False,
+        dev_mode: bool = False,
     ) -> None:
         self.gateway = gateway
         self._tokenizer_info = tokenizer_info  # GET /tokenizer_info's body; None: 404
+        self._control = VllmControlRoutes(gateway, scale_out=scale_out, dev_mode=dev_mode)
         self._auth = auth = CallerAuth(api_key, tenants)
         self._max_body_bytes = max_body_bytes
         self._session_header = session_header.lower().encode()
@@ -201,6 +206,11 @@ class GatewayApp:
                 )
             case kind if kind in INFO_KINDS:
                 await answer_info(self.gateway, kind, send, tenant)
+            case kind if kind in CONTROL_KINDS:
+                self._control.check(kind, path)
+                with self.gateway.memory_budget.reserve() as reservation:
+                    body = await self._read_body(receive, headers, reservation)
+                await self._control.serve(kind, body, send)
             case RouteKind.TOKENIZER_INFO:
                 if self._tokenizer_info is None:  # as vLLM without the flag
                     raise ClientError(f"no route for {path}", status=404, code="not_found")

@@ -48,7 +48,8 @@ class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
 
     `finish_reason` is "stop" or "length" (an engine's "repetition" counts as "stop").
     `stop_reason` is the stop token id the engine matched when it reports one (vLLM
-    `stop_token_ids`), else None. Token counts are the engine's, for usage.
+    `stop_token_ids`), else None. Token counts are the engine's, for usage. `weight_version`
+    names the weights of the finishing step when the engine says (vLLM's EngineCore does).
     """
 
     choice_index: int
@@ -57,6 +58,7 @@ class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    weight_version: str | None = None
 
 
 EngineEvent: TypeAlias = TokenDelta | ChoiceFinished

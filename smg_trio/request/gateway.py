@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from smg_trio.core.endpoint_renderers import response_id
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
@@ -286,6 +287,7 @@ class Gateway:
             plan, user = run.plan, run.user
         sink = service.storing(plan, sink)
         live.streaming = plan.stream
+        self.live_requests.name(live, response_id(plan))  # abort by id (request/client_aborts.py)
         prompt_ids = [part.ids for part in plan.prompts]
         # The prompt's ids and its images' tensors (docs/images.md §3) count against the budget.
         reservation.grow(prompt_bytes(prompt_ids) + sum(f.nbytes for f in plan.media))
@@ -319,6 +321,7 @@ class Gateway:
                 deadline=deadline,
                 rng=self._rng,
                 record=record,
+                abort=live.abort,
             )
 
     async def _pool(

@@ -11,6 +11,10 @@ its own, with its sink:
   with the `draining` error (`LiveRequest.end_if_cut_short`): SSE an error event then `[DONE]`,
   WebSocket the id's error frame (its one terminal frame). A request past its deadline ends
   the same way with the `request_timeout` error.
+- abort by id (`abort(ids)`, vLLM's `POST /inference/v1/abort_requests`): a request named
+  (`name(live, id)`, by the gateway once its plan is made: the id its response carries) is
+  aborted through its `ClientAbort` (request/client_aborts.py); an id naming no live request is
+  no error, as vLLM's.
 - keep-alive (`keep_alive_forever(period_s)`, one task per process): every quarter period it
   scans the live streaming requests; a sink that sent nothing for four scans in a row (so
   silent for between 1 and 1.25 periods) gets `keep_alive()` (SSE: a `: keep-alive` comment;
@@ -23,7 +27,7 @@ its own, with its sink:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Protocol, cast, runtime_checkable
@@ -32,6 +36,7 @@ import trio
 
 from smg_trio.errors import ClientGone, Draining, GatewayError, RequestTimeout
 from smg_trio.observability.request_record import DEADLINE, DRAIN, RequestRecord
+from smg_trio.request.client_aborts import ClientAbort
 from smg_trio.sink import ClientSink
 
 logger = logging.getLogger(__name__)
@@ -70,6 +75,10 @@ def _keeps_alive(sink: ClientSink) -> bool:
 class LiveRequest:
     sink: ClientSink
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    abort: ClientAbort = field(default_factory=ClientAbort)
+    """Its abort by id (`LiveRequests.abort`)."""
+    name: str | None = None
+    """The id its response carries, once named (`LiveRequests.name`)."""
     streaming: bool = False
     """A stream (keep-alives apply) rather than one JSON body; the gateway sets it once known."""
     drained: bool = False
@@ -108,6 +117,7 @@ class LiveRequests:
     def __init__(self) -> None:
         self.draining = False
         self._live: set[LiveRequest] = set()
+        self._named: dict[str, set[LiveRequest]] = {}
         self._emptied = trio.Event()
         self._emptied.set()
 
@@ -131,8 +141,36 @@ class LiveRequests:
                 yield live
         finally:
             self._live.discard(live)
+            if live.name is not None:
+                self._unname(live, live.name)
             if not self._live:
                 self._emptied.set()
+
+    def name(self, live: LiveRequest, request_id: str) -> None:
+        """`live` is the request whose response carries `request_id` (several may: a client
+        may reuse an id; an abort then aborts each)."""
+        if live.name is not None:
+            self._unname(live, live.name)
+        live.name = request_id
+        self._named.setdefault(request_id, set()).add(live)
+
+    def _unname(self, live: LiveRequest, request_id: str) -> None:
+        named = self._named.get(request_id)
+        if named is not None:
+            named.discard(live)
+            if not named:
+                del self._named[request_id]
+
+    def abort(self, request_ids: Iterable[str]) -> int:
+        """Abort the live requests named by `request_ids`; how many there were."""
+        aborted = 0
+        for request_id in request_ids:
+            for live in self._named.get(request_id, ()):
+                live.abort.request()
+                aborted += 1
+        if aborted:
+            logger.info("aborted %d requests by id", aborted)
+        return aborted
 
     async def drain(
         self, timeout_s: float, *, hurry: Callable[[], Awaitable[None]] | None = None

@@ -34,6 +34,9 @@
   followed by another worker's stream: `Failover.next_stream` (smg_trio/request/migration.py) picks it
   and builds the continuation; the same assembler, scanners and writer go on with it, so the
   client's stream has no seam (docs/resilience.md §9).
+- An abort by id (request/client_aborts.py) cancels the scope around the engine stream: leaving
+  it aborts the engine requests, and the choices not yet over finish with `abort`, the tokens
+  received kept (vLLM's answer to its `POST /inference/v1/abort_requests`).
 - Deadlines are the caller's (request/gateway.py: the deadline of the request's live scope).
 - The request's `RequestRecord` is updated once per engine batch, never per token, and gets the
   usage and finish reasons once the request ended (docs/observability.md §2).
@@ -42,6 +45,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Protocol
 
 import msgspec
@@ -57,6 +61,7 @@ from smg_trio.errors import ClientGone, GatewayError
 from smg_trio.handoff import Mailbox, Taken
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent
 from smg_trio.observability.request_record import CLIENT_GONE, ROUTER_STOP, RequestRecord
+from smg_trio.request.client_aborts import ClientAbort
 from smg_trio.sink import ClientSink
 
 
@@ -91,9 +96,10 @@ async def run_request(
     created: int,
     record: RequestRecord,
     failover: Failover | None = None,
+    abort: ClientAbort | None = None,
 ) -> None:
     """Serve one request to `sink`, its failures included (through `sink.fail`); a failure of
-    its worker may move it to another through `failover`."""
+    its worker may move it to another through `failover`; `abort` may end it early."""
     made: list[ResponseAssembler] = []
 
     def make_assembler() -> ResponseAssembler:
@@ -106,7 +112,7 @@ async def run_request(
     failure: GatewayError | None = None
     client_gone = False
     try:
-        await _run_tasks(plan, finalized, backend, make_assembler, sink, record, failover)
+        await _run_tasks(plan, finalized, backend, make_assembler, sink, record, failover, abort)
     except* ClientGone:
         client_gone = True
     except* GatewayError as group:
@@ -145,6 +151,7 @@ async def _run_tasks(
     sink: ClientSink,
     record: RequestRecord,
     failover: Failover | None,
+    abort: ClientAbort | None,
 ) -> None:
     writer = ChunkWriter(sink) if plan.stream else None
     steps: list[InlineStep] = []  # the request's one step, made with its assembler
@@ -169,32 +176,38 @@ async def _run_tasks(
         # once to the socket's reader first (docs/architecture.md §3.1).
         if sink.gone_before_engine():
             raise ClientGone
-        while True:
-            try:
-                async with backend.open_stream(finalized) as events:
-                    step = make_step()
-                    # The reader may run `step` for us while we wait (event_stream.py's doc).
-                    events.consume_inline(step, lanes[0])
-                    async for batch in events.batches():
-                        if not step(batch):
-                            break
-                break
-            except GatewayError as error:
-                # Mid-stream migration (docs/resilience.md §9): the same assembler, scanner
-                # and writer go on with another worker's stream, or the failure stands.
-                assembler = make_assembler()
-                following = (
-                    None
-                    if failover is None
-                    else await failover.next_stream(error, assembler.received_ids())
-                )
-                if following is None:
-                    raise
-                backend, finalized = following.backend, following.finalized
-                if following.at_length:
-                    make_step()(tuple(_length_finish(assembler, i) for i in following.at_length))
-                if assembler.done:
+        with nullcontext() if abort is None else abort.scope() as scope:
+            while True:
+                try:
+                    async with backend.open_stream(finalized) as events:
+                        step = make_step()
+                        # The reader may run `step` for us while we wait (event_stream.py).
+                        events.consume_inline(step, lanes[0])
+                        async for batch in events.batches():
+                            if not step(batch):
+                                break
                     break
+                except GatewayError as error:
+                    # Mid-stream migration (docs/resilience.md §9): the same assembler, scanner
+                    # and writer go on with another worker's stream, or the failure stands.
+                    assembler = make_assembler()
+                    following = (
+                        None
+                        if failover is None
+                        else await failover.next_stream(error, assembler.received_ids())
+                    )
+                    if following is None:
+                        raise
+                    backend, finalized = following.backend, following.finalized
+                    if following.at_length:
+                        at_length = following.at_length
+                        make_step()(tuple(_length_finish(assembler, i) for i in at_length))
+                    if assembler.done:
+                        break
+        if scope is not None and scope.cancelled_caught:
+            assembler = make_assembler()
+            received = enumerate(assembler.received_ids())
+            make_step()(tuple(_abort_finish(i, ids) for i, ids in received if ids is not None))
         if writer is not None:
             writer.close()
 
@@ -252,6 +265,17 @@ def _length_finish(assembler: ResponseAssembler, choice_index: int) -> ChoiceFin
         stop_reason=None,
         prompt_tokens=0,
         completion_tokens=tokens,
+    )
+
+
+def _abort_finish(choice_index: int, received: tuple[int, ...]) -> ChoiceFinished:
+    """A choice not over when its request was aborted by id ends as vLLM's do: `abort`."""
+    return ChoiceFinished(
+        choice_index=choice_index,
+        finish_reason="abort",
+        stop_reason=None,
+        prompt_tokens=0,
+        completion_tokens=len(received),
     )
 
 

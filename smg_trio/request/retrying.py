@@ -34,6 +34,7 @@ from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.errors import BackendUnavailable, ClientGone, GatewayError
 from smg_trio.handoff import Taken
 from smg_trio.observability.request_record import RequestRecord
+from smg_trio.request.client_aborts import ClientAbort
 from smg_trio.request.migration import Migration, WorkerLease
 from smg_trio.request.nursery import run_request
 from smg_trio.routing.retry import (
@@ -116,6 +117,7 @@ async def run_with_retries(
     deadline: float,
     rng: random.Random,
     record: RequestRecord,
+    abort: ClientAbort | None = None,
 ) -> None:
     """Serve `plan` to `sink` on up to 1 + `max_retries` workers (see the module doc), each
     attempt moving mid-stream at most `migration_limit` times (request/migration.py).
@@ -167,6 +169,7 @@ async def run_with_retries(
                 created=int(time.time()),
                 record=record,
                 failover=failover,
+                abort=abort,
             )
             outcome = guard.outcome()
         finally:

@@ -14,6 +14,13 @@ route's `kind`; a WebSocket upgrade is served on the paths whose route names a
     GET  /health, /readiness, /liveness, /metrics,            → info routes (no engine, no body)
          /v1/models, /version (and HEAD)
     GET  /tokenizer_info                                      → vLLM's, when enabled (else 404)
+    POST /inference/v1/abort_requests                         → vLLM's scale-out abort (its
+                                                                --enable-scale-out; else 403)
+    POST /v1/{chat/completions,completions,messages,          → vLLM's scale-out render paths
+         responses}/render, /v1/{chat/completions,              (not implemented: 501; without
+         completions}/derender                                  the flag 403, as vLLM's)
+    POST /collective_rpc                                      → vLLM's dev-mode RPC to the
+                                                                engines (else 404)
     GET, POST /workers; DELETE /workers/{id}                  → the workers API (admin key)
     GET, DELETE /v1/responses/{id}; POST .../{id}/cancel      → stored responses and runs
     WebSocket /v1/ws, /v1/responses                           → the WebSocket protocols
@@ -68,6 +75,12 @@ class RouteKind(enum.Enum):
     """vLLM's tokenizer configuration (`--enable-tokenizer-info-endpoint`; else 404)."""
     WEBSOCKET_ONLY = "websocket_only"
     """A path served only over WebSocket (over plain HTTP: 426)."""
+    ABORT_REQUESTS = "abort_requests"
+    """vLLM's scale-out abort of running requests by id (docs/vllm-frontend.md §9)."""
+    RENDER = "render"
+    """vLLM's scale-out render and derender paths (docs/vllm-frontend.md §9)."""
+    COLLECTIVE_RPC = "collective_rpc"
+    """vLLM's dev-mode RPC to the engines' workers (docs/vllm-frontend.md §10)."""
 
 
 INFO_KINDS: Final = frozenset(
@@ -99,6 +112,12 @@ MODELS_PATH: Final = "/v1/models"
 VERSION_PATH: Final = "/version"
 TOKENIZER_INFO_PATH: Final = "/tokenizer_info"
 WORKERS_PATH: Final = "/workers"
+ABORT_REQUESTS_PATH: Final = "/inference/v1/abort_requests"
+RENDER_PATHS: Final = (
+    *(f"/v1/{api}/render" for api in ("chat/completions", "completions", "messages", "responses")),
+    *(f"/v1/{api}/derender" for api in ("chat/completions", "completions")),
+)
+COLLECTIVE_RPC_PATH: Final = "/collective_rpc"
 WEBSOCKET_PATH: Final = "/v1/ws"
 STORED_RESPONSE_PREFIX: Final = RESPONSES_PATH + "/"
 CANCEL_SUFFIX: Final = "/cancel"
@@ -124,6 +143,11 @@ ROUTES: Final[Mapping[str, Route]] = {
     TOKENIZER_INFO_PATH: Route(RouteKind.TOKENIZER_INFO, _READ),
     WORKERS_PATH: Route(RouteKind.WORKERS, ("GET", "POST")),
     WEBSOCKET_PATH: Route(RouteKind.WEBSOCKET_ONLY, ("GET",), websocket=WEBSOCKET_PROTOCOL),
+    ABORT_REQUESTS_PATH: Route(RouteKind.ABORT_REQUESTS, ("POST",)),
+    **{path: Route(RouteKind.RENDER, ("POST",)) for path in RENDER_PATHS},
+    # Unguarded by the API key, as vLLM's (it guards /v1, /v2, /inference and /cohere only):
+    # served with VLLM_SERVER_DEV_MODE=1 alone, a development switch.
+    COLLECTIVE_RPC_PATH: Route(RouteKind.COLLECTIVE_RPC, ("POST",), open=True),
 }
 """The routes of exact paths."""
 

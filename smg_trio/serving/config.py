@@ -122,6 +122,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     resume_grace_s: float = 30.0
     # vLLM's GET /tokenizer_info (its --enable-tokenizer-info-endpoint; model/tokenizer_info.py).
     tokenizer_info_endpoint: bool = False
+    # vLLM's --enable-scale-out (POST /inference/v1/abort_requests) and its dev mode
+    # (VLLM_SERVER_DEV_MODE=1: POST /collective_rpc); docs/vllm-frontend.md §9, §10.
+    scale_out: bool = False
+    dev_mode: bool = False
     # Served under a proxy's path prefix, and to browser pages of other origins (vLLM's
     # --root-path and CORS flags; frontends/root_path.py, frontends/cors.py).
     root_path: str = ""

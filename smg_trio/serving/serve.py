@@ -222,6 +222,8 @@ async def serve(
             limits=limits,
             tenants=tenants,
             tokenizer_info=tokenizer_info_body(model) if config.tokenizer_info_endpoint else None,
+            scale_out=config.scale_out,
+            dev_mode=config.dev_mode,
         )
         # Our ASGI types are plain dicts; hypercorn's are TypedDicts.
         wrapped = ASGIWrapper(cast(ASGIFramework, http_front(app, config)))

@@ -25,8 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -144,9 +145,20 @@ def frontend_setup(launch: HookLaunch) -> tuple[FrontendArgs, GatewayConfig, Inh
         template_file=template_file,
         template_text=template_text,
         convert=convert,
+        dev_mode=_dev_mode(os.environ),
     )
     listeners = AdoptedListeners(launch.input_fd, launch.output_fd, launch.engine_count)
     return args, config, InheritedSockets(launch.listen_fd, {worker: listeners})
+
+
+def _dev_mode(environ: Mapping[str, str]) -> bool:
+    """vLLM's VLLM_SERVER_DEV_MODE (an integer, 0 by default), which `vllm serve` passes on in
+    our environment: its dev routes (/collective_rpc, docs/vllm-frontend.md §10) when set."""
+    value = environ.get("VLLM_SERVER_DEV_MODE", "0")
+    try:
+        return bool(int(value))
+    except ValueError:
+        raise ConfigError(f"VLLM_SERVER_DEV_MODE={value}: not an integer") from None
 
 
 @contextmanager

@@ -62,6 +62,7 @@ class FrontendArgs:
     engine_ready_timeout_s: float = 600.0
     tokenizer: str | None = None  # checked against the resolved model folder
     tokenizer_info_endpoint: bool = False
+    scale_out: bool = False
     max_model_len: int | None = None
     chat_template: str | None = None  # a file or the template (vllm_frontend_model.py tells)
     root_path: str = ""
@@ -127,6 +128,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         engine_ready_timeout_s=_number(args, "engine_ready_timeout_secs", 600.0),
         tokenizer=_text(args, "tokenizer"),
         tokenizer_info_endpoint=bool(args.get("enable_tokenizer_info_endpoint")),
+        scale_out=bool(args.get("enable_scale_out")),
         max_model_len=_max_model_len(args),
         chat_template=_text(args, "chat_template"),
         root_path=_text(args, "root_path") or "",
@@ -282,6 +284,7 @@ def gateway_config(
     template_file: Path | None = None,
     template_text: str | None = None,
     convert: str | None = None,
+    dev_mode: bool = False,
 ) -> GatewayConfig:
     """The GatewayConfig serving `worker` (the engines vLLM started) as `args` ask, with the
     chat template `args.chat_template` turned out to be (a file or the template itself) and,
@@ -300,6 +303,8 @@ def gateway_config(
         reasoning_parser=args.reasoning_parser,
         log_requests=args.log_requests,
         tokenizer_info_endpoint=args.tokenizer_info_endpoint,
+        scale_out=args.scale_out,
+        dev_mode=dev_mode,
         max_model_len=args.max_model_len,
         chat_template=template_file,
         chat_template_text=template_text,

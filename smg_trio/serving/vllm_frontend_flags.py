@@ -66,6 +66,9 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "limit_mm_per_prompt": 'limit_mm_per_prompt: `{"image": N}` (other modalities refused)',
     "allowed_media_domains": "allowed_media_domains: the only hosts image URLs are fetched from",
     "allowed_local_media_path": "allowed_local_media_path: file:// image URLs under this folder",
+    "enable_scale_out": "scale_out: POST /inference/v1/abort_requests aborts running requests "
+    "by id; the render and derender paths answer 501 (not implemented); "
+    "/inference/v1/generate is served with or without it (docs/vllm-frontend.md §9)",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -142,7 +145,7 @@ aggregate_engine_logging anthropic_disabled_thinking_effort chat_template_conten
 cohere_format cohere_is_reasoning_model cudagraph_metrics custom_histogram_buckets
 default_chat_template_kwargs enable_force_include_usage enable_log_deltas enable_mfu_metrics
 enable_mm_embeds enable_offline_docs enable_per_request_metrics enable_prompt_embeds
-enable_prompt_tokens_details enable_return_routed_experts enable_scale_out
+enable_prompt_tokens_details enable_return_routed_experts
 enable_server_load_tracking enable_ssl_refresh exclude_tools_when_tool_choice_none
 fingerprint_mode fingerprint_value grpc grpc_port h11_max_header_count
 h11_max_incomplete_event_size headless interleave_mm_strings io_processor_plugin
@@ -171,9 +174,6 @@ REFUSED_REASONS: Final[Mapping[str, str]] = {
     "whenever the engine reports cached tokens (more than 0), flag or not; vLLM with the flag "
     "also reports a 0 and created_cache_tokens, which we do not match yet",
     "return_tokens_as_token_ids": "logprobs tokens as `token_id:N` are not implemented",
-    "enable_scale_out": "it also serves /render, /derender and /inference/v1/abort_requests, "
-    "which we do not; /inference/v1/generate itself is served without the flag "
-    "(docs/vllm-frontend.md §7)",
     "tokens_only": "a server of /inference/v1/generate alone, with detokenization off, is not "
     "implemented (our /inference/v1/generate is served beside the rest)",
     "return_sampling_mask": "sampling masks in /inference/v1/generate are not implemented",

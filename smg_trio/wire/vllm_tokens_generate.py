@@ -2,11 +2,12 @@
 the request as we decode and check it, and the bodies we answer with.
 
 A request names its prompt as token ids and vLLM's own SamplingParams as an object; the answer
-carries the generated ids per choice (`output_mode: "tokens"`). What we serve: the sampling
-knobs of `SUPPORTED_SAMPLING`, `n`, `stream` with `stream_options.include_usage`,
-`return_token_ids` and a `request_id`. Every other field vLLM knows is refused with a 400 naming
-it when it asks for something (a value other than vLLM's default): the text output mode,
-logprobs, stop strings, multimodal features, transfer parameters, priorities.
+carries the generated ids per choice (`output_mode: "tokens"`), and with `output_mode: "text"`
+their text too. What we serve: the sampling knobs of `SUPPORTED_SAMPLING`, `n`, `stream` with
+`stream_options.include_usage`, `return_token_ids`, the output mode and a `request_id`. Every
+other field vLLM knows is refused with a 400 naming it when it asks for something (a value other
+than vLLM's default): logprobs, stop strings, multimodal features, transfer parameters,
+priorities.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from smg_trio.wire.decode_errors import decode_body, read_decode_error
 from smg_trio.wire.request_numbers import Int
 
 TOKENS_GENERATE_PATH: Final = "/inference/v1/generate"
+OUTPUT_MODES: Final = ("tokens", "text")
 
 
 class TokensSamplingParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,11 +141,14 @@ def decode_tokens_generate(body: bytes) -> TokensGenerateRequest:
     sampling_raw = raw.get("sampling_params")
     if isinstance(sampling_raw, dict):
         _refuse_asked(sampling_raw, REFUSED_SAMPLING, "sampling_params.")
-    if request.output_mode != "tokens":
+    if request.output_mode not in OUTPUT_MODES:
         raise ClientError(
-            f"output_mode {request.output_mode!r}: smg-trio's /inference/v1/generate answers "
-            "with token ids only (output_mode 'tokens')",
-            param="output_mode",
+            f"output_mode {request.output_mode!r}: one of 'tokens', 'text'", param="output_mode"
+        )
+    if request.output_mode == "text" and not request.sampling_params.detokenize:
+        raise ClientError(  # vLLM's words
+            "output_mode='text' requires sampling_params.detokenize to be true",
+            param="sampling_params.detokenize",
         )
     if not request.token_ids:
         raise ClientError("token_ids must hold at least one token id", param="token_ids")
@@ -186,6 +191,14 @@ class TokensUsage(msgspec.Struct, frozen=True):
     completion_tokens_details: None = None
 
 
+class WeightVersionSpan(msgspec.Struct, frozen=True):
+    """vLLM's: output tokens `[start, end)` were sampled by the weights named `version`."""
+
+    version: str
+    start: int
+    end: int
+
+
 class TokensChoice(msgspec.Struct, frozen=True, kw_only=True):
     """A choice of the whole answer (every field vLLM's has, null when not served)."""
 
@@ -195,7 +208,23 @@ class TokensChoice(msgspec.Struct, frozen=True, kw_only=True):
     token_ids: tuple[int, ...]
     routed_experts: None = None
     sampling_mask: None = None
-    weight_versions: None = None
+    weight_versions: tuple[WeightVersionSpan, ...] | None = None
+    """On the finish only (the whole answer's choice, a stream's last chunk)."""
+    logprobs: None = None
+
+
+class TextChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """A choice of `output_mode: "text"`: the ids and their text (a stream's: the text since
+    the choice's last chunk), in vLLM's field order."""
+
+    index: int
+    finish_reason: str | None
+    stop_reason: int | str | None
+    token_ids: tuple[int, ...]
+    routed_experts: None = None
+    sampling_mask: None = None
+    weight_versions: tuple[WeightVersionSpan, ...] | None = None
+    text: str
     logprobs: None = None
 
 
@@ -204,7 +233,7 @@ class TokensResponse(msgspec.Struct, frozen=True, kw_only=True):
     model: str
     created: int
     usage: TokensUsage
-    choices: tuple[TokensChoice, ...]
+    choices: tuple[TokensChoice | TextChoice, ...]
     prompt_logprobs: None = None
     prompt_token_id_logprobs: None = None
     prompt_token_ids: tuple[int, ...] | None = None
@@ -222,7 +251,7 @@ class TokensStreamChunk(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     usage: None = None
     output_mode: str = "tokens"
-    choices: tuple[TokensChoice, ...]
+    choices: tuple[TokensChoice | TextChoice, ...]
 
 
 class TokensFirstStreamChunk(TokensStreamChunk, frozen=True, kw_only=True):

@@ -43,6 +43,7 @@ class Progress:
     matched: str | int | None = None
     streamed_match: str | int | None = None
     stop_reason: str | int | None = None
+    weight_version: str | None = None
     prompt: Positions | None = None
     new_ids: list[int] = field(default_factory=list)
 

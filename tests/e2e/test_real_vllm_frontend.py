@@ -12,6 +12,7 @@ stops everything; an engine killed stops `vllm serve` with no process of its gro
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -137,7 +138,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with running([plain]):
         url = f"http://127.0.0.1:{port}"
         print(f"plain vllm serve ready after {wait_healthy([plain], url):.1f} s")
-        return {**greedy_answers(url), "tokens": tokens_answer(url)}
+        return {**greedy_answers(url), "tokens": tokens_answer(url), "abort": abort_answer(url)}
 
 
 def assert_same(got: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -145,10 +146,6 @@ def assert_same(got: dict[str, Any], expected: dict[str, Any]) -> None:
     assert set(got) == set(expected)
     for key, value in expected.items():
         assert got[key] == value, f"{key}:\n ours  {got[key]}\n vLLM's {value}"
-
-
-def without_versions(tokens: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in tokens.items() if key != "weight_versions"}
 
 
 TOKEN_PROMPT: Final = [1, 1504, 590, 1024, 338]
@@ -167,19 +164,57 @@ def tokens_answer(url: str) -> dict[str, Any]:
     body = answer.json()
     for varying in ("request_id", "created"):
         body.pop(varying)
-    # vLLM's choices name the engine's weight version over the ids ([{"version": "default",
-    # "start": 0, "end": N}]); ours are null (docs/vllm-frontend.md §7): compared apart.
-    versions = [choice.pop("weight_versions") for choice in body["choices"]]
-    body["weight_versions"] = [v if v is None else "set" for v in versions]
+    # Each choice names the engine's weights over its ids, as vLLM's: [{"version": "default",
+    # "start": 0, "end": N}] (docs/vllm-frontend.md §7).
     return dict(body)
 
 
+def abort_answer(url: str) -> dict[str, Any]:
+    """`--enable-scale-out`'s abort (docs/vllm-frontend.md §9): a long stream aborted by its id
+    after its first ids ends with `abort` before its max_tokens; what the abort path answers."""
+    request = {
+        "model": SERVED,
+        "token_ids": TOKEN_PROMPT,
+        "sampling_params": {"max_tokens": 1500, "temperature": 0, "ignore_eos": True},
+        "stream": True,
+        "request_id": "to-abort",
+    }
+    abort_url = f"{url}/inference/v1/abort_requests"
+    finishes: list[str | None] = []
+    answers: list[tuple[object, ...]] = []
+    generated = 0
+    with (
+        httpx.Client(timeout=60.0) as client,
+        client.stream("POST", f"{url}/inference/v1/generate", json=request) as stream,
+    ):
+        for line in stream.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            (choice,) = json.loads(line[6:])["choices"]
+            generated += len(choice["token_ids"] or [])
+            finishes.append(choice["finish_reason"])
+            if not answers:
+                abort = client.post(abort_url, json={"request_ids": ["generate-tokens-to-abort"]})
+                answers.append((abort.status_code, abort.content))
+        unknown = client.post(abort_url, json={"request_ids": ["generate-tokens-unknown"]})
+        bad = client.post(abort_url, json={})
+    return {
+        "finish": finishes[-1],
+        "cut_short": 0 < generated < 1500,
+        "answers": [*answers, (unknown.status_code, unknown.content), (bad.status_code,)],
+    }
+
+
 def test_greedy_text_equals_plain_vllm_serve(reference: dict[str, Any], tmp_path: Path) -> None:
-    with vllm_with_smg_trio(tmp_path, "--served-model-name", SERVED) as (url, server):
-        ours = {**greedy_answers(url), "tokens": tokens_answer(url)}
-        assert ours["tokens"].pop("weight_versions") == [None]
-        assert reference["tokens"]["weight_versions"] == ["set"]
-        assert_same(ours, {**reference, "tokens": without_versions(reference["tokens"])})
+    flags = ("--served-model-name", SERVED, "--enable-scale-out")
+    with vllm_with_smg_trio(tmp_path, *flags) as (url, server):
+        ours = {**greedy_answers(url), "tokens": tokens_answer(url), "abort": abort_answer(url)}
+        assert reference["abort"]["finish"] == "abort"
+        (choice,) = reference["tokens"]["choices"]
+        assert choice["weight_versions"] == [
+            {"version": "default", "start": 0, "end": len(choice["token_ids"])}
+        ]
+        assert_same(ours, reference)
         with OpenAI(base_url=f"{url}/v1", api_key="unused") as client:
             answer = client.responses.create(
                 model=SERVED, input="Tell me a story", max_output_tokens=24, temperature=0
@@ -254,8 +289,7 @@ def test_two_data_parallel_engines(reference: dict[str, Any], tmp_path: Path) ->
         assert len(engine_pids(server.process.pid)) == 2
         for _ in range(2):  # spread over both engines: each answers vLLM's greedy text
             ours = {**greedy_answers(url), "tokens": tokens_answer(url)}
-            ours["tokens"].pop("weight_versions")
-            assert_same(ours, {**reference, "tokens": without_versions(reference["tokens"])})
+            assert_same(ours, {k: v for k, v in reference.items() if k != "abort"})
 
 
 EMBED_FLAGS: Final = ("--served-model-name", SERVED, "--runner", "pooling", "--convert", "embed")

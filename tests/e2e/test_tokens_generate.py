@@ -88,6 +88,10 @@ async def test_the_ids_equal_completions_and_the_body_is_vllms_shape(server: Liv
         "weight_versions",
         "logprobs",
     }
+    # The reference engine names its weights as vLLM's EngineCore does: "default".
+    assert choice["weight_versions"] == [
+        {"version": "default", "start": 0, "end": len(choice["token_ids"])}
+    ]
 
 
 async def test_a_stream_carries_the_same_ids_then_the_usage(server: LiveServer) -> None:
@@ -116,7 +120,9 @@ async def test_a_stream_carries_the_same_ids_then_the_usage(server: LiveServer) 
         mine = [c["choices"][0] for c in id_chunks if c["choices"][0]["index"] == choice["index"]]
         assert [i for c in mine for i in c["token_ids"]] == choice["token_ids"]
         assert mine[-1]["finish_reason"] == choice["finish_reason"]
+        assert mine[-1]["weight_versions"] == choice["weight_versions"]  # over every id
         assert all(c["finish_reason"] is None for c in mine[:-1])
+        assert all(c["weight_versions"] is None for c in mine[:-1])
         assert all(c["usage"] is None and c["output_mode"] == "tokens" for c in id_chunks)
 
 
@@ -134,6 +140,36 @@ async def test_max_tokens_absent_is_the_room_left(server: LiveServer) -> None:
     assert answer.json()["usage"]["completion_tokens"] == 40
 
 
+async def test_text_mode_shows_the_completions_text_beside_the_ids(server: LiveServer) -> None:
+    """`output_mode: "text"` (vLLM's): each choice's text is what /v1/completions says for the
+    same prompt ids; a stream's text deltas join into the whole answer's."""
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with client(server) as http:
+            reference = await completion_ids(http)
+            whole = await http.post(PATH, json=body(output_mode="text"))
+            streamed = await http.post(
+                PATH,
+                json=body(output_mode="text", stream=True, stream_options={"include_usage": True}),
+            )
+    assert whole.status_code == 200, whole.text
+    got = whole.json()
+    (choice,) = got["choices"]
+    expected = reference["choices"][0]
+    assert got["output_mode"] == "text"
+    assert (choice["text"], choice["token_ids"]) == (expected["text"], expected["token_ids"])
+    assert list(choice) == [  # vLLM's field order
+        *("index", "finish_reason", "stop_reason", "token_ids", "routed_experts"),
+        *("sampling_mask", "weight_versions", "text", "logprobs"),
+    ]
+    chunks = sse_payloads(streamed.text)
+    assert {chunk["output_mode"] for chunk in chunks} == {"text"}
+    *text_chunks, usage = chunks
+    assert "".join(c["choices"][0]["text"] for c in text_chunks) == choice["text"]
+    assert [i for c in text_chunks for i in c["choices"][0]["token_ids"]] == choice["token_ids"]
+    assert text_chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"]
+    assert usage["usage"]["completion_tokens"] == len(choice["token_ids"])
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
@@ -141,7 +177,8 @@ async def test_max_tokens_absent_is_the_room_left(server: LiveServer) -> None:
         ({"sampling": {"stop": ["x"]}}, "sampling_params.stop"),
         ({"sampling": {"temperature": 3}}, "sampling_params.temperature"),
         ({"sampling": {"n": 2}}, "sampling_params.n"),
-        ({"output_mode": "text"}, "output_mode"),
+        ({"output_mode": "derender"}, "output_mode"),
+        ({"output_mode": "text", "sampling": {"detokenize": False}}, "sampling_params.detokenize"),
         ({"cache_salt": "salt"}, "cache_salt"),
         ({"priority": 1}, "priority"),
         ({"token_ids": []}, "token_ids"),

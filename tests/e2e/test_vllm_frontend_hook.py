@@ -215,3 +215,25 @@ async def test_a_unix_socket_is_served_as_vllms_uds(tmp_path: Path) -> None:
             answer = await client.post("/v1/completions", json=body)
             assert answer.status_code == 200, answer.text
             assert answer.json()["choices"][0]["text"] == "Tokens stream f"
+
+
+async def test_scale_out_and_dev_mode_reach_the_front_end(tmp_path: Path) -> None:
+    """`--enable-scale-out` serves the abort path, and `VLLM_SERVER_DEV_MODE=1` in `vllm
+    serve`'s environment the engines' `collective_rpc` (docs/vllm-frontend.md §9, §10): with two
+    data-parallel engines, each runs it and the first one's results are the answer."""
+    flags = ("--worker-extension-cls", "tests.e2e.worker_extension_echo.EchoExtension")
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with (
+            played_vllm(
+                tmp_path,
+                vllm_args(enable_scale_out=True),
+                engine_count=2,
+                engine_flags=flags,
+                env={"VLLM_SERVER_DEV_MODE": "1"},
+            ) as played,
+            played.client() as client,
+        ):
+            abort = await client.post("/inference/v1/abort_requests", json={"request_ids": ["x"]})
+            assert abort.status_code == 200
+            rpc = await client.post("/collective_rpc", json={"method": "get_model_name"})
+            assert rpc.json() == {"results": ["served-by-the-reference-engine"]}

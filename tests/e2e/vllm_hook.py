@@ -7,6 +7,7 @@ engines do, and run `smg-trio frontend ...` with the three fds, as vLLM's
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -85,9 +86,12 @@ async def played_vllm(
     replay: Path | None = None,
     wait_healthy: bool = True,
     uds: Path | None = None,
+    engine_flags: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[PlayedVllm]:
     """The front end serving `engine_count` reference engines; every process killed on leaving.
-    With `uds`, the HTTP socket is an AF_UNIX one bound there (vLLM's `--uds`)."""
+    With `uds`, the HTTP socket is an AF_UNIX one bound there (vLLM's `--uds`); `engine_flags`
+    go to every engine, `env` (added to ours) to the front end, as `vllm serve` passes its own."""
     with ExitStack() as stack:
         if uds is None:
             http = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
@@ -115,13 +119,17 @@ async def played_vllm(
                     engine_index=index,
                     replay_file=replay,
                     step_ms=STEP_MS,
+                    extra=engine_flags,
                 )
                 engines.append(
                     await trio.lowlevel.open_process(command.argv(), stdout=log, stderr=log)
                 )
             fds = (http.fileno(), listeners[0].fileno(), listeners[1].fileno())
             frontend = await trio.lowlevel.open_process(
-                frontend_argv(fds, args, engine_count), pass_fds=fds, stderr=-1
+                frontend_argv(fds, args, engine_count),
+                pass_fds=fds,
+                stderr=-1,
+                env=None if env is None else {**os.environ, **env},
             )
             for listener in listeners:  # vLLM closes its copies once the front end runs
                 listener.close()
