@@ -24,6 +24,7 @@ from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
 from smg_trio.core.images import ProcessedImage
 from smg_trio.core.prepare import chat_prompt
+from smg_trio.errors import ClientError
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.qwen2_vl_images import Qwen2VLImages
 from smg_trio.model.vision import VisionRefusal, load_vision
@@ -209,3 +210,71 @@ def test_another_vision_family_is_refused_naming_its_model_type(tmp_path: Path) 
     refusal = load_vision(folder, "m")
     assert isinstance(refusal, VisionRefusal)
     assert "'mllama'" in refusal.reason
+
+
+OPTIONS: Final[list[dict[str, Any]]] = [
+    {"max_pixels": 28 * 28 * 8},
+    {"min_pixels": 28 * 28 * 16},
+    {"size": {"longest_edge": 32 * 32 * 6}},
+    {"size": {"shortest_edge": 64 * 64, "longest_edge": 32 * 32 * 12}, "max_pixels": 64 * 64 * 2},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
+def test_mm_processor_kwargs_equal_the_hf_processor_given_them(
+    folder: Path, options: dict[str, Any]
+) -> None:
+    """vLLM hands a request's `mm_processor_kwargs` to the HF processor (the pixel keys over
+    `size`, both over the model's own bounds): the tensors, grid and token count equal the HF
+    image processor's given the same bounds, and the identifier changes with them."""
+    ours = _ours(folder, device_normalize=False)
+    size = dict(_hf_image_processor(folder.name).size.__dict__)
+    bounds = {k: size[k] for k in ("shortest_edge", "longest_edge")}
+    bounds.update(options.get("size", {}))
+    for key, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+        if key in options:
+            bounds[edge] = options[key]
+    settings = {k: v for k, v in SETTINGS[folder.name].items() if k != "image_processor_type"}
+    settings.pop("min_pixels", None)
+    settings.pop("max_pixels", None)
+    hf = Qwen2VLImageProcessorPil(**{**settings, "size": bounds})
+    counts = []
+    for data in (IMAGES[0], IMAGES[1], IMAGES[4], IMAGES[5]):
+        mine = ours.process(data, "image", options)
+        golden = hf(images=[hf_rgb(data)], return_tensors="np")
+        assert np.array_equal(_array(mine, "pixel_values"), golden["pixel_values"])
+        assert np.array_equal(_array(mine, "image_grid_thw"), golden["image_grid_thw"][0])
+        assert mine.embed_count == int(golden["image_grid_thw"][0].prod()) // 4
+        plain = ours.process(data, "image")
+        assert mine.identifier != plain.identifier
+        counts.append((mine.embed_count, plain.embed_count))
+    assert any(mine != plain for mine, plain in counts)  # the bounds took effect
+
+
+def test_mm_processor_kwargs_equal_to_the_models_keep_its_identifier(folder: Path) -> None:
+    ours = _ours(folder, device_normalize=True)
+    longest = int(_hf_image_processor(folder.name).size["longest_edge"])
+    same = ours.process(IMAGES[1], "image", {"max_pixels": longest})
+    assert same.identifier == ours.process(IMAGES[1], "image").identifier
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"fps": 2}, "mm_processor_kwargs.fps"),
+        ({"patch_size": 7}, "mm_processor_kwargs.patch_size"),
+        ({"max_pixels": 10**9}, "mm_processor_kwargs.max_pixels"),
+        ({"min_pixels": 0}, "mm_processor_kwargs.min_pixels"),
+        ({"min_pixels": True}, "mm_processor_kwargs.min_pixels"),
+        ({"size": {"height": 28}}, "mm_processor_kwargs.size"),
+        ({"size": {"longest_edge": "big"}}, "mm_processor_kwargs.size.longest_edge"),
+    ],
+    ids=str,
+)
+def test_mm_processor_kwargs_it_does_not_take_are_a_400_naming_them(
+    folder: Path, options: dict[str, Any], param: str
+) -> None:
+    ours = _ours(folder, device_normalize=True)
+    with pytest.raises(ClientError) as caught:
+        ours.process(IMAGES[0], "image", options)
+    assert caught.value.param == param
