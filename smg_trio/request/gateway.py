@@ -130,10 +130,13 @@ class Gateway:
         image_limits: ImageLimits | None = None,
         pooler: ModelPooler = GENERATION_MODEL,
         image_workers: ImageWorkers | None = None,
+        mm_device_do_normalize: bool | None = None,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too;
-        `pooler`: the first model's tasks and pooler (docs/pooling.md §4)."""
+        `pooler`: the first model's tasks and pooler (docs/pooling.md §4);
+        `mm_device_do_normalize`: the engines' setting (docs/images.md §4.2; None: vLLM's
+        default)."""
         first = served_model(
             model,
             served_model_names,
@@ -161,7 +164,9 @@ class Gateway:
         )
         self.images = {
             served.key: ImageInputs(
-                pooled_vision(served.folder, image_workers), image_limits, limiter=processing
+                pooled_vision(served.folder, image_workers, mm_device_do_normalize),
+                image_limits,
+                limiter=processing,
             )
             for served in (first, *more_models)
         }

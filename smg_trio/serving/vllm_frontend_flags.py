@@ -66,6 +66,8 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "limit_mm_per_prompt": 'limit_mm_per_prompt: `{"image": N}` (other modalities refused)',
     "allowed_media_domains": "allowed_media_domains: the only hosts image URLs are fetched from",
     "allowed_local_media_path": "allowed_local_media_path: file:// image URLs under this folder",
+    "mm_device_do_normalize": "mm_device_do_normalize: the engines' setting, so Qwen-VL pixels "
+    "go as they take them (raw uint8 when on, vLLM's default; normalised float32 when off)",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -113,7 +115,7 @@ mamba_cache_philox_rounds mamba_ssm_cache_dtype mamba_ssu_algorithm max_cpu_lora
 max_cudagraph_capture_size max_logprobs max_lora_cls_labels max_lora_rank max_loras
 max_num_active_seqs max_num_batched_tokens max_num_queued_reqs
 max_num_queued_tokens max_num_scheduled_tokens max_num_seqs max_parallel_loading_workers
-mm_device_do_normalize mm_encoder_attn_backend mm_encoder_attn_dtype
+mm_encoder_attn_backend mm_encoder_attn_dtype
 mm_encoder_fp8_scale_path mm_encoder_fp8_scale_save_margin mm_encoder_fp8_scale_save_path
 mm_encoder_only mm_encoder_tp_mode mm_hasher_algorithm mm_ipc_gpu_memory_gb
 mm_processor_cache_gb mm_processor_cache_type mm_processor_device
