@@ -38,6 +38,7 @@ class ProcessedImage(msgspec.Struct, frozen=True, kw_only=True):
     embed_count: int  # how many of them (the encoder's output count)
     fields: tuple[MediaField, ...]
     identifier: str
+    source: str = ""  # the image as a `data:` URI (neutral/media.py MediaFeature.source)
 
 
 def chat_image_refs(req: oa.ChatCompletionRequest) -> tuple[ImageRef, ...]:
@@ -132,6 +133,8 @@ def place_images(
                 length=len(wanted),
                 is_embed=None if all(mask) else mask,
                 fields=image.fields,
+                anchor=tuple(tokenizer.encode(image.placeholder, add_special_tokens=False)),
+                source=image.source,
             )
         )
         start = offset + len(wanted)

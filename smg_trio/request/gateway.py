@@ -292,8 +292,10 @@ class Gateway:
         sink = service.storing(plan, sink)
         live.streaming = plan.stream
         prompt_ids = [part.ids for part in plan.prompts]
-        # The prompt's ids and its images' tensors (docs/images.md §3) count against the budget.
-        reservation.grow(prompt_bytes(prompt_ids) + sum(f.nbytes for f in plan.media))
+        # The prompt's ids and its images' tensors and sources (docs/images.md §3, §5.1) count
+        # against the budget.
+        media_bytes = sum(f.nbytes + len(f.source) for f in plan.media)
+        reservation.grow(prompt_bytes(prompt_ids) + media_bytes)
         context = RoutingContext(
             model=plan.model,
             model_key=self.model_key(served),
