@@ -55,6 +55,7 @@ from smg_trio.wire._proto import (
 from smg_trio.wire.grpc_embed import GrpcEmbedding, parse_embed_response
 from smg_trio.wire.grpc_messages import build_abort, build_generate
 from smg_trio.wire.grpc_responses import GrpcEvent, http_status_for_grpc, parse_generate_response
+from smg_trio.wire.vllm_media_refs import media_ref_schemes
 
 TRTLLM_HEALTHY: Final = "OK"  # TRT-LLM's HealthCheckResponse is a status string, not a bool
 CHANNEL_CLOSE_WAIT_S: Final = 1.0
@@ -133,6 +134,10 @@ class EngineInfo(msgspec.Struct, frozen=True, kw_only=True):
     vocab_size: int | None
     served_model_name: str = ""
     version: str = ""
+    # vLLM's worker-side image processing (GetServerInfo.mm_processor, mm_media_ref_schemes):
+    # the URL schemes it fetches for `media_refs`; empty: it takes tensors only
+    # (docs/images.md §5.1).
+    media_ref_schemes: frozenset[str] = frozenset()
 
 
 def health_of(response: Any) -> tuple[bool, str]:
@@ -149,6 +154,9 @@ def engine_info_of(model_info: Any, server_info: Any | None) -> EngineInfo:
     else:
         max_len, name = model_info.max_context_length, model_info.served_model_name
     version = ""
+    schemes: frozenset[str] = frozenset()
+    if isinstance(server_info, vllm_engine_pb2.GetServerInfoResponse) and server_info.mm_processor:
+        schemes = media_ref_schemes(server_info.mm_media_ref_schemes)
     if isinstance(server_info, trtllm_service_pb2.GetServerInfoResponse):
         version = server_info.version
     elif isinstance(
@@ -160,6 +168,7 @@ def engine_info_of(model_info: Any, server_info: Any | None) -> EngineInfo:
         vocab_size=model_info.vocab_size if model_info.vocab_size > 0 else None,
         served_model_name=name,
         version=version,
+        media_ref_schemes=schemes,
     )
 
 
@@ -176,7 +185,8 @@ def generate_message(
         checked_prompt(request.prompt_ids, info.max_model_len, vocab)
     else:
         checked_ids(request.prompt_ids, "prompt", vocab)
-    return build_generate(service.runtime, request, engine_request_id)
+    schemes = frozenset() if info is None else info.media_ref_schemes
+    return build_generate(service.runtime, request, engine_request_id, media_ref_schemes=schemes)
 
 
 def engine_rejection(error: GRPCError) -> EngineRejected:

@@ -44,6 +44,7 @@ class ProcessedImage(msgspec.Struct, frozen=True, kw_only=True):
     # around it into other tokens (Gemma 3's "\n\n" edges: "\n" + "\n\n" is one token);
     # empty: the whole replacement.
     span_text: str = ""
+    source: str = ""  # the image as a `data:` URI (neutral/media.py MediaFeature.source)
 
 
 def chat_image_refs(req: oa.ChatCompletionRequest) -> tuple[ImageRef, ...]:
@@ -139,6 +140,8 @@ def place_images(
                 length=len(wanted),
                 is_embed=None if all(mask) else mask,
                 fields=image.fields,
+                anchor=tuple(tokenizer.encode(image.placeholder, add_special_tokens=False)),
+                source=image.source,
             )
         )
         start = offset + len(wanted)

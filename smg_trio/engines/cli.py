@@ -266,6 +266,14 @@ def _add_grpc_engines(wires: argparse._SubParsersAction[argparse.ArgumentParser]
                 help="as vLLM's: `pooling` serves the model as an embedding model (Embed "
                 "answers, Generate is refused; SGLang's spelling is --is-embedding)",
             )
+        if name == "vllm-grpc":
+            parser.add_argument(
+                "--mm-processor",
+                choices=("off", "inprocess"),
+                default="off",
+                help="as smg-grpc-servicer's: `inprocess` takes images as media_refs (the "
+                "worker processes them; advertised in GetServerInfo)",
+            )
         parser.set_defaults(command=run_grpc_engine_command)
 
 
@@ -369,6 +377,8 @@ def run_grpc_engine_command(args: argparse.Namespace) -> int:
     model = load_served_model(args.model_path, **_model_options(args))
     if getattr(args, "runner", "generate") == "pooling":
         model = dataclasses.replace(model, pooling=True)
+    if getattr(args, "mm_processor", "off") == "inprocess":
+        model = dataclasses.replace(model, mm_processor=True)
     config = GrpcEngineConfig(
         host=args.host, port=args.port, step_seconds=args.step_ms / 1000, max_batch=args.max_batch
     )

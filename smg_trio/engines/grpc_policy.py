@@ -58,6 +58,8 @@ class ServedModel:
     config: Mapping[str, Any]  # config.json
     max_batch: int
     pooling: bool = False
+    mm_processor: bool = False
+    """vLLM gRPC with `--mm-processor inprocess`: takes `media_refs` (grpc_vllm_media_refs)."""
     """Served as a pooling model (`--runner pooling`): it answers Embed and refuses Generate;
     a generative model the other way round (docs/pooling.md §5)."""
 

@@ -16,7 +16,9 @@ frontend behind smg's servicer serves it (docs/wire.md §C.2).
 - A pooling model (`--runner pooling`) answers Embed and refuses Generate (`grpc_pooling`);
   GetModelInfo then says `is_generation` false.
 - Images: `mm_inputs` checked as the servicer reads them (`grpc_vllm_media`), the scripted model
-  then answers the prompt ids; `media_refs` refused as a worker without `--mm-processor` does.
+  then answers the prompt ids; `media_refs` taken with `--mm-processor inprocess` (advertised
+  in GetServerInfo) and expanded as the servicer's processor does (`grpc_vllm_media_refs`),
+  refused without it, as a default worker refuses them.
 - Unsupported here (INVALID_ARGUMENT): n > 1. A structured-output constraint is taken but not
   applied: the scripted model has no grammar (docs/request-fields.md §2).
 """
@@ -32,6 +34,7 @@ from smg_trio.engines.grpc_columns import ColumnsResponses, health_answer
 from smg_trio.engines.grpc_policy import EngineView, JobSpec, RuntimePolicy, ServedModel
 from smg_trio.engines.grpc_stops import TextStops
 from smg_trio.engines.grpc_vllm_media import mm_inputs_problem
+from smg_trio.engines.grpc_vllm_media_refs import PROCESSOR, SCHEMES, expanded_by_refs
 from smg_trio.engines.token_rules import TokenRules
 from smg_trio.engines.wire_adapter import BLOCK_SIZE
 from smg_trio.wire._proto import vllm_engine_grpc
@@ -54,6 +57,17 @@ def admit(request: vllm.GenerateRequest, model: ServedModel) -> JobSpec:
             )
         case _:
             raise grpc_policy.invalid("the request carries neither tokenized input nor text")
+    if request.HasField("media_refs"):
+        folded = len(prompt)
+        prompt = expanded_by_refs(request, prompt, model)
+        logger.info(
+            "generate %r: %d image(s) in media_refs (%s), prompt %d -> %d tokens",
+            request.request_id,
+            len(request.media_refs.items),
+            ",".join(sorted({ref.url.partition(":")[0] for ref in request.media_refs.items})),
+            folded,
+            len(prompt),
+        )
     media_problem = mm_inputs_problem(request, prompt)
     if media_problem is not None:
         raise grpc_policy.invalid(media_problem)
@@ -143,6 +157,9 @@ def server_info(request: vllm.GetServerInfoRequest, view: EngineView) -> vllm.Ge
         block_size=BLOCK_SIZE,
         model_dtype=view.model.engine.dtype,
         max_num_seqs=view.model.max_batch,
+        mm_processor=PROCESSOR if view.model.mm_processor else "",
+        mm_media_ref_schemes=SCHEMES if view.model.mm_processor else "",
+        mm_processor_source="flag" if view.model.mm_processor else "",
     )
 
 

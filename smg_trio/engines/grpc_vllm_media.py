@@ -2,8 +2,7 @@
 as smg-grpc-servicer 0.14.0 reads them (docs/images.md §5.1): `mm_inputs_problem` names the first
 thing the servicer would refuse (INVALID_ARGUMENT) or misread, None when the payload is whole.
 
-- `media_refs` needs the worker's `--mm-processor`, off by default: refused, as the servicer
-  refuses it then (this engine, like a default worker, advertises no `mm_processor`).
+- `media_refs` are read elsewhere (grpc_vllm_media_refs): this reads tensors only.
 - Every tensor's dtype is one the servicer reads, its bytes exactly shape x dtype.
 - A batched kwarg has one element per placeholder; a flat kwarg names (`flat_keys`) a sizes
   kwarg in the batch whose values, one per placeholder, sum to its first axis.
@@ -24,8 +23,6 @@ ITEM_SIZES: Final = {"float32": 4, "bfloat16": 2, "float16": 2, "uint8": 1, "int
 
 
 def mm_inputs_problem(request: vllm.GenerateRequest, prompt: Sequence[int]) -> str | None:
-    if request.HasField("media_refs"):
-        return "media_refs sent but --mm-processor is off on this worker"
     if len(request.extra_mm_inputs):
         return "extra_mm_inputs: this engine serves images only (one batch)"
     if not request.HasField("mm_inputs"):

@@ -51,6 +51,12 @@ def refuse_options(options: Mapping[str, Any] | None) -> None:
         )
 
 
+def option_refusal(key: str, reason: str) -> ClientError:
+    """The 400 for one `mm_processor_kwargs` key, naming it."""
+    param = f"mm_processor_kwargs.{key}"
+    return ClientError(f"{param}: {reason}", param=param)
+
+
 def processed(
     processor: Callable[..., Mapping[str, Any]],
     images: list[Any],

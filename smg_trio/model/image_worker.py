@@ -46,6 +46,7 @@ class ImageJob(msgspec.Struct, frozen=True, kw_only=True):
     model_id: str
     param: str
     options: dict[str, Any] | None
+    device_normalize: bool | None = None  # the engines' --mm-device-do-normalize (None: default)
     data: bytes = b""
     data_uri: str | None = None
     max_bytes: int = 0
@@ -102,11 +103,13 @@ def received_message(sock: socket.socket) -> bytes:
 
 class _Worker:
     def __init__(self) -> None:
-        self._processors: dict[tuple[str, str], ImageProcessor | VisionRefusal | None] = {}
+        self._processors: dict[
+            tuple[str, str, bool | None], ImageProcessor | VisionRefusal | None
+        ] = {}
 
     def answer(self, job: ImageJob) -> tuple[ImageAnswer, list[bytes]]:
         try:
-            processor = self._processor(job.folder, job.model_id)
+            processor = self._processor(job.folder, job.model_id, job.device_normalize)
             data = job.data
             if job.data_uri is not None:
                 data = image_data(job.data_uri, job.param, max_bytes=job.max_bytes)
@@ -118,12 +121,16 @@ class _Worker:
         header, datas = bare(image)
         return ImageAnswer(image=header, sizes=tuple(len(d) for d in datas)), datas
 
-    def _processor(self, folder: str, model_id: str) -> ImageProcessor:
-        key = (folder, model_id)
+    def _processor(
+        self, folder: str, model_id: str, device_normalize: bool | None
+    ) -> ImageProcessor:
+        key = (folder, model_id, device_normalize)
         if key not in self._processors:
             if len(self._processors) >= MAX_MODELS:
                 self._processors.clear()
-            self._processors[key] = load_vision(Path(folder), model_id)
+            self._processors[key] = load_vision(
+                Path(folder), model_id, device_normalize=device_normalize
+            )
         if os.getpriority(os.PRIO_PROCESS, 0) < NICENESS:  # loaded: process behind the text
             os.setpriority(os.PRIO_PROCESS, 0, NICENESS)
         processor = self._processors[key]

@@ -13,8 +13,8 @@ read in one `recv` with the GIL released (no pickling).
 first use and again after a worker died. A caller thread takes a free slot for one exchange;
 the caller bounds how many run at once (request/images.py's `CapacityLimiter`, of the same
 size), so a slot is always free. `close()` kills every worker (they hold nothing to save).
-`pooled_vision(folder, workers)`: a model folder's image processing, through the pool when
-there is one.
+`pooled_vision(folder, workers, device_normalize)`: a model folder's image processing, through
+the pool when there is one.
 """
 
 from __future__ import annotations
@@ -163,6 +163,7 @@ class PooledImages:
     folder: Path
     model_id: str
     placeholder: str
+    device_normalize: bool | None = None
 
     def process(
         self,
@@ -199,16 +200,21 @@ class PooledImages:
             model_id=self.model_id,
             param=param,
             options=dict(options) if options else None,
+            device_normalize=self.device_normalize,
             **source,
         )
         return self.workers.process(job, budget_s)
 
 
 def pooled_vision(
-    folder: ModelDir, workers: ImageWorkers | None
+    folder: ModelDir, workers: ImageWorkers | None, device_normalize: bool | None = None
 ) -> ImageProcessor | VisionRefusal | None:
-    """The folder's image processing, run by `workers` when given (docs/images.md §3)."""
-    vision = load_vision(folder.path, folder.served_name)
+    """The folder's image processing, run by `workers` when given (docs/images.md §3), for
+    engines started with `device_normalize` (vLLM's `--mm-device-do-normalize`; None: its
+    default, docs/images.md §4.2)."""
+    vision = load_vision(folder.path, folder.served_name, device_normalize=device_normalize)
     if workers is None or vision is None or isinstance(vision, VisionRefusal):
         return vision
-    return PooledImages(workers, folder.path, folder.served_name, vision.placeholder)
+    return PooledImages(
+        workers, folder.path, folder.served_name, vision.placeholder, device_normalize
+    )

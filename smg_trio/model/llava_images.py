@@ -9,6 +9,9 @@ expansion and vLLM's `mm_features` field (docs/images.md §4.3).
   model's `vision_feature_select_strategy` is "default" (it drops the class token), as both
   the HF processor and vLLM count them.
 - Field (vLLM's LLaVA fields): `pixel_values` float32 [3, H, W], batched.
+- `mm_processor_kwargs` (vLLM's, per request): `do_pad` (true or false), which keeps the
+  picture's shape (the vision tower's input) and the feature count; any other key (a size, a
+  crop: another shape the tower cannot take) is a 400 naming it. It enters the identifier.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from smg_trio.model.image_decode import DEFAULT_MAX_PIXELS, decoded_image
 from smg_trio.model.image_processing import (
     built_processor,
     image_identifier,
+    option_refusal,
     processed,
     processor_kwargs,
-    refuse_options,
     settings_salt,
 )
 from smg_trio.model.tensors import tensor_of
@@ -37,6 +40,8 @@ IMAGE_TOKEN: Final = "<image>"
 # Vision towers whose feature count we know, and the extra (class) tokens they output.
 TOWER_EXTRA_TOKENS: Final = {"clip_vision_model": 1, "siglip_vision_model": 0}
 STRATEGIES: Final = ("default", "full")
+# vLLM's `mm_processor_kwargs` keys for LLaVA-1.5's images: the ones that keep the shape.
+OPTION_KEYS: Final = ("do_pad",)
 
 
 def feature_count(config: Mapping[str, Any]) -> int:
@@ -77,15 +82,29 @@ class LlavaImages:
         self.image_token_id = image_token_id
         self.tokens = feature_count(config)
         self.max_pixels = max_pixels
+        self._model_id = model_id
+        self._kwargs = kwargs
+        self._do_pad = bool(self._processor.do_pad)
         self._salt = settings_salt(model_id, processor=kwargs)
 
     def process(
         self, data: bytes, param: str, options: Mapping[str, Any] | None = None
     ) -> ProcessedImage:
-        """One image's bytes -> its picture tensor and placeholder run (a 400 if unreadable)."""
-        refuse_options(options)
+        """One image's bytes -> its picture tensor and placeholder run (a 400 if unreadable).
+        `options`: the request's `mm_processor_kwargs` (`OPTION_KEYS` only)."""
+        do_pad, salt = self._do_pad, self._salt
+        for key, value in (options or {}).items():
+            if key not in OPTION_KEYS:
+                raise option_refusal(
+                    key, f"not taken for LLaVA images (takes {', '.join(OPTION_KEYS)})"
+                )
+            if not isinstance(value, bool):
+                raise option_refusal(key, f"must be true or false, got {value!r}")
+            do_pad = value
+        if do_pad != self._do_pad:
+            salt = settings_salt(self._model_id, processor={**self._kwargs, "do_pad": do_pad})
         picture = decoded_image(data, param, max_pixels=self.max_pixels)
-        out = processed(self._processor, [picture], param)
+        out = processed(self._processor, [picture], param, do_pad=do_pad)
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)[0]
         return ProcessedImage(
             placeholder=IMAGE_TOKEN,
@@ -95,5 +114,5 @@ class LlavaImages:
             fields=(
                 MediaField(name="pixel_values", tensor=tensor_of(pixels), kind=FieldKind.BATCHED),
             ),
-            identifier=image_identifier(self._salt, data),
+            identifier=image_identifier(salt, data),
         )

@@ -58,7 +58,12 @@ class VisionRefusal:
     reason: str
 
 
-def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal | None:
+def load_vision(
+    folder: Path, model_id: str, *, device_normalize: bool | None = None
+) -> ImageProcessor | VisionRefusal | None:
+    """`device_normalize`: the engines' `--mm-device-do-normalize` (None: vLLM's default, on
+    for the families that support it; it applies to those alone, as vLLM turns it off for the
+    others: docs/images.md §4.2)."""
     config = read_json_object(folder / "config.json") or {}
     model_type = str(config.get("model_type") or "")
     if "vision_config" not in config and model_type not in SUPPORTED:
@@ -81,7 +86,7 @@ def load_vision(folder: Path, model_id: str) -> ImageProcessor | VisionRefusal |
             return _llava_next(folder, model_id, config, image_token_id)
         if model_type == "gemma3":
             return _gemma3(folder, model_id, config, image_token_id)
-        return _qwen2_vl(folder, model_id, image_token_id)
+        return _qwen2_vl(folder, model_id, image_token_id, device_normalize is not False)
     except ImportError as exc:
         logger.warning("images refused: %s (%s)", EXTRA_HINT, exc)
         return VisionRefusal(f"this gateway was installed without image support: {EXTRA_HINT}")
@@ -115,12 +120,17 @@ def _idefics3(
     )
 
 
-def _qwen2_vl(folder: Path, model_id: str, image_token_id: int) -> ImageProcessor:
+def _qwen2_vl(
+    folder: Path, model_id: str, image_token_id: int, device_normalize: bool
+) -> ImageProcessor:
     from smg_trio.model.qwen2_vl_images import Qwen2VLImages
 
     _, image_config = _image_processor_config(folder)
     return Qwen2VLImages(
-        model_id=model_id, image_processor_config=image_config, image_token_id=image_token_id
+        model_id=model_id,
+        image_processor_config=image_config,
+        image_token_id=image_token_id,
+        device_normalize=device_normalize,
     )
 
 

@@ -153,7 +153,9 @@ _ROWS: Final = (
         min_tokens=True,
         one_engine_per_worker=False,
         one_gateway_process=False,
-        images=ImageInput.MM_INPUTS,  # processed tensors in GenerateRequest.mm_inputs
+        # processed tensors in GenerateRequest.mm_inputs, or media_refs to a worker that
+        # processes images itself (docs/images.md §5.1)
+        images=ImageInput.MM_INPUTS,
     ),
     Capabilities(
         runtime=Runtime.SGLANG,

@@ -79,6 +79,12 @@ class MediaFeature(msgspec.Struct, frozen=True, kw_only=True):
     is_embed: tuple[bool, ...] | None  # per span position; None: every position is embedded
     fields: tuple[MediaField, ...]
     modality: str = "image"
+    # The placeholder's ids as the chat template wrote them, before the span replaced them.
+    anchor: tuple[int, ...] = ()
+    # The image as a `data:` URI (its bytes as fetched or sent), for a worker that processes
+    # images itself (vLLM gRPC `media_refs`, docs/images.md §5.1); "" when the image must go
+    # as its tensors (processed with a request's mm_processor_kwargs, which refs cannot carry).
+    source: str = ""
 
     @property
     def embed_count(self) -> int:

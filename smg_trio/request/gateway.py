@@ -131,10 +131,13 @@ class Gateway:
         image_limits: ImageLimits | None = None,
         pooler: ModelPooler = GENERATION_MODEL,
         image_workers: ImageWorkers | None = None,
+        mm_device_do_normalize: bool | None = None,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too;
-        `pooler`: the first model's tasks and pooler (docs/pooling.md §4)."""
+        `pooler`: the first model's tasks and pooler (docs/pooling.md §4);
+        `mm_device_do_normalize`: the engines' setting (docs/images.md §4.2; None: vLLM's
+        default)."""
         first = served_model(
             model,
             served_model_names,
@@ -162,7 +165,9 @@ class Gateway:
         )
         self.images = {
             served.key: ImageInputs(
-                pooled_vision(served.folder, image_workers), image_limits, limiter=processing
+                pooled_vision(served.folder, image_workers, mm_device_do_normalize),
+                image_limits,
+                limiter=processing,
             )
             for served in (first, *more_models)
         }
@@ -289,8 +294,10 @@ class Gateway:
         live.streaming = plan.stream
         self.live_requests.name(live, response_id(plan))  # abort by id (request/client_aborts.py)
         prompt_ids = [part.ids for part in plan.prompts]
-        # The prompt's ids and its images' tensors (docs/images.md §3) count against the budget.
-        reservation.grow(prompt_bytes(prompt_ids) + sum(f.nbytes for f in plan.media))
+        # The prompt's ids and its images' tensors and sources (docs/images.md §3, §5.1) count
+        # against the budget.
+        media_bytes = sum(f.nbytes + len(f.source) for f in plan.media)
+        reservation.grow(prompt_bytes(prompt_ids) + media_bytes)
         context = RoutingContext(
             model=plan.model,
             model_key=self.model_key(served),

@@ -17,12 +17,13 @@ per-image and per-request byte limits.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final
 
+import msgspec
 import trio
 
 from smg_trio.core.images import ImageRef, ProcessedImage
@@ -31,7 +32,7 @@ from smg_trio.errors import ClientError
 from smg_trio.model.image_workers import ImageWorkers, PooledImages
 from smg_trio.model.vision import ImageProcessor, VisionRefusal
 from smg_trio.request.media_fetch import fetch_media
-from smg_trio.wire.data_uri import image_data, is_data_uri
+from smg_trio.wire.data_uri import canonical_data_uri, data_uri_of, image_data, is_data_uri
 
 DEFAULT_MAX_IMAGES: Final = 16  # per request (vLLM: --limit-mm-per-prompt; docs/images.md §3)
 DEFAULT_MAX_IMAGE_BYTES: Final = 20 * 1024 * 1024
@@ -131,6 +132,7 @@ class ImageInputs:
         scope: trio.CancelScope,
     ) -> None:
         try:
+            data: bytes | None = None
             if is_data_uri(ref.url):  # decoded off the loop too: megabytes of base64
                 work = partial(self._data_uri_image, processor, options, ref, _time_left())
             else:
@@ -140,6 +142,8 @@ class ImageInputs:
                     work = partial(
                         processor.process, data, ref.param, options, budget_s=_time_left()
                     )
+            if not options:  # a worker that processes images itself may take it as its source
+                work = partial(_with_source, work, ref.url, data)
             results[index] = await trio.to_thread.run_sync(work, limiter=self._limiter)
         except ClientError as error:  # (from a worker thread too: its traceback dropped)
             errors.append((index, error.with_traceback(None)))
@@ -185,6 +189,16 @@ class ImageInputs:
                 param=ref.param,
             )
         return data
+
+
+def _with_source(
+    work: Callable[[], ProcessedImage], url: str, fetched: bytes | None
+) -> ProcessedImage:
+    """`work`'s image with its `source` (docs/images.md §5.1): the client's own `data:` URI, or
+    the bytes we fetched (under our rules, §3) as one; run in the worker thread (base64)."""
+    image = work()
+    source = canonical_data_uri(url) if fetched is None else data_uri_of(fetched)
+    return msgspec.structs.replace(image, source=source)
 
 
 def _time_left() -> float | None:

@@ -138,6 +138,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     limit_mm_per_prompt: int = 16
     allowed_media_domains: tuple[str, ...] = ()
     allowed_local_media_path: str | None = None
+    # The engines' `--mm-device-do-normalize` (vLLM's flag; docs/images.md §4.2): whether they
+    # normalise pixels themselves (raw uint8 on the wire) for the families that support it;
+    # None: vLLM's default (on for them).
+    mm_device_do_normalize: bool | None = None
 
     @property
     def model_specs(self) -> tuple[ModelSpec, ...]:

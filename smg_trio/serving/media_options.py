@@ -1,6 +1,7 @@
 """I/O (startup). The image flags of `smg-trio serve`, by vLLM's names (docs/images.md §3):
-`--limit-mm-per-prompt` (vLLM's JSON `{"image": N}`, or N), `--allowed-media-domains HOST...`
-and `--allowed-local-media-path DIR`; and the `ImageLimits` the gateway is built with.
+`--limit-mm-per-prompt` (vLLM's JSON `{"image": N}`, or N), `--allowed-media-domains HOST...`,
+`--allowed-local-media-path DIR` and the engines' `--[no-]mm-device-do-normalize` (§4.2); and
+the `ImageLimits` the gateway is built with.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from smg_trio.request.images import ImageLimits
 if TYPE_CHECKING:
     from smg_trio.serving.config import GatewayConfig
 
-MEDIA_FLAGS = ("limit_mm_per_prompt", "allowed_media_domains", "allowed_local_media_path")
+MEDIA_FLAGS = (
+    "limit_mm_per_prompt",
+    "allowed_media_domains",
+    "allowed_local_media_path",
+    "mm_device_do_normalize",
+)
 
 
 def add_media_flags(serve: argparse.ArgumentParser) -> None:
@@ -38,6 +44,14 @@ def add_media_flags(serve: argparse.ArgumentParser) -> None:
         "--allowed-local-media-path",
         metavar="DIR",
         help="take file:// image URLs under this folder (default: refused)",
+    )
+    serve.add_argument(
+        "--mm-device-do-normalize",
+        action=argparse.BooleanOptionalAction,
+        help="the engines' own setting, as given to them (vLLM's flag): whether they rescale "
+        "and normalise pixels themselves, so Qwen-VL pixels go raw as uint8 (default: vLLM's, "
+        "on for the families that support it); --no-mm-device-do-normalize sends normalised "
+        "float32",
     )
 
 

@@ -210,6 +210,7 @@ async def serve(
             ],
             image_limits=image_limits(config),
             image_workers=image_workers,
+            mm_device_do_normalize=config.mm_device_do_normalize,
         )
         limits = http_limits(config)
         app = GatewayApp(

@@ -70,6 +70,7 @@ class FrontendArgs:
     images_per_prompt: int | None = None  # None: the gateway's default
     allowed_media_domains: tuple[str, ...] = ()
     allowed_local_media_path: str | None = None
+    mm_device_do_normalize: bool | None = None  # the engines' (None: vLLM's default)
     # vLLM's `--runner`/`--convert` resolved as far as the flags go: ("generate", None),
     # ("pooling", "embed"|"classify"), or ("pooling", None) when the architecture decides
     # (serving/vllm_frontend_model.py: pooling_convert).
@@ -136,6 +137,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         images_per_prompt=_images_per_prompt(args.get("limit_mm_per_prompt")),
         allowed_media_domains=_texts(args, "allowed_media_domains"),
         allowed_local_media_path=_text(args, "allowed_local_media_path"),
+        mm_device_do_normalize=_optional_bool(args, "mm_device_do_normalize"),
         runner=runner,
         convert=convert,
     )
@@ -172,6 +174,15 @@ def _text(args: Mapping[str, Any], key: str) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         raise FrontendArgsError(f"vLLM flag {flag_name(key)}: expected a text, got {value!r:.60}")
+    return value
+
+
+def _optional_bool(args: Mapping[str, Any], key: str) -> bool | None:
+    value = args.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise FrontendArgsError(
+            f"vLLM flag {flag_name(key)}: expected true or false, got {value!r:.60}"
+        )
     return value
 
 
@@ -312,6 +323,7 @@ def gateway_config(
         cors=args.cors,
         allowed_media_domains=args.allowed_media_domains,
         allowed_local_media_path=args.allowed_local_media_path,
+        mm_device_do_normalize=args.mm_device_do_normalize,
         runner=args.runner,
         convert=(convert or args.convert) if args.runner == "pooling" else None,
     )

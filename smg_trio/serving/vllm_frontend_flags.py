@@ -69,6 +69,8 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "enable_scale_out": "scale_out: POST /inference/v1/abort_requests aborts running requests "
     "by id; the render and derender paths answer 501 (not implemented); "
     "/inference/v1/generate is served with or without it (docs/vllm-frontend.md §9)",
+    "mm_device_do_normalize": "mm_device_do_normalize: the engines' setting, so Qwen-VL pixels "
+    "go as they take them (raw uint8 when on, vLLM's default; normalised float32 when off)",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -116,7 +118,7 @@ mamba_cache_philox_rounds mamba_ssm_cache_dtype mamba_ssu_algorithm max_cpu_lora
 max_cudagraph_capture_size max_logprobs max_lora_cls_labels max_lora_rank max_loras
 max_num_active_seqs max_num_batched_tokens max_num_queued_reqs
 max_num_queued_tokens max_num_scheduled_tokens max_num_seqs max_parallel_loading_workers
-mm_device_do_normalize mm_encoder_attn_backend mm_encoder_attn_dtype
+mm_encoder_attn_backend mm_encoder_attn_dtype
 mm_encoder_fp8_scale_path mm_encoder_fp8_scale_save_margin mm_encoder_fp8_scale_save_path
 mm_encoder_only mm_encoder_tp_mode mm_hasher_algorithm mm_ipc_gpu_memory_gb
 mm_processor_cache_gb mm_processor_cache_type mm_processor_device

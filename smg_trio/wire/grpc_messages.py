@@ -39,6 +39,7 @@ from smg_trio.wire.grpc_constraints import (
 )
 from smg_trio.wire.sglang_grpc_media import sglang_mm_inputs
 from smg_trio.wire.vllm_grpc_media import vllm_mm_inputs
+from smg_trio.wire.vllm_media_refs import folded_prompt, refs_fit, vllm_media_refs
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -69,12 +70,22 @@ def build_generate(
     *,
     stream: bool = True,
     prompt_text: str = "",
+    media_ref_schemes: frozenset[str] = frozenset(),
 ) -> GenerateRequest:
     """The `GenerateRequest` of `runtime`'s service for `request`.
 
     `stream=False`: the engine sends only complete messages. `prompt_text` is the prompt's
-    text for the engine's logs; it may stay empty.
+    text for the engine's logs; it may stay empty. `media_ref_schemes`: what a vLLM worker
+    that processes images itself fetches (docs/images.md §5.1; empty: it does not).
     """
+    if runtime is Runtime.VLLM:
+        return build_vllm_generate(
+            request,
+            engine_request_id,
+            stream=stream,
+            prompt_text=prompt_text,
+            media_ref_schemes=media_ref_schemes,
+        )
     builder = _GENERATE_BUILDERS.get(runtime)
     if builder is None:
         raise UnsupportedRuntime(f"runtime {runtime.value!r} has no gRPC service")
@@ -102,8 +113,15 @@ def build_abort(runtime: Runtime, request_ids: Sequence[str]) -> list[AbortReque
 
 
 def build_vllm_generate(
-    request: EngineRequest, engine_request_id: str, *, stream: bool = True, prompt_text: str = ""
+    request: EngineRequest,
+    engine_request_id: str,
+    *,
+    stream: bool = True,
+    prompt_text: str = "",
+    media_ref_schemes: frozenset[str] = frozenset(),
 ) -> vllm.GenerateRequest:
+    """Images go as `media_refs` when the worker processes them itself and they fit
+    (wire/vllm_media_refs.py), else as `mm_inputs` tensors (docs/images.md §5.1)."""
     s = request.sampling
     params = vllm.SamplingParams(
         temperature=s.temperature,  # unset: 1.0
@@ -127,6 +145,18 @@ def build_vllm_generate(
         logit_bias=int_keys(s.logit_bias),
     )
     set_vllm_constraint(params, s.constraint)
+    media = request.media
+    if media and refs_fit(media, request.prompt_ids, media_ref_schemes):
+        return vllm.GenerateRequest(
+            request_id=engine_request_id,
+            tokenized=vllm.TokenizedInput(
+                original_text=prompt_text,
+                input_ids=_ids(folded_prompt(media, request.prompt_ids), "prompt"),
+            ),
+            sampling_params=params,
+            stream=stream,
+            media_refs=vllm_media_refs(media),
+        )
     return vllm.GenerateRequest(
         request_id=engine_request_id,
         tokenized=vllm.TokenizedInput(
@@ -134,7 +164,7 @@ def build_vllm_generate(
         ),
         sampling_params=params,
         stream=stream,
-        mm_inputs=vllm_mm_inputs(request.media, request.prompt_ids) if request.media else None,
+        mm_inputs=vllm_mm_inputs(media, request.prompt_ids) if media else None,
     )
 
 

@@ -147,8 +147,11 @@ def vllm_http_server(log_dir: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def smg_trio_in_front_of_vllm(wire: str, log_dir: Path) -> Iterator[str]:
-    """smg-trio serving a real vLLM engine: headless EngineCore over ZMQ, or `--grpc`."""
+def smg_trio_in_front_of_vllm(
+    wire: str, log_dir: Path, engine_env: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """smg-trio serving a real vLLM engine: headless EngineCore over ZMQ, or `--grpc`;
+    `engine_env`: the engine's extra environment (e.g. the servicer's SMG_VLLM_MM_PROCESSOR)."""
     port, engine_port = free_port(), free_port()
     launched: list[Launched] = []
     with running(launched):
@@ -167,7 +170,7 @@ def smg_trio_in_front_of_vllm(wire: str, log_dir: Path) -> Iterator[str]:
                 *("--grpc", "--host", "127.0.0.1", "--port", str(engine_port)),
                 *("--kv-events-config", json.dumps(kv_events)),
             )
-            launched.append(launch("vllm-grpc", engine, log_dir))
+            launched.append(launch("vllm-grpc", engine, log_dir, engine_env))
             gateway_worker = f"vllm+grpc://127.0.0.1:{engine_port}"
             launched.append(launch("gateway-grpc", gateway_command(port, gateway_worker), log_dir))
         url = f"http://127.0.0.1:{port}"

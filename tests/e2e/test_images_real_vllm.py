@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from pathlib import Path
 from typing import Any, Final
 
@@ -101,12 +102,14 @@ def _answers(base_url: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def _compared(factory: pytest.TempPathFactory, wire: str) -> tuple[list[Any], Path]:
+def _compared(
+    factory: pytest.TempPathFactory, wire: str, engine_env: dict[str, str] | None = None
+) -> tuple[list[Any], Path]:
     """vLLM's own server's answers, then smg-trio's over `wire`: equal; the gateway's logs."""
     with real_vllm.vllm_http_server(factory.mktemp("vllm-http")) as url:
         expected = _answers(url)
     logs = factory.mktemp(f"smg-{wire}")
-    with real_vllm.smg_trio_in_front_of_vllm(wire, logs) as url:
+    with real_vllm.smg_trio_in_front_of_vllm(wire, logs, engine_env) as url:
         got = _answers(url)
     assert got == expected, _log_tail(logs)
     return expected, logs
@@ -126,6 +129,25 @@ def test_image_answers_over_grpc_equal_vllms_own_server(
     # The servicer took every request (6 cases and the streamed one) as preprocessed tensors.
     servicer_log = (logs / "vllm-grpc.log").read_text(errors="replace")
     assert servicer_log.count("preprocessed_mm=True, media_refs=0") == len(CASES) + 1
+
+
+def test_image_answers_over_grpc_media_refs_equal_vllms_own_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The same cases through `vllm serve --grpc` with the servicer's worker-side processing on
+    (SMG_VLLM_MM_PROCESSOR=inprocess, advertised in GetServerInfo): the images travel as
+    `media_refs`, `data:` URIs of the bytes the gateway holds, over the folded prompt, and vLLM's
+    own processor expands them (docs/images.md §5.1)."""
+    _, logs = _compared(tmp_path_factory, "grpc", {"SMG_VLLM_MM_PROCESSOR": "inprocess"})
+    servicer_log = (logs / "vllm-grpc.log").read_text(errors="replace")
+    took = re.findall(r"preprocessed_mm=(\w+), media_refs=(\d+)", servicer_log)
+    images = [sum(_image_count(m) for m in case) for case in CASES]
+    assert took == [("False", str(n)) for n in [*images, images[0]]], took
+
+
+def _image_count(message: Any) -> int:
+    content = message.get("content")
+    return 0 if isinstance(content, str) else sum(p.get("type") == "image_url" for p in content)
 
 
 def _log_tail(folder: Path) -> str:

@@ -22,6 +22,7 @@ from transformers import AutoProcessor
 from smg_trio.core.images import ProcessedImage
 from smg_trio.core.prepare import chat_prompt
 from smg_trio.model.folder import load_model_dir
+from smg_trio.model.idefics3_images import Idefics3Images
 from smg_trio.model.vision import ImageProcessor, VisionRefusal, load_vision
 from smg_trio.neutral.media import MediaFeature
 from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
@@ -157,3 +158,15 @@ def test_another_family_is_refused_naming_its_model_type(tmp_path: Path) -> None
 def test_a_text_model_has_no_vision(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     assert load_vision(tmp_path, "m") is None
+
+
+def test_device_normalisation_does_not_apply_to_idefics3() -> None:
+    """vLLM turns `mm_device_do_normalize` off for a model that does not support it (Idefics3
+    among them), whatever the flag says: its pixels stay normalised float32, the same key."""
+    plain = load_vision(FOLDER, "m")
+    asked = load_vision(FOLDER, "m", device_normalize=True)
+    assert isinstance(plain, Idefics3Images)
+    assert isinstance(asked, Idefics3Images)
+    mine, theirs = asked.process(IMAGES[0], "image"), plain.process(IMAGES[0], "image")
+    assert mine.identifier == theirs.identifier
+    assert mine.fields == theirs.fields

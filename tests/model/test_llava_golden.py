@@ -20,6 +20,7 @@ from transformers.models.llava.image_processing_pil_llava import LlavaImageProce
 from transformers.models.llava.processing_llava import LlavaProcessor
 
 from smg_trio.core.prepare import chat_prompt
+from smg_trio.errors import ClientError
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.llava_images import LlavaImages
 from smg_trio.model.vision import VisionRefusal, load_vision
@@ -140,3 +141,42 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(tmp_path: Path)
 def test_a_tower_we_cannot_count_is_refused(tmp_path: Path, vision: dict[str, Any]) -> None:
     refusal = load_vision(_folder(tmp_path, vision), "llava")
     assert isinstance(refusal, VisionRefusal)
+
+
+def test_do_pad_equals_the_hf_processor_given_it(tmp_path: Path) -> None:
+    """vLLM hands `mm_processor_kwargs` to the HF processor: `do_pad: true` pads each picture
+    to a square first (same shape, same feature count); the identifier changes with it."""
+    ours = load_vision(_folder(tmp_path), "llava")
+    assert isinstance(ours, LlavaImages)
+    hf = _hf_image_processor()
+    for data in (IMAGES[1], IMAGES[4]):
+        mine = ours.process(data, "image", {"do_pad": True})
+        (field,) = mine.fields
+        pixels = np.frombuffer(field.tensor.data, np.float32).reshape(field.tensor.shape)
+        golden = hf(images=[hf_rgb(data)], return_tensors="np", do_pad=True)["pixel_values"][0]
+        assert np.array_equal(pixels, golden)
+        plain = ours.process(data, "image")
+        assert not np.array_equal(pixels, np.frombuffer(plain.fields[0].tensor.data, np.float32))
+        assert mine.identifier != plain.identifier
+        assert mine.embed_count == plain.embed_count == 576
+    unpadded = ours.process(IMAGES[1], "image", {"do_pad": False})
+    assert unpadded.identifier == ours.process(IMAGES[1], "image").identifier
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"crop_size": {"height": 224, "width": 224}}, "mm_processor_kwargs.crop_size"),
+        ({"size": {"shortest_edge": 100}}, "mm_processor_kwargs.size"),
+        ({"do_pad": "yes"}, "mm_processor_kwargs.do_pad"),
+    ],
+    ids=str,
+)
+def test_other_mm_processor_kwargs_are_a_400_naming_them(
+    tmp_path: Path, options: dict[str, Any], param: str
+) -> None:
+    ours = load_vision(_folder(tmp_path), "llava")
+    assert isinstance(ours, LlavaImages)
+    with pytest.raises(ClientError) as caught:
+        ours.process(IMAGES[0], "image", options)
+    assert caught.value.param == param

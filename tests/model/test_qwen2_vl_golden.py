@@ -10,70 +10,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from tokenizers import AddedToken, Tokenizer
 from transformers import AutoTokenizer
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
 
 from smg_trio.core.images import ProcessedImage
 from smg_trio.core.prepare import chat_prompt
+from smg_trio.errors import ClientError
 from smg_trio.model.folder import load_model_dir
 from smg_trio.model.qwen2_vl_images import Qwen2VLImages
 from smg_trio.model.vision import VisionRefusal, load_vision
+from tests.model.qwen2_vl_folder import SETTINGS, TEMPLATE, qwen_folder
 from tests.model.vision_goldens import MULTI_TURN_HF, hf_rgb, multi_turn_chat, picture
 
-TEST_MODEL: Final = Path(__file__).resolve().parents[1] / "vision_model"
 NOW: Final = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-VISION_TOKENS: Final = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
-CLIP_MEAN: Final = [0.48145466, 0.4578275, 0.40821073]
-CLIP_STD: Final = [0.26862954, 0.26130258, 0.27577711]
-# Each family's published image processor settings, the pixel bounds made small (fewer patches).
-SETTINGS: Final[dict[str, dict[str, Any]]] = {
-    "qwen2_vl": {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "min_pixels": 56 * 56,
-        "max_pixels": 28 * 28 * 40,
-        "patch_size": 14,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
-    },
-    "qwen2_5_vl": {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "min_pixels": 3136,
-        "max_pixels": 28 * 28 * 24,
-        "patch_size": 14,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "image_mean": CLIP_MEAN,
-        "image_std": CLIP_STD,
-    },
-    "qwen3_vl": {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "size": {"shortest_edge": 64 * 64, "longest_edge": 32 * 32 * 36},
-        "patch_size": 16,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-    },
-}
-TEMPLATE: Final = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for p in message['content'] %}{% if p['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif p['type'] == 'text' %}{{ p['text'] }}"
-    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 # Below the minimum (scaled up), above the maximum (scaled down), odd sizes, long sides; modes.
@@ -87,31 +43,9 @@ IMAGES: Final = [
 ]
 
 
-def _folder(root: Path, model_type: str) -> Path:
-    folder = root / model_type
-    folder.mkdir()
-    tokenizer = Tokenizer.from_file(str(TEST_MODEL / "tokenizer.json"))
-    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in VISION_TOKENS])
-    tokenizer.add_special_tokens(
-        [AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>")]
-    )
-    tokenizer.save(str(folder / "tokenizer.json"))
-    shutil.copy(TEST_MODEL / "tokenizer_config.json", folder / "tokenizer_config.json")
-    (folder / "chat_template.jinja").write_text(TEMPLATE)
-    config = json.loads((TEST_MODEL / "config.json").read_text())
-    config.update(
-        model_type=model_type,
-        image_token_id=tokenizer.token_to_id("<|image_pad|>"),
-        vision_config={"spatial_merge_size": 2},
-    )
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "preprocessor_config.json").write_text(json.dumps(SETTINGS[model_type]))
-    return folder
-
-
 @pytest.fixture(scope="module", params=sorted(SETTINGS))
 def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _folder(tmp_path_factory.mktemp("qwen"), request.param)
+    return qwen_folder(tmp_path_factory.mktemp("qwen"), request.param)
 
 
 def _hf_image_processor(model_type: str) -> Qwen2VLImageProcessorPil:
@@ -202,10 +136,102 @@ def test_a_multi_image_multi_turn_prompt_equals_the_hf_processor(
 
 
 def test_another_vision_family_is_refused_naming_its_model_type(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, "qwen2_vl")
+    folder = qwen_folder(tmp_path, "qwen2_vl")
     config = json.loads((folder / "config.json").read_text())
     config["model_type"] = "mllama"
     (folder / "config.json").write_text(json.dumps(config))
     refusal = load_vision(folder, "m")
     assert isinstance(refusal, VisionRefusal)
     assert "'mllama'" in refusal.reason
+
+
+OPTIONS: Final[list[dict[str, Any]]] = [
+    {"max_pixels": 28 * 28 * 8},
+    {"min_pixels": 28 * 28 * 16},
+    {"size": {"longest_edge": 32 * 32 * 6}},
+    {"size": {"shortest_edge": 64 * 64, "longest_edge": 32 * 32 * 12}, "max_pixels": 64 * 64 * 2},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
+def test_mm_processor_kwargs_equal_the_hf_processor_given_them(
+    folder: Path, options: dict[str, Any]
+) -> None:
+    """vLLM hands a request's `mm_processor_kwargs` to the HF processor (the pixel keys over
+    `size`, both over the model's own bounds): the tensors, grid and token count equal the HF
+    image processor's given the same bounds, and the identifier changes with them."""
+    ours = _ours(folder, device_normalize=False)
+    size = dict(_hf_image_processor(folder.name).size.__dict__)
+    bounds = {k: size[k] for k in ("shortest_edge", "longest_edge")}
+    bounds.update(options.get("size", {}))
+    for key, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+        if key in options:
+            bounds[edge] = options[key]
+    settings = {k: v for k, v in SETTINGS[folder.name].items() if k != "image_processor_type"}
+    settings.pop("min_pixels", None)
+    settings.pop("max_pixels", None)
+    hf = Qwen2VLImageProcessorPil(**{**settings, "size": bounds})
+    counts = []
+    for data in (IMAGES[0], IMAGES[1], IMAGES[4], IMAGES[5]):
+        mine = ours.process(data, "image", options)
+        golden = hf(images=[hf_rgb(data)], return_tensors="np")
+        assert np.array_equal(_array(mine, "pixel_values"), golden["pixel_values"])
+        assert np.array_equal(_array(mine, "image_grid_thw"), golden["image_grid_thw"][0])
+        assert mine.embed_count == int(golden["image_grid_thw"][0].prod()) // 4
+        plain = ours.process(data, "image")
+        assert mine.identifier != plain.identifier
+        counts.append((mine.embed_count, plain.embed_count))
+    assert any(mine != plain for mine, plain in counts)  # the bounds took effect
+
+
+def test_mm_processor_kwargs_equal_to_the_models_keep_its_identifier(folder: Path) -> None:
+    ours = _ours(folder, device_normalize=True)
+    longest = int(_hf_image_processor(folder.name).size["longest_edge"])
+    same = ours.process(IMAGES[1], "image", {"max_pixels": longest})
+    assert same.identifier == ours.process(IMAGES[1], "image").identifier
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"fps": 2}, "mm_processor_kwargs.fps"),
+        ({"patch_size": 7}, "mm_processor_kwargs.patch_size"),
+        ({"max_pixels": 10**9}, "mm_processor_kwargs.max_pixels"),
+        ({"min_pixels": 0}, "mm_processor_kwargs.min_pixels"),
+        ({"min_pixels": True}, "mm_processor_kwargs.min_pixels"),
+        ({"size": {"height": 28}}, "mm_processor_kwargs.size"),
+        ({"size": {"longest_edge": "big"}}, "mm_processor_kwargs.size.longest_edge"),
+    ],
+    ids=str,
+)
+def test_mm_processor_kwargs_it_does_not_take_are_a_400_naming_them(
+    folder: Path, options: dict[str, Any], param: str
+) -> None:
+    ours = _ours(folder, device_normalize=True)
+    with pytest.raises(ClientError) as caught:
+        ours.process(IMAGES[0], "image", options)
+    assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("setting", "dtype"), [(None, np.uint8), (True, np.uint8), (False, np.float32)]
+)
+def test_the_engines_setting_chooses_the_pixels(
+    folder: Path, setting: bool | None, dtype: type[np.generic]
+) -> None:
+    """`load_vision(..., device_normalize=)`: the engines' `--mm-device-do-normalize`, vLLM's
+    default (None) on for these families; off, the pixels are the HF processor's normalised
+    float32; the identifiers of the two forms differ (the engine's caches must not mix them)."""
+    vision = load_vision(folder, folder.name, device_normalize=setting)
+    assert isinstance(vision, Qwen2VLImages)
+    image = vision.process(IMAGES[1], "image")
+    pixels = _array(image, "pixel_values")
+    assert pixels.dtype == dtype
+    off = {} if dtype is np.float32 else {"do_rescale": False, "do_normalize": False}
+    golden = _hf_image_processor(folder.name)(
+        images=[hf_rgb(IMAGES[1])], return_tensors="np", **off
+    )
+    assert np.array_equal(pixels.astype(np.float32), golden["pixel_values"])
+    other = load_vision(folder, folder.name, device_normalize=dtype is np.float32)
+    assert isinstance(other, Qwen2VLImages)
+    assert other.process(IMAGES[1], "image").identifier != image.identifier

@@ -409,3 +409,23 @@ def test_a_publisher_no_policy_reads_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="no policy reads KV events"):
         config_from_toml(toml)
+
+
+@pytest.mark.parametrize(
+    ("flags", "value"),
+    [([], None), (["--mm-device-do-normalize"], True), (["--no-mm-device-do-normalize"], False)],
+)
+def test_the_engines_pixel_setting_is_vllms_flag(
+    tmp_path: Path, flags: list[str], value: bool | None
+) -> None:
+    """`--[no-]mm-device-do-normalize`, as vLLM spells it (docs/images.md §4.2); absent: its
+    default. A TOML file takes it too."""
+    base = ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+    args = build_parser().parse_args([*base, *flags])
+    assert config_from_args(args).mm_device_do_normalize is value
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nmm_device_do_normalize = false\n',
+        encoding="utf-8",
+    )
+    assert config_from_toml(path).mm_device_do_normalize is False

@@ -148,6 +148,7 @@ def test_the_front_end_flags_map_onto_the_config() -> None:
         ({"limit_mm_per_prompt": {"image": -1}}, "--limit-mm-per-prompt"),
         ({"allowed_origins": "*"}, "--allowed-origins"),
         ({"root_path": 3}, "--root-path"),
+        ({"mm_device_do_normalize": "no"}, "--mm-device-do-normalize"),
     ],
 )
 def test_a_value_we_cannot_honour_is_refused_naming_the_flag(
@@ -179,6 +180,15 @@ def test_cors_root_path_and_image_flags_map_onto_the_config() -> None:
     assert config.allowed_media_domains == ("images.example",)
     assert config.allowed_local_media_path == "/srv/images"
     assert gateway_config(parsed(), Path(MODEL), WORKER).cors is None  # vLLM's default: off
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_the_engines_pixel_setting_reaches_the_images(value: bool | None) -> None:
+    """vLLM's `--[no-]mm-device-do-normalize` is the engines' and ours to follow: the Qwen-VL
+    pixels go as the engines take them (docs/images.md §4.2); absent, vLLM's default."""
+    extra = {} if value is None else {"mm_device_do_normalize": value}
+    config = gateway_config(parsed(**extra), Path(MODEL), WORKER)
+    assert config.mm_device_do_normalize is value
 
 
 def test_a_root_path_that_is_not_a_path_is_refused() -> None:

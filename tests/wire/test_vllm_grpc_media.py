@@ -89,7 +89,6 @@ def test_a_text_request_carries_no_mm_inputs() -> None:
         (lambda r: r.mm_inputs.flat_keys.__setitem__("pixel_values", "nope"), "names no tensor"),
         (lambda r: setattr(r.mm_inputs.mm_placeholders[1], "offset", 8), "leaves the prompt"),
         (lambda r: setattr(r.mm_inputs, "im_token_id", 7), "holds no im_token_id"),
-        (lambda r: r.media_refs.items.add(url="https://x/a.png"), "--mm-processor is off"),
         (lambda r: setattr(r.mm_inputs.pixel_values, "dtype", "int32"), "unsupported"),
     ],
 )
