@@ -136,7 +136,12 @@ class LlavaNextImages:
             embed_token_id=self.image_token_id,
             embed_count=tokens,
             fields=(
-                MediaField(name="pixel_values", tensor=tensor_of(pixels), kind=FieldKind.BATCHED),
+                MediaField(
+                    name="pixel_values",
+                    tensor=tensor_of(pixels),
+                    kind=FieldKind.BATCHED,
+                    pad_first_dim=True,
+                ),
                 MediaField(
                     name="image_sizes",
                     tensor=tensor_of(np.array(size, dtype=np.int64)),

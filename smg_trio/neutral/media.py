@@ -59,6 +59,10 @@ class MediaField(msgspec.Struct, frozen=True, kw_only=True):
     kind: FieldKind
     keep_on_cpu: bool = False
     dim: int = 0  # FLAT only: the concatenation axis
+    # BATCHED only: the images' first dimensions may differ (LLaVA-NeXT's tiles); where one
+    # tensor must hold every image (gRPC's mm_inputs) they are zero-padded to the largest, as
+    # vLLM's own processor does, and the model cuts each back by its size field.
+    pad_first_dim: bool = False
 
 
 class MediaSpan(msgspec.Struct, frozen=True):

@@ -14,7 +14,8 @@ one tensor for all images, as the servicer rebuilds them:
   `num_patches`): the servicer cuts the concatenation with it. A flat kwarg with no such sizes
   kwarg among the image's fields cannot travel (a 400 naming it: Qwen2-VL's patches are sized
   by `image_grid_thw`'s product, which the servicer does not compute);
-- a `batched` kwarg is the images' tensors stacked (one shape for every image, else a 400);
+- a `batched` kwarg is the images' tensors stacked (one shape for every image, else a 400;
+  a field marked `pad_first_dim`, LLaVA-NeXT's tiles, zero-padded on dim 0 to the largest);
 - `pixel_values` travels in its own field, the others in `model_specific_tensors`;
 - `mm_placeholders` are the spans, `mm_hashes` the identifiers; the servicer rebuilds each span's
   `is_embed` as "ids equal to `im_token_id`", so the embedded positions must be exactly one token
@@ -108,10 +109,23 @@ def _concatenated(name: str, fields: Sequence[MediaField], engine: str) -> Tenso
 
 def _stacked(name: str, fields: Sequence[MediaField], engine: str) -> Tensor:
     shape = fields[0].tensor.shape
-    if any(f.tensor.shape != shape for f in fields):
+    if all(f.tensor.shape == shape for f in fields):
+        data = b"".join(f.tensor.data for f in fields)
+        return Tensor(fields[0].tensor.dtype, (len(fields), *shape), data)
+    if not all(
+        f.pad_first_dim and f.tensor.shape and f.tensor.shape[1:] == shape[1:] for f in fields
+    ):
         raise _refused(engine, f"processor field {name!r} differs in shape between images")
-    data = b"".join(f.tensor.data for f in fields)
-    return Tensor(fields[0].tensor.dtype, (len(fields), *shape), data)
+    return _padded_stack(fields)
+
+
+def _padded_stack(fields: Sequence[MediaField]) -> Tensor:
+    """Images whose first dims differ, each zero-padded on dim 0 to the largest, stacked."""
+    largest = max(f.tensor.shape[0] for f in fields)
+    rest = fields[0].tensor.shape[1:]
+    row = len(fields[0].tensor.data) // fields[0].tensor.shape[0]  # bytes per dim-0 entry
+    data = b"".join(f.tensor.data + bytes(row * (largest - f.tensor.shape[0])) for f in fields)
+    return Tensor(fields[0].tensor.dtype, (len(fields), largest, *rest), data)
 
 
 def _sizes_key(

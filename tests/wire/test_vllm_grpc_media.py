@@ -77,6 +77,43 @@ def test_llava_images_stack() -> None:
     assert mm_inputs_problem(request(TWO_LLAVA), PROMPT) is None
 
 
+def _tiles(offset: int, identifier: str, tiles: int, value: float) -> MediaFeature:
+    """A LLaVA-NeXT-shaped image: `tiles` pictures [tiles, 3, 2, 2], padded when stacked."""
+    pixels = np.full((tiles, 3, 2, 2), value, dtype=np.float32)
+    field = MediaField(
+        name="pixel_values",
+        tensor=Tensor("float32", pixels.shape, pixels.tobytes()),
+        kind=FieldKind.BATCHED,
+        pad_first_dim=True,
+    )
+    return MediaFeature(
+        identifier=identifier, offset=offset, length=4, is_embed=None, fields=(field,)
+    )
+
+
+def test_images_of_different_tile_counts_stack_zero_padded_to_the_largest() -> None:
+    mm = vllm_mm_inputs((_tiles(1, "c" * 64, 3, 0.5), _tiles(5, "d" * 64, 1, -1.0)), PROMPT)
+    pixels = array(mm.pixel_values)
+    assert pixels.shape == (2, 3, 3, 2, 2)
+    assert (pixels[0] == 0.5).all()
+    assert (pixels[1, 0] == -1.0).all()
+    assert (pixels[1, 1:] == 0.0).all()  # vLLM's model cuts them back by image_sizes
+    assert list(mm.batched_keys) == ["pixel_values"]
+    # Equal tile counts stack as any batched field does, with no padding.
+    alike = vllm_mm_inputs((_tiles(1, "c" * 64, 2, 0.5), _tiles(5, "d" * 64, 2, 1.0)), PROMPT)
+    assert list(alike.pixel_values.shape) == [2, 2, 3, 2, 2]
+    # Only a field marked pad_first_dim pads; and only on the first dim.
+    other = MediaField(
+        name="pixel_values",
+        tensor=Tensor("float32", (1, 3, 3, 2), bytes(72)),
+        kind=FieldKind.BATCHED,
+        pad_first_dim=True,
+    )
+    wide = MediaFeature(identifier="e" * 64, offset=5, length=4, is_embed=None, fields=(other,))
+    with pytest.raises(ClientError, match="differs in shape"):
+        vllm_mm_inputs((_tiles(1, "c" * 64, 2, 0.5), wide), PROMPT)
+
+
 def test_a_text_request_carries_no_mm_inputs() -> None:
     assert not request(()).HasField("mm_inputs")
 
