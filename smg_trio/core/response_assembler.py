@@ -39,9 +39,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
+import msgspec
+
 from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
+from smg_trio.core.parsers.reasoning_tokens import reasoning_tokens
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice
 from smg_trio.core.renderer_vocabulary import MatchedStop
@@ -50,7 +53,7 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
 from smg_trio.neutral.runtime import Endpoint
-from smg_trio.wire.openai_responses import Usage
+from smg_trio.wire.openai_responses import CompletionTokensDetails, Usage
 
 
 class ResponseAssembler:
@@ -68,6 +71,9 @@ class ResponseAssembler:
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids
+        self._tokenizer = tokenizer
+        self._reasoning = plan.reasoning_count  # usage counts reasoning tokens (vLLM's rule)
+        self._reasoning_tokens: int | None = None
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
@@ -95,7 +101,20 @@ class ResponseAssembler:
     def usage(self) -> Usage:
         # A migrated request's engine saw a longer prompt: cached tokens never exceed ours.
         cached = min(self._cached_tokens, self._prompt_tokens)
-        return Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        usage = Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        rule = self._reasoning
+        if rule is None:
+            return usage
+        count = self._reasoning_tokens
+        if count is None:
+            # Per choice, as vLLM runs one parser per choice, summed over the choices.
+            tokenizer = self._tokenizer
+            count = sum(reasoning_tokens(rule, c.counted_ids, tokenizer) for c in self._choices)
+            if self.done:  # final: the stream's end and the record ask for it both
+                self._reasoning_tokens = count
+        return msgspec.structs.replace(
+            usage, completion_tokens_details=CompletionTokensDetails(count)
+        )
 
     @property
     def choice_count(self) -> int:
@@ -169,6 +188,8 @@ class ResponseAssembler:
         outcome = choice.scanner.feed(token_ids)
         if type(outcome) is Emit and not self._keeps_ids:  # the common case
             choice.tokens += len(token_ids)
+            if self._reasoning is not None:
+                choice.counted_ids.extend(token_ids)
             self._text(index, choice, outcome.text, out)
             return
         # Usage counts up to the stopping token, not the rest of the batch.
@@ -213,6 +234,8 @@ class ResponseAssembler:
     def _count(self, choice: AssembledChoice, token_ids: Sequence[int]) -> None:
         """Usage counts these ids; a renderer that shows ids keeps them (none after a stop)."""
         choice.tokens += len(token_ids)
+        if self._reasoning is not None:
+            choice.counted_ids.extend(token_ids)
         if self._keeps_ids:
             choice.output_ids.extend(token_ids)
             if self._stream:
