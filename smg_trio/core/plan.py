@@ -52,7 +52,7 @@ class ParserSetup(msgspec.Struct, frozen=True, kw_only=True):
 
 class ReasoningCount(msgspec.Struct, frozen=True, kw_only=True):
     """How usage counts a choice's reasoning tokens: the model's reasoning parser (vLLM's
-    counting rule of that name, `core/parsers/reasoning_tokens.py`) and whether the request
+    counting rule of that name, `core/reasoning_tokens.py`) and whether the request
     left thinking on (`chat_template_kwargs.enable_thinking`, which qwen3's rule reads).
     Set for every chat-shaped request of a model with a reasoning parser, as vLLM then always
     reports the count (docs/tools-and-reasoning.md §8)."""

@@ -44,8 +44,8 @@ import msgspec
 from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
-from smg_trio.core.parsers.reasoning_tokens import reasoning_tokens
 from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.reasoning_tokens import reasoning_tokens
 from smg_trio.core.render import FinishedChoice
 from smg_trio.core.renderer_vocabulary import MatchedStop
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner

@@ -45,6 +45,7 @@ class Progress:
     stop_reason: str | int | None = None
     prompt: Positions | None = None
     new_ids: list[int] = field(default_factory=list)
+    counted_ids: list[int] = field(default_factory=list)
 
     def full_text(self) -> str:
         return ""

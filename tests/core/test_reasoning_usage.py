@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from smg_trio.core.plan import GeneratePlan, ReasoningCount, StopSpec
@@ -15,7 +16,7 @@ from smg_trio.neutral.events import ChoiceFinished, TokenDelta
 from smg_trio.neutral.runtime import Endpoint
 from smg_trio.neutral.sampling import SamplingParams
 from smg_trio.wire.responses_objects import ResponseSettings
-from tests.core.parsers.test_reasoning_tokens import END, START, tokenizer
+from tests.core.test_reasoning_tokens import END, START, tokenizer
 
 R1 = ReasoningCount(parser="deepseek_r1")
 EOS = 0  # <|endoftext|>
@@ -108,3 +109,20 @@ def test_responses_report_output_tokens_details(stream: bool) -> None:
 def test_messages_usage_has_no_reasoning_field() -> None:
     usage = body(plan(Endpoint.MESSAGES), [[START, *WORDS, END]])["usage"]
     assert set(usage) == {"input_tokens", "output_tokens"}
+
+
+def test_continuous_usage_counts_each_choice_so_far() -> None:
+    p = msgspec.structs.replace(plan(stream=True, n=2), continuous_usage=True)
+    assembler = ResponseAssembler(p, tokenizer(), created=1)
+    out = assembler.on_events([TokenDelta(0, (START, WORDS[0]))])
+    out += assembler.on_events([TokenDelta(1, (WORDS[0],))])
+    out += assembler.on_events([TokenDelta(0, (WORDS[1], END, WORDS[2]))])
+    chunks = [json.loads(chunk) for chunk in out]
+    details = [
+        (c["choices"][0]["index"], c["usage"]["completion_tokens_details"]["reasoning_tokens"])
+        for c in chunks
+    ]
+    # Role chunks report 0, as vLLM's; then each choice's own count so far.
+    assert details[0] == (0, 0)
+    assert details[-1] == (0, 2)
+    assert (1, 0) in details

@@ -1,5 +1,5 @@
 """Reasoning tokens in usage, counted per parser as vLLM 0.32's parsers count them
-(core/parsers/reasoning_tokens.py, docs/tools-and-reasoning.md §8)."""
+(core/reasoning_tokens.py, docs/tools-and-reasoning.md §8)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from smg_trio.core.parsers.reasoning_tokens import (
+from smg_trio.core.parsers.registry import REASONING_PARSERS
+from smg_trio.core.plan import ReasoningCount
+from smg_trio.core.reasoning_tokens import (
     _RULES,
     harmony_reasoning,
     reasoning_tokens,
     think_spans,
 )
-from smg_trio.core.parsers.registry import REASONING_PARSERS
-from smg_trio.core.plan import ReasoningCount
 from smg_trio.model.hf_tokenizer import ModelTokenizer
 
 # The shipped test model's tokenizer: `<think>` and `</think>` are single tokens (3999, 4000),
 # `<tool_call>` is not; Harmony's markers are special tokens.
-TOKENIZER_FILE: Final = Path(__file__).resolve().parents[2] / "harmony_model" / "tokenizer.json"
+TOKENIZER_FILE: Final = Path(__file__).resolve().parents[1] / "harmony_model" / "tokenizer.json"
 START, END = 3999, 4000
 
 
