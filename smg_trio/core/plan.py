@@ -55,7 +55,7 @@ class ReasoningCount(msgspec.Struct, frozen=True, kw_only=True):
     counting rule of that name, `core/reasoning_tokens.py`) and whether the request
     left thinking on (`chat_template_kwargs.enable_thinking`, which qwen3's rule reads).
     Set for every chat-shaped request of a model with a reasoning parser, as vLLM then always
-    reports the count (docs/tools-and-reasoning.md §8)."""
+    reports the count (docs/tools-and-reasoning.md §11)."""
 
     parser: str
     thinking: bool = True

@@ -1,7 +1,7 @@
 """Pure. How many of a choice's output tokens are reasoning, for
 `usage.completion_tokens_details.reasoning_tokens` (Responses:
 `usage.output_tokens_details.reasoning_tokens`), counted from the ids the engine produced as
-vLLM 0.32's reasoning parser of the same name counts them (docs/tools-and-reasoning.md §8).
+vLLM 0.32's reasoning parser of the same name counts them (docs/tools-and-reasoning.md §11).
 The count is usage only: it never changes what the text parsers separate.
 
 - deepseek_r1: the ids strictly between a `<think>` id and its `</think>` id, spans nested by

@@ -1,5 +1,5 @@
 """Reasoning tokens in usage, counted per parser as vLLM 0.32's parsers count them
-(core/reasoning_tokens.py, docs/tools-and-reasoning.md §8)."""
+(core/reasoning_tokens.py, docs/tools-and-reasoning.md §11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Usage reports reasoning tokens where vLLM 0.32 does (docs/tools-and-reasoning.md §8): chat's
+"""Usage reports reasoning tokens where vLLM 0.32 does (docs/tools-and-reasoning.md §11): chat's
 `completion_tokens_details` (full and streamed usage), Responses' `output_tokens_details`,
 summed over choices, only when the model has a reasoning parser, never in completions."""
 
