@@ -59,6 +59,9 @@ class ReasoningCount(msgspec.Struct, frozen=True, kw_only=True):
 
     parser: str
     thinking: bool = True
+    # The special tokens never counted as text (the tokenizer configs' named ones, vLLM's);
+    # None: the tokenizer's special-marked added tokens.
+    special_ids: frozenset[int] | None = None
 
 
 class PromptPart(msgspec.Struct, frozen=True, kw_only=True):

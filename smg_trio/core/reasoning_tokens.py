@@ -11,7 +11,8 @@ The count is usage only: it never changes what the text parsers separate.
   `</think>` or `<tool_call>` ends it for good; `<think>` inside it is dropped markup. A token
   counts when its text starts inside reasoning text (not inside a marker). A marker that is
   one token of the vocabulary is matched by id only (its spelling in pieces is text); one
-  that is not is matched in the text. Special tokens (bos, eos, pad, unk) are never counted.
+  that is not is matched in the text. The special tokens the tokenizer configs name (bos, eos,
+  pad, unk, the additional ones: vLLM's set) are never counted.
 - granite: 0, as vLLM's granite parser does not count.
 - openai_gptoss / harmony: the non-special tokens of messages on the `analysis` channel, or on
   `commentary` with a recipient (a tool call's arguments); headers are not counted.
@@ -55,7 +56,7 @@ def think_spans(ids: Sequence[int], start: int | None, end: int | None) -> int:
     return count
 
 
-def _deepseek_r1(ids: Sequence[int], tokenizer: TokenizerLike, thinking: bool) -> int:
+def _deepseek_r1(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
     return think_spans(
         ids, single_token(tokenizer, THINK_START), single_token(tokenizer, THINK_END)
     )
@@ -87,9 +88,9 @@ class _MarkedReasoning:
 
     __slots__ = ("_dropped", "_id_markers", "_text_markers", "_tokenizer", "count", "reasoning")
 
-    def __init__(self, tokenizer: TokenizerLike) -> None:
+    def __init__(self, tokenizer: TokenizerLike, dropped: frozenset[int]) -> None:
         self._tokenizer = tokenizer
-        self._dropped = tokenizer.special_token_ids
+        self._dropped = dropped
         self._id_markers: dict[int, str] = {}
         self._text_markers: list[str] = []
         for marker in (THINK_START, THINK_END, TOOL_CALL_START):
@@ -136,11 +137,14 @@ class _MarkedReasoning:
                 self.reasoning = False
 
 
-def _qwen3(ids: Sequence[int], tokenizer: TokenizerLike, thinking: bool) -> int:
-    return _MarkedReasoning(tokenizer).run(ids) if thinking else 0
+def _qwen3(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
+    if not rule.thinking:
+        return 0
+    dropped = tokenizer.special_token_ids if rule.special_ids is None else rule.special_ids
+    return _MarkedReasoning(tokenizer, dropped).run(ids)
 
 
-def _none(ids: Sequence[int], tokenizer: TokenizerLike, thinking: bool) -> int:
+def _none(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
     return 0
 
 
@@ -180,11 +184,11 @@ def _reasoning_header(header: str) -> bool:
     return channel == "analysis" or (channel == "commentary" and recipient)
 
 
-def _harmony(ids: Sequence[int], tokenizer: TokenizerLike, thinking: bool) -> int:
+def _harmony(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
     return harmony_reasoning(ids, tokenizer)
 
 
-_RULES: Final[Mapping[str, Callable[[Sequence[int], TokenizerLike, bool], int]]] = {
+_RULES: Final[Mapping[str, Callable[[Sequence[int], TokenizerLike, ReasoningCount], int]]] = {
     "deepseek_r1": _deepseek_r1,
     "qwen3": _qwen3,
     "granite": _none,
@@ -195,4 +199,4 @@ _RULES: Final[Mapping[str, Callable[[Sequence[int], TokenizerLike, bool], int]]]
 
 def reasoning_tokens(rule: ReasoningCount, ids: Sequence[int], tokenizer: TokenizerLike) -> int:
     """How many of one choice's `ids` are reasoning under `rule`."""
-    return _RULES[rule.parser](ids, tokenizer, rule.thinking)
+    return _RULES[rule.parser](ids, tokenizer, rule)

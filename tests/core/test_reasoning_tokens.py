@@ -20,6 +20,7 @@ from smg_trio.core.reasoning_tokens import (
     reasoning_tokens,
     think_spans,
 )
+from smg_trio.model.folder import load_model_dir
 from smg_trio.model.hf_tokenizer import ModelTokenizer
 
 # The shipped test model's tokenizer: `<think>` and `</think>` are single tokens (3999, 4000),
@@ -111,11 +112,22 @@ def test_qwen3_without_thinking_counts_nothing() -> None:
     assert count("deepseek_r1", [START, 5, END], thinking=False) == 1  # r1 reads only ids
 
 
-def test_qwen3_never_counts_special_tokens() -> None:
-    eos = tokenizer().encode("<|endoftext|>", add_special_tokens=False)
-    text = tokenizer().encode("some thought", add_special_tokens=False)
-    assert count("qwen3", text + eos) == len(text)
-    assert count("qwen3", text + eos + text) == 2 * len(text)
+# The test tokenizer's configs name `<|endoftext|>` (0) and `<|pad|>` (3) as special tokens;
+# `<|im_start|>` (1) and `<|im_end|>` (2) are special-marked added tokens they do not name.
+NAMED_SPECIALS: Final = load_model_dir(TOKENIZER_FILE.parent).named_special_ids
+
+
+@pytest.mark.parametrize(
+    ("extra", "vllm_count"),
+    [([2], 7), ([0], 6), ([1, 2, 0], 8)],  # vLLM 0.32's qwen3 counts after "some thought" (6)
+)
+def test_qwen3_drops_the_named_special_tokens_only(extra: list[int], vllm_count: int) -> None:
+    assert {0, 3} == NAMED_SPECIALS
+    ids = tokenizer().encode("some thought", add_special_tokens=False) + extra
+    rule = ReasoningCount(parser="qwen3", special_ids=NAMED_SPECIALS)
+    assert reasoning_tokens(rule, ids, tokenizer()) == vllm_count
+    # Without the configs' names, every special-marked added token is dropped.
+    assert count("qwen3", ids) == 6
 
 
 @pytest.mark.parametrize(
