@@ -20,7 +20,7 @@ from msgspec import UNSET, UnsetType
 from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
 from smg_trio.core.openai_bodies import chat_completion, completion
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.reasoning_tokens import reasoning_tokens
+from smg_trio.core.reasoning_tokens import reasoning_rule, reasoning_tokens
 from smg_trio.core.render import (
     ChatStreamRenderer,
     CompletionStreamRenderer,
@@ -67,7 +67,7 @@ class _OpenAIRenderer:
         self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
         self._continuous = plan.include_usage and plan.continuous_usage
         # Continuous usage counts each choice's reasoning so far, as vLLM does.
-        self._reasoning = plan.reasoning_count if self._continuous else None
+        self._reasoning = reasoning_rule(plan) if self._continuous else None
         self._tokenizer = tokenizer
         asked = plan.sampling.prompt_logprobs is not None
         self._prompt_strings = TokenStrings(tokenizer) if asked else None

@@ -62,6 +62,10 @@ class ReasoningCount(msgspec.Struct, frozen=True, kw_only=True):
     # The special tokens never counted as text (the tokenizer configs' named ones, vLLM's);
     # None: the tokenizer's special-marked added tokens.
     special_ids: frozenset[int] | None = None
+    # A chat stream: counted delta by delta as vLLM's stream does (its detokenizer's deltas,
+    # with the request's skip_special_tokens); set by `reasoning_tokens.reasoning_rule`.
+    streamed: bool = False
+    skip_special_tokens: bool = True
 
 
 class PromptPart(msgspec.Struct, frozen=True, kw_only=True):

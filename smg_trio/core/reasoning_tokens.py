@@ -12,7 +12,9 @@ The count is usage only: it never changes what the text parsers separate.
   counts when its text starts inside reasoning text (not inside a marker). A marker that is
   one token of the vocabulary is matched by id only (its spelling in pieces is text); one
   that is not is matched in the text. The special tokens the tokenizer configs name (bos, eos,
-  pad, unk, the additional ones: vLLM's set) are never counted.
+  pad, unk, the additional ones: vLLM's set) are never counted. A chat stream counts as
+  vLLM's does, delta by delta: a token whose delta has no text (a piece of a character, a
+  skipped special token) is not counted there, though the whole output's count credits it.
 - granite: 0, as vLLM's granite parser does not count.
 - openai_gptoss / harmony: the non-special tokens of messages on the `analysis` channel, or on
   `commentary` with a recipient (a tool call's arguments); headers are not counted.
@@ -23,8 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from smg_trio.core.plan import ReasoningCount
+import msgspec
+
+from smg_trio.core.detokenize import Detokenizer
+from smg_trio.core.plan import GeneratePlan, ReasoningCount
 from smg_trio.core.tokenizer import TokenizerLike
+from smg_trio.neutral.runtime import Endpoint
 
 THINK_START: Final = "<think>"
 THINK_END: Final = "</think>"
@@ -103,6 +109,7 @@ class _MarkedReasoning:
         self.reasoning = True
 
     def run(self, ids: Sequence[int]) -> int:
+        """The whole output at once (a chat body, Responses)."""
         segment: list[int] = []
         for token in ids:
             if not self.reasoning:
@@ -113,19 +120,51 @@ class _MarkedReasoning:
                 continue
             self._segment(segment)
             segment = []
-            if marker is not None and marker != THINK_START:
-                self.reasoning = False
+            self._marker(marker)
         self._segment(segment)
         return self.count
 
+    def run_streamed(self, ids: Sequence[int], *, skip_special_tokens: bool) -> int:
+        """Delta by delta, one token each, as vLLM's chat stream counts: a token is credited to
+        its delta's text, so one whose delta has no text (a piece of a character, a skipped
+        special token) is never counted."""
+        detokenizer = Detokenizer(self._tokenizer, skip_special_tokens=skip_special_tokens)
+        text: list[str] = []
+        counts: list[int] = []
+        for token in ids:
+            if not self.reasoning:
+                break
+            delta = detokenizer.step(token)
+            marker = self._id_markers.get(token)
+            if marker is not None or token in self._dropped:
+                self._scan("".join(text), counts)
+                text, counts = [], []
+                self._marker(marker)
+                continue
+            if not delta:
+                continue
+            alone = self._tokenizer.decode((token,), skip_special_tokens=False)
+            credited = [0] * len(delta)
+            credited[max(0, delta.find(alone) if alone else 0)] = 1
+            text.append(delta)
+            counts += credited
+        self._scan("".join(text), counts)
+        return self.count
+
+    def _marker(self, marker: str | None) -> None:
+        if marker is not None and marker != THINK_START:
+            self.reasoning = False
+
     def _segment(self, segment: Sequence[int]) -> None:
-        """Text between id markers and special tokens: its text markers are found here."""
-        if not segment or not self.reasoning:
-            return
-        text = self._tokenizer.decode(segment, skip_special_tokens=False)
-        counts = _first_chars(self._tokenizer, segment, text)
+        """Ids between id markers and special tokens, decoded together."""
+        if segment and self.reasoning:
+            text = self._tokenizer.decode(segment, skip_special_tokens=False)
+            self._scan(text, _first_chars(self._tokenizer, segment, text))
+
+    def _scan(self, text: str, counts: Sequence[int]) -> None:
+        """`text` (with the tokens credited to each character): its text markers found."""
         position = 0
-        while self.reasoning:
+        while self.reasoning and text:
             found = [(at, m) for m in self._text_markers if (at := text.find(m, position)) >= 0]
             if not found:
                 self.count += sum(counts[position:])
@@ -133,15 +172,17 @@ class _MarkedReasoning:
             at, marker = min(found)
             self.count += sum(counts[position:at])
             position = at + len(marker)
-            if marker != THINK_START:
-                self.reasoning = False
+            self._marker(marker)
 
 
 def _qwen3(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
     if not rule.thinking:
         return 0
     dropped = tokenizer.special_token_ids if rule.special_ids is None else rule.special_ids
-    return _MarkedReasoning(tokenizer, dropped).run(ids)
+    counter = _MarkedReasoning(tokenizer, dropped)
+    if rule.streamed:
+        return counter.run_streamed(ids, skip_special_tokens=rule.skip_special_tokens)
+    return counter.run(ids)
 
 
 def _none(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
@@ -200,3 +241,12 @@ _RULES: Final[Mapping[str, Callable[[Sequence[int], TokenizerLike, ReasoningCoun
 def reasoning_tokens(rule: ReasoningCount, ids: Sequence[int], tokenizer: TokenizerLike) -> int:
     """How many of one choice's `ids` are reasoning under `rule`."""
     return _RULES[rule.parser](ids, tokenizer, rule)
+
+
+def reasoning_rule(plan: GeneratePlan) -> ReasoningCount | None:
+    """How the plan's usage counts reasoning: a chat stream's as vLLM's stream counts."""
+    rule = plan.reasoning_count
+    if rule is None or not plan.stream or plan.endpoint is not Endpoint.CHAT:
+        return rule
+    skip = plan.stop_spec.skip_special_tokens
+    return msgspec.structs.replace(rule, streamed=True, skip_special_tokens=skip)

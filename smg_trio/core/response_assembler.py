@@ -15,7 +15,9 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
 - Usage counts the engine's tokens up to and including the token that stopped a choice (not the
   rest of a coalesced batch: what the engine made before the abort landed is not the client's),
   or the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10,
-  as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones.
+  as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones. With a
+  reasoning parser (`plan.reasoning_count`) usage also says how many of each choice's counted
+  ids were reasoning, summed (`core/reasoning_tokens.py`, docs/tools-and-reasoning.md §11).
 - Logprobs (when asked) are held with their tokens and released with the text that completes
   them (`core/assembled_choice.py`); each token is then fed to the scanner alone, to know where
   its text ends.
@@ -45,7 +47,7 @@ from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.reasoning_tokens import reasoning_tokens
+from smg_trio.core.reasoning_tokens import reasoning_rule, reasoning_tokens
 from smg_trio.core.render import FinishedChoice
 from smg_trio.core.renderer_vocabulary import MatchedStop
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
@@ -72,7 +74,8 @@ class ResponseAssembler:
         )
         self._keeps_ids = self._renderer.keeps_output_ids
         self._tokenizer = tokenizer
-        self._reasoning = plan.reasoning_count  # usage counts reasoning tokens (vLLM's rule)
+        # Usage counts reasoning tokens (vLLM's rule); a chat stream's delta by delta.
+        self._reasoning = reasoning_rule(plan)
         self._reasoning_tokens: int | None = None
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only

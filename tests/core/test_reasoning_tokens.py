@@ -152,3 +152,18 @@ def test_harmony_counts_analysis_and_addressed_commentary(text: str, expected_te
     expected = len(tok.encode(expected_text, add_special_tokens=False)) if expected_text else 0
     assert harmony_reasoning(ids, tok) == expected
     assert count("openai_gptoss", ids) == count("harmony", ids) == expected
+
+
+def test_a_stream_credits_no_token_whose_delta_has_no_text() -> None:
+    """vLLM's stream counts delta by delta: the first token of a split character adds no text
+    to its delta and is not counted there; the whole output's count credits it."""
+    tok = tokenizer()
+    ids = tok.encode("plan 日本 done", add_special_tokens=False)
+    pieces = [tok.decode([t], skip_special_tokens=False) for t in ids]
+    split = sum(1 for piece in pieces if "\ufffd" in piece)
+    assert split  # the test tokenizer splits these characters over tokens
+    whole = ReasoningCount(parser="qwen3")
+    streamed = ReasoningCount(parser="qwen3", streamed=True)
+    assert reasoning_tokens(whole, ids, tok) == len(ids)
+    # "本" is two tokens here: the first makes no text of its own in a stream.
+    assert reasoning_tokens(streamed, ids, tok) == len(ids) - 1
