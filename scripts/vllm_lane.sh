@@ -72,7 +72,7 @@ want serve_cli && run serve_cli benchmarks/test_serve_cli.py \
 want chat && run chat entrypoints/openai/chat_completion/test_chat_completion.py \
     -k "not test_invalid_json_schema and not test_invalid_regex and not test_kv_transfer_prompt_token_ids_round_trip and not test_kv_transfer_prompt_token_ids_streaming"
 want reasoning && run reasoning entrypoints/openai/chat_completion/test_include_reasoning.py \
-    -k "test_default_includes_reasoning"
+    -k "test_default_includes_reasoning or test_reasoning_tokens_in_usage"
 want logit_bias && run logit_bias entrypoints/openai/chat_completion/test_chat_logit_bias_validation.py \
     -k "not multiple"
 want serving_chat && run serving_chat entrypoints/openai/chat_completion/test_serving_chat.py \

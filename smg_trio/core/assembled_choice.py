@@ -26,6 +26,7 @@ class AssembledChoice:
     __slots__ = (
         "chars",
         "chunked_tokens",
+        "counted_ids",
         "decoded",
         "done",
         "emitted",
@@ -54,6 +55,7 @@ class AssembledChoice:
         self.output_ids: list[int] = []  # counted ids, when the renderer shows them
         self.new_ids: list[int] = []  # and, streaming, those not in a chunk yet
         self.received: list[int] = []  # every id the engine sent it (what a migration re-sends)
+        self.counted_ids: list[int] = []  # the counted ids, when usage counts reasoning in them
         self.tokens = 0
         self.started = not stream  # only a stream opens its choices with a chunk
         self.done = False

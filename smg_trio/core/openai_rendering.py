@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
 from smg_trio.core.openai_bodies import chat_completion, completion
 from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.reasoning_tokens import reasoning_rule, reasoning_tokens
 from smg_trio.core.render import (
     ChatStreamRenderer,
     CompletionStreamRenderer,
@@ -31,6 +33,7 @@ from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.wire.openai_responses import (
     ChoiceLogprobs,
     CompletionLogprobs,
+    CompletionTokensDetails,
     PromptLogprobs,
     Usage,
 )
@@ -48,6 +51,8 @@ class _OpenAIRenderer:
         "_model",
         "_prompt_strings",
         "_prompt_tokens",
+        "_reasoning",
+        "_tokenizer",
         "keeps_output_ids",
     )
 
@@ -61,6 +66,9 @@ class _OpenAIRenderer:
         width = plan.sampling.logprobs
         self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
         self._continuous = plan.include_usage and plan.continuous_usage
+        # Continuous usage counts each choice's reasoning so far, as vLLM does.
+        self._reasoning = reasoning_rule(plan) if self._continuous else None
+        self._tokenizer = tokenizer
         asked = plan.sampling.prompt_logprobs is not None
         self._prompt_strings = TokenStrings(tokenizer) if asked else None
         # Per streamed choice, its last sampled ids: a byte-level token's logprob string is
@@ -85,7 +93,14 @@ class _OpenAIRenderer:
         """Continuous usage: the choice's tokens so far (None: before any, as the role chunk)."""
         if not self._continuous:
             return None
-        return Usage.of(self._prompt_tokens[index], 0 if choice is None else choice.tokens)
+        usage = Usage.of(self._prompt_tokens[index], 0 if choice is None else choice.tokens)
+        rule = self._reasoning
+        if rule is None:
+            return usage
+        count = 0 if choice is None else reasoning_tokens(rule, choice.counted_ids, self._tokenizer)
+        return msgspec.structs.replace(
+            usage, completion_tokens_details=CompletionTokensDetails(count)
+        )
 
     def _new_ids(self, choice: ChoiceProgress) -> TokenIds:
         """A chunk's `token_ids`: the choice's ids since its last chunk, when shown."""

@@ -50,6 +50,24 @@ class ParserSetup(msgspec.Struct, frozen=True, kw_only=True):
     include_reasoning: bool = True  # vLLM's include_reasoning: false drops what was separated
 
 
+class ReasoningCount(msgspec.Struct, frozen=True, kw_only=True):
+    """How usage counts a choice's reasoning tokens: the model's reasoning parser (vLLM's
+    counting rule of that name, `core/reasoning_tokens.py`) and whether the request
+    left thinking on (`chat_template_kwargs.enable_thinking`, which qwen3's rule reads).
+    Set for every chat-shaped request of a model with a reasoning parser, as vLLM then always
+    reports the count (docs/tools-and-reasoning.md §11)."""
+
+    parser: str
+    thinking: bool = True
+    # The special tokens never counted as text (the tokenizer configs' named ones, vLLM's);
+    # None: the tokenizer's special-marked added tokens.
+    special_ids: frozenset[int] | None = None
+    # A chat stream: counted delta by delta as vLLM's stream does (its detokenizer's deltas,
+    # with the request's skip_special_tokens); set by `reasoning_tokens.reasoning_rule`.
+    streamed: bool = False
+    skip_special_tokens: bool = True
+
+
 class PromptPart(msgspec.Struct, frozen=True, kw_only=True):
     """One prompt of a batched completion: its ids, and its text when `echo` asks for it."""
 
@@ -86,6 +104,8 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     logprob_text: bool = False
     # Chat only: the tool-call / reasoning parsers its choices run; None for plain text.
     parsers: ParserSetup | None = None
+    # Chat, Responses, Messages of a model with a reasoning parser: usage counts reasoning.
+    reasoning_count: ReasoningCount | None = None
     # /v1/responses only: what its response object echoes and its store keeps.
     responses: ResponseSettings | None = None
     # Streaming: tokens per chunk after a choice's first text chunk (--stream-interval, as

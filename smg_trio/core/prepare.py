@@ -99,7 +99,9 @@ def prepare_chat(
         plan = msgspec.structs.replace(
             plan, media=media, media_params=tuple(ref.param for ref in refs)
         )
-    plan = with_parsers(plan, req, model.tool_call_parser, model.reasoning_parser)
+    plan = with_parsers(
+        plan, req, model.tool_call_parser, model.reasoning_parser, model.named_special_ids
+    )
     plan = with_harmony_stops(plan, model.harmony_stop_ids)
     prompt_logprobs = req.prompt_logprobs
     param: str | None = "prompt_logprobs"

@@ -24,6 +24,9 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     max_bytes_per_token: int | None = None
     harmony_stop_ids: tuple[int, ...] = ()  # gpt-oss: <|return|>, <|call|> (harmony_prompt.py)
     stream_interval: int = 1  # --stream-interval (docs/performance.md §4)
+    # The special tokens the tokenizer configs name (transformers' `all_special_ids`): the
+    # ones a reasoning count drops (docs/tools-and-reasoning.md §11). None: unknown.
+    named_special_ids: frozenset[int] | None = None
 
     def prompt_limit(self, truncate_prompt_tokens: int | None, param: str) -> PromptLimit | None:
         """What bounds a prompt's tokenization (docs/limits.md §1); None without a context."""

@@ -41,6 +41,8 @@ class ChoiceProgress(Protocol):
     new_ids: list[int]
     """A stream's counted ids since its last text or finish chunk, when the renderer keeps
     ids (`keeps_output_ids`): the ids that chunk carries (vLLM's `return_token_ids`)."""
+    counted_ids: list[int]
+    """The counted ids, when the plan counts reasoning tokens (`reasoning_count`)."""
     finish_reason: str
     matched: MatchedStop
     """What a full response reports: the stop string, or the stop token id."""

@@ -15,7 +15,9 @@ yields it and sends whatever chunk payloads it returns; it decides nothing itsel
 - Usage counts the engine's tokens up to and including the token that stopped a choice (not the
   rest of a coalesced batch: what the engine made before the abort landed is not the client's),
   or the engine's own count when the engine finished it (docs/stops-and-finalize.md §3.10,
-  as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones.
+  as vLLM counts). Ids shown (`return_token_ids`, /generate) are the counted ones. With a
+  reasoning parser (`plan.reasoning_count`) usage also says how many of each choice's counted
+  ids were reasoning, summed (`core/reasoning_tokens.py`, docs/tools-and-reasoning.md §11).
 - Logprobs (when asked) are held with their tokens and released with the text that completes
   them (`core/assembled_choice.py`); each token is then fed to the scanner alone, to know where
   its text ends.
@@ -39,10 +41,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
+import msgspec
+
 from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
+from smg_trio.core.reasoning_tokens import reasoning_rule, reasoning_tokens
 from smg_trio.core.render import FinishedChoice
 from smg_trio.core.renderer_vocabulary import MatchedStop
 from smg_trio.core.stops import Emit, Hold, ScanOutcome, Stop, StopScanner
@@ -50,7 +55,7 @@ from smg_trio.core.stream_end import StreamEnd
 from smg_trio.core.tokenizer import TokenizerLike
 from smg_trio.neutral.events import ChoiceFinished, EngineEvent, TokenDelta, TokenLogprob
 from smg_trio.neutral.runtime import Endpoint
-from smg_trio.wire.openai_responses import Usage
+from smg_trio.wire.openai_responses import CompletionTokensDetails, Usage
 
 
 class ResponseAssembler:
@@ -68,6 +73,10 @@ class ResponseAssembler:
             else ParsingChatRenderer(plan, tokenizer, response_id(plan), created)
         )
         self._keeps_ids = self._renderer.keeps_output_ids
+        self._tokenizer = tokenizer
+        # Usage counts reasoning tokens (vLLM's rule); a chat stream's delta by delta.
+        self._reasoning = reasoning_rule(plan)
+        self._reasoning_tokens: int | None = None
         self._logprobs = plan.sampling.logprobs is not None
         self._echo_only = plan.echo_only
         self._visible_stop = plan.stop_spec.no_stop_trim
@@ -95,7 +104,20 @@ class ResponseAssembler:
     def usage(self) -> Usage:
         # A migrated request's engine saw a longer prompt: cached tokens never exceed ours.
         cached = min(self._cached_tokens, self._prompt_tokens)
-        return Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        usage = Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        rule = self._reasoning
+        if rule is None:
+            return usage
+        count = self._reasoning_tokens
+        if count is None:
+            # Per choice, as vLLM runs one parser per choice, summed over the choices.
+            tokenizer = self._tokenizer
+            count = sum(reasoning_tokens(rule, c.counted_ids, tokenizer) for c in self._choices)
+            if self.done:  # final: the stream's end and the record ask for it both
+                self._reasoning_tokens = count
+        return msgspec.structs.replace(
+            usage, completion_tokens_details=CompletionTokensDetails(count)
+        )
 
     @property
     def choice_count(self) -> int:
@@ -171,6 +193,8 @@ class ResponseAssembler:
         outcome = choice.scanner.feed(token_ids)
         if type(outcome) is Emit and not self._keeps_ids:  # the common case
             choice.tokens += len(token_ids)
+            if self._reasoning is not None:
+                choice.counted_ids.extend(token_ids)
             self._text(index, choice, outcome.text, out)
             return
         # Usage counts up to the stopping token, not the rest of the batch.
@@ -216,6 +240,8 @@ class ResponseAssembler:
     def _count(self, choice: AssembledChoice, token_ids: Sequence[int]) -> None:
         """Usage counts these ids; a renderer that shows ids keeps them (none after a stop)."""
         choice.tokens += len(token_ids)
+        if self._reasoning is not None:
+            choice.counted_ids.extend(token_ids)
         if self._keeps_ids:
             choice.output_ids.extend(token_ids)
             if self._stream:

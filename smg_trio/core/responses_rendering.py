@@ -37,6 +37,7 @@ from smg_trio.wire.openai_responses import JSON_ENCODER, PromptLogprobs, Usage
 from smg_trio.wire.responses_objects import (
     IncompleteDetails,
     InputTokensDetails,
+    OutputTokensDetails,
     Response,
     ResponseSettings,
     ResponseUsage,
@@ -55,11 +56,14 @@ def call_id_prefix(request_id: str) -> str:
 def response_usage(usage: Usage) -> ResponseUsage:
     details = usage.prompt_tokens_details
     cached = 0 if isinstance(details, UnsetType) else details.cached_tokens
+    completion = usage.completion_tokens_details
+    reasoning = 0 if isinstance(completion, UnsetType) else completion.reasoning_tokens
     return ResponseUsage(
         input_tokens=usage.prompt_tokens,
         output_tokens=usage.completion_tokens,
         total_tokens=usage.total_tokens,
         input_tokens_details=InputTokensDetails(cached_tokens=cached),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning),
     )
 
 

@@ -31,7 +31,7 @@ from smg_trio.core.parsers.registry import (
     forced_call,
     uses_harmony,
 )
-from smg_trio.core.plan import GeneratePlan, ParserSetup
+from smg_trio.core.plan import GeneratePlan, ParserSetup, ReasoningCount
 from smg_trio.errors import ClientError
 from smg_trio.neutral.sampling import ConstraintKind, StructuredConstraint
 from smg_trio.wire import openai as oa
@@ -102,10 +102,15 @@ def with_parsers(
     req: oa.ChatCompletionRequest,
     tool_call_parser: str | None,
     reasoning_parser: str | None,
+    special_ids: frozenset[int] | None = None,
 ) -> GeneratePlan:
     """`plan` with the parsers its choices run. A parser whose markers are special tokens
     (mistral's `[TOOL_CALLS]`) has the router keep special tokens in the text, as vLLM's
     parser turns `skip_special_tokens` off for it."""
+    if reasoning_parser is not None:  # vLLM reports the count whenever the model has one
+        thinking = (req.chat_template_kwargs or {}).get("enable_thinking", True) is not False
+        count = ReasoningCount(parser=reasoning_parser, thinking=thinking, special_ids=special_ids)
+        plan = msgspec.structs.replace(plan, reasoning_count=count)
     parsers = parser_setup(req, tool_call_parser, reasoning_parser)
     if parsers is None:
         return _gated(plan, reasoning_parser, thinking=False)

@@ -36,6 +36,9 @@ U32_MAX = 2**32 - 1
 MAX_PLAUSIBLE_CONTEXT = 1_000_000_000
 CONTEXT_KEYS = ("max_position_embeddings", "max_seq_len")
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
+# What transformers' `all_special_ids` gathers: these, and the listed extra special tokens.
+NAMED_SPECIAL_KEYS = (*SPECIAL_TOKEN_KEYS, "sep_token", "cls_token", "mask_token")
+EXTRA_SPECIAL_KEYS = ("additional_special_tokens", "extra_special_tokens")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class ModelDir:
     tokenizer_eos_ids: tuple[int, ...]
     eos_ids: EosIds
     context_length: int | None
+    named_special_ids: frozenset[int] = frozenset()
 
     def prompt_model(self) -> PromptModel:
         """What `core.prepare` needs, with the chat template compiled once."""
@@ -75,6 +79,7 @@ class ModelDir:
             context_length=self.context_length,
             eos_token_id=self.eos_ids.primary,
             max_bytes_per_token=self.tokenizer.max_bytes_per_token,
+            named_special_ids=self.named_special_ids,
         )
 
 
@@ -121,6 +126,25 @@ def merge_connect_eos_ids(
     primary = ordered[0]
     extra = tuple(dict.fromkeys(i for i in ordered if i != primary))
     return EosIds(primary=primary, extra=extra)
+
+
+def named_special_ids(
+    tokenizer: Tokenizer, settings: Mapping[str, Any], specials_map: Mapping[str, Any]
+) -> frozenset[int]:
+    """The ids of the special tokens the configs name (bos, eos, ..., the extra ones), as
+    transformers' `all_special_ids` lists them: vLLM's reasoning counts drop only these."""
+    texts = [
+        special_token_text(settings[key] if key in settings else specials_map.get(key))
+        for key in NAMED_SPECIAL_KEYS
+    ]
+    for key in EXTRA_SPECIAL_KEYS:
+        extra = settings[key] if key in settings else specials_map.get(key)
+        if isinstance(extra, dict):
+            extra = list(extra.values())
+        if isinstance(extra, list):
+            texts.extend(special_token_text(value) for value in extra)
+    ids = (tokenizer.token_to_id(text) for text in texts if text is not None)
+    return frozenset(token for token in ids if token is not None)
 
 
 def special_token_text(value: object) -> str | None:
@@ -273,6 +297,7 @@ def load_model_dir(path: str | os.PathLike[str], *, served_name: str | None = No
         tokenizer_eos_ids=tokenizer_eos_ids,
         eos_ids=merge_connect_eos_ids(config, generation_config),
         context_length=context_length_of(config, tokenizer_config),
+        named_special_ids=named_special_ids(hf_tokenizer, settings, specials_map),
     )
 
 

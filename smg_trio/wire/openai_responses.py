@@ -24,14 +24,21 @@ class PromptTokensDetails(msgspec.Struct, frozen=True):
     cached_tokens: int
 
 
+class CompletionTokensDetails(msgspec.Struct, frozen=True):
+    reasoning_tokens: int
+
+
 class Usage(msgspec.Struct, frozen=True):
     """Token counts. `prompt_tokens_details` only when the engine reported cached prefix tokens
-    (vLLM sends it only then too, with its `--enable-prompt-tokens-details`)."""
+    (vLLM sends it only then too, with its `--enable-prompt-tokens-details`);
+    `completion_tokens_details` only when the model has a reasoning parser (vLLM's rule).
+    """
 
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails | UnsetType = UNSET
+    completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET
 
     @classmethod
     def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:

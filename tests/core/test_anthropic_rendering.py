@@ -46,6 +46,7 @@ class Progress:
     weight_version: str | None = None
     prompt: Positions | None = None
     new_ids: list[int] = field(default_factory=list)
+    counted_ids: list[int] = field(default_factory=list)
 
     def full_text(self) -> str:
         return ""
