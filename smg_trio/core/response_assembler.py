@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
+from smg_trio.core.answer_options import usage_with_details
 from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
@@ -61,6 +62,8 @@ class ResponseAssembler:
         # A batched completion counts every prompt once (as vLLM sums them).
         self._prompt_tokens = sum(len(prompt.ids) for prompt in plan.prompts)
         self._cached_tokens = 0
+        self._cache_creation_tokens: int | None = None
+        self._plan = plan
         self._renderer = (
             renderer_for(plan, tokenizer, created=created)
             # Chat with parsers gets the parsing chat renderer (docs/tools-and-reasoning.md §4).
@@ -95,7 +98,8 @@ class ResponseAssembler:
     def usage(self) -> Usage:
         # A migrated request's engine saw a longer prompt: cached tokens never exceed ours.
         cached = min(self._cached_tokens, self._prompt_tokens)
-        return Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        usage = Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        return usage_with_details(self._plan, usage, cached, self._cache_creation_tokens)
 
     @property
     def choice_count(self) -> int:
@@ -139,6 +143,10 @@ class ResponseAssembler:
                         self._feed(index, choice, token_ids, out)
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
+                    if event.cache_creation_tokens is not None:
+                        self._cache_creation_tokens = max(
+                            self._cache_creation_tokens or 0, event.cache_creation_tokens
+                        )
                     choice = choices[index]
                     if choice.done:
                         continue

@@ -104,6 +104,13 @@ def sampled_plan(
         # vLLM's rule: a request's stream_interval can only raise the server's.
         stream_interval=max(req.stream_interval or 1, model.stream_interval),
         return_token_ids=bool(req.return_token_ids),
+        # vLLM's: the request's own return_tokens_as_token_ids wins over the server's flag.
+        tokens_as_ids=(
+            model.answers.return_tokens_as_token_ids
+            if req.return_tokens_as_token_ids is None
+            else req.return_tokens_as_token_ids
+        ),
+        prompt_tokens_details=model.answers.prompt_tokens_details,
     )
 
 

@@ -57,6 +57,9 @@ class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    # vLLM's prompt tokens written to its prefix cache (its usage's created_cache_tokens);
+    # None where the engine's wire does not say.
+    cache_creation_tokens: int | None = None
 
 
 EngineEvent: TypeAlias = TokenDelta | ChoiceFinished

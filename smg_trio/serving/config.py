@@ -23,6 +23,7 @@ from smg_trio.responses.store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
+from smg_trio.serving.answer_flags import check_answer_fields
 from smg_trio.serving.model_specs import ModelSpec, check_models, unfold_model_tables
 from smg_trio.serving.worker_specs import WorkerSpec, parse_worker_spec
 from smg_trio.tenancy.api_keys import load_api_keys
@@ -134,6 +135,13 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     limit_mm_per_prompt: int = 16
     allowed_media_domains: tuple[str, ...] = ()
     allowed_local_media_path: str | None = None
+    # Answers and the request log, by vLLM's flags (serving/answer_flags.py): the chat reply's
+    # role; logprob tokens as token_id:N; usage.prompt_tokens_details always; characters of
+    # the body and of each completion text in a --log-requests line (None: all).
+    response_role: str = "assistant"
+    return_tokens_as_token_ids: bool = False
+    enable_prompt_tokens_details: bool = False
+    max_log_len: int | None = None
 
     @property
     def model_specs(self) -> tuple[ModelSpec, ...]:
@@ -234,6 +242,7 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     check_processes(config)
     check_tenancy(config)
     checked_root_path(config.root_path)
+    check_answer_fields(config)
     return config
 
 

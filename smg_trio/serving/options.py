@@ -20,6 +20,7 @@ from smg_trio.errors import ConfigError
 from smg_trio.neutral.pooling import CONVERTS, RUNNERS
 from smg_trio.observability.request_log import LOG_FORMATS
 from smg_trio.routing.policies import POLICY_NAMES
+from smg_trio.serving.answer_flags import ANSWER_FLAGS, add_answer_flags
 from smg_trio.serving.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -74,6 +75,7 @@ _CONFIG_FLAGS = (
     "processes",
     "state_url",
     *MEDIA_FLAGS,
+    *ANSWER_FLAGS,
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys", "chat_template")
 
@@ -249,6 +251,7 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     add_http_limit_flags(serve)
     add_media_flags(serve)
+    add_answer_flags(serve)
     # Observability (docs/observability.md).
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     serve.add_argument(

@@ -74,6 +74,11 @@ class FrontendArgs:
     # (serving/vllm_frontend_model.py: pooling_convert).
     runner: str = "generate"
     convert: str | None = None
+    # The answers and the request log (serving/answer_flags.py).
+    response_role: str = "assistant"
+    return_tokens_as_token_ids: bool = False
+    enable_prompt_tokens_details: bool = False
+    max_log_len: int | None = None
 
 
 def flag_name(key: str) -> str:
@@ -136,6 +141,10 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         allowed_local_media_path=_text(args, "allowed_local_media_path"),
         runner=runner,
         convert=convert,
+        response_role=_text(args, "response_role") or "assistant",
+        return_tokens_as_token_ids=bool(args.get("return_tokens_as_token_ids")),
+        enable_prompt_tokens_details=bool(args.get("enable_prompt_tokens_details")),
+        max_log_len=_max_log_len(args),
     )
 
 
@@ -257,6 +266,16 @@ def _max_model_len(args: Mapping[str, Any]) -> int | None:
     return value
 
 
+def _max_log_len(args: Mapping[str, Any]) -> int | None:
+    """vLLM's `--max-log-len`: characters (and ids) of a logged prompt and output; absent: all."""
+    value = args.get("max_log_len")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FrontendArgsError(f"vLLM flag --max-log-len: expected an integer, got {value!r}")
+    return value
+
+
 def _positive_or_none(args: Mapping[str, Any], key: str) -> float | None:
     value = _number(args, key, 0.0)
     return value if value > 0 else None
@@ -309,6 +328,10 @@ def gateway_config(
         allowed_local_media_path=args.allowed_local_media_path,
         runner=args.runner,
         convert=(convert or args.convert) if args.runner == "pooling" else None,
+        response_role=args.response_role,
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        max_log_len=args.max_log_len,
     )
     if args.images_per_prompt is not None:
         config = msgspec.structs.replace(config, limit_mm_per_prompt=args.images_per_prompt)

@@ -181,6 +181,38 @@ def test_cors_root_path_and_image_flags_map_onto_the_config() -> None:
     assert gateway_config(parsed(), Path(MODEL), WORKER).cors is None  # vLLM's default: off
 
 
+def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
+    args = parsed(
+        response_role="bot",
+        return_tokens_as_token_ids=True,
+        enable_prompt_tokens_details=True,
+        max_log_len=20,
+    )
+    config = gateway_config(args, Path(MODEL), WORKER)
+    assert config.response_role == "bot"
+    assert config.return_tokens_as_token_ids
+    assert config.enable_prompt_tokens_details
+    assert config.max_log_len == 20
+    default = gateway_config(parsed(), Path(MODEL), WORKER)
+    assert (default.response_role, default.max_log_len) == ("assistant", None)
+    assert not default.return_tokens_as_token_ids
+    assert not default.enable_prompt_tokens_details
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"max_log_len": -1}, "--max-log-len"),
+        ({"max_log_len": "long"}, "--max-log-len"),
+        ({"response_role": ""}, "--response-role"),
+        ({"response_role": 3}, "--response-role"),
+    ],
+)
+def test_a_bad_answer_flag_is_refused_naming_it(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(FrontendArgsError, match=re.escape(message)):
+        parsed(**extra)
+
+
 def test_a_root_path_that_is_not_a_path_is_refused() -> None:
     with pytest.raises(ConfigError, match="root_path must start with '/'"):
         gateway_config(parsed(root_path="llm"), Path(MODEL), WORKER)

@@ -1,0 +1,61 @@
+"""`smg-trio serve`'s answer flags, by vLLM's names (serving/answer_flags.py): from the command
+line and the TOML file onto the GatewayConfig, bad values refused, and the `AnswerOptions` the
+gateway is built with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smg_trio.cli import build_parser
+from smg_trio.core.answer_options import AnswerOptions
+from smg_trio.errors import ConfigError
+from smg_trio.serving.answer_flags import answer_options
+from smg_trio.serving.config import config_from_mapping
+from smg_trio.serving.options import config_from_args
+
+
+def base(tmp_path: Path) -> list[str]:
+    return ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
+
+
+def test_the_flags_reach_the_config_and_the_answer_options(tmp_path: Path) -> None:
+    flags = ["--response-role", "bot", "--return-tokens-as-token-ids"]
+    flags += ["--enable-prompt-tokens-details", "--max-log-len", "40"]
+    config = config_from_args(build_parser().parse_args([*base(tmp_path), *flags]))
+    assert answer_options(config) == AnswerOptions(
+        response_role="bot", return_tokens_as_token_ids=True, prompt_tokens_details=True
+    )
+    assert config.max_log_len == 40
+    plain = config_from_args(build_parser().parse_args(base(tmp_path)))
+    assert answer_options(plain) == AnswerOptions()
+    assert plain.max_log_len is None
+
+
+def test_the_toml_file_takes_the_same_keys_and_a_flag_wins(tmp_path: Path) -> None:
+    path = tmp_path / "gw.toml"
+    path.write_text(
+        'model_path = "m"\nworkers = ["vllm+zmq://h:1"]\nresponse_role = "narrator"\n'
+        "enable_prompt_tokens_details = true\nmax_log_len = 8\n",
+        encoding="utf-8",
+    )
+    args = build_parser().parse_args(["serve", "--config", str(path), "--max-log-len", "9"])
+    config = config_from_args(args)
+    assert (config.response_role, config.enable_prompt_tokens_details) == ("narrator", True)
+    assert config.max_log_len == 9
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"response_role": ""}, "response_role must not be empty"),
+        ({"max_log_len": -1}, "max_log_len must be 0 or more"),
+    ],
+)
+def test_bad_values_are_config_errors(
+    tmp_path: Path, fields: dict[str, object], message: str
+) -> None:
+    data = {"model_path": str(tmp_path), "workers": ["vllm+zmq://h:1"], **fields}
+    with pytest.raises(ConfigError, match=message):
+        config_from_mapping(data, source="test", base=tmp_path)
