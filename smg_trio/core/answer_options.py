@@ -1,6 +1,6 @@
 """Pure. What the server's flags say about every answer it renders (vLLM's `--response-role`,
 `--return-tokens-as-token-ids`, `--enable-prompt-tokens-details`; `smg-trio serve` takes the
-same options: docs/vllm-frontend.md §2, docs/client-apis.md §1.4).
+same options: docs/vllm-frontend.md §2, docs/request-fields.md §1).
 
 Built once at startup and carried by each model's `PromptModel`; `prepare` copies what a
 request needs onto its `GeneratePlan` (a request's own `return_tokens_as_token_ids` wins).
