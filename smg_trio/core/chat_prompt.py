@@ -70,8 +70,9 @@ def chat_prompt(
             code="multimodal_not_supported",
             param=refs[0].param,
         )
+    placeholder = images[0].placeholder
     text = expand_placeholders(
-        _chat_text(req, model, now), images[0].placeholder, images, "messages"
+        _chat_text(req, model, now, placeholder), placeholder, images, "messages"
     )
     ids = bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
     return ids, place_images(ids, images, model.tokenizer, "messages")
@@ -93,14 +94,24 @@ def _chat_text_ids(
     return bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
 
 
-def _chat_text(req: oa.ChatCompletionRequest, model: PromptModel, now: _dt.datetime) -> str:
-    """The chat template's rendering of `req` (continue_final_message applied)."""
+def _chat_text(
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    now: _dt.datetime,
+    placeholder: str | None = None,
+) -> str:
+    """The chat template's rendering of `req` (continue_final_message applied), its messages'
+    content in the form the server's `--chat-template-content-format` names, else the template's
+    own (`placeholder`: what stands for an image, when the request has images)."""
     if model.chat_template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
         )
     template = model.chat_template
-    messages = template_messages(req, developer_role=template.has_developer_role)
+    form = template.content_format if model.content_format == "auto" else model.content_format
+    messages = template_messages(
+        req, developer_role=template.has_developer_role, form=form, placeholder=placeholder
+    )
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
     extra = dict(req.chat_template_kwargs or {})
     if req.reasoning_effort is not None:

@@ -30,6 +30,7 @@ from smg_trio.core.images import chat_image_refs
 from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
+from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.core.tokenize import TokenNames
 from smg_trio.errors import GatewayError
 from smg_trio.model.folder import ModelDir
@@ -64,6 +65,7 @@ def prompt_model_for(
     reasoning_parser: str | None,
     stream_interval: int,
     answers: AnswerOptions = DEFAULT_ANSWERS,
+    content_format: ContentFormatFlag = "auto",
 ) -> PromptModel:
     """`model`'s `PromptModel` with the parsers, the stream interval and the answer options
     the server was given; with gpt-oss's parsers, the Harmony stop ids too."""
@@ -78,6 +80,7 @@ def prompt_model_for(
         ),
         stream_interval=stream_interval,
         answers=answers,
+        content_format=content_format,
     )
 
 

@@ -1,7 +1,8 @@
-"""I/O (startup). The flags of `smg-trio serve` that shape every answer and the request log, by
-vLLM's names (docs/vllm-frontend.md §2 maps vLLM's own onto them): `--response-role`,
-`--return-tokens-as-token-ids`, `--enable-prompt-tokens-details`, `--max-log-len`; and the
-`AnswerOptions` the gateway is built with.
+"""I/O (startup). The flags of `smg-trio serve` that shape every chat prompt, answer and request
+log line, by vLLM's names (docs/vllm-frontend.md §2 maps vLLM's own onto them):
+`--response-role`, `--return-tokens-as-token-ids`, `--enable-prompt-tokens-details`,
+`--max-log-len`, `--chat-template-content-format`; and the `AnswerOptions` and content format
+the gateway is built with.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from smg_trio.core.answer_options import AnswerOptions
+from smg_trio.core.template_content_format import CONTENT_FORMATS, ContentFormatFlag
 from smg_trio.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -20,6 +22,7 @@ ANSWER_FLAGS = (
     "return_tokens_as_token_ids",
     "enable_prompt_tokens_details",
     "max_log_len",
+    "chat_template_content_format",
 )
 
 
@@ -46,6 +49,12 @@ def add_answer_flags(serve: argparse.ArgumentParser) -> None:
         "tokens included (off: only when the engine reported cached tokens)",
     )
     answers.add_argument(
+        "--chat-template-content-format",
+        choices=CONTENT_FORMATS,
+        help="how a message's content reaches the chat template: a string, or OpenAI's list of "
+        "parts (default auto: as the template reads it, vLLM's detection)",
+    )
+    answers.add_argument(
         "--max-log-len",
         type=int,
         metavar="N",
@@ -60,6 +69,10 @@ def answer_options(config: GatewayConfig) -> AnswerOptions:
         return_tokens_as_token_ids=config.return_tokens_as_token_ids,
         prompt_tokens_details=config.enable_prompt_tokens_details,
     )
+
+
+def content_format(config: GatewayConfig) -> ContentFormatFlag:
+    return config.chat_template_content_format
 
 
 def check_answer_fields(config: GatewayConfig) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from smg_trio.core.parsers.registry import check_parser_names
+from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.cors import CorsPolicy
 from smg_trio.frontends.root_path import checked_root_path
@@ -142,6 +143,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     return_tokens_as_token_ids: bool = False
     enable_prompt_tokens_details: bool = False
     max_log_len: int | None = None
+    # How a message's content reaches the chat template (vLLM's --chat-template-content-format):
+    # auto (the template's own, as vLLM detects it), string or openai.
+    chat_template_content_format: ContentFormatFlag = "auto"
 
     @property
     def model_specs(self) -> tuple[ModelSpec, ...]:

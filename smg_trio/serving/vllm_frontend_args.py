@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from smg_trio.core.template_content_format import CONTENT_FORMATS, ContentFormatFlag
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.cors import CorsPolicy
 from smg_trio.serving.config import GatewayConfig, validated
@@ -79,6 +80,7 @@ class FrontendArgs:
     return_tokens_as_token_ids: bool = False
     enable_prompt_tokens_details: bool = False
     max_log_len: int | None = None
+    chat_template_content_format: ContentFormatFlag = "auto"
 
 
 def flag_name(key: str) -> str:
@@ -145,6 +147,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         return_tokens_as_token_ids=bool(args.get("return_tokens_as_token_ids")),
         enable_prompt_tokens_details=bool(args.get("enable_prompt_tokens_details")),
         max_log_len=_max_log_len(args),
+        chat_template_content_format=_content_format(args),
     )
 
 
@@ -266,6 +269,13 @@ def _max_model_len(args: Mapping[str, Any]) -> int | None:
     return value
 
 
+def _content_format(args: Mapping[str, Any]) -> ContentFormatFlag:
+    """vLLM's `--chat-template-content-format`: auto, string or openai."""
+    _only(args, "chat_template_content_format", CONTENT_FORMATS, default="auto")
+    value = args.get("chat_template_content_format")
+    return "string" if value == "string" else "openai" if value == "openai" else "auto"
+
+
 def _max_log_len(args: Mapping[str, Any]) -> int | None:
     """vLLM's `--max-log-len`: characters (and ids) of a logged prompt and output; absent: all."""
     value = args.get("max_log_len")
@@ -332,6 +342,7 @@ def gateway_config(
         return_tokens_as_token_ids=args.return_tokens_as_token_ids,
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         max_log_len=args.max_log_len,
+        chat_template_content_format=args.chat_template_content_format,
     )
     if args.images_per_prompt is not None:
         config = msgspec.structs.replace(config, limit_mm_per_prompt=args.images_per_prompt)

@@ -74,6 +74,8 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "on every chat and completions answer, 0 cached tokens included, as vLLM's",
     "max_log_len": "max_log_len: with --enable-log-requests, the characters of the body and of "
     "each completion text in the request log line",
+    "chat_template_content_format": "chat_template_content_format: a message's content as a "
+    "string or OpenAI's list of parts; `auto` reads the template as vLLM does",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -146,7 +148,7 @@ worker_extension_cls
 
 REFUSED_FLAGS: Final = _flag_set(
     """
-aggregate_engine_logging anthropic_disabled_thinking_effort chat_template_content_format
+aggregate_engine_logging anthropic_disabled_thinking_effort
 cohere_format cohere_is_reasoning_model cudagraph_metrics custom_histogram_buckets
 default_chat_template_kwargs enable_force_include_usage enable_log_deltas enable_mfu_metrics
 enable_mm_embeds enable_offline_docs enable_per_request_metrics enable_prompt_embeds
@@ -167,8 +169,6 @@ trust_request_chat_template trust_request_mm_kwargs
 refused the same way; this set only documents the known ones (docs/vllm-frontend.md §2)."""
 
 REFUSED_REASONS: Final[Mapping[str, str]] = {
-    "chat_template_content_format": "our template input is vLLM's `auto` choice for text "
-    "(a string) with images in the `openai` form; forcing one form is not implemented",
     "otlp_traces_endpoint": "vLLM exports over OTLP/gRPC by default; smg-trio's exporter "
     "speaks OTLP/HTTP (`smg-trio serve --otlp-endpoint`), so the same value would not reach "
     "the same collector",

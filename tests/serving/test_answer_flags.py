@@ -11,7 +11,7 @@ import pytest
 from smg_trio.cli import build_parser
 from smg_trio.core.answer_options import AnswerOptions
 from smg_trio.errors import ConfigError
-from smg_trio.serving.answer_flags import answer_options
+from smg_trio.serving.answer_flags import answer_options, content_format
 from smg_trio.serving.config import config_from_mapping
 from smg_trio.serving.options import config_from_args
 
@@ -23,7 +23,9 @@ def base(tmp_path: Path) -> list[str]:
 def test_the_flags_reach_the_config_and_the_answer_options(tmp_path: Path) -> None:
     flags = ["--response-role", "bot", "--return-tokens-as-token-ids"]
     flags += ["--enable-prompt-tokens-details", "--max-log-len", "40"]
+    flags += ["--chat-template-content-format", "openai"]
     config = config_from_args(build_parser().parse_args([*base(tmp_path), *flags]))
+    assert content_format(config) == "openai"
     assert answer_options(config) == AnswerOptions(
         response_role="bot", return_tokens_as_token_ids=True, prompt_tokens_details=True
     )
@@ -31,6 +33,7 @@ def test_the_flags_reach_the_config_and_the_answer_options(tmp_path: Path) -> No
     plain = config_from_args(build_parser().parse_args(base(tmp_path)))
     assert answer_options(plain) == AnswerOptions()
     assert plain.max_log_len is None
+    assert content_format(plain) == "auto"
 
 
 def test_the_toml_file_takes_the_same_keys_and_a_flag_wins(tmp_path: Path) -> None:
@@ -51,6 +54,7 @@ def test_the_toml_file_takes_the_same_keys_and_a_flag_wins(tmp_path: Path) -> No
     [
         ({"response_role": ""}, "response_role must not be empty"),
         ({"max_log_len": -1}, "max_log_len must be 0 or more"),
+        ({"chat_template_content_format": "list"}, "chat_template_content_format"),
     ],
 )
 def test_bad_values_are_config_errors(

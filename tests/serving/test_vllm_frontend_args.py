@@ -187,8 +187,10 @@ def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
         return_tokens_as_token_ids=True,
         enable_prompt_tokens_details=True,
         max_log_len=20,
+        chat_template_content_format="string",
     )
     config = gateway_config(args, Path(MODEL), WORKER)
+    assert config.chat_template_content_format == "string"
     assert config.response_role == "bot"
     assert config.return_tokens_as_token_ids
     assert config.enable_prompt_tokens_details
@@ -206,6 +208,7 @@ def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
         ({"max_log_len": "long"}, "--max-log-len"),
         ({"response_role": ""}, "--response-role"),
         ({"response_role": 3}, "--response-role"),
+        ({"chat_template_content_format": "list"}, "--chat-template-content-format list"),
     ],
 )
 def test_a_bad_answer_flag_is_refused_naming_it(extra: dict[str, Any], message: str) -> None:
