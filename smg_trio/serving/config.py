@@ -108,6 +108,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     probe_port: int | None = None
     log_requests: bool = False
     otlp_endpoint: str | None = None
+    # vLLM's --otlp-traces-endpoint: the same traces over the protocol vLLM would use with this
+    # environment (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc, its default, or http/protobuf).
+    otlp_traces_endpoint: str | None = None
     # /v1/responses' store (docs/client-apis.md §3.3): sqlite:///PATH or postgresql://...;
     # None: a SQLite file in the user's data dir, opened on first use.
     response_store: str | None = None
@@ -247,6 +250,10 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     check_tenancy(config)
     checked_root_path(config.root_path)
     check_answer_fields(config)
+    if config.otlp_endpoint is not None and config.otlp_traces_endpoint is not None:
+        raise ConfigError(
+            "--otlp-endpoint (OTLP/HTTP) and --otlp-traces-endpoint (vLLM's) exclude each other"
+        )
     return config
 
 

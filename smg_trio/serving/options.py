@@ -68,6 +68,7 @@ _CONFIG_FLAGS = (
     "probe_port",
     "log_requests",
     "otlp_endpoint",
+    "otlp_traces_endpoint",
     "response_store",
     "response_retention_s",
     "response_events_max",
@@ -284,6 +285,12 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--otlp-endpoint",
         metavar="URL",
         help="export OpenTelemetry traces over OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces",
+    )
+    serve.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="vLLM's flag: export the traces over OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (grpc, "
+        "the default, e.g. 127.0.0.1:4317, or http/protobuf)",
     )
     serve.add_argument(
         "--processes",

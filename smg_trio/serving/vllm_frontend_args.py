@@ -81,6 +81,7 @@ class FrontendArgs:
     enable_prompt_tokens_details: bool = False
     max_log_len: int | None = None
     chat_template_content_format: ContentFormatFlag = "auto"
+    otlp_traces_endpoint: str | None = None
 
 
 def flag_name(key: str) -> str:
@@ -148,6 +149,7 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         enable_prompt_tokens_details=bool(args.get("enable_prompt_tokens_details")),
         max_log_len=_max_log_len(args),
         chat_template_content_format=_content_format(args),
+        otlp_traces_endpoint=_text(args, "otlp_traces_endpoint"),
     )
 
 
@@ -343,6 +345,7 @@ def gateway_config(
         enable_prompt_tokens_details=args.enable_prompt_tokens_details,
         max_log_len=args.max_log_len,
         chat_template_content_format=args.chat_template_content_format,
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
     )
     if args.images_per_prompt is not None:
         config = msgspec.structs.replace(config, limit_mm_per_prompt=args.images_per_prompt)

@@ -76,6 +76,8 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "each completion text in the request log line",
     "chat_template_content_format": "chat_template_content_format: a message's content as a "
     "string or OpenAI's list of parts; `auto` reads the template as vLLM does",
+    "otlp_traces_endpoint": "otlp_traces_endpoint: the request traces exported there over "
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (grpc, vLLM's default, or http/protobuf), as vLLM's",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -157,7 +159,7 @@ enable_server_load_tracking enable_ssl_refresh exclude_tools_when_tool_choice_no
 fingerprint_mode fingerprint_value grpc grpc_port h11_max_header_count
 h11_max_incomplete_event_size headless interleave_mm_strings io_processor_plugin
 kv_cache_metrics kv_cache_metrics_sample log_config_file log_error_stack logging_config
-lora_modules media_io_kwargs middleware mm_processor_kwargs otlp_traces_endpoint
+lora_modules media_io_kwargs middleware mm_processor_kwargs
 override_generation_config per_request_spec_decode_metrics pooler_config
 reasoning_parser_plugin renderer_num_workers return_sampling_mask
 show_hidden_metrics_for_version skip_tokenizer_init ssl_ca_certs
@@ -169,9 +171,6 @@ trust_request_chat_template trust_request_mm_kwargs
 refused the same way; this set only documents the known ones (docs/vllm-frontend.md §2)."""
 
 REFUSED_REASONS: Final[Mapping[str, str]] = {
-    "otlp_traces_endpoint": "vLLM exports over OTLP/gRPC by default; smg-trio's exporter "
-    "speaks OTLP/HTTP (`smg-trio serve --otlp-endpoint`), so the same value would not reach "
-    "the same collector",
     "enable_scale_out": "it also serves /render, /derender and /inference/v1/abort_requests, "
     "which we do not; /inference/v1/generate itself is served without the flag "
     "(docs/vllm-frontend.md §7)",

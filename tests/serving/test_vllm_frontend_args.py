@@ -188,9 +188,11 @@ def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
         enable_prompt_tokens_details=True,
         max_log_len=20,
         chat_template_content_format="string",
+        otlp_traces_endpoint="127.0.0.1:4317",
     )
     config = gateway_config(args, Path(MODEL), WORKER)
     assert config.chat_template_content_format == "string"
+    assert (config.otlp_traces_endpoint, config.otlp_endpoint) == ("127.0.0.1:4317", None)
     assert config.response_role == "bot"
     assert config.return_tokens_as_token_ids
     assert config.enable_prompt_tokens_details
