@@ -76,6 +76,10 @@ class ChatTemplate:
         except minijinja.TemplateError as exc:
             raise ConfigError(f"the chat template does not compile: {exc}") from exc
 
+    @property
+    def special_tokens(self) -> Mapping[str, str]:
+        return self._special_tokens
+
     def render(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -109,6 +113,16 @@ class ChatTemplate:
                 f"{exc.detail or 'no detail'}",
                 param="messages",
             ) from exc
+
+
+def request_template(source: str, model_template: ChatTemplate | None) -> ChatTemplate:
+    """A request's own `chat_template` (vLLM's, with --trust-request-chat-template), compiled
+    with the model's special tokens; one that does not compile is a 400 naming it."""
+    special = {} if model_template is None else model_template.special_tokens
+    try:
+        return ChatTemplate(source, special_tokens=special)
+    except ConfigError as exc:
+        raise ClientError(str(exc), param="chat_template") from exc
 
 
 def template_tool_calls(message: dict[str, Any]) -> None:

@@ -99,7 +99,7 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     media_params: tuple[str, ...] = ()
     # Chat: the reply's role (vLLM's --response-role, or the last message's without a generation
     # prompt). Chat and completions: logprob tokens as `token_id:N`, and usage with
-    # prompt_tokens_details always (core/answer_options.py).
+    # prompt_tokens_details always (core/frontend_options.py).
     response_role: str = "assistant"
     tokens_as_ids: bool = False
     prompt_tokens_details: bool = False

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from smg_trio.core.chat_prompt import chat_prompt, chat_prompt_ids
+from smg_trio.core.frontend_options import templated_request
 from smg_trio.core.harmony_prompt import with_harmony_stops
 from smg_trio.core.images import ProcessedImage, chat_image_refs
 from smg_trio.core.plan import GeneratePlan, PromptPart
@@ -75,6 +76,7 @@ def prepare_chat(
     images: Sequence[ProcessedImage] = (),
 ) -> GeneratePlan:
     """`images`: the request's image parts processed, in order (`chat_image_refs`)."""
+    req = templated_request(req, model.frontend)
     limit = model.prompt_limit(req.truncate_prompt_tokens, "messages")
     refs = chat_image_refs(req)
     if refs and req.truncate_prompt_tokens is not None:
@@ -84,7 +86,7 @@ def prepare_chat(
         )
     prompt_ids, media = chat_prompt(req, model, now=now, limit=limit, images=images)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    role = response_role(req, model.answers.response_role)
+    role = response_role(req, model.frontend.response_role)
     plan = sampled_plan(
         req,
         model,

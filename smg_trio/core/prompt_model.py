@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from smg_trio.core.answer_options import AnswerOptions
 from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.frontend_options import FrontendOptions
 from smg_trio.core.prompt_bound import PromptLimit, kept_tokens
-from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.core.tokenizer import TokenizerLike
 
 
@@ -26,9 +25,9 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     max_bytes_per_token: int | None = None
     harmony_stop_ids: tuple[int, ...] = ()  # gpt-oss: <|return|>, <|call|> (harmony_prompt.py)
     stream_interval: int = 1  # --stream-interval (docs/performance.md §4)
-    answers: AnswerOptions = AnswerOptions()  # --response-role and the like (answer_options.py)
-    # --chat-template-content-format: "string", "openai", or "auto" (the template's own).
-    content_format: ContentFormatFlag = "auto"
+    frontend: FrontendOptions = (
+        FrontendOptions()
+    )  # --response-role and the like (frontend_options.py)
 
     def prompt_limit(self, truncate_prompt_tokens: int | None, param: str) -> PromptLimit | None:
         """What bounds a prompt's tokenization (docs/limits.md §1); None without a context."""

@@ -39,9 +39,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import assert_never
 
-from smg_trio.core.answer_options import usage_with_details
 from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
+from smg_trio.core.frontend_options import usage_with_details
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.render import FinishedChoice

@@ -89,6 +89,7 @@ def sampled_plan(
         ),
         bad_words=tuple(req.bad_words or ()),
     )
+    force_usage = model.frontend.force_include_usage
     return GeneratePlan(
         request_id=request_id,
         endpoint=endpoint,
@@ -97,8 +98,9 @@ def sampled_plan(
         sampling=sampling,
         n=req.num_choices,
         stream=req.is_stream,
-        include_usage=req.include_usage,
-        continuous_usage=req.continuous_usage,
+        # vLLM's --enable-force-include-usage: every stream has usage, on every chunk too.
+        include_usage=req.include_usage or (force_usage and req.is_stream),
+        continuous_usage=req.continuous_usage or (force_usage and req.is_stream),
         echo_text=echo_text,
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
         # vLLM's rule: a request's stream_interval can only raise the server's.
@@ -106,11 +108,11 @@ def sampled_plan(
         return_token_ids=bool(req.return_token_ids),
         # vLLM's: the request's own return_tokens_as_token_ids wins over the server's flag.
         tokens_as_ids=(
-            model.answers.return_tokens_as_token_ids
+            model.frontend.return_tokens_as_token_ids
             if req.return_tokens_as_token_ids is None
             else req.return_tokens_as_token_ids
         ),
-        prompt_tokens_details=model.answers.prompt_tokens_details,
+        prompt_tokens_details=model.frontend.prompt_tokens_details,
     )
 
 

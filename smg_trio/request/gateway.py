@@ -43,10 +43,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from smg_trio.core.answer_options import DEFAULT_ANSWERS, AnswerOptions
+from smg_trio.core.frontend_options import DEFAULT_FRONTEND, FrontendOptions
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
-from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
 from smg_trio.model.image_workers import ImageWorkers, pooled_vision
@@ -133,8 +132,7 @@ class Gateway:
         image_limits: ImageLimits | None = None,
         pooler: ModelPooler = GENERATION_MODEL,
         image_workers: ImageWorkers | None = None,
-        answers: AnswerOptions = DEFAULT_ANSWERS,
-        content_format: ContentFormatFlag = "auto",
+        frontend: FrontendOptions = DEFAULT_FRONTEND,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too;
@@ -146,8 +144,7 @@ class Gateway:
             reasoning_parser=reasoning_parser,
             stream_interval=stream_interval,
             pooler=pooler,
-            answers=answers,
-            content_format=content_format,
+            frontend=frontend,
         )
         self.model = model
         self.prompt_model: PromptModel = first.prompt_model

@@ -23,14 +23,13 @@ from typing import Final, TypeVar
 import msgspec
 import trio
 
-from smg_trio.core.answer_options import DEFAULT_ANSWERS, AnswerOptions
 from smg_trio.core.anthropic_request import COUNT_TOKENS_PATH, chat_request_of
+from smg_trio.core.frontend_options import DEFAULT_FRONTEND, FrontendOptions
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.images import chat_image_refs
 from smg_trio.core.parsers.registry import uses_harmony
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
-from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.core.tokenize import TokenNames
 from smg_trio.errors import GatewayError
 from smg_trio.model.folder import ModelDir
@@ -64,8 +63,7 @@ def prompt_model_for(
     tool_call_parser: str | None,
     reasoning_parser: str | None,
     stream_interval: int,
-    answers: AnswerOptions = DEFAULT_ANSWERS,
-    content_format: ContentFormatFlag = "auto",
+    frontend: FrontendOptions = DEFAULT_FRONTEND,
 ) -> PromptModel:
     """`model`'s `PromptModel` with the parsers, the stream interval and the answer options
     the server was given; with gpt-oss's parsers, the Harmony stop ids too."""
@@ -79,8 +77,7 @@ def prompt_model_for(
             else ()
         ),
         stream_interval=stream_interval,
-        answers=answers,
-        content_format=content_format,
+        frontend=frontend,
     )
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from smg_trio.core.answer_options import DEFAULT_ANSWERS, AnswerOptions
+from smg_trio.core.frontend_options import DEFAULT_FRONTEND, FrontendOptions
 from smg_trio.core.prepare import PromptModel
-from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import ModelDir
 from smg_trio.neutral.pooling import GENERATION_MODEL, ModelPooler, Task
@@ -63,15 +62,14 @@ def served_model(
     reasoning_parser: str | None = None,
     stream_interval: int = 1,
     pooler: ModelPooler = GENERATION_MODEL,
-    answers: AnswerOptions = DEFAULT_ANSWERS,
-    content_format: ContentFormatFlag = "auto",
+    frontend: FrontendOptions = DEFAULT_FRONTEND,
 ) -> ServedModel:
     """`folder` served under `names` (its own name without any) with its parsers."""
     return ServedModel(
         names=names or (folder.served_name,),
         folder=folder,
         prompt_model=prompt_model_for(
-            folder, tool_call_parser, reasoning_parser, stream_interval, answers, content_format
+            folder, tool_call_parser, reasoning_parser, stream_interval, frontend
         ),
         pooler=pooler,
     )

@@ -24,7 +24,7 @@ from smg_trio.responses.store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
-from smg_trio.serving.answer_flags import check_answer_fields
+from smg_trio.serving.frontend_option_flags import check_frontend_option_fields
 from smg_trio.serving.model_specs import ModelSpec, check_models, unfold_model_tables
 from smg_trio.serving.worker_specs import WorkerSpec, parse_worker_spec
 from smg_trio.tenancy.api_keys import load_api_keys
@@ -139,7 +139,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     limit_mm_per_prompt: int = 16
     allowed_media_domains: tuple[str, ...] = ()
     allowed_local_media_path: str | None = None
-    # Answers and the request log, by vLLM's flags (serving/answer_flags.py): the chat reply's
+    # Answers and the request log, by vLLM's flags (serving/frontend_option_flags.py): the chat reply's
     # role; logprob tokens as token_id:N; usage.prompt_tokens_details always; characters of
     # the body and of each completion text in a --log-requests line (None: all).
     response_role: str = "assistant"
@@ -149,6 +149,12 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # How a message's content reaches the chat template (vLLM's --chat-template-content-format):
     # auto (the template's own, as vLLM detects it), string or openai.
     chat_template_content_format: ContentFormatFlag = "auto"
+    # vLLM's --default-chat-template-kwargs, --exclude-tools-when-tool-choice-none,
+    # --trust-request-chat-template and --enable-force-include-usage (core/frontend_options.py).
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    exclude_tools_when_tool_choice_none: bool = False
+    trust_request_chat_template: bool = False
+    enable_force_include_usage: bool = False
 
     @property
     def model_specs(self) -> tuple[ModelSpec, ...]:
@@ -249,7 +255,7 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     check_processes(config)
     check_tenancy(config)
     checked_root_path(config.root_path)
-    check_answer_fields(config)
+    check_frontend_option_fields(config)
     if config.otlp_endpoint is not None and config.otlp_traces_endpoint is not None:
         raise ConfigError(
             "--otlp-endpoint (OTLP/HTTP) and --otlp-traces-endpoint (vLLM's) exclude each other"

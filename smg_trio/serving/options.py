@@ -20,7 +20,6 @@ from smg_trio.errors import ConfigError
 from smg_trio.neutral.pooling import CONVERTS, RUNNERS
 from smg_trio.observability.request_log import LOG_FORMATS
 from smg_trio.routing.policies import POLICY_NAMES
-from smg_trio.serving.answer_flags import ANSWER_FLAGS, add_answer_flags
 from smg_trio.serving.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -28,6 +27,7 @@ from smg_trio.serving.config import (
     config_from_mapping,
     read_config_file,
 )
+from smg_trio.serving.frontend_option_flags import FRONTEND_OPTION_FLAGS, add_frontend_option_flags
 from smg_trio.serving.media_options import MEDIA_FLAGS, add_media_flags
 
 # Flag destinations that map one-to-one onto GatewayConfig fields.
@@ -76,7 +76,7 @@ _CONFIG_FLAGS = (
     "processes",
     "state_url",
     *MEDIA_FLAGS,
-    *ANSWER_FLAGS,
+    *FRONTEND_OPTION_FLAGS,
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys", "chat_template")
 
@@ -252,7 +252,7 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     add_http_limit_flags(serve)
     add_media_flags(serve)
-    add_answer_flags(serve)
+    add_frontend_option_flags(serve)
     # Observability (docs/observability.md).
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     serve.add_argument(

@@ -72,8 +72,8 @@ from smg_trio.routing.admission import Admission
 from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
-from smg_trio.serving.answer_flags import answer_options, content_format
 from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.frontend_option_flags import frontend_options
 from smg_trio.serving.http_listener import check_listener, check_tls, http_limits, hypercorn_config
 from smg_trio.serving.media_options import image_limits
 from smg_trio.serving.model_folders import load_model_folders
@@ -195,8 +195,7 @@ async def serve(
             memory_budget=memory_budget(config.memory_budget_mb),
             log_requests=config.log_requests,
             max_log_len=config.max_log_len,
-            answers=answer_options(config),
-            content_format=content_format(config),
+            frontend=frontend_options(config),
             tracer=tracer,
             response_store=response_store,
             metrics=metrics,
@@ -214,8 +213,7 @@ async def serve(
                     reasoning_parser=spec.reasoning_parser,
                     stream_interval=config.stream_interval,
                     pooler=load_model_pooler(spec.model_path, spec.tasks),
-                    answers=answer_options(config),
-                    content_format=content_format(config),
+                    frontend=frontend_options(config),
                 )
                 for spec, folder in zip(config.models, folders.folders[1:], strict=True)
             ],

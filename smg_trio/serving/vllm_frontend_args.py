@@ -75,13 +75,17 @@ class FrontendArgs:
     # (serving/vllm_frontend_model.py: pooling_convert).
     runner: str = "generate"
     convert: str | None = None
-    # The answers and the request log (serving/answer_flags.py).
+    # The answers and the request log (serving/frontend_option_flags.py).
     response_role: str = "assistant"
     return_tokens_as_token_ids: bool = False
     enable_prompt_tokens_details: bool = False
     max_log_len: int | None = None
     chat_template_content_format: ContentFormatFlag = "auto"
     otlp_traces_endpoint: str | None = None
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    exclude_tools_when_tool_choice_none: bool = False
+    trust_request_chat_template: bool = False
+    enable_force_include_usage: bool = False
 
 
 def flag_name(key: str) -> str:
@@ -150,6 +154,10 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         max_log_len=_max_log_len(args),
         chat_template_content_format=_content_format(args),
         otlp_traces_endpoint=_text(args, "otlp_traces_endpoint"),
+        default_chat_template_kwargs=_object(args, "default_chat_template_kwargs"),
+        exclude_tools_when_tool_choice_none=bool(args.get("exclude_tools_when_tool_choice_none")),
+        trust_request_chat_template=bool(args.get("trust_request_chat_template")),
+        enable_force_include_usage=bool(args.get("enable_force_include_usage")),
     )
 
 
@@ -278,6 +286,17 @@ def _content_format(args: Mapping[str, Any]) -> ContentFormatFlag:
     return "string" if value == "string" else "openai" if value == "openai" else "auto"
 
 
+def _object(args: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise FrontendArgsError(
+            f"vLLM flag {flag_name(key)}: expected a JSON object, got {value!r:.60}"
+        )
+    return value
+
+
 def _max_log_len(args: Mapping[str, Any]) -> int | None:
     """vLLM's `--max-log-len`: characters (and ids) of a logged prompt and output; absent: all."""
     value = args.get("max_log_len")
@@ -346,6 +365,10 @@ def gateway_config(
         max_log_len=args.max_log_len,
         chat_template_content_format=args.chat_template_content_format,
         otlp_traces_endpoint=args.otlp_traces_endpoint,
+        default_chat_template_kwargs=args.default_chat_template_kwargs,
+        exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+        trust_request_chat_template=args.trust_request_chat_template,
+        enable_force_include_usage=args.enable_force_include_usage,
     )
     if args.images_per_prompt is not None:
         config = msgspec.structs.replace(config, limit_mm_per_prompt=args.images_per_prompt)

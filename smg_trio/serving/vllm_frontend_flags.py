@@ -78,6 +78,14 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "string or OpenAI's list of parts; `auto` reads the template as vLLM does",
     "otlp_traces_endpoint": "otlp_traces_endpoint: the request traces exported there over "
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (grpc, vLLM's default, or http/protobuf), as vLLM's",
+    "default_chat_template_kwargs": "default_chat_template_kwargs: chat template variables for "
+    "every request, under its own chat_template_kwargs",
+    "exclude_tools_when_tool_choice_none": "exclude_tools_when_tool_choice_none: with "
+    "`tool_choice: none` the template is not shown the tools",
+    "trust_request_chat_template": "trust_request_chat_template: a request's own chat_template "
+    "is rendered (without the flag: vLLM's 400)",
+    "enable_force_include_usage": "enable_force_include_usage: every stream carries usage, on "
+    "each chunk and at its end, as vLLM's",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -152,10 +160,10 @@ REFUSED_FLAGS: Final = _flag_set(
     """
 aggregate_engine_logging anthropic_disabled_thinking_effort
 cohere_format cohere_is_reasoning_model cudagraph_metrics custom_histogram_buckets
-default_chat_template_kwargs enable_force_include_usage enable_log_deltas enable_mfu_metrics
+enable_log_deltas enable_mfu_metrics
 enable_mm_embeds enable_offline_docs enable_per_request_metrics enable_prompt_embeds
 enable_return_routed_experts enable_scale_out
-enable_server_load_tracking enable_ssl_refresh exclude_tools_when_tool_choice_none
+enable_server_load_tracking enable_ssl_refresh
 fingerprint_mode fingerprint_value grpc grpc_port h11_max_header_count
 h11_max_incomplete_event_size headless interleave_mm_strings io_processor_plugin
 kv_cache_metrics kv_cache_metrics_sample log_config_file log_error_stack logging_config
@@ -164,7 +172,7 @@ override_generation_config per_request_spec_decode_metrics pooler_config
 reasoning_parser_plugin renderer_num_workers return_sampling_mask
 show_hidden_metrics_for_version skip_tokenizer_init ssl_ca_certs
 ssl_cert_reqs ssl_ciphers tokens_only tool_parser_plugin tool_server tool_strict_level
-trust_request_chat_template trust_request_mm_kwargs
+trust_request_mm_kwargs
 """
 )
 """Front-end flags we do not honour (yet): refused by name. Any key in none of the sets is

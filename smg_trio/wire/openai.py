@@ -254,6 +254,7 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None  # vLLM: the request's own, with --trust-request-chat-template
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     include_reasoning: bool = True  # vLLM: false separates reasoning but leaves it out

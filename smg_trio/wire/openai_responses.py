@@ -23,7 +23,7 @@ MatchedStop = str | int
 class PromptTokensDetails(msgspec.Struct, frozen=True):
     """`cached_tokens`; with vLLM's --enable-prompt-tokens-details also, as vLLM's chat sends
     them, the tokens written to the prefix cache and the prompt tokens of each modality (null
-    when unknown or none; left out where vLLM leaves them out: core/answer_options.py)."""
+    when unknown or none; left out where vLLM leaves them out: core/frontend_options.py)."""
 
     cached_tokens: int
     created_cache_tokens: int | UnsetType | None = UNSET

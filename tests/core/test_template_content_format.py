@@ -13,8 +13,13 @@ import msgspec
 import pytest
 
 from smg_trio.core.chat_template import ChatTemplate, message_for_template, template_messages
+from smg_trio.core.frontend_options import FrontendOptions
 from smg_trio.core.prepare import prepare_chat
-from smg_trio.core.template_content_format import ContentFormat, detected_content_format
+from smg_trio.core.template_content_format import (
+    ContentFormat,
+    ContentFormatFlag,
+    detected_content_format,
+)
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.wire import openai as oa
@@ -120,10 +125,11 @@ def test_a_part_other_than_text_or_image_is_refused_naming_it() -> None:
     assert refused.value.param == "messages[0].content[1]"
 
 
-def chat_text(form: str, template: str, content: Any, **body: Any) -> str:
+def chat_text(form: ContentFormatFlag, template: str, content: Any, **body: Any) -> str:
     model = DEMO.prompt_model()
     compiled = ChatTemplate(template, special_tokens={})
-    model = msgspec.structs.replace(model, chat_template=compiled, content_format=form)
+    frontend = FrontendOptions(content_format=form)
+    model = msgspec.structs.replace(model, chat_template=compiled, frontend=frontend)
     messages = [{"role": "user", "content": content}]
     request = decode_chat_request(json.dumps({"messages": messages, **body}).encode())
     plan = prepare_chat(request, model, request_id="r", now=NOW)

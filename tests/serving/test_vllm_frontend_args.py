@@ -189,10 +189,18 @@ def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
         max_log_len=20,
         chat_template_content_format="string",
         otlp_traces_endpoint="127.0.0.1:4317",
+        default_chat_template_kwargs={"enable_thinking": False},
+        exclude_tools_when_tool_choice_none=True,
+        trust_request_chat_template=True,
+        enable_force_include_usage=True,
     )
     config = gateway_config(args, Path(MODEL), WORKER)
     assert config.chat_template_content_format == "string"
     assert (config.otlp_traces_endpoint, config.otlp_endpoint) == ("127.0.0.1:4317", None)
+    assert config.default_chat_template_kwargs == {"enable_thinking": False}
+    assert config.exclude_tools_when_tool_choice_none
+    assert config.trust_request_chat_template
+    assert config.enable_force_include_usage
     assert config.response_role == "bot"
     assert config.return_tokens_as_token_ids
     assert config.enable_prompt_tokens_details
@@ -211,6 +219,7 @@ def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
         ({"response_role": ""}, "--response-role"),
         ({"response_role": 3}, "--response-role"),
         ({"chat_template_content_format": "list"}, "--chat-template-content-format list"),
+        ({"default_chat_template_kwargs": "x"}, "--default-chat-template-kwargs"),
     ],
 )
 def test_a_bad_answer_flag_is_refused_naming_it(extra: dict[str, Any], message: str) -> None:

@@ -1,5 +1,5 @@
-"""`smg-trio serve`'s answer flags, by vLLM's names (serving/answer_flags.py): from the command
-line and the TOML file onto the GatewayConfig, bad values refused, and the `AnswerOptions` the
+"""`smg-trio serve`'s answer flags, by vLLM's names (serving/frontend_option_flags.py): from the command
+line and the TOML file onto the GatewayConfig, bad values refused, and the `FrontendOptions` the
 gateway is built with."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from smg_trio.cli import build_parser
-from smg_trio.core.answer_options import AnswerOptions
+from smg_trio.core.frontend_options import FrontendOptions
 from smg_trio.errors import ConfigError
-from smg_trio.serving.answer_flags import answer_options, content_format
 from smg_trio.serving.config import config_from_mapping
+from smg_trio.serving.frontend_option_flags import frontend_options
 from smg_trio.serving.options import config_from_args
 
 
@@ -20,20 +20,30 @@ def base(tmp_path: Path) -> list[str]:
     return ["serve", "--model-path", str(tmp_path), "--worker", "vllm+zmq://127.0.0.1:1"]
 
 
-def test_the_flags_reach_the_config_and_the_answer_options(tmp_path: Path) -> None:
+def test_the_flags_reach_the_config_and_the_frontend_options(tmp_path: Path) -> None:
     flags = ["--response-role", "bot", "--return-tokens-as-token-ids"]
     flags += ["--enable-prompt-tokens-details", "--max-log-len", "40"]
     flags += ["--chat-template-content-format", "openai"]
+    flags += ["--default-chat-template-kwargs", '{"enable_thinking": false}']
+    flags += ["--exclude-tools-when-tool-choice-none", "--trust-request-chat-template"]
+    flags += ["--enable-force-include-usage"]
     config = config_from_args(build_parser().parse_args([*base(tmp_path), *flags]))
-    assert content_format(config) == "openai"
-    assert answer_options(config) == AnswerOptions(
-        response_role="bot", return_tokens_as_token_ids=True, prompt_tokens_details=True
+    assert config.chat_template_content_format == "openai"
+    assert frontend_options(config) == FrontendOptions(
+        response_role="bot",
+        return_tokens_as_token_ids=True,
+        prompt_tokens_details=True,
+        content_format="openai",
+        default_chat_template_kwargs={"enable_thinking": False},
+        exclude_tools_when_tool_choice_none=True,
+        trust_request_chat_template=True,
+        force_include_usage=True,
     )
     assert config.max_log_len == 40
     plain = config_from_args(build_parser().parse_args(base(tmp_path)))
-    assert answer_options(plain) == AnswerOptions()
+    assert frontend_options(plain) == FrontendOptions()
     assert plain.max_log_len is None
-    assert content_format(plain) == "auto"
+    assert plain.chat_template_content_format == "auto"
 
 
 def test_the_toml_file_takes_the_same_keys_and_a_flag_wins(tmp_path: Path) -> None:

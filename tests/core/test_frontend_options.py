@@ -1,4 +1,4 @@
-"""The server's answer options (core/answer_options.py), as vLLM's flags of the same names shape
+"""The server's answer options (core/frontend_options.py), as vLLM's flags of the same names shape
 its answers: `--response-role` (the reply's role, the role chunk, echo), `--return-tokens-as-
 token-ids` (logprob tokens as `token_id:N`, a request's own field winning) and
 `--enable-prompt-tokens-details` (usage.prompt_tokens_details always, by endpoint)."""
@@ -11,14 +11,17 @@ from typing import Any, Final
 
 import msgspec
 import openai
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smg_trio.core.answer_options import AnswerOptions
+from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.frontend_options import FrontendOptions
 from smg_trio.core.logprobs import LogprobFormatter
 from smg_trio.core.plan import GeneratePlan, StopSpec
 from smg_trio.core.prepare import prepare_chat, prepare_completion
 from smg_trio.core.response_assembler import ResponseAssembler
+from smg_trio.errors import ClientError
 from smg_trio.model.folder import demo_model_path, load_model_dir
 from smg_trio.neutral.events import ChoiceFinished, TokenDelta, TokenLogprob, TopLogprob
 from smg_trio.neutral.media import MediaFeature
@@ -35,21 +38,21 @@ USER: Final = {"role": "user", "content": "Hi"}
 ASSISTANT: Final = {"role": "assistant", "content": "Sure, "}
 
 
-def chat_plan(answers: AnswerOptions, **body: Any) -> GeneratePlan:
-    model = msgspec.structs.replace(DEMO.prompt_model(), answers=answers)
+def chat_plan(frontend: FrontendOptions, **body: Any) -> GeneratePlan:
+    model = msgspec.structs.replace(DEMO.prompt_model(), frontend=frontend)
     request = decode_chat_request(json.dumps({"messages": [USER], **body}).encode())
     return prepare_chat(request, model, request_id="r", now=NOW)
 
 
-def completion_plan(answers: AnswerOptions, **body: Any) -> GeneratePlan:
-    model = msgspec.structs.replace(DEMO.prompt_model(), answers=answers)
+def completion_plan(frontend: FrontendOptions, **body: Any) -> GeneratePlan:
+    model = msgspec.structs.replace(DEMO.prompt_model(), frontend=frontend)
     request = decode_completion_request(json.dumps({"prompt": "Hi", **body}).encode())
     return prepare_completion(request, model, request_id="r")
 
 
 def test_the_reply_speaks_in_the_servers_role_after_a_generation_prompt() -> None:
-    bot = AnswerOptions(response_role="bot")
-    assert chat_plan(AnswerOptions()).response_role == "assistant"
+    bot = FrontendOptions(response_role="bot")
+    assert chat_plan(FrontendOptions()).response_role == "assistant"
     assert chat_plan(bot).response_role == "bot"
     # vLLM's rule: without a generation prompt the model continues the last message.
     assert chat_plan(bot, add_generation_prompt=False).response_role == "user"
@@ -58,8 +61,8 @@ def test_the_reply_speaks_in_the_servers_role_after_a_generation_prompt() -> Non
 
 
 def test_echo_takes_the_last_message_only_in_the_replys_role() -> None:
-    bot = AnswerOptions(response_role="bot")
-    assert chat_plan(AnswerOptions(), messages=[USER, ASSISTANT], echo=True).echo_text == "Sure, "
+    bot = FrontendOptions(response_role="bot")
+    assert chat_plan(FrontendOptions(), messages=[USER, ASSISTANT], echo=True).echo_text == "Sure, "
     # The reply is the bot's: the assistant's last message is not its own, as vLLM compares.
     assert chat_plan(bot, messages=[USER, ASSISTANT], echo=True).echo_text is None
     assert chat_plan(bot, echo=True, add_generation_prompt=False).echo_text == "Hi"
@@ -152,12 +155,12 @@ def test_completion_logprob_tokens_as_ids_and_their_offsets() -> None:
 
 
 def test_a_requests_own_field_wins_over_the_servers_flag() -> None:
-    on = AnswerOptions(return_tokens_as_token_ids=True)
+    on = FrontendOptions(return_tokens_as_token_ids=True)
     assert chat_plan(on).tokens_as_ids
     assert not chat_plan(on, return_tokens_as_token_ids=False).tokens_as_ids
-    assert chat_plan(AnswerOptions(), return_tokens_as_token_ids=True).tokens_as_ids
+    assert chat_plan(FrontendOptions(), return_tokens_as_token_ids=True).tokens_as_ids
     assert completion_plan(on).tokens_as_ids
-    assert not completion_plan(AnswerOptions()).tokens_as_ids
+    assert not completion_plan(FrontendOptions()).tokens_as_ids
 
 
 def test_streamed_chat_logprobs_render_tokens_as_ids() -> None:
@@ -214,3 +217,58 @@ def test_prompt_tokens_details_count_the_images_tokens() -> None:
     plan = plan_of(prompt_tokens_details=True, media=(image, image))
     details = usage_of(plan, FINISH)["prompt_tokens_details"]
     assert details["multimodal_tokens"] == {"image": 4}
+
+
+GREETS: Final = "{{ greeting }}{% for m in messages %}|{{ m['content'] }}{% endfor %}{{ tools }}"
+
+
+def rendered(frontend: FrontendOptions, **body: Any) -> str:
+    template = ChatTemplate(GREETS, special_tokens={})
+    model = msgspec.structs.replace(DEMO.prompt_model(), chat_template=template, frontend=frontend)
+    request = decode_chat_request(json.dumps({"messages": [USER], **body}).encode())
+    plan = prepare_chat(request, model, request_id="r", now=NOW)
+    return DEMO.tokenizer.decode(plan.prompt_ids, skip_special_tokens=False)
+
+
+TOOL: Final = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def test_default_template_kwargs_sit_under_the_requests_own() -> None:
+    greeting = FrontendOptions(default_chat_template_kwargs={"greeting": "Hello"})
+    assert rendered(greeting) == "Hello|Hi"
+    assert rendered(greeting, chat_template_kwargs={"greeting": "Hey"}) == "Hey|Hi"
+    assert rendered(FrontendOptions()) == "|Hi"
+
+
+def test_tools_are_left_out_with_tool_choice_none_only_when_the_server_says() -> None:
+    shown = rendered(FrontendOptions(), tools=[TOOL], tool_choice="none")
+    assert "'name': 'f'" in shown
+    hidden = FrontendOptions(exclude_tools_when_tool_choice_none=True)
+    assert rendered(hidden, tools=[TOOL], tool_choice="none") == "|Hi"
+    assert "'name': 'f'" in rendered(hidden, tools=[TOOL], tool_choice="required")
+
+
+def test_a_requests_own_template_is_refused_unless_trusted() -> None:
+    own = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+    for body in ({"chat_template": own}, {"chat_template_kwargs": {"chat_template": own}}):
+        with pytest.raises(ClientError, match="--trust-request-chat-template is not set") as no:
+            rendered(FrontendOptions(), **body)
+        assert no.value.param == next(iter(body))
+    trusting = FrontendOptions(trust_request_chat_template=True)
+    assert rendered(trusting, chat_template=own) == "<Hi>"
+    # vLLM takes the template itself from `chat_template`, never from the kwargs' copy.
+    assert rendered(trusting, chat_template_kwargs={"chat_template": own}) == "|Hi"
+    with pytest.raises(ClientError) as broken:
+        rendered(trusting, chat_template="{% for %}")
+    assert broken.value.param == "chat_template"
+
+
+def test_forced_usage_puts_usage_on_every_chunk_of_a_stream() -> None:
+    forced = FrontendOptions(force_include_usage=True)
+    streamed = chat_plan(forced, stream=True)
+    assert (streamed.include_usage, streamed.continuous_usage) == (True, True)
+    assert not chat_plan(forced).include_usage  # a full answer always has its usage
+    plain = chat_plan(FrontendOptions(), stream=True)
+    assert (plain.include_usage, plain.continuous_usage) == (False, False)
+    completion = completion_plan(forced, stream=True)
+    assert (completion.include_usage, completion.continuous_usage) == (True, True)

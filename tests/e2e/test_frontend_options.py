@@ -1,5 +1,5 @@
 """vLLM's answer flags on a live gateway (`--response-role`, `--return-tokens-as-token-ids`,
-`--enable-prompt-tokens-details`; serving/answer_flags.py) in front of the reference vLLM
+`--enable-prompt-tokens-details`; serving/frontend_option_flags.py) in front of the reference vLLM
 EngineCore over real ZMQ, read by the `openai` SDK: the reply's role in a full answer and in a
 stream's role chunk, logprob tokens as `token_id:N` in chat and completions (a request's own
 field winning), and usage.prompt_tokens_details with 0 cached tokens."""
@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
 
+import httpx
 import pytest
 import trio
 from openai import OpenAI
@@ -110,3 +111,55 @@ async def test_chat_answers_as_the_flags_ask(server: LiveServer) -> None:
 async def test_completion_answers_as_the_flags_ask(server: LiveServer) -> None:
     with trio.fail_after(TEST_TIMEOUT_S), openai_client(server) as client:
         await trio.to_thread.run_sync(completion_answers, client)
+
+
+PROMPT_FLAGS: Final = {
+    "chat_template_text": "{{ greeting }}{% for m in messages %}|{{ m['content'] }}{% endfor %}",
+    "default_chat_template_kwargs": {"greeting": "Hello"},
+    "trust_request_chat_template": True,
+    "enable_force_include_usage": True,
+}
+
+
+def prompt_flags(client: OpenAI) -> None:
+    def prompt_ids(**extra: Any) -> list[int]:
+        full = client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            max_tokens=1,
+            extra_body={"return_token_ids": True, **extra},
+        )
+        ids = (full.model_extra or {})["prompt_token_ids"]
+        assert isinstance(ids, list)
+        return ids
+
+    def tokens(text: str) -> list[int]:
+        answer = client.post(
+            "/tokenize",
+            body={"prompt": text, "add_special_tokens": False},
+            cast_to=httpx.Response,
+        )
+        ids = answer.json()["tokens"]
+        assert isinstance(ids, list)
+        return ids
+
+    assert prompt_ids() == tokens("Hello|Go on.")  # the server's default variable
+    assert prompt_ids(chat_template_kwargs={"greeting": "Hey"}) == tokens("Hey|Go on.")
+    own = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+    assert prompt_ids(chat_template=own) == tokens("<Go on.>")  # trusted
+    # Forced usage: a stream that did not ask carries it on every chunk and at its end.
+    chunks = list(
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=3, stream=True)
+    )
+    assert all(chunk.usage is not None for chunk in chunks)
+    assert chunks[-1].choices == []
+    last = chunks[-1].usage
+    assert last is not None
+    assert last.completion_tokens == 3
+
+
+async def test_prompt_flags_and_forced_usage(tmp_path: Path) -> None:
+    with trio.fail_after(TEST_TIMEOUT_S):
+        async with live_server(tmp_path, config_fields=PROMPT_FLAGS) as running:
+            with openai_client(running) as client:
+                await trio.to_thread.run_sync(prompt_flags, client)
