@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.template_content_format import ContentFormatFlag
@@ -58,19 +58,24 @@ DEFAULT_FRONTEND: Final = FrontendOptions()
 def usage_with_details(plan: GeneratePlan, usage: Usage, cached: int, created: int | None) -> Usage:
     """`usage` as vLLM's server reports it with --enable-prompt-tokens-details (`plan` asks
     for it): chat always names the cached tokens (0 included), the tokens the engine wrote to
-    its prefix cache and the prompt's tokens per modality (null when none); completions the
-    cached tokens, with the other two null in a full answer and left out of a stream's."""
+    its prefix cache and the prompt's tokens per modality; completions the cached tokens only.
+    A full answer writes what is unknown or absent as null; a stream's usage leaves it out
+    (measured against vLLM 0.32: tests/e2e/test_real_vllm_frontend_options.py)."""
     if not plan.prompt_tokens_details:
         return usage
+    created_field: int | UnsetType | None = None
+    media_field: dict[str, int] | UnsetType | None = None
     if plan.endpoint is Endpoint.CHAT:
         media: dict[str, int] = {}
         for feature in plan.media:
             media[feature.modality] = media.get(feature.modality, 0) + feature.length
-        details = PromptTokensDetails(cached, created, media or None)
-    elif plan.endpoint is Endpoint.COMPLETION:
-        details = PromptTokensDetails(cached, *((UNSET, UNSET) if plan.stream else (None, None)))
-    else:
+        created_field, media_field = created, media or None
+    elif plan.endpoint is not Endpoint.COMPLETION:
         return usage
+    if plan.stream:
+        created_field = UNSET if created_field is None else created_field
+        media_field = UNSET if media_field is None else media_field
+    details = PromptTokensDetails(cached, created_field, media_field)
     return msgspec.structs.replace(usage, prompt_tokens_details=details)
 
 

@@ -192,6 +192,12 @@ def test_prompt_tokens_details_always_with_the_flag_as_vllm_shapes_them() -> Non
         "multimodal_tokens": None,
     }
     openai.types.CompletionUsage.model_validate(chat)
+    # A stream's usage leaves out what is null (vLLM's, measured).
+    chat_stream = plan_of(prompt_tokens_details=True, stream=True, include_usage=True)
+    assert usage_of(chat_stream, cold)["prompt_tokens_details"] == {
+        "cached_tokens": 0,
+        "created_cache_tokens": 2,
+    }
     # An engine that does not say what it cached: null, as vLLM's.
     unknown = ChoiceFinished(0, "length", None, 3, 1, cached_tokens=1)
     details = usage_of(plan_of(prompt_tokens_details=True), unknown)["prompt_tokens_details"]
