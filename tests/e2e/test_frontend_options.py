@@ -1,4 +1,4 @@
-"""vLLM's answer flags on a live gateway (`--response-role`, `--return-tokens-as-token-ids`,
+"""vLLM's prompt and answer flags on a live gateway (`--response-role`, `--return-tokens-as-token-ids`,
 `--enable-prompt-tokens-details`; serving/frontend_option_flags.py) in front of the reference vLLM
 EngineCore over real ZMQ, read by the `openai` SDK: the reply's role in a full answer and in a
 stream's role chunk, logprob tokens as `token_id:N` in chat and completions (a request's own

@@ -77,7 +77,7 @@ def answers(url: str) -> dict[str, Any]:
     return found
 
 
-def test_answer_flags_equal_plain_vllm_serve(tmp_path: Path) -> None:
+def test_frontend_option_flags_equal_plain_vllm_serve(tmp_path: Path) -> None:
     port = free_port()
     plain = launch(
         "vllm-flags-plain",

@@ -1,6 +1,6 @@
-"""`smg-trio serve`'s answer flags, by vLLM's names (serving/frontend_option_flags.py): from the command
-line and the TOML file onto the GatewayConfig, bad values refused, and the `FrontendOptions` the
-gateway is built with."""
+"""`smg-trio serve`'s prompt and answer flags, by vLLM's names (serving/frontend_option_flags.py):
+from the command line and the TOML file onto the GatewayConfig, bad values refused, and the
+`FrontendOptions` the gateway is built with."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vLLM's answer flags through `vllm serve`'s front-end hook (this test plays vLLM: tests/e2e/
+"""vLLM's prompt and answer flags through `vllm serve`'s front-end hook (this test plays vLLM: tests/e2e/
 vllm_hook.py; docs/vllm-frontend.md §2), read by the `openai` SDK: `--response-role`,
 `--return-tokens-as-token-ids`, `--enable-prompt-tokens-details` and
 `--chat-template-content-format` in `--args-json` reach the answers and the prompt (and
@@ -41,7 +41,7 @@ def answers(url: str) -> None:
         assert chat.usage.prompt_tokens_details.cached_tokens == 0
 
 
-async def test_answer_flags_are_honoured_through_the_hook(tmp_path: Path) -> None:
+async def test_frontend_option_flags_are_honoured_through_the_hook(tmp_path: Path) -> None:
     flags = vllm_args(
         response_role="narrator",
         return_tokens_as_token_ids=True,
