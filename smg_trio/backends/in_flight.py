@@ -61,6 +61,7 @@ class InFlight(Generic[E]):
     prompt_tokens: int
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cache_creation_tokens: int | None = None  # None: the engine does not report it
     live: bool = True
     """Neither finished, failed nor given up: leaving its stream must abort it."""
     prompt_logprobs: tuple[TokenLogprob, ...] | None = None
@@ -250,6 +251,7 @@ class InFlightTable(Generic[E, R]):
                 completion_tokens=request.completion_tokens,
                 cached_tokens=request.cached_tokens,
                 weight_version=weight_version,
+                cache_creation_tokens=request.cache_creation_tokens,
             )
         )
         if not any(

@@ -48,6 +48,7 @@ class RequestStep(msgspec.Struct, frozen=True, kw_only=True):
     prompt_tokens: int | None = None  # when the engine reports it
     completion_tokens: int | None = None  # cumulative, when the engine reports it
     cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None  # vLLM: prompt tokens it wrote to its prefix cache
     cache_miss: tuple[str, ...] = ()  # vLLM: image keys sent as `data: nil` it did not hold
     pooled: tuple[tuple[float, ...], tuple[int, ...]] | None = None  # a pooling finish's tensor
     weight_version: str | None = None  # vLLM: the engine's weights at this step (finishes only)
@@ -287,6 +288,7 @@ def _vllm_step(
         error=error,
         prompt_tokens=None if prefill is None else prefill.num_prompt_tokens,
         cached_tokens=None if prefill is None else prefill.num_cached_tokens,
+        cache_creation_tokens=None if prefill is None else prefill.num_cache_creation_tokens,
         cache_miss=output.mm_cache_miss_hashes or (),
         pooled=pooled,
         weight_version=None if output.finish_reason is None else weight_version,

@@ -134,6 +134,8 @@ class OutputReader:
             route.completion_tokens = step.completion_tokens
         if step.cached_tokens is not None:
             route.cached_tokens = step.cached_tokens
+        if step.cache_creation_tokens is not None:
+            route.cache_creation_tokens = step.cache_creation_tokens
         if step.pooled is not None:
             route.pooled = step.pooled
         if step.finish_reason is not None:

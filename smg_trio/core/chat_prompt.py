@@ -12,7 +12,12 @@ from collections.abc import Sequence
 
 import msgspec
 
-from smg_trio.core.chat_template import cut_after_final_message, template_messages
+from smg_trio.core.chat_template import (
+    cut_after_final_message,
+    request_template,
+    template_messages,
+)
+from smg_trio.core.frontend_options import templated_request
 from smg_trio.core.harmony_prompt import harmony_chat_text
 from smg_trio.core.images import ProcessedImage, chat_image_refs, expand_placeholders, place_images
 from smg_trio.core.prompt_bound import PromptLimit, bounded_encode
@@ -54,6 +59,7 @@ def chat_prompt(
     `limit` bounds the encoding (prompt_bound); /v1/tokenize, like vLLM's, has none. An
     image part without its processed image is a 400 naming it (where images are not taken).
     """
+    req = templated_request(req, model.frontend)  # idempotent: prepare_chat applied it too
     refs = chat_image_refs(req)
     if len(refs) != len(images):
         param = refs[0].param if refs else "messages"
@@ -70,8 +76,9 @@ def chat_prompt(
             code="multimodal_not_supported",
             param=refs[0].param,
         )
+    placeholder = images[0].placeholder
     text = expand_placeholders(
-        _chat_text(req, model, now), images[0].placeholder, images, "messages"
+        _chat_text(req, model, now, placeholder), placeholder, images, "messages"
     )
     ids = bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
     return ids, place_images(ids, images, model.tokenizer, "messages")
@@ -93,16 +100,30 @@ def _chat_text_ids(
     return bounded_encode(model.tokenizer, text, add_special_tokens=add_special_tokens, limit=limit)
 
 
-def _chat_text(req: oa.ChatCompletionRequest, model: PromptModel, now: _dt.datetime) -> str:
-    """The chat template's rendering of `req` (continue_final_message applied)."""
-    if model.chat_template is None:
+def _chat_text(
+    req: oa.ChatCompletionRequest,
+    model: PromptModel,
+    now: _dt.datetime,
+    placeholder: str | None = None,
+) -> str:
+    """The chat template's rendering of `req` (continue_final_message applied), its messages'
+    content in the form the server's `--chat-template-content-format` names, else the template's
+    own (`placeholder`: what stands for an image, when the request has images)."""
+    template = model.chat_template
+    if req.chat_template is not None:  # trusted: templated_request refused it otherwise
+        template = request_template(req.chat_template, template)
+    if template is None:
         raise ClientError(
             f"model {model.name!r} has no chat template; use /v1/completions", param="messages"
         )
-    template = model.chat_template
-    messages = template_messages(req, developer_role=template.has_developer_role)
+    flag = model.frontend.content_format
+    form = template.content_format if flag == "auto" else flag
+    messages = template_messages(
+        req, developer_role=template.has_developer_role, form=form, placeholder=placeholder
+    )
     tools = [msgspec.to_builtins(t) for t in req.tools] if req.tools else None
     extra = dict(req.chat_template_kwargs or {})
+    extra.pop("chat_template", None)  # vLLM: the template itself, never one of its variables
     if req.reasoning_effort is not None:
         # vLLM hands reasoning_effort to the template (request-fields.md §3); the client's own
         # chat_template_kwargs win.

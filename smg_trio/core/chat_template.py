@@ -19,7 +19,11 @@ from typing import Any
 import minijinja
 import msgspec
 
-from smg_trio.core.images import template_content
+from smg_trio.core.template_content_format import (
+    ContentFormat,
+    content_for_template,
+    detected_content_format,
+)
 from smg_trio.errors import ClientError, ConfigError
 from smg_trio.wire import openai as oa
 
@@ -58,6 +62,8 @@ class ChatTemplate:
         self._special_tokens = {k: v for k, v in special_tokens.items() if v is not None}
         # vLLM renders a `developer` message as `system` for templates with no developer role.
         self.has_developer_role = "developer" in source
+        # How it takes a message's content, as vLLM's `auto` decides (template_content_format.py).
+        self.content_format = detected_content_format(source)
         self._env = minijinja.Environment(
             trim_blocks=True,
             lstrip_blocks=True,
@@ -69,6 +75,10 @@ class ChatTemplate:
             self._env.add_template("chat", _GENERATION_TAG.sub("", source))
         except minijinja.TemplateError as exc:
             raise ConfigError(f"the chat template does not compile: {exc}") from exc
+
+    @property
+    def special_tokens(self) -> Mapping[str, str]:
+        return self._special_tokens
 
     def render(
         self,
@@ -105,6 +115,16 @@ class ChatTemplate:
             ) from exc
 
 
+def request_template(source: str, model_template: ChatTemplate | None) -> ChatTemplate:
+    """A request's own `chat_template` (vLLM's, with --trust-request-chat-template), compiled
+    with the model's special tokens; one that does not compile is a 400 naming it."""
+    special = {} if model_template is None else model_template.special_tokens
+    try:
+        return ChatTemplate(source, special_tokens=special)
+    except ConfigError as exc:
+        raise ClientError(str(exc), param="chat_template") from exc
+
+
 def template_tool_calls(message: dict[str, Any]) -> None:
     """An assistant message's `tool_calls` as templates take them, by vLLM's rule: each call's
     `arguments` JSON string becomes the object it encodes (templates apply `tojson` to it), one
@@ -126,6 +146,8 @@ def template_tool_calls(message: dict[str, Any]) -> None:
 def cut_after_final_message(text: str, final: dict[str, Any]) -> str:
     """continue_final_message: drop what the template wrote after the last message's content."""
     content = final.get("content")
+    if isinstance(content, list):  # the openai form: its last text, as transformers takes it
+        content = next((p["text"] for p in reversed(content) if p.get("type") == "text"), None)
     if not isinstance(content, str) or not content:
         raise ClientError(
             "continue_final_message needs a final message with text content", param="messages"
@@ -139,21 +161,34 @@ def cut_after_final_message(text: str, final: dict[str, Any]) -> str:
     return text[: at + len(content)]
 
 
-def template_messages(req: oa.ChatCompletionRequest, *, developer_role: bool) -> list[Any]:
-    """A chat request's messages as transformers templates (and the Harmony renderer) take them."""
+def template_messages(
+    req: oa.ChatCompletionRequest,
+    *,
+    developer_role: bool,
+    form: ContentFormat = "string",
+    placeholder: str | None = None,
+) -> list[Any]:
+    """A chat request's messages as transformers templates (and the Harmony renderer) take them,
+    their content in `form` (`placeholder`: what stands for an image; core/template_content_format.py)."""
     return [
-        message_for_template(m, i, developer_role=developer_role)
+        message_for_template(
+            m, i, developer_role=developer_role, form=form, placeholder=placeholder
+        )
         for i, m in enumerate(req.messages)
     ]
 
 
 def message_for_template(
-    message: oa.ChatMessage, index: int, *, developer_role: bool
+    message: oa.ChatMessage,
+    index: int,
+    *,
+    developer_role: bool,
+    form: ContentFormat = "string",
+    placeholder: str | None = None,
 ) -> dict[str, Any]:
-    """A message as transformers templates expect it, as vLLM renders them: content flattened
-    to one string (a list with its images in vLLM's "openai" form, core/images.py), a null
-    content (an assistant turn with tool_calls) "", and a `developer`
-    message a `system` one unless the template knows the developer role."""
+    """A message as transformers templates expect it, as vLLM renders them: its content in
+    `form`, and a `developer` message a `system` one unless the template knows the developer
+    role."""
     out: dict[str, Any] = {
         key: value for key, value in msgspec.to_builtins(message).items() if value is not None
     }
@@ -161,9 +196,11 @@ def message_for_template(
         out["role"] = "system"
     if out["role"] == "assistant":
         template_tool_calls(out)
-    content = getattr(message, "content", None)
-    if content is None:
-        out["content"] = ""
-    elif not isinstance(content, str):
-        out["content"] = template_content(content, index)
+    out["content"] = content_for_template(
+        getattr(message, "content", None),
+        index,
+        form=form,
+        role=out["role"],
+        placeholder=placeholder,
+    )
     return out

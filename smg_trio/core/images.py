@@ -1,5 +1,5 @@
-"""Pure. Images in a chat prompt: which parts carry them, how the template sees them, and how
-each processed image's placeholder is expanded into the prompt and located there
+"""Pure. Images in a chat prompt: which parts carry them (how the template sees them:
+core/template_content_format.py), and how each processed image's placeholder is expanded into the prompt and located there
 (docs/images.md §2).
 
 vLLM's rule, reproduced: the chat template renders one placeholder per image (the model's
@@ -61,28 +61,6 @@ def chat_image_refs(req: oa.ChatCompletionRequest) -> tuple[ImageRef, ...]:
                 param = f"messages[{index}].content[{at}].image_url"
                 refs.append(ImageRef(param=param, url=part.image_url.url))
     return tuple(refs)
-
-
-def template_content(parts: Sequence[oa.ContentPart], index: int) -> str | list[dict[str, str]]:
-    """A message's content parts as the template takes them: one string of the texts when all
-    are text (vLLM's "string" form), else vLLM's "openai" form, a list with `{"type": "image"}`
-    for each image (the template writes the model's placeholder there)."""
-    if all(isinstance(part, oa.TextPart) for part in parts):
-        return "\n".join(part.text for part in parts if isinstance(part, oa.TextPart))
-    out: list[dict[str, str]] = []
-    for at, part in enumerate(parts):
-        if isinstance(part, oa.TextPart):
-            out.append({"type": "text", "text": part.text})
-        elif isinstance(part, oa.ImagePart):
-            out.append({"type": "image"})
-        else:
-            raise ClientError(
-                f"messages[{index}].content[{at}]: this gateway takes text and images only "
-                f"(got a {type(part).__name__})",
-                code="multimodal_not_supported",
-                param=f"messages[{index}].content[{at}]",
-            )
-    return out
 
 
 def expand_placeholders(

@@ -180,14 +180,21 @@ def candidates(position: TokenLogprob) -> list[tuple[int, float]]:
     return out
 
 
+def token_id_placeholder(token_id: int) -> str:
+    """vLLM's `--return-tokens-as-token-ids` form of a logprob token."""
+    return f"token_id:{token_id}"
+
+
 class LogprobFormatter:
-    """Renders released positions for one request (`top`: the client's top-k width)."""
+    """Renders released positions for one request (`top`: the client's top-k width; `as_ids`:
+    tokens as `token_id:N`, vLLM's `return_tokens_as_token_ids`)."""
 
-    __slots__ = ("_strings", "_top")
+    __slots__ = ("_as_ids", "_strings", "_top")
 
-    def __init__(self, tokenizer: TokenizerLike, top: int) -> None:
+    def __init__(self, tokenizer: TokenizerLike, top: int, *, as_ids: bool = False) -> None:
         self._strings = TokenStrings(tokenizer)
         self._top = top
+        self._as_ids = as_ids
 
     def chat(
         self, positions: Sequence[TokenLogprob], context: list[int] | None = None
@@ -195,6 +202,8 @@ class LogprobFormatter:
         """`context`: the choice's sampled ids before `positions` (extended here; a stream
         keeps one per choice); None for a choice's first positions."""
         context = [] if context is None else context
+        if self._as_ids:
+            return self._chat_as_ids(positions, context)
         entry = self._strings.entry_after
         width = self._top
         content = []
@@ -212,6 +221,23 @@ class LogprobFormatter:
         del context[:-CONTEXT_TOKENS]
         return ChoiceLogprobs(content=tuple(content))
 
+    def _chat_as_ids(self, positions: Sequence[TokenLogprob], context: list[int]) -> ChoiceLogprobs:
+        """`chat` with every token as `token_id:N`, as vLLM renders it: a sampled token's
+        `bytes` stay its decoded text's, each candidate's are its placeholder's."""
+        content = []
+        for position in positions:
+            raw = self._strings.entry_after(position.token_id, context)[1]
+            tops = tuple(
+                TopLogprob(name, _clamped(logprob), tuple(name.encode()))
+                for token_id, logprob in candidates(position)[: self._top]
+                for name in (token_id_placeholder(token_id),)
+            )
+            token = token_id_placeholder(position.token_id)
+            content.append(ChatTokenLogprob(token, _clamped(position.logprob), raw, tops))
+            context.append(position.token_id)
+        del context[:-CONTEXT_TOKENS]
+        return ChoiceLogprobs(content=tuple(content))
+
     def chat_json(
         self, positions: Sequence[TokenLogprob], context: list[int] | None = None
     ) -> bytes:
@@ -219,6 +245,8 @@ class LogprobFormatter:
         path; tests pin that it equals the struct encoding byte for byte). The candidate rule
         of `candidates` is inlined: this runs for every token."""
         context = [] if context is None else context
+        if self._as_ids:
+            return _encode(self._chat_as_ids(positions, context))
         entry = self._strings.entry
         entry_after = self._strings.entry_after
         encode = _encode
@@ -257,20 +285,28 @@ class LogprobFormatter:
         context: list[int] | None = None,
     ) -> CompletionLogprobs:
         context = [] if context is None else context
-        entry = self._strings.entry_after
         keep = self._top + 1
+        if self._as_ids:
+
+            def token(token_id: int, context: Sequence[int]) -> str:
+                return token_id_placeholder(token_id)
+        else:
+
+            def token(token_id: int, context: Sequence[int]) -> str:
+                return self._strings.entry_after(token_id, context)[0]
+
         tokens: list[str] = []
         offsets: list[int] = []
         offset = initial_offset
         tops: list[dict[str, float] | None] = []
         for position in positions:
-            text = entry(position.token_id, context)[0]
+            text = token(position.token_id, context)
             tokens.append(text)
             offsets.append(offset)
             offset += len(text)
             tops.append(
                 {
-                    entry(token_id, context)[0]: _clamped(logprob)
+                    token(token_id, context): _clamped(logprob)
                     for token_id, logprob in candidates(position)[:keep]
                 }
             )
@@ -291,7 +327,11 @@ class LogprobFormatter:
     ) -> CompletionLogprobs:
         """`completion` of the prompt's positions then the generated ones (`echo`): the first
         prompt token has no logprob (null entries), offsets run from 0 over both."""
-        first = self._strings.entry(first_prompt_id)[0]
+        first = (
+            token_id_placeholder(first_prompt_id)
+            if self._as_ids
+            else self._strings.entry(first_prompt_id)[0]
+        )
         rest = self.completion((*prompt, *positions), len(first))
         return CompletionLogprobs(
             tokens=(first, *rest.tokens),

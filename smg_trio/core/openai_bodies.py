@@ -39,13 +39,16 @@ def chat_completion(
     usage: Usage,
     choices: Sequence[FinishedChoice],
     prompt_token_ids: TokenIds = None,
+    role: str = "assistant",
 ) -> bytes:
     """A non-streaming `chat.completion`; `prompt_token_ids` at the top level as vLLM's, and
-    each choice's `output_ids` as its `token_ids`, when kept (`return_token_ids`)."""
+    each choice's `output_ids` as its `token_ids`, when kept (`return_token_ids`); the
+    messages speak as `role` (the plan's `response_role`)."""
     rendered = tuple(
         ChatChoice(
             index=c.index,
             message=ResponseMessage(
+                role=role,
                 content=(c.text or None) if c.parsed else c.text,
                 reasoning_content=msgspec.UNSET if c.reasoning is None else c.reasoning,
                 reasoning=msgspec.UNSET if c.reasoning is None else c.reasoning,

@@ -64,7 +64,9 @@ class _OpenAIRenderer:
         self._prompt_tokens = tuple(len(p.ids) for p in plan.prompts for _ in range(plan.n))
         self.keeps_output_ids = plan.return_token_ids  # the generated ids are shown
         width = plan.sampling.logprobs
-        self._formatter = None if width is None else LogprobFormatter(tokenizer, width)
+        self._formatter = (
+            None if width is None else LogprobFormatter(tokenizer, width, as_ids=plan.tokens_as_ids)
+        )
         self._continuous = plan.include_usage and plan.continuous_usage
         # Continuous usage counts each choice's reasoning so far, as vLLM does.
         self._reasoning = reasoning_rule(plan) if self._continuous else None
@@ -110,13 +112,14 @@ class _OpenAIRenderer:
 class ChatRenderer(_OpenAIRenderer):
     """`chat.completion.chunk`s: a role chunk, content chunks, a finish chunk per choice."""
 
-    __slots__ = ("_chunks", "_echo", "_prompt_ids")
+    __slots__ = ("_chunks", "_echo", "_prompt_ids", "_role")
 
     def __init__(
         self, plan: GeneratePlan, tokenizer: TokenizerLike, request_id: str, created: int
     ) -> None:
         super().__init__(plan, tokenizer, request_id, created)
         self._echo = plan.echo_text
+        self._role = plan.response_role
         self._prompt_ids = plan.prompt_ids if plan.return_token_ids else None
         if plan.parsers is not None and not plan.parsers.include_reasoning:
             self.keeps_output_ids = False  # vLLM's: the ids would show the hidden reasoning
@@ -134,7 +137,7 @@ class ChatRenderer(_OpenAIRenderer):
 
     def opening(self, index: int, choice: ChoiceProgress) -> tuple[bytes, ...]:
         usage = self._running_usage(index, None)
-        role = self._chunks.role(index, usage, self._prompt_ids)
+        role = self._chunks.role(index, usage, self._prompt_ids, self._role)
         if not self._echo:
             return (role,)
         # vLLM streams the echoed last message as its own content chunk after the role.
@@ -181,6 +184,7 @@ class ChatRenderer(_OpenAIRenderer):
             usage=usage,
             choices=choices,
             prompt_token_ids=self._prompt_ids,
+            role=self._role,
         )
 
 

@@ -119,6 +119,12 @@ class GeneratePlan(msgspec.Struct, frozen=True, kw_only=True):
     # client's names of their parts, for a worker's 400 when its wire carries no image.
     media: tuple[MediaFeature, ...] = ()
     media_params: tuple[str, ...] = ()
+    # Chat: the reply's role (vLLM's --response-role, or the last message's without a generation
+    # prompt). Chat and completions: logprob tokens as `token_id:N`, and usage with
+    # prompt_tokens_details always (core/frontend_options.py).
+    response_role: str = "assistant"
+    tokens_as_ids: bool = False
+    prompt_tokens_details: bool = False
 
     @property
     def prompts(self) -> tuple[PromptPart, ...]:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import msgspec
 
 from smg_trio.core.chat_prompt import chat_prompt, chat_prompt_ids
+from smg_trio.core.frontend_options import templated_request
 from smg_trio.core.harmony_prompt import with_harmony_stops
 from smg_trio.core.images import ProcessedImage, chat_image_refs
 from smg_trio.core.plan import GeneratePlan, PromptPart
@@ -75,6 +76,7 @@ def prepare_chat(
     images: Sequence[ProcessedImage] = (),
 ) -> GeneratePlan:
     """`images`: the request's image parts processed, in order (`chat_image_refs`)."""
+    req = templated_request(req, model.frontend)
     limit = model.prompt_limit(req.truncate_prompt_tokens, "messages")
     refs = chat_image_refs(req)
     if refs and req.truncate_prompt_tokens is not None:
@@ -84,6 +86,7 @@ def prepare_chat(
         )
     prompt_ids, media = chat_prompt(req, model, now=now, limit=limit, images=images)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    role = response_role(req, model.frontend.response_role)
     plan = sampled_plan(
         req,
         model,
@@ -93,8 +96,9 @@ def prepare_chat(
         prompt_param="messages",
         max_tokens=req.max_new_tokens,
         logprobs=logprobs,
-        echo_text=_echoed_message(req) if req.echo else None,
+        echo_text=_echoed_message(req, role) if req.echo else None,
     )
+    plan = msgspec.structs.replace(plan, response_role=role)
     if media:
         plan = msgspec.structs.replace(
             plan, media=media, media_params=tuple(ref.param for ref in refs)
@@ -115,12 +119,24 @@ def prepare_chat(
     return msgspec.structs.replace(plan, sampling=sampling, prompt_logprobs_param=param)
 
 
-def _echoed_message(req: oa.ChatCompletionRequest) -> str | None:
+def response_role(req: oa.ChatCompletionRequest, server_role: str) -> str:
+    """The reply's role, as vLLM's server names it: the server's (`--response-role`) after a
+    generation prompt, else the last message's (the model continues it)."""
+    if req.add_generation_prompt:
+        return server_role
+    return message_role(req.messages[-1])
+
+
+def message_role(message: oa.ChatMessage) -> str:
+    return str(message.__struct_config__.tag)  # every message struct is tagged by its role
+
+
+def _echoed_message(req: oa.ChatCompletionRequest, role: str) -> str | None:
     """Chat `echo` (vLLM): the last message's text is prefixed to the output when that message
-    speaks in the response's role: the assistant's with a generation prompt, any role without
-    one (vLLM then answers in the last message's role)."""
+    speaks in the response's `role` (the assistant's, by default, with a generation prompt; any
+    role without one, since the reply then speaks as the last message)."""
     last = req.messages[-1]
-    if req.add_generation_prompt and not isinstance(last, oa.AssistantMessage):
+    if message_role(last) != role:
         return None
     if last.content is None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from smg_trio.core.chat_template import ChatTemplate
+from smg_trio.core.frontend_options import FrontendOptions
 from smg_trio.core.prompt_bound import PromptLimit, kept_tokens
 from smg_trio.core.tokenizer import TokenizerLike
 
@@ -27,6 +28,9 @@ class PromptModel(msgspec.Struct, frozen=True, kw_only=True):
     # The special tokens the tokenizer configs name (transformers' `all_special_ids`): the
     # ones a reasoning count drops (docs/tools-and-reasoning.md §11). None: unknown.
     named_special_ids: frozenset[int] | None = None
+    frontend: FrontendOptions = (
+        FrontendOptions()
+    )  # --response-role and the like (frontend_options.py)
 
     def prompt_limit(self, truncate_prompt_tokens: int | None, param: str) -> PromptLimit | None:
         """What bounds a prompt's tokenization (docs/limits.md §1); None without a context."""

@@ -104,11 +104,15 @@ class ChatStreamRenderer:
         return _encode(chunk)
 
     def role(
-        self, index: int, usage: Usage | None = None, prompt_token_ids: TokenIds = None
+        self,
+        index: int,
+        usage: Usage | None = None,
+        prompt_token_ids: TokenIds = None,
+        role: str = "assistant",
     ) -> bytes:
-        """The first chunk of a choice: role "assistant" and empty content (and vLLM's
+        """The first chunk of a choice: the reply's role and empty content (and vLLM's
         `prompt_token_ids` when asked, on every choice's role chunk as vLLM sends them)."""
-        delta = ChoiceDelta(role="assistant", content="")
+        delta = ChoiceDelta(role=role, content="")
         return self._chunk((ChunkChoice(index=index, delta=delta),), usage, prompt_token_ids)
 
     def content(

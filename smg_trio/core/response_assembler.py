@@ -45,6 +45,7 @@ import msgspec
 
 from smg_trio.core.assembled_choice import AssembledChoice
 from smg_trio.core.endpoint_renderers import renderer_for, response_id
+from smg_trio.core.frontend_options import usage_with_details
 from smg_trio.core.parsers.chat_output import ParsingChatRenderer
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.reasoning_tokens import reasoning_rule, reasoning_tokens
@@ -66,6 +67,8 @@ class ResponseAssembler:
         # A batched completion counts every prompt once (as vLLM sums them).
         self._prompt_tokens = sum(len(prompt.ids) for prompt in plan.prompts)
         self._cached_tokens = 0
+        self._cache_creation_tokens: int | None = None
+        self._plan = plan
         self._renderer = (
             renderer_for(plan, tokenizer, created=created)
             # Chat with parsers gets the parsing chat renderer (docs/tools-and-reasoning.md §4).
@@ -105,6 +108,7 @@ class ResponseAssembler:
         # A migrated request's engine saw a longer prompt: cached tokens never exceed ours.
         cached = min(self._cached_tokens, self._prompt_tokens)
         usage = Usage.of(self._prompt_tokens, self.completion_tokens, cached)
+        usage = usage_with_details(self._plan, usage, cached, self._cache_creation_tokens)
         rule = self._reasoning
         if rule is None:
             return usage
@@ -161,6 +165,10 @@ class ResponseAssembler:
                         self._feed(index, choice, token_ids, out)
                 case ChoiceFinished(choice_index=index):
                     self._cached_tokens = max(self._cached_tokens, event.cached_tokens)
+                    if event.cache_creation_tokens is not None:
+                        self._cache_creation_tokens = max(
+                            self._cache_creation_tokens or 0, event.cache_creation_tokens
+                        )
                     choice = choices[index]
                     # Even after a router stop in the same batch: the step's weights made it.
                     choice.weight_version = event.weight_version

@@ -89,6 +89,7 @@ def sampled_plan(
         ),
         bad_words=tuple(req.bad_words or ()),
     )
+    force_usage = model.frontend.force_include_usage
     return GeneratePlan(
         request_id=request_id,
         endpoint=endpoint,
@@ -97,13 +98,21 @@ def sampled_plan(
         sampling=sampling,
         n=req.num_choices,
         stream=req.is_stream,
-        include_usage=req.include_usage,
-        continuous_usage=req.continuous_usage,
+        # vLLM's --enable-force-include-usage: every stream has usage, on every chunk too.
+        include_usage=req.include_usage or (force_usage and req.is_stream),
+        continuous_usage=req.continuous_usage or (force_usage and req.is_stream),
         echo_text=echo_text,
         stop_spec=stop_spec_for(sampling, model.tokenizer, model.eos_token_id),
         # vLLM's rule: a request's stream_interval can only raise the server's.
         stream_interval=max(req.stream_interval or 1, model.stream_interval),
         return_token_ids=bool(req.return_token_ids),
+        # vLLM's: the request's own return_tokens_as_token_ids wins over the server's flag.
+        tokens_as_ids=(
+            model.frontend.return_tokens_as_token_ids
+            if req.return_tokens_as_token_ids is None
+            else req.return_tokens_as_token_ids
+        ),
+        prompt_tokens_details=model.frontend.prompt_tokens_details,
     )
 
 

@@ -249,6 +249,7 @@ class BatchingLoop:
             if self.kv_events is not None:
                 admitted = self.kv_events.cache.admit(request.prompt_ids)
                 request.cached_tokens = admitted.cached_tokens
+                request.cache_creation_tokens = admitted.created_tokens
                 events.extend(admitted.events)
         if self.kv_events is not None:
             self.kv_events.publisher.publish(events)
@@ -295,6 +296,7 @@ class BatchingLoop:
             logprobs=request.logprobs,
             first=not request.emitted,
             cached_tokens=request.cached_tokens,
+            cache_creation_tokens=request.cache_creation_tokens,
         )
         request.unsent.clear()
         request.emitted = True

@@ -40,6 +40,7 @@ from smg_trio.wire.vllm_zmq_outputs import PrefixCacheStats
 class Admitted(msgspec.Struct, frozen=True):
     cached_tokens: int  # prompt tokens found in the cache
     events: list[KvEvent]
+    created_tokens: int = 0  # prompt tokens of the blocks it newly cached (vLLM's creation)
 
 
 class PrefixCache:
@@ -104,7 +105,7 @@ class PrefixCache:
                 continue
             del self._blocks[victim]
             events.append(BlockRemoved(block_hashes=[victim], medium=MEDIUM_GPU))
-        return Admitted(hit * self.block_size, events)
+        return Admitted(hit * self.block_size, events, (len(hashes) - hit) * self.block_size)
 
     def _stored(self, prompt: Sequence[int], hashes: list[int], run: list[int]) -> BlockStored:
         size = self.block_size

@@ -340,6 +340,7 @@ class VllmWire:
                 num_computed_tokens=emission.prompt_tokens,
                 num_cached_tokens=emission.cached_tokens,
                 num_local_cached_tokens=emission.cached_tokens,
+                num_cache_creation_tokens=emission.cache_creation_tokens,
             )
         return EngineCoreOutput(
             request_id=emission.request_id,

@@ -54,6 +54,7 @@ class ActiveRequest:
     # The prompt, kept only by wires whose engine has a prefix cache (engines.prefix_cache).
     prompt_ids: tuple[int, ...] = ()
     cached_tokens: int = 0  # prompt tokens its prefix cache held when it was admitted
+    cache_creation_tokens: int = 0  # prompt tokens it wrote to the prefix cache
     # A pooling request's result (engines.pooling): it finishes with it in its first step.
     pooled: tuple[float, ...] | None = None
 
@@ -143,6 +144,7 @@ class Emission:
     logprobs: int | None = None
     first: bool = False
     cached_tokens: int = 0
+    cache_creation_tokens: int = 0
 
 
 OutputMessage: TypeAlias = tuple[int, bytes | list[bytes]]

@@ -59,6 +59,9 @@ class ChoiceFinished(msgspec.Struct, frozen=True, tag=True):
     completion_tokens: int
     cached_tokens: int = 0
     weight_version: str | None = None
+    # vLLM's prompt tokens written to its prefix cache (its usage's created_cache_tokens);
+    # None where the engine's wire does not say.
+    cache_creation_tokens: int | None = None
 
 
 EngineEvent: TypeAlias = TokenDelta | ChoiceFinished

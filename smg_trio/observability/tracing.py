@@ -1,6 +1,8 @@
-"""I/O. Opt-in OpenTelemetry tracing: one span tree per request, exported over OTLP/HTTP.
+"""I/O. Opt-in OpenTelemetry tracing: one span tree per request, exported over OTLP/HTTP
+(`--otlp-endpoint`) or, as vLLM's `--otlp-traces-endpoint`, over the protocol its environment
+names (OTLP/gRPC by default).
 
-Off unless `--otlp-endpoint` is given: the gateway then has no `RequestTracer`, and the request
+Off unless an endpoint is given: the gateway then has no `RequestTracer`, and the request
 path does nothing more than test that it is None (docs/observability.md §4).
 
 When on, a request's root span (`smg_trio.request`, kind SERVER) starts on arrival, as a child
@@ -29,7 +31,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -123,13 +125,27 @@ def tracer_provider(processor: SpanProcessor) -> TracerProvider:
     return provider
 
 
-@contextmanager
-def otlp_tracing(endpoint: str) -> Iterator[RequestTracer]:
-    """A tracer exporting to the OTLP/HTTP `endpoint` for the block; queued spans are flushed
-    (bounded by the exporter's own timeout) when it ends."""
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+OTLP_HTTP: Final = "http/protobuf"
+OTLP_GRPC: Final = "grpc"
 
-    provider = tracer_provider(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+
+@contextmanager
+def otlp_tracing(endpoint: str, protocol: str = OTLP_HTTP) -> Iterator[RequestTracer]:
+    """A tracer exporting to the OTLP `endpoint` over `protocol` (OTLP_HTTP or OTLP_GRPC, in
+    clear as vLLM's) for the block; queued spans are flushed (bounded by the exporter's own
+    timeout) when it ends."""
+    exporter: SpanExporter
+    if protocol == OTLP_GRPC:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        exporter = GrpcExporter(endpoint=endpoint, insecure=True)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=endpoint)
+    provider = tracer_provider(BatchSpanProcessor(exporter))
     try:
         yield RequestTracer(provider)
     finally:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from smg_trio.core.endpoint_renderers import response_id
+from smg_trio.core.frontend_options import DEFAULT_FRONTEND, FrontendOptions
 from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
@@ -120,6 +121,7 @@ class Gateway:
         memory_budget: MemoryBudget | None = None,
         metrics: GatewayMetrics | None = None,
         log_requests: bool = False,
+        max_log_len: int | None = None,
         tracer: RequestTracer | None = None,
         response_store: ResponseStore | None = None,
         stream_interval: int = 1,
@@ -132,6 +134,7 @@ class Gateway:
         pooler: ModelPooler = GENERATION_MODEL,
         image_workers: ImageWorkers | None = None,
         mm_device_do_normalize: bool | None = None,
+        frontend: FrontendOptions = DEFAULT_FRONTEND,
     ) -> None:
         """`model` under `served_model_names` with the parsers is the first model;
         `more_models` the further ones (docs/fleet.md §4), their workers in `pool` too;
@@ -145,6 +148,7 @@ class Gateway:
             reasoning_parser=reasoning_parser,
             stream_interval=stream_interval,
             pooler=pooler,
+            frontend=frontend,
         )
         self.model = model
         self.prompt_model: PromptModel = first.prompt_model
@@ -175,6 +179,7 @@ class Gateway:
         self.heap_releaser = HeapReleaser()  # after large bodies (docs/limits.md §2)
         self.metrics = metrics or GatewayMetrics(pool)
         self.log_requests = log_requests  # --log-requests: request bodies and texts in the log
+        self.max_log_len = max_log_len  # --max-log-len: characters of each logged (None: all)
         self.tracer = tracer  # --otlp-endpoint; None: tracing off, nothing traced
         self.responses = ResponsesService(response_store)  # /v1/responses' store (--response-store)
         # Tenants' budgets (--api-keys, --state-url; docs/fleet.md §2)

@@ -48,6 +48,8 @@ class Observers(Protocol):
     @property
     def log_requests(self) -> bool: ...  # --log-requests: bodies and texts in the log line
     @property
+    def max_log_len(self) -> int | None: ...  # --max-log-len: characters of each; None: all
+    @property
     def live_requests(self) -> LiveRequests: ...
 
 
@@ -108,7 +110,12 @@ def _logged_text(
     if not observers.log_requests:
         return None
     texts = list(record.texts) if record.texts is not None else []
-    return {"request_body": body.decode("utf-8", "replace"), "completion_texts": texts}
+    request_body = body.decode("utf-8", "replace")
+    limit = observers.max_log_len
+    if limit is not None:  # vLLM's --max-log-len: the body and each output cut at it
+        request_body = request_body[:limit]
+        texts = [text[:limit] for text in texts]
+    return {"request_body": request_body, "completion_texts": texts}
 
 
 def _is_cancellation(exc: BaseException) -> bool:

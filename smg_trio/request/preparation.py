@@ -24,6 +24,7 @@ import msgspec
 import trio
 
 from smg_trio.core.anthropic_request import COUNT_TOKENS_PATH, chat_request_of
+from smg_trio.core.frontend_options import DEFAULT_FRONTEND, FrontendOptions
 from smg_trio.core.harmony_prompt import harmony_stop_ids
 from smg_trio.core.images import chat_image_refs
 from smg_trio.core.parsers.registry import uses_harmony
@@ -62,9 +63,10 @@ def prompt_model_for(
     tool_call_parser: str | None,
     reasoning_parser: str | None,
     stream_interval: int,
+    frontend: FrontendOptions = DEFAULT_FRONTEND,
 ) -> PromptModel:
-    """`model`'s `PromptModel` with the parsers and the stream interval the server was given;
-    with gpt-oss's parsers, the Harmony stop ids too."""
+    """`model`'s `PromptModel` with the parsers, the stream interval and the answer options
+    the server was given; with gpt-oss's parsers, the Harmony stop ids too."""
     return msgspec.structs.replace(
         model.prompt_model(),
         tool_call_parser=tool_call_parser,
@@ -75,6 +77,7 @@ def prompt_model_for(
             else ()
         ),
         stream_interval=stream_interval,
+        frontend=frontend,
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from smg_trio.core.frontend_options import DEFAULT_FRONTEND, FrontendOptions
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import ClientError
 from smg_trio.model.folder import ModelDir
@@ -61,11 +62,14 @@ def served_model(
     reasoning_parser: str | None = None,
     stream_interval: int = 1,
     pooler: ModelPooler = GENERATION_MODEL,
+    frontend: FrontendOptions = DEFAULT_FRONTEND,
 ) -> ServedModel:
     """`folder` served under `names` (its own name without any) with its parsers."""
     return ServedModel(
         names=names or (folder.served_name,),
         folder=folder,
-        prompt_model=prompt_model_for(folder, tool_call_parser, reasoning_parser, stream_interval),
+        prompt_model=prompt_model_for(
+            folder, tool_call_parser, reasoning_parser, stream_interval, frontend
+        ),
         pooler=pooler,
     )

@@ -14,6 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from smg_trio.core.parsers.registry import check_parser_names
+from smg_trio.core.template_content_format import ContentFormatFlag
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.cors import CorsPolicy
 from smg_trio.frontends.root_path import checked_root_path
@@ -23,6 +24,7 @@ from smg_trio.responses.store.stores import check_store_url
 from smg_trio.routing.admission import DEFAULT_MAX_QUEUE, DEFAULT_QUEUE_TIMEOUT_S
 from smg_trio.routing.policies import POLICY_NAMES
 from smg_trio.routing.retry import DEFAULT_MAX_RETRIES, DEFAULT_MIGRATION_LIMIT
+from smg_trio.serving.frontend_option_flags import check_frontend_option_fields
 from smg_trio.serving.model_specs import ModelSpec, check_models, unfold_model_tables
 from smg_trio.serving.worker_specs import WorkerSpec, parse_worker_spec
 from smg_trio.tenancy.api_keys import load_api_keys
@@ -106,6 +108,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     probe_port: int | None = None
     log_requests: bool = False
     otlp_endpoint: str | None = None
+    # vLLM's --otlp-traces-endpoint: the same traces over the protocol vLLM would use with this
+    # environment (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc, its default, or http/protobuf).
+    otlp_traces_endpoint: str | None = None
     # /v1/responses' store (docs/client-apis.md §3.3): sqlite:///PATH or postgresql://...;
     # None: a SQLite file in the user's data dir, opened on first use.
     response_store: str | None = None
@@ -142,6 +147,22 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True):
     # normalise pixels themselves (raw uint8 on the wire) for the families that support it;
     # None: vLLM's default (on for them).
     mm_device_do_normalize: bool | None = None
+    # Answers and the request log, by vLLM's flags (serving/frontend_option_flags.py): the chat reply's
+    # role; logprob tokens as token_id:N; usage.prompt_tokens_details always; characters of
+    # the body and of each completion text in a --log-requests line (None: all).
+    response_role: str = "assistant"
+    return_tokens_as_token_ids: bool = False
+    enable_prompt_tokens_details: bool = False
+    max_log_len: int | None = None
+    # How a message's content reaches the chat template (vLLM's --chat-template-content-format):
+    # auto (the template's own, as vLLM detects it), string or openai.
+    chat_template_content_format: ContentFormatFlag = "auto"
+    # vLLM's --default-chat-template-kwargs, --exclude-tools-when-tool-choice-none,
+    # --trust-request-chat-template and --enable-force-include-usage (core/frontend_options.py).
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    exclude_tools_when_tool_choice_none: bool = False
+    trust_request_chat_template: bool = False
+    enable_force_include_usage: bool = False
 
     @property
     def model_specs(self) -> tuple[ModelSpec, ...]:
@@ -242,6 +263,11 @@ def validated(config: GatewayConfig) -> GatewayConfig:
     check_processes(config)
     check_tenancy(config)
     checked_root_path(config.root_path)
+    check_frontend_option_fields(config)
+    if config.otlp_endpoint is not None and config.otlp_traces_endpoint is not None:
+        raise ConfigError(
+            "--otlp-endpoint (OTLP/HTTP) and --otlp-traces-endpoint (vLLM's) exclude each other"
+        )
     return config
 
 

@@ -27,6 +27,7 @@ from smg_trio.serving.config import (
     config_from_mapping,
     read_config_file,
 )
+from smg_trio.serving.frontend_option_flags import FRONTEND_OPTION_FLAGS, add_frontend_option_flags
 from smg_trio.serving.media_options import MEDIA_FLAGS, add_media_flags
 
 # Flag destinations that map one-to-one onto GatewayConfig fields.
@@ -67,6 +68,7 @@ _CONFIG_FLAGS = (
     "probe_port",
     "log_requests",
     "otlp_endpoint",
+    "otlp_traces_endpoint",
     "response_store",
     "response_retention_s",
     "response_events_max",
@@ -74,6 +76,7 @@ _CONFIG_FLAGS = (
     "processes",
     "state_url",
     *MEDIA_FLAGS,
+    *FRONTEND_OPTION_FLAGS,
 )
 _PATH_FLAGS = ("model_path", "certfile", "keyfile", "api_keys", "chat_template")
 
@@ -249,6 +252,7 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
     )
     add_http_limit_flags(serve)
     add_media_flags(serve)
+    add_frontend_option_flags(serve)
     # Observability (docs/observability.md).
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     serve.add_argument(
@@ -281,6 +285,12 @@ def add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--otlp-endpoint",
         metavar="URL",
         help="export OpenTelemetry traces over OTLP/HTTP, e.g. http://127.0.0.1:4318/v1/traces",
+    )
+    serve.add_argument(
+        "--otlp-traces-endpoint",
+        metavar="URL",
+        help="vLLM's flag: export the traces over OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (grpc, "
+        "the default, e.g. 127.0.0.1:4317, or http/protobuf)",
     )
     serve.add_argument(
         "--processes",

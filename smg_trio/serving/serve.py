@@ -32,14 +32,16 @@ server on one port, all in the caller's `trio.run`.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 import random
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
@@ -71,6 +73,7 @@ from smg_trio.routing.kv_index import KvIndex
 from smg_trio.routing.policies import build_policy
 from smg_trio.routing.workers import Worker, WorkerPool
 from smg_trio.serving.config import GatewayConfig
+from smg_trio.serving.frontend_option_flags import frontend_options
 from smg_trio.serving.http_listener import check_listener, check_tls, http_limits, hypercorn_config
 from smg_trio.serving.media_options import image_limits
 from smg_trio.serving.model_folders import load_model_folders
@@ -84,6 +87,9 @@ if TYPE_CHECKING:
     from smg_trio.observability.tracing import RequestTracer
 
 logger = logging.getLogger(__name__)
+# vLLM reads the OTLP protocol of --otlp-traces-endpoint from here (OpenTelemetry's variable).
+OTLP_PROTOCOL_VARIABLE: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+OTLP_GRPC_EXPORTER: Final = "opentelemetry.exporter.otlp.proto.grpc"
 
 ShutdownTrigger = Callable[[], Awaitable[None]]
 
@@ -188,6 +194,8 @@ async def serve(
             reasoning_parser=config.reasoning_parser,
             memory_budget=memory_budget(config.memory_budget_mb),
             log_requests=config.log_requests,
+            max_log_len=config.max_log_len,
+            frontend=frontend_options(config),
             tracer=tracer,
             response_store=response_store,
             metrics=metrics,
@@ -205,6 +213,7 @@ async def serve(
                     reasoning_parser=spec.reasoning_parser,
                     stream_interval=config.stream_interval,
                     pooler=load_model_pooler(spec.model_path, spec.tasks),
+                    frontend=frontend_options(config),
                 )
                 for spec, folder in zip(config.models, folders.folders[1:], strict=True)
             ],
@@ -351,20 +360,35 @@ def open_shutdown_signal() -> Iterator[ShutdownTrigger]:
 
 
 def tracing_for(
-    config: GatewayConfig,
+    config: GatewayConfig, environ: Mapping[str, str] = os.environ
 ) -> Callable[[], AbstractContextManager[RequestTracer]] | None:
-    """The OTLP tracing to run with `config` (None: off); a ConfigError when it is asked for
-    and the `tracing` extra is not installed (docs/observability.md §4)."""
-    endpoint = config.otlp_endpoint
+    """The OTLP tracing to run with `config` (None: off): `--otlp-endpoint` over OTLP/HTTP, or
+    vLLM's `--otlp-traces-endpoint` over the protocol `environ` names as vLLM reads it
+    (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, default grpc). A ConfigError when it is asked for and
+    the `tracing` extra is not installed, or for a protocol vLLM refuses too
+    (docs/observability.md §4)."""
+    endpoint, protocol, flag = config.otlp_endpoint, "http/protobuf", "--otlp-endpoint"
+    if config.otlp_traces_endpoint is not None:
+        endpoint, flag = config.otlp_traces_endpoint, "--otlp-traces-endpoint"
+        protocol = environ.get(OTLP_PROTOCOL_VARIABLE, "grpc")
+        if protocol not in ("grpc", "http/protobuf"):
+            raise ConfigError(
+                f"{OTLP_PROTOCOL_VARIABLE}={protocol!r}: --otlp-traces-endpoint exports over "
+                "grpc or http/protobuf, as vLLM's"
+            )
     if endpoint is None:
         return None
     try:
         from smg_trio.observability.tracing import otlp_tracing
     except ImportError as exc:
         raise ConfigError(
-            f"--otlp-endpoint needs OpenTelemetry: pip install 'smg-trio[tracing]' ({exc})"
+            f"{flag} needs OpenTelemetry: pip install 'smg-trio[tracing]' ({exc})"
         ) from exc
-    return partial(otlp_tracing, endpoint)
+    if protocol == "grpc" and importlib.util.find_spec(OTLP_GRPC_EXPORTER) is None:
+        raise ConfigError(
+            f"{flag} over OTLP/gRPC needs its exporter: pip install 'smg-trio[tracing]'"
+        )
+    return partial(otlp_tracing, endpoint, protocol)
 
 
 def http_front(app: AsgiApp, config: GatewayConfig) -> AsgiApp:

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from smg_trio.core.template_content_format import CONTENT_FORMATS, ContentFormatFlag
 from smg_trio.errors import ConfigError
 from smg_trio.frontends.cors import CorsPolicy
 from smg_trio.serving.config import GatewayConfig, validated
@@ -76,6 +77,17 @@ class FrontendArgs:
     # (serving/vllm_frontend_model.py: pooling_convert).
     runner: str = "generate"
     convert: str | None = None
+    # The answers and the request log (serving/frontend_option_flags.py).
+    response_role: str = "assistant"
+    return_tokens_as_token_ids: bool = False
+    enable_prompt_tokens_details: bool = False
+    max_log_len: int | None = None
+    chat_template_content_format: ContentFormatFlag = "auto"
+    otlp_traces_endpoint: str | None = None
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    exclude_tools_when_tool_choice_none: bool = False
+    trust_request_chat_template: bool = False
+    enable_force_include_usage: bool = False
 
 
 def flag_name(key: str) -> str:
@@ -140,6 +152,16 @@ def parse_frontend_args(args: Mapping[str, Any]) -> FrontendArgs:
         mm_device_do_normalize=_optional_bool(args, "mm_device_do_normalize"),
         runner=runner,
         convert=convert,
+        response_role=_text(args, "response_role") or "assistant",
+        return_tokens_as_token_ids=bool(args.get("return_tokens_as_token_ids")),
+        enable_prompt_tokens_details=bool(args.get("enable_prompt_tokens_details")),
+        max_log_len=_max_log_len(args),
+        chat_template_content_format=_content_format(args),
+        otlp_traces_endpoint=_text(args, "otlp_traces_endpoint"),
+        default_chat_template_kwargs=_object(args, "default_chat_template_kwargs"),
+        exclude_tools_when_tool_choice_none=bool(args.get("exclude_tools_when_tool_choice_none")),
+        trust_request_chat_template=bool(args.get("trust_request_chat_template")),
+        enable_force_include_usage=bool(args.get("enable_force_include_usage")),
     )
 
 
@@ -270,6 +292,34 @@ def _max_model_len(args: Mapping[str, Any]) -> int | None:
     return value
 
 
+def _content_format(args: Mapping[str, Any]) -> ContentFormatFlag:
+    """vLLM's `--chat-template-content-format`: auto, string or openai."""
+    _only(args, "chat_template_content_format", CONTENT_FORMATS, default="auto")
+    value = args.get("chat_template_content_format")
+    return "string" if value == "string" else "openai" if value == "openai" else "auto"
+
+
+def _object(args: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise FrontendArgsError(
+            f"vLLM flag {flag_name(key)}: expected a JSON object, got {value!r:.60}"
+        )
+    return value
+
+
+def _max_log_len(args: Mapping[str, Any]) -> int | None:
+    """vLLM's `--max-log-len`: characters (and ids) of a logged prompt and output; absent: all."""
+    value = args.get("max_log_len")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FrontendArgsError(f"vLLM flag --max-log-len: expected an integer, got {value!r}")
+    return value
+
+
 def _positive_or_none(args: Mapping[str, Any], key: str) -> float | None:
     value = _number(args, key, 0.0)
     return value if value > 0 else None
@@ -326,6 +376,16 @@ def gateway_config(
         mm_device_do_normalize=args.mm_device_do_normalize,
         runner=args.runner,
         convert=(convert or args.convert) if args.runner == "pooling" else None,
+        response_role=args.response_role,
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        max_log_len=args.max_log_len,
+        chat_template_content_format=args.chat_template_content_format,
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
+        default_chat_template_kwargs=args.default_chat_template_kwargs,
+        exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+        trust_request_chat_template=args.trust_request_chat_template,
+        enable_force_include_usage=args.enable_force_include_usage,
     )
     if args.images_per_prompt is not None:
         config = msgspec.structs.replace(config, limit_mm_per_prompt=args.images_per_prompt)

@@ -71,6 +71,26 @@ FRONTEND_FLAGS: Final[Mapping[str, str]] = {
     "/inference/v1/generate is served with or without it (docs/vllm-frontend.md §9)",
     "mm_device_do_normalize": "mm_device_do_normalize: the engines' setting, so Qwen-VL pixels "
     "go as they take them (raw uint8 when on, vLLM's default; normalised float32 when off)",
+    "response_role": "response_role: the chat reply's role after a generation prompt (the "
+    "role chunk of a stream, a full answer's message)",
+    "return_tokens_as_token_ids": "return_tokens_as_token_ids: logprob tokens as `token_id:N` "
+    "in chat and completions, top logprobs too (a request's own field wins)",
+    "enable_prompt_tokens_details": "enable_prompt_tokens_details: usage.prompt_tokens_details "
+    "on every chat and completions answer, 0 cached tokens included, as vLLM's",
+    "max_log_len": "max_log_len: with --enable-log-requests, the characters of the body and of "
+    "each completion text in the request log line",
+    "chat_template_content_format": "chat_template_content_format: a message's content as a "
+    "string or OpenAI's list of parts; `auto` reads the template as vLLM does",
+    "otlp_traces_endpoint": "otlp_traces_endpoint: the request traces exported there over "
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL (grpc, vLLM's default, or http/protobuf), as vLLM's",
+    "default_chat_template_kwargs": "default_chat_template_kwargs: chat template variables for "
+    "every request, under its own chat_template_kwargs",
+    "exclude_tools_when_tool_choice_none": "exclude_tools_when_tool_choice_none: with "
+    "`tool_choice: none` the template is not shown the tools",
+    "trust_request_chat_template": "trust_request_chat_template: a request's own chat_template "
+    "is rendered (without the flag: vLLM's 400)",
+    "enable_force_include_usage": "enable_force_include_usage: every stream carries usage, on "
+    "each chunk and at its end, as vLLM's",
 }
 
 SERVE_FLAGS: Final = _flag_set(
@@ -143,39 +163,27 @@ worker_extension_cls
 
 REFUSED_FLAGS: Final = _flag_set(
     """
-aggregate_engine_logging anthropic_disabled_thinking_effort chat_template_content_format
+aggregate_engine_logging anthropic_disabled_thinking_effort
 cohere_format cohere_is_reasoning_model cudagraph_metrics custom_histogram_buckets
-default_chat_template_kwargs enable_force_include_usage enable_log_deltas enable_mfu_metrics
+enable_log_deltas enable_mfu_metrics
 enable_mm_embeds enable_offline_docs enable_per_request_metrics enable_prompt_embeds
-enable_prompt_tokens_details enable_return_routed_experts
-enable_server_load_tracking enable_ssl_refresh exclude_tools_when_tool_choice_none
+enable_return_routed_experts
+enable_server_load_tracking enable_ssl_refresh
 fingerprint_mode fingerprint_value grpc grpc_port h11_max_header_count
 h11_max_incomplete_event_size headless interleave_mm_strings io_processor_plugin
 kv_cache_metrics kv_cache_metrics_sample log_config_file log_error_stack logging_config
-lora_modules max_log_len media_io_kwargs middleware mm_processor_kwargs otlp_traces_endpoint
+lora_modules media_io_kwargs middleware mm_processor_kwargs
 override_generation_config per_request_spec_decode_metrics pooler_config
-reasoning_parser_plugin renderer_num_workers response_role return_sampling_mask
-return_tokens_as_token_ids show_hidden_metrics_for_version skip_tokenizer_init ssl_ca_certs
+reasoning_parser_plugin renderer_num_workers return_sampling_mask
+show_hidden_metrics_for_version skip_tokenizer_init ssl_ca_certs
 ssl_cert_reqs ssl_ciphers tokens_only tool_parser_plugin tool_server tool_strict_level
-trust_request_chat_template trust_request_mm_kwargs
+trust_request_mm_kwargs
 """
 )
 """Front-end flags we do not honour (yet): refused by name. Any key in none of the sets is
 refused the same way; this set only documents the known ones (docs/vllm-frontend.md §2)."""
 
 REFUSED_REASONS: Final[Mapping[str, str]] = {
-    "chat_template_content_format": "our template input is vLLM's `auto` choice for text "
-    "(a string) with images in the `openai` form; forcing one form is not implemented",
-    "response_role": "the reply's role is always `assistant`; naming another is not implemented",
-    "max_log_len": "our request log line carries the whole body with --enable-log-requests; "
-    "truncating it is not implemented",
-    "otlp_traces_endpoint": "vLLM exports over OTLP/gRPC by default; smg-trio's exporter "
-    "speaks OTLP/HTTP (`smg-trio serve --otlp-endpoint`), so the same value would not reach "
-    "the same collector",
-    "enable_prompt_tokens_details": "we report usage.prompt_tokens_details.cached_tokens "
-    "whenever the engine reports cached tokens (more than 0), flag or not; vLLM with the flag "
-    "also reports a 0 and created_cache_tokens, which we do not match yet",
-    "return_tokens_as_token_ids": "logprobs tokens as `token_id:N` are not implemented",
     "tokens_only": "a server of /inference/v1/generate alone, with detokenization off, is not "
     "implemented (our /inference/v1/generate is served beside the rest)",
     "return_sampling_mask": "sampling masks in /inference/v1/generate are not implemented",

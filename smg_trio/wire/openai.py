@@ -203,6 +203,8 @@ class _SamplingFields(msgspec.Struct, frozen=True, kw_only=True):
     guided_grammar: str | None = None
     prompt_logprobs: Int | None = None  # vLLM: top-k logprobs of each prompt position
     return_token_ids: bool | None = None  # vLLM: prompt and generated token ids in the answer
+    # vLLM: logprob tokens as `token_id:N` (None: the server's --return-tokens-as-token-ids).
+    return_tokens_as_token_ids: bool | None = None
 
     @property
     def num_choices(self) -> int:
@@ -252,6 +254,7 @@ class ChatCompletionRequest(_SamplingFields, frozen=True, kw_only=True):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None  # vLLM: the request's own, with --trust-request-chat-template
     separate_reasoning: bool = True
     stream_reasoning: bool = True
     include_reasoning: bool = True  # vLLM: false separates reasoning but leaves it out

@@ -21,7 +21,13 @@ MatchedStop = str | int
 
 
 class PromptTokensDetails(msgspec.Struct, frozen=True):
+    """`cached_tokens`; with vLLM's --enable-prompt-tokens-details also, as vLLM's chat sends
+    them, the tokens written to the prefix cache and the prompt tokens of each modality (null
+    when unknown or none; left out where vLLM leaves them out: core/frontend_options.py)."""
+
     cached_tokens: int
+    created_cache_tokens: int | UnsetType | None = UNSET
+    multimodal_tokens: dict[str, int] | UnsetType | None = UNSET
 
 
 class CompletionTokensDetails(msgspec.Struct, frozen=True):
@@ -78,7 +84,7 @@ class DeltaToolCall(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ChoiceDelta(msgspec.Struct, frozen=True, kw_only=True):
-    role: Literal["assistant"] | UnsetType = UNSET
+    role: str | UnsetType = UNSET  # "assistant" unless --response-role or the prompt says
     content: str | UnsetType = UNSET
     # Reasoning goes out under both names: `reasoning_content` (DeepSeek's, SGLang's, most
     # clients') and `reasoning` (vLLM >= 0.11's) (docs/tools-and-reasoning.md §3).
@@ -108,7 +114,7 @@ class ChatCompletionChunk(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ResponseMessage(msgspec.Struct, frozen=True, kw_only=True):
-    role: Literal["assistant"] = "assistant"
+    role: str = "assistant"  # or --response-role's, or the last message's (core/prepare.py)
     content: str | None
     reasoning_content: str | UnsetType = UNSET
     reasoning: str | UnsetType = UNSET

@@ -270,7 +270,7 @@ async def test_outputs_become_events_and_a_finished_choice_is_never_aborted(
                 await peer.emit(step(rid, 13, finish=FinishReason.STOP, stop_reason=13))
                 rest = [event async for event in stream]
             assert tokens_of([first, *rest]) == [10, 11, 12, 13]
-            assert rest[-1] == ChoiceFinished(0, "stop", 13, 5, 4, 2)
+            assert rest[-1] == ChoiceFinished(0, "stop", 13, 5, 4, 2, cache_creation_tokens=0)
             # The next input must be the next ADD: no ABORT was sent for the finished request.
             async with backend.open_stream(make_request(backend, max_tokens=8)):
                 await peer.next_add()

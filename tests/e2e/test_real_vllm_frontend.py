@@ -230,7 +230,7 @@ def test_an_unsupported_flag_stops_vllm_serve_naming_it(tmp_path: Path) -> None:
     """Within 10 s of vLLM running its front end (vLLM's own start-up before that, importing
     torch and building its config, takes ~25 s here and is not ours)."""
     command = vllm_command(
-        "--host", "127.0.0.1", "--port", str(free_port()), "--response-role", "bot"
+        "--host", "127.0.0.1", "--port", str(free_port()), "--enable-server-load-tracking"
     )
     server = launch("vllm-bad-flag", command, tmp_path, hook_env(tmp_path))
     with running([server]):
@@ -244,7 +244,9 @@ def test_an_unsupported_flag_stops_vllm_serve_naming_it(tmp_path: Path) -> None:
         print(f"vllm serve exited {code} {took:.1f} s after running its front end")
         assert code != 0
         launched = log.index("Launching Rust frontend")
-        assert "smg-trio: vLLM flag --response-role is not supported" in log[launched:]
+        assert (
+            "smg-trio: vLLM flag --enable-server-load-tracking is not supported" in log[launched:]
+        )
 
 
 def test_a_killed_engine_stops_vllm_serve(tmp_path: Path) -> None:

@@ -81,7 +81,7 @@ async def test_serves_the_openai_api_on_the_inherited_sockets(tmp_path: Path) ->
     ("extra", "named"),
     [
         ({"chat_template": "/no/such/x.jinja"}, "--chat-template"),
-        ({"response_role": "bot"}, "--response-role"),
+        ({"tool_server": "demo"}, "--tool-server"),
         ({"made_up_flag": 1}, "--made-up-flag"),
         ({"tokenizer_mode": "mistral"}, "--tokenizer-mode mistral"),
     ],

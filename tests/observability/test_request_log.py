@@ -92,6 +92,23 @@ async def test_each_request_gets_one_json_line_with_the_clients_id(tmp_path: Pat
     assert with_text["completion_texts"][0]
 
 
+async def test_max_log_len_cuts_the_logged_body_and_texts_as_vllms(tmp_path: Path) -> None:
+    body = {"prompt": "hi there", "max_tokens": 6, "ignore_eos": True}
+    fields = {"log_requests": True, "max_log_len": 12}
+    with trio.fail_after(TEST_S), json_request_lines() as lines:
+        async with (
+            live_server(tmp_path, config_fields=fields) as server,
+            httpx.AsyncClient(base_url=server.base_url, headers=AUTH) as http,
+        ):
+            answer = await http.post("/v1/completions", json=body)
+            assert answer.status_code == 200
+            text = answer.json()["choices"][0]["text"]
+    assert len(text) > 12
+    (cut,) = lines
+    assert cut["request_body"] == json.dumps(body, separators=(",", ":"))[:12]
+    assert cut["completion_texts"] == [text[:12]]
+
+
 def test_the_stderr_writer_formats_json_off_the_calling_thread(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -191,6 +191,52 @@ def test_the_engines_pixel_setting_reaches_the_images(value: bool | None) -> Non
     assert config.mm_device_do_normalize is value
 
 
+def test_the_answer_and_request_log_flags_map_onto_the_config() -> None:
+    args = parsed(
+        response_role="bot",
+        return_tokens_as_token_ids=True,
+        enable_prompt_tokens_details=True,
+        max_log_len=20,
+        chat_template_content_format="string",
+        otlp_traces_endpoint="127.0.0.1:4317",
+        default_chat_template_kwargs={"enable_thinking": False},
+        exclude_tools_when_tool_choice_none=True,
+        trust_request_chat_template=True,
+        enable_force_include_usage=True,
+    )
+    config = gateway_config(args, Path(MODEL), WORKER)
+    assert config.chat_template_content_format == "string"
+    assert (config.otlp_traces_endpoint, config.otlp_endpoint) == ("127.0.0.1:4317", None)
+    assert config.default_chat_template_kwargs == {"enable_thinking": False}
+    assert config.exclude_tools_when_tool_choice_none
+    assert config.trust_request_chat_template
+    assert config.enable_force_include_usage
+    assert config.response_role == "bot"
+    assert config.return_tokens_as_token_ids
+    assert config.enable_prompt_tokens_details
+    assert config.max_log_len == 20
+    default = gateway_config(parsed(), Path(MODEL), WORKER)
+    assert (default.response_role, default.max_log_len) == ("assistant", None)
+    assert not default.return_tokens_as_token_ids
+    assert not default.enable_prompt_tokens_details
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"max_log_len": -1}, "--max-log-len"),
+        ({"max_log_len": "long"}, "--max-log-len"),
+        ({"response_role": ""}, "--response-role"),
+        ({"response_role": 3}, "--response-role"),
+        ({"chat_template_content_format": "list"}, "--chat-template-content-format list"),
+        ({"default_chat_template_kwargs": "x"}, "--default-chat-template-kwargs"),
+    ],
+)
+def test_a_bad_answer_flag_is_refused_naming_it(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(FrontendArgsError, match=re.escape(message)):
+        parsed(**extra)
+
+
 def test_a_root_path_that_is_not_a_path_is_refused() -> None:
     with pytest.raises(ConfigError, match="root_path must start with '/'"):
         gateway_config(parsed(root_path="llm"), Path(MODEL), WORKER)
