@@ -30,9 +30,11 @@ from smg_trio.frontends.http.connection_refusal import Stream
 from smg_trio.frontends.http.connection_writer import ConnectionWriter
 from smg_trio.frontends.http.h2_protocol import GuardedH2Protocol, H2StreamChunks
 from smg_trio.frontends.http.hypercorn_seam import (
+    h11_body_end,
     h11_in_chunked_body,
     h11_response_head,
     http_stream_of,
+    response_ended,
     write_to_kernel_now,
 )
 from smg_trio.frontends.http.idle_timer import IdleTimer
@@ -204,6 +206,26 @@ class HttpConnection:
             return Taken.REFUSED, first
         rest = self._write_now(head + b"%x\r\n%b\r\n" % (len(first), first))
         return (Taken.PART, rest) if rest else (Taken.ALL, b"")
+
+    async def end_now(self, last: bytes) -> bool:
+        """The response's last chunk of body `last` (none if empty) and the body's end in one
+        write, past hypercorn's two h11 events and two writes; then hypercorn's own steps for a
+        response's end (the access log, the connection recycled or closed). False, nothing
+        done, unless cleartext HTTP/1.1 is in a chunked body with no write under way (then the
+        caller ends the response through ASGI)."""
+        protocol = self.protocol.protocol
+        if self._socket is None or self.send_lock.locked() or not isinstance(protocol, H11Protocol):
+            return False
+        ending = h11_body_end(protocol)
+        if ending is None:
+            return False
+        self._chunking = False  # h11 is done with this response (see __init__)
+        stream, end = ending
+        rest = self._write_now(b"%x\r\n%b\r\n%b" % (len(last), last, end) if last else end)
+        if rest:
+            await self.write_rest(rest)
+        await response_ended(stream)
+        return True
 
     def chunks_for(self, send: Send) -> DirectChunks | None:
         """The direct chunk writer of the response `send` (hypercorn's ASGI send) belongs to:

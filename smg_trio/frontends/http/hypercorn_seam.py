@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
@@ -49,6 +50,7 @@ import trio
 from h2.stream import StreamClosedBy
 from hpack.exceptions import HPACKError
 from hypercorn.config import Config
+from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
@@ -96,6 +98,8 @@ INTERNALS: Final = (
     Internal("hypercorn.protocol.http_stream", "HTTPStream.app_send", ("self", "message")),
     Internal("hypercorn.protocol.http_stream", "ASGIHTTPState.REQUEST"),
     Internal("hypercorn.protocol.http_stream", "ASGIHTTPState.RESPONSE"),
+    Internal("hypercorn.protocol.http_stream", "ASGIHTTPState.CLOSED"),
+    Internal("hypercorn.protocol.http_stream", "HTTPStream._send_closed", ("self",)),
     Internal(
         "hypercorn.trio.task_group",
         "TaskGroup.spawn_app",
@@ -262,6 +266,37 @@ def h11_response_head(
         return None  # the client broke the protocol: hypercorn's path sends nothing either
     response_head_sent(stream, headers)
     return head
+
+
+def h11_body_end(protocol: H11Protocol) -> tuple[HTTPStream, bytes] | None:
+    """The stream and the bytes ending the chunked `200` body the HTTP/1.1 connection is sending (its last,
+    empty chunk), framed by its h11 connection, which then expects the next request; None,
+    nothing framed, unless an HTTP stream's ordinary response (not to HEAD, no trailers) is in
+    its chunked body over HTTP/1.1."""
+    stream = protocol.stream
+    if (
+        not isinstance(stream, HTTPStream)
+        or stream.closed
+        or stream.state is not ASGIHTTPState.RESPONSE
+        or stream.response.get("trailers", False)
+        or stream.scope["method"] == "HEAD"
+        or not h11_in_chunked_body(protocol)
+    ):
+        return None
+    try:
+        return stream, protocol.connection.send(h11.EndOfMessage())
+    except h11.LocalProtocolError:
+        return None  # (h11's connection is in an error state: hypercorn's path ends it)
+
+
+async def response_ended(stream: HTTPStream) -> None:
+    """What hypercorn's `HTTPStream._send_closed` does after it sent the body's end, for an end
+    framed by `h11_body_end` and written past it: the stream closed, its access log line, then
+    `StreamClosed` to the protocol (which recycles the connection for the next request). As
+    hypercorn's, also when the write found the client gone meanwhile."""
+    stream.state = ASGIHTTPState.CLOSED
+    await stream.config.log.access(stream.scope, stream.response, time.time() - stream.start_time)
+    await stream.send(StreamClosed(stream_id=stream.stream_id))
 
 
 def write_to_kernel_now(sock: trio.socket.SocketType, data: bytes) -> bytes:
