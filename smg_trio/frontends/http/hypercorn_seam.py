@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -106,10 +107,14 @@ INTERNALS: Final = (
         ("self", "app", "config", "scope", "send"),
     ),
     Internal("hypercorn.config", "Config.response_headers", ("self", "protocol")),
+    Internal("h11", "Connection._process_event", ("self", "role", "event")),
+    Internal("h11", "Connection._process_error", ("self", "role")),
     Internal("hypercorn.utils", "build_and_validate_headers", ("headers",)),
 )
 """Every internal the seam relies on (the instance attributes it reads besides these, such as
-`_closed_streams`, `highest_inbound_stream_id` and `StreamBuffer._complete`, are checked on live objects by the test)."""
+`_closed_streams`, `highest_inbound_stream_id`, `StreamBuffer._complete`, h11's
+`Connection._cstate.keep_alive` and `Connection._request_method`, are checked on live objects by
+the tests)."""
 
 
 def missing_internals() -> list[str]:
@@ -241,6 +246,18 @@ def h11_in_chunked_body(protocol: H11Protocol) -> bool:
     return connection.our_state is h11.SEND_BODY and connection.their_http_version == b"1.1"
 
 
+_TOKEN: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+"""A field name (RFC 9110 §5.1, a token)."""
+_FIELD_VALUE: Final = re.compile(rb"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
+"""A field value (RFC 9110 §5.5) without control characters: h11 takes more; what this refuses
+takes h11's own path, so the bytes are h11's either way."""
+_FRAMING_FIELDS: Final = frozenset(
+    (b"content-length", b"transfer-encoding", b"connection", b"host")
+)
+"""Fields h11 rewrites or moves in a response head: a head with one takes h11's own path."""
+_CHUNKED: Final = (b"Transfer-Encoding", b"chunked")  # as h11 adds it (`set_comma_header`)
+
+
 def h11_response_head(
     protocol: H11Protocol, config: Config, headers: Sequence[tuple[bytes, bytes]]
 ) -> bytes | None:
@@ -261,11 +278,44 @@ def h11_response_head(
     if protocol.keep_alive_requests >= config.keep_alive_max_requests:
         fields.append((b"connection", b"close"))
     try:
-        head = connection.send(h11.Response(status_code=200, headers=fields))
+        head = h11_chunked_head(connection, fields)
+        if head is None:
+            head = connection.send(h11.Response(status_code=200, headers=fields))
     except h11.LocalProtocolError:
         return None  # the client broke the protocol: hypercorn's path sends nothing either
     response_head_sent(stream, headers)
     return head
+
+
+def h11_chunked_head(connection: h11.Connection, fields: list[tuple[bytes, bytes]]) -> bytes | None:
+    """h11's `send` of a `200` head with `fields`, for the common head: a chunked body on a
+    kept-alive HTTP/1.1 connection, answering neither HEAD nor CONNECT, of valid fields of
+    which h11 rewrites none. h11 would check every field four times over (the head, its two
+    framing rewrites, the head again) and add `Transfer-Encoding: chunked` last; this checks
+    each once, moves h11's state with the head h11 would have made, and writes its bytes as
+    h11 would (tests/frontends/http/test_h11_head.py holds them equal). None, nothing done,
+    for any other head (h11's `send` then frames it)."""
+    if (
+        not connection._cstate.keep_alive
+        or connection._request_method in (b"HEAD", b"CONNECT")
+        or any(
+            name.lower() in _FRAMING_FIELDS
+            or _TOKEN.fullmatch(name) is None
+            or _FIELD_VALUE.fullmatch(value) is None
+            for name, value in fields
+        )
+    ):
+        return None
+    event = h11.Response(status_code=200, headers=[*fields, _CHUNKED], _parsed=True)
+    try:
+        connection._process_event(connection.our_role, event)
+    except BaseException:
+        connection._process_error(connection.our_role)  # as h11's `send` does
+        raise
+    return b"HTTP/1.1 200 \r\n%b%s: %s\r\n\r\n" % (
+        b"".join(b"%s: %s\r\n" % field for field in fields),
+        *_CHUNKED,
+    )
 
 
 def h11_body_end(protocol: H11Protocol) -> tuple[HTTPStream, bytes] | None:

@@ -15,6 +15,7 @@ from typing import Final
 
 import h2.config
 import h2.connection
+import h11
 import pytest
 from hypercorn.protocol.h2 import StreamBuffer
 from hypercorn.trio.worker_context import EventWrapper
@@ -31,7 +32,7 @@ ROOT: Final = Path(__file__).resolve().parents[3]
 PACKAGE: Final = ROOT / "smg_trio"
 SEAM: Final = PACKAGE / "frontends" / "http" / "hypercorn_seam.py"
 LIBRARIES: Final = ("hypercorn", "h2", "h11", "wsproto", "priority", "hpack", "hyperframe")
-INSTANCE_INTERNALS: Final = ("_closed_streams", "_complete")
+INSTANCE_INTERNALS: Final = ("_closed_streams", "_complete", "_cstate", "_request_method")
 """Underscored instance attributes the seam reads (checked on live objects below)."""
 
 
@@ -44,6 +45,11 @@ def test_every_internal_the_seam_relies_on_is_there() -> None:
     buffer = StreamBuffer(EventWrapper)
     assert buffer._complete is False
     assert isinstance(buffer.buffer, bytearray)
+    served = h11.Connection(h11.SERVER)
+    served.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+    served.next_event()
+    assert served._cstate.keep_alive is True
+    assert served._request_method == b"GET"
 
 
 def test_a_changed_signature_or_a_removed_internal_is_named(
