@@ -29,14 +29,13 @@ from smg_trio.frontends.http.client_disconnect import DisconnectTaskGroup, ReadP
 from smg_trio.frontends.http.connection_refusal import Stream
 from smg_trio.frontends.http.connection_writer import ConnectionWriter
 from smg_trio.frontends.http.h2_protocol import GuardedH2Protocol, H2StreamChunks
-from smg_trio.frontends.http.hypercorn_seam import (
+from smg_trio.frontends.http.h11_seam import (
     h11_body_end,
     h11_in_chunked_body,
     h11_response_head,
-    http_stream_of,
     response_ended,
-    write_to_kernel_now,
 )
+from smg_trio.frontends.http.hypercorn_seam import http_stream_of, write_to_kernel_now
 from smg_trio.frontends.http.idle_timer import IdleTimer
 from smg_trio.frontends.http.limits import HttpLimits
 from smg_trio.frontends.http.protocol_switch import ProtocolSwitch

@@ -1,5 +1,6 @@
 """I/O. The one seam between our HTTP front end and hypercorn, h2 and h11: every touch of their
-internals is here, and nowhere else (docs/http.md §6).
+internals is here, or in its HTTP/1.1 half (`frontends/http/h11_seam.py`), and nowhere else
+(docs/http.md §6).
 
 hypercorn is our server: its protocols (`H11Protocol`, `H2Protocol`, `HTTPStream`, `WSStream`)
 parse, frame and run the ASGI app; our worker (`frontends/http/connection.py`, in place of
@@ -18,6 +19,14 @@ CPU per streamed token, and fixes nothing, is not kept):
 - The response head past ASGI (`HTTPStream.state`, `.response`; h11's head for hypercorn's
   `H11Protocol`; `build_and_validate_headers`): the head leaves with the first chunk, in one
   write (one stream's first token: -0.40 ms over HTTP/1.1, -0.26 ms over h2c).
+- A plain HTTP/1.1 request and its stream's head and end with fewer of hypercorn's and h11's
+  layers (docs/performance.md §2.1): `SeamH11Protocol` reads a request's fields once where
+  hypercorn reads them three times; `h11_chunked_head` frames a stream's `200` head in one
+  pass and moves h11's state by its `_process_event` (h11's `send` checks every field four
+  times); `server_fields` makes hypercorn's `date` and `server` once a second; `h11_body_end`
+  and `response_ended` end a body in one write with its last chunk and then take hypercorn's
+  own end steps (`HTTPStream._send_closed`'s). Together about -7 % instructions per 1-token
+  HTTP/1.1 request.
 - `write_to_kernel_now`: a write past trio's stream and hypercorn's awaited write, by the task
   that has the bytes, with no checkpoint (64 HTTP/1.1 streams: x1.30 tokens per CPU-second;
   -2.1 % instructions per request for the connection's writer).
@@ -35,7 +44,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -46,14 +54,11 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
-import h11
 import trio
 from h2.stream import StreamClosedBy
 from hpack.exceptions import HPACKError
 from hypercorn.config import Config
-from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h2 import H2Protocol
-from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.typing import HTTPResponseStartEvent
 from hypercorn.utils import build_and_validate_headers
@@ -107,6 +112,8 @@ INTERNALS: Final = (
         ("self", "app", "config", "scope", "send"),
     ),
     Internal("hypercorn.config", "Config.response_headers", ("self", "protocol")),
+    Internal("hypercorn.protocol.h11", "H11Protocol._check_protocol", ("self", "event")),
+    Internal("hypercorn.protocol.h11", "H11Protocol._create_stream", ("self", "request")),
     Internal("h11", "Connection._process_event", ("self", "role", "event")),
     Internal("h11", "Connection._process_error", ("self", "role")),
     Internal("hypercorn.utils", "build_and_validate_headers", ("headers",)),
@@ -235,118 +242,24 @@ def h2_head_fields(
     return [
         (b":status", b"200"),
         *build_and_validate_headers(headers),
-        *config.response_headers("h2"),
+        *server_fields(config, "h2"),
     ]
 
 
-def h11_in_chunked_body(protocol: H11Protocol) -> bool:
-    """The HTTP/1.1 connection is sending a chunked response body (not HTTP/1.0's, which has
-    no chunked framing), as hypercorn's h11 connection knows."""
-    connection = protocol.connection
-    return connection.our_state is h11.SEND_BODY and connection.their_http_version == b"1.1"
+_SERVER_FIELDS: dict[tuple[Config, str, int], list[tuple[bytes, bytes]]] = {}
 
 
-_TOKEN: Final = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-"""A field name (RFC 9110 §5.1, a token)."""
-_FIELD_VALUE: Final = re.compile(rb"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
-"""A field value (RFC 9110 §5.5) without control characters: h11 takes more; what this refuses
-takes h11's own path, so the bytes are h11's either way."""
-_FRAMING_FIELDS: Final = frozenset(
-    (b"content-length", b"transfer-encoding", b"connection", b"host")
-)
-"""Fields h11 rewrites or moves in a response head: a head with one takes h11's own path."""
-_CHUNKED: Final = (b"Transfer-Encoding", b"chunked")  # as h11 adds it (`set_comma_header`)
-
-
-def h11_response_head(
-    protocol: H11Protocol, config: Config, headers: Sequence[tuple[bytes, bytes]]
-) -> bytes | None:
-    """The bytes of a `200` head for the HTTP/1.1 request `protocol` is serving, framed by its
-    h11 connection as hypercorn's H11Protocol frames one (the connection then expects the
-    body); None, nothing framed, unless the request awaits its response head over HTTP/1.1
-    and the stream is an HTTP one that has not begun its response."""
-    stream = protocol.stream
-    connection = protocol.connection
-    if (
-        not isinstance(stream, HTTPStream)
-        or not awaits_response_head(stream)
-        or connection.our_state is not h11.SEND_RESPONSE
-        or connection.their_http_version != b"1.1"  # 1.0: no chunked framing
-    ):
-        return None
-    fields = [*build_and_validate_headers(headers), *config.response_headers("h11")]
-    if protocol.keep_alive_requests >= config.keep_alive_max_requests:
-        fields.append((b"connection", b"close"))
-    try:
-        head = h11_chunked_head(connection, fields)
-        if head is None:
-            head = connection.send(h11.Response(status_code=200, headers=fields))
-    except h11.LocalProtocolError:
-        return None  # the client broke the protocol: hypercorn's path sends nothing either
-    response_head_sent(stream, headers)
-    return head
-
-
-def h11_chunked_head(connection: h11.Connection, fields: list[tuple[bytes, bytes]]) -> bytes | None:
-    """h11's `send` of a `200` head with `fields`, for the common head: a chunked body on a
-    kept-alive HTTP/1.1 connection, answering neither HEAD nor CONNECT, of valid fields of
-    which h11 rewrites none. h11 would check every field four times over (the head, its two
-    framing rewrites, the head again) and add `Transfer-Encoding: chunked` last; this checks
-    each once, moves h11's state with the head h11 would have made, and writes its bytes as
-    h11 would (tests/frontends/http/test_h11_head.py holds them equal). None, nothing done,
-    for any other head (h11's `send` then frames it)."""
-    if (
-        not connection._cstate.keep_alive
-        or connection._request_method in (b"HEAD", b"CONNECT")
-        or any(
-            name.lower() in _FRAMING_FIELDS
-            or _TOKEN.fullmatch(name) is None
-            or _FIELD_VALUE.fullmatch(value) is None
-            for name, value in fields
-        )
-    ):
-        return None
-    event = h11.Response(status_code=200, headers=[*fields, _CHUNKED], _parsed=True)
-    try:
-        connection._process_event(connection.our_role, event)
-    except BaseException:
-        connection._process_error(connection.our_role)  # as h11's `send` does
-        raise
-    return b"HTTP/1.1 200 \r\n%b%s: %s\r\n\r\n" % (
-        b"".join(b"%s: %s\r\n" % field for field in fields),
-        *_CHUNKED,
-    )
-
-
-def h11_body_end(protocol: H11Protocol) -> tuple[HTTPStream, bytes] | None:
-    """The stream and the bytes ending the chunked `200` body the HTTP/1.1 connection is sending (its last,
-    empty chunk), framed by its h11 connection, which then expects the next request; None,
-    nothing framed, unless an HTTP stream's ordinary response (not to HEAD, no trailers) is in
-    its chunked body over HTTP/1.1."""
-    stream = protocol.stream
-    if (
-        not isinstance(stream, HTTPStream)
-        or stream.closed
-        or stream.state is not ASGIHTTPState.RESPONSE
-        or stream.response.get("trailers", False)
-        or stream.scope["method"] == "HEAD"
-        or not h11_in_chunked_body(protocol)
-    ):
-        return None
-    try:
-        return stream, protocol.connection.send(h11.EndOfMessage())
-    except h11.LocalProtocolError:
-        return None  # (h11's connection is in an error state: hypercorn's path ends it)
-
-
-async def response_ended(stream: HTTPStream) -> None:
-    """What hypercorn's `HTTPStream._send_closed` does after it sent the body's end, for an end
-    framed by `h11_body_end` and written past it: the stream closed, its access log line, then
-    `StreamClosed` to the protocol (which recycles the connection for the next request). As
-    hypercorn's, also when the write found the client gone meanwhile."""
-    stream.state = ASGIHTTPState.CLOSED
-    await stream.config.log.access(stream.scope, stream.response, time.time() - stream.start_time)
-    await stream.send(StreamClosed(stream_id=stream.stream_id))
+def server_fields(config: Config, protocol: str) -> list[tuple[bytes, bytes]]:
+    """`config.response_headers(protocol)`, the fields hypercorn adds to every response head
+    (`date`, to the second, and `server`), made once a second per config and protocol instead
+    of once per response."""
+    key = (config, protocol, int(time.time()))
+    fields = _SERVER_FIELDS.get(key)
+    if fields is None:
+        if len(_SERVER_FIELDS) > 8:
+            _SERVER_FIELDS.clear()  # last second's, and other configs' (tests run several)
+        fields = _SERVER_FIELDS[key] = config.response_headers(protocol)
+    return fields
 
 
 def write_to_kernel_now(sock: trio.socket.SocketType, data: bytes) -> bytes:

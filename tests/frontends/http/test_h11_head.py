@@ -2,15 +2,20 @@
 of a `200` response head gives, for any fields and any request h11 read, exactly what h11's
 own `send` gave: the same bytes, the same state after it (the body's framing, keep-alive, the
 next cycle), the same bytes for the body and its end; or it declines and h11 frames the head
-(docs/performance.md §2.1)."""
+(docs/performance.md §2.1). And `server_fields`, hypercorn's `date` and `server` made once a
+second: the same fields."""
 
 from __future__ import annotations
 
+import time
+
 import h11
+from hypercorn.config import Config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smg_trio.frontends.http.hypercorn_seam import h11_chunked_head
+from smg_trio.frontends.http.h11_seam import h11_chunked_head
+from smg_trio.frontends.http.hypercorn_seam import server_fields
 
 # A response head of ours: our app's fields (any case), hypercorn's `date` and `server`, and
 # the fields h11 rewrites or moves.
@@ -129,3 +134,17 @@ def test_the_common_head_is_ours() -> None:
         b"Transfer-Encoding: chunked\r\n\r\n"
     )
     assert connection.our_state is h11.SEND_BODY
+
+
+def test_the_server_fields_are_hypercorns_of_the_same_second() -> None:
+    config = Config()
+    for protocol in ("h11", "h2"):
+        before = int(time.time())
+        fields = server_fields(config, protocol)
+        expected = config.response_headers(protocol)
+        if int(time.time()) == before:  # (a second boundary between the two: nothing to compare)
+            assert fields == expected
+        assert server_fields(config, protocol) is fields or int(time.time()) != before
+    quiet = Config()
+    quiet.include_server_header = False  # another config: its own fields, not the first's
+    assert [name for name, _ in server_fields(quiet, "h11")] == [b"date"]
