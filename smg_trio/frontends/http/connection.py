@@ -3,9 +3,10 @@ place of hypercorn's TCPServer, driving hypercorn's protocols (`frontends/http/p
 with shielded bookkeeping, a header timer, a writer task per connection for an h2
 connection's or a WebSocket's bytes (`frontends/http/connection_writer.py`; a plain HTTP/1.1
 response is written by the task that has its bytes, its awaited writes under `send_lock`), and
-the writes that go past hypercorn's ASGI layers: an HTTP/1.1 chunk, an h2 stream's DATA, and a
-response's head with its first chunk (docs/performance.md §2, §3; docs/http.md). Everything it needs of hypercorn's internals comes
-through `frontends/http/hypercorn_seam.py`."""
+the writes that go past hypercorn's ASGI layers: an HTTP/1.1 chunk, an h2 stream's DATA, a
+response's head with its first chunk, and an HTTP/1.1 body's last chunk with its end
+(docs/performance.md §2, §2.1, §3; docs/http.md). Everything it needs of hypercorn's internals
+comes through `frontends/http/hypercorn_seam.py` and `h11_seam.py`."""
 
 from __future__ import annotations
 
