@@ -73,6 +73,9 @@ class SocketChunks:
     async def write_rest(self, rest: bytes) -> None:
         raise AssertionError("the socketpair takes everything")
 
+    async def end_now(self, last: bytes) -> bool:
+        raise AssertionError("a token's lane never ends the stream")
+
 
 async def no_send(message: Message) -> None:
     raise AssertionError("everything goes by the direct writes")

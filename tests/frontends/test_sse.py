@@ -295,6 +295,9 @@ class FakeDirect:
     async def write_rest(self, rest: bytes) -> None:
         raise AssertionError("nothing is ever left over here")
 
+    async def end_now(self, last: bytes) -> bool:
+        return False  # the end goes through ASGI, where these tests read it
+
 
 async def test_the_head_and_first_chunk_go_at_once_when_the_connection_takes_them() -> None:
     # docs/performance.md §3: no task hop and no awaited head for the first token.

@@ -27,7 +27,9 @@ class DirectChunks(Protocol):
     answers as a hand-off's `take_now` (smg_trio/handoff.py): ALL, sent; PART, with the rest
     still to write (`write_rest`; only HTTP/1.1 leaves one); REFUSED, nothing sent (then ASGI
     `send` must). `start_now`: the same for a `200` head with `headers` and the first chunk,
-    sent together (docs/performance.md §3)."""
+    sent together (docs/performance.md §3). `end_now`: the body's last chunk (`last`, none
+    if empty) and its end, in one write where the connection can (HTTP/1.1): True, the
+    response is over; False, nothing sent (then ASGI `send` ends it)."""
 
     def write_chunk_now(self, data: bytes) -> tuple[Taken, bytes]: ...
 
@@ -36,6 +38,8 @@ class DirectChunks(Protocol):
     ) -> tuple[Taken, bytes]: ...
 
     async def write_rest(self, rest: bytes) -> None: ...
+
+    async def end_now(self, last: bytes) -> bool: ...
 
 
 class DirectChunksSource(Protocol):

@@ -3,9 +3,10 @@ place of hypercorn's TCPServer, driving hypercorn's protocols (`frontends/http/p
 with shielded bookkeeping, a header timer, a writer task per connection for an h2
 connection's or a WebSocket's bytes (`frontends/http/connection_writer.py`; a plain HTTP/1.1
 response is written by the task that has its bytes, its awaited writes under `send_lock`), and
-the writes that go past hypercorn's ASGI layers: an HTTP/1.1 chunk, an h2 stream's DATA, and a
-response's head with its first chunk (docs/performance.md §2, §3; docs/http.md). Everything it needs of hypercorn's internals comes
-through `frontends/http/hypercorn_seam.py`."""
+the writes that go past hypercorn's ASGI layers: an HTTP/1.1 chunk, an h2 stream's DATA, a
+response's head with its first chunk, and an HTTP/1.1 body's last chunk with its end
+(docs/performance.md §2, §2.1, §3; docs/http.md). Everything it needs of hypercorn's internals
+comes through `frontends/http/hypercorn_seam.py` and `h11_seam.py`."""
 
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ from smg_trio.frontends.http.client_disconnect import DisconnectTaskGroup, ReadP
 from smg_trio.frontends.http.connection_refusal import Stream
 from smg_trio.frontends.http.connection_writer import ConnectionWriter
 from smg_trio.frontends.http.h2_protocol import GuardedH2Protocol, H2StreamChunks
-from smg_trio.frontends.http.hypercorn_seam import (
+from smg_trio.frontends.http.h11_seam import (
+    h11_body_end,
     h11_in_chunked_body,
     h11_response_head,
-    http_stream_of,
-    write_to_kernel_now,
+    response_ended,
 )
+from smg_trio.frontends.http.hypercorn_seam import http_stream_of, write_to_kernel_now
 from smg_trio.frontends.http.idle_timer import IdleTimer
 from smg_trio.frontends.http.limits import HttpLimits
 from smg_trio.frontends.http.protocol_switch import ProtocolSwitch
@@ -204,6 +206,26 @@ class HttpConnection:
             return Taken.REFUSED, first
         rest = self._write_now(head + b"%x\r\n%b\r\n" % (len(first), first))
         return (Taken.PART, rest) if rest else (Taken.ALL, b"")
+
+    async def end_now(self, last: bytes) -> bool:
+        """The response's last chunk of body `last` (none if empty) and the body's end in one
+        write, past hypercorn's two h11 events and two writes; then hypercorn's own steps for a
+        response's end (the access log, the connection recycled or closed). False, nothing
+        done, unless cleartext HTTP/1.1 is in a chunked body with no write under way (then the
+        caller ends the response through ASGI)."""
+        protocol = self.protocol.protocol
+        if self._socket is None or self.send_lock.locked() or not isinstance(protocol, H11Protocol):
+            return False
+        ending = h11_body_end(protocol)
+        if ending is None:
+            return False
+        self._chunking = False  # h11 is done with this response (see __init__)
+        stream, end = ending
+        rest = self._write_now(b"%x\r\n%b\r\n%b" % (len(last), last, end) if last else end)
+        if rest:
+            await self.write_rest(rest)
+        await response_ended(stream)
+        return True
 
     def chunks_for(self, send: Send) -> DirectChunks | None:
         """The direct chunk writer of the response `send` (hypercorn's ASGI send) belongs to:

@@ -33,8 +33,8 @@ has, through which an h2 connection's and a WebSocket's bytes go:
   (frontends/http/connection.py, which says why: h11 decides keep-alive from how far it read
   the request when the response ends) writes its bytes to the kernel at once from the task
   that has them, and what the kernel did not take by an awaited write under the connection's
-  `send_lock` (`write_rest`); so do its direct chunks (`write_chunk_now`, `start_now`). This
-  writer's task then idles until the connection closes. An h2c upgrade's 101 is written that
+  `send_lock` (`write_rest`); so do its direct chunks (`write_chunk_now`, `start_now`,
+  `end_now`). This writer's task then idles until the connection closes. An h2c upgrade's 101 is written that
   way too, before the h2 protocol pushes anything here; a WebSocket's frames come here over
   HTTP/1.1 as over h2.
 - A failed write (the peer is gone) calls `on_broken` once (hypercorn's `Closed` to the

@@ -318,3 +318,7 @@ class H2StreamChunks:
 
     async def write_rest(self, rest: bytes) -> None:
         await self._send({"type": "http.response.body", "body": rest, "more_body": True})
+
+    async def end_now(self, last: bytes) -> bool:
+        """Never here: hypercorn's sender frames the last DATA and END_STREAM in its round."""
+        return False

@@ -8,6 +8,7 @@ from hypercorn.events import Event, RawData
 from hypercorn.protocol.h11 import H2CProtocolRequiredError, H2ProtocolAssumedError, H11Protocol
 
 from smg_trio.frontends.http.h2_protocol import GuardedH2Protocol
+from smg_trio.frontends.http.h11_seam import SeamH11Protocol
 
 
 class ProtocolSwitch:
@@ -17,7 +18,7 @@ class ProtocolSwitch:
     def __init__(self, args: tuple[object, ...], *, h2: bool) -> None:
         self._args = args  # what hypercorn's protocols take: app, config, context, ... send
         self.protocol: H11Protocol | GuardedH2Protocol = (
-            GuardedH2Protocol(*args) if h2 else H11Protocol(*args)  # type: ignore[arg-type]
+            GuardedH2Protocol(*args) if h2 else SeamH11Protocol(*args)  # type: ignore[arg-type]
         )
 
     async def initiate(self) -> None:

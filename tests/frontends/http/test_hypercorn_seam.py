@@ -15,11 +15,12 @@ from typing import Final
 
 import h2.config
 import h2.connection
+import h11
 import pytest
 from hypercorn.protocol.h2 import StreamBuffer
 from hypercorn.trio.worker_context import EventWrapper
 
-from smg_trio.frontends.http import hypercorn_seam
+from smg_trio.frontends.http import h11_seam, hypercorn_seam
 from smg_trio.frontends.http.hypercorn_seam import (
     INTERNALS,
     Internal,
@@ -29,9 +30,12 @@ from smg_trio.frontends.http.hypercorn_seam import (
 
 ROOT: Final = Path(__file__).resolve().parents[3]
 PACKAGE: Final = ROOT / "smg_trio"
-SEAM: Final = PACKAGE / "frontends" / "http" / "hypercorn_seam.py"
+SEAM: Final = (
+    PACKAGE / "frontends" / "http" / "hypercorn_seam.py",
+    PACKAGE / "frontends" / "http" / "h11_seam.py",  # its HTTP/1.1 half
+)
 LIBRARIES: Final = ("hypercorn", "h2", "h11", "wsproto", "priority", "hpack", "hyperframe")
-INSTANCE_INTERNALS: Final = ("_closed_streams", "_complete")
+INSTANCE_INTERNALS: Final = ("_closed_streams", "_complete", "_cstate", "_request_method")
 """Underscored instance attributes the seam reads (checked on live objects below)."""
 
 
@@ -44,6 +48,11 @@ def test_every_internal_the_seam_relies_on_is_there() -> None:
     buffer = StreamBuffer(EventWrapper)
     assert buffer._complete is False
     assert isinstance(buffer.buffer, bytearray)
+    served = h11.Connection(h11.SERVER)
+    served.receive_data(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+    served.next_event()
+    assert served._cstate.keep_alive is True
+    assert served._request_method == b"GET"
 
 
 def test_a_changed_signature_or_a_removed_internal_is_named(
@@ -84,7 +93,7 @@ def test_nothing_outside_the_seam_touches_the_libraries_internals() -> None:
     by_name = re.compile(rf"(?:\.|def )(?:{names})\b")
     found: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == SEAM or "_proto" in path.parts:
+        if path in SEAM or "_proto" in path.parts:
             continue
         text = path.read_text()
         patterns = [*anywhere, by_name] if importing.search(text) else anywhere
@@ -143,4 +152,5 @@ def test_the_http_and_websocket_tests_run_on_our_server() -> None:
 
 def test_the_seam_module_is_where_it_says() -> None:
     assert hypercorn_seam.__file__ is not None
-    assert Path(hypercorn_seam.__file__).resolve() == SEAM
+    assert h11_seam.__file__ is not None
+    assert (Path(hypercorn_seam.__file__).resolve(), Path(h11_seam.__file__).resolve()) == SEAM
