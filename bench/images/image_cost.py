@@ -207,10 +207,11 @@ async def end_to_end(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {
         "engines": args.engines,
         "image_client": args.image_client,
+        "stand_ins_nice": args.stand_ins_nice,
         "rounds": [],
     }
     with trio.fail_after(DEADLINE_S):
-        async with served(folder, args.step_ms, root, args.engines) as where:
+        async with served(folder, args.step_ms, root, args.engines, args.stand_ins_nice) as where:
             base = f"http://127.0.0.1:{where.port}/v1"
             async with AsyncOpenAI(base_url=base, api_key="unused", max_retries=0) as sdk:
                 image_content = [
@@ -250,7 +251,15 @@ def main(argv: Sequence[str]) -> int:
         default="process",
         help="the image requests from a process of their own (default) or this one",
     )
+    parser.add_argument(
+        "--stand-ins-nice",
+        type=int,
+        default=10,
+        help="nice of the vision engine and the image client (0: not niced)",
+    )
     args = parser.parse_args(argv)
+    if not 0 <= args.stand_ins_nice <= 19:
+        parser.error("--stand-ins-nice must be in 0..19")
     args.repeats = max(1, min(args.repeats, MAX_REPEATS))
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
         root = Path(tmp)
