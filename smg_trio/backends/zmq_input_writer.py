@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import trio
 
@@ -23,6 +24,9 @@ from smg_trio.backends.zmq_registry import EngineRegistry
 from smg_trio.backends.zmq_socket import TrioZmqSocket
 from smg_trio.errors import BackendError, BackendUnavailable
 from smg_trio.handoff import Mailbox, Taken
+
+# Frames from this size on go to libzmq without a copy (pyzmq's own zero-copy threshold).
+ZERO_COPY_FROM: Final = 65536
 
 LOST_CONNECTION = "its input connection is gone"
 
@@ -82,7 +86,7 @@ class InputWriter:
         if item.add_for is not None:
             item.add_for.add_sent = True  # from here on leaving the stream must ABORT it
         try:
-            await self._socket.send_multipart(item.frames)
+            await self._socket.send_multipart(item.frames, copy=_copied(item.frames))
         except BackendError as exc:
             self._settle(item, exc)
         else:
@@ -94,7 +98,7 @@ class InputWriter:
         if self._dropped(item):
             return Taken.ALL, item
         try:
-            self._socket.send_multipart_nowait(item.frames)
+            self._socket.send_multipart_nowait(item.frames, copy=_copied(item.frames))
         except trio.WouldBlock:
             return Taken.REFUSED, item
         except BackendError as exc:
@@ -115,3 +119,10 @@ class InputWriter:
             self._registry.engine_died(item.engine, LOST_CONNECTION)
         else:
             self._registry.engine_died(item.engine, f"sending to it failed: {error.message}")
+
+
+def _copied(frames: list[bytes]) -> bool:
+    """Whether libzmq takes a copy of the frames (small: cheaper than tracking them) or the
+    bytes themselves (an image's tensors, tens of MiB: copying them would hold the event loop
+    for milliseconds; `bytes` cannot change while libzmq sends them)."""
+    return all(len(frame) < ZERO_COPY_FROM for frame in frames)
