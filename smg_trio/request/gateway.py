@@ -49,7 +49,7 @@ from smg_trio.core.plan import GeneratePlan
 from smg_trio.core.prepare import PromptModel
 from smg_trio.errors import BackendUnavailable, ClientError
 from smg_trio.model.folder import ModelDir
-from smg_trio.model.image_workers import ImageWorkers, pooled_vision
+from smg_trio.model.image_workers import ImageWorkers
 from smg_trio.neutral.pooling import GENERATION_MODEL, ModelPooler, Task
 from smg_trio.observability.metrics import GatewayMetrics
 from smg_trio.observability.request_record import RequestRecord
@@ -57,7 +57,7 @@ from smg_trio.observability.tenant_metrics import TenantMetrics
 from smg_trio.request.arrival import Arrival
 from smg_trio.request.endpoints import POOLING_PATHS, RESPONSES_PATH, SCORING_PATHS, TOKEN_PATHS
 from smg_trio.request.heap import RELEASE_HEAP_AFTER_BYTES, HeapReleaser
-from smg_trio.request.images import DEFAULT_PROCESSING_THREADS, ImageInputs, ImageLimits
+from smg_trio.request.images import ImageLimits, image_inputs_by_model
 from smg_trio.request.live_requests import LiveRequest, LiveRequests
 from smg_trio.request.memory_budget import (
     MemoryBudget,
@@ -161,20 +161,10 @@ class Gateway:
         self.live_requests = LiveRequests()
         # /v1/models and the request's `model` (request/served_models.py)
         self.models = ServedModels((first, *more_models), created=int(time.time()))
-        # A chat request's images (docs/images.md): each model's processor, or why it has none.
-        # One bound for all of them (request/images.py): the worker processes' count when
-        # `image_workers` runs them, else threads.
-        processing = trio.CapacityLimiter(
-            DEFAULT_PROCESSING_THREADS if image_workers is None else image_workers.size
+        folders = {served.key: served.folder for served in (first, *more_models)}
+        self.images = image_inputs_by_model(  # a chat request's images (docs/images.md)
+            folders, image_limits, image_workers, mm_device_do_normalize
         )
-        self.images = {
-            served.key: ImageInputs(
-                pooled_vision(served.folder, image_workers, mm_device_do_normalize),
-                image_limits,
-                limiter=processing,
-            )
-            for served in (first, *more_models)
-        }
         self.memory_budget = memory_budget or MemoryBudget(default_budget_bytes())
         self.heap_releaser = HeapReleaser()  # after large bodies (docs/limits.md §2)
         self.metrics = metrics or GatewayMetrics(pool)

@@ -29,7 +29,8 @@ import trio
 from smg_trio.core.images import ImageRef, ProcessedImage
 from smg_trio.core.media_addresses import MediaPolicy
 from smg_trio.errors import ClientError
-from smg_trio.model.image_workers import ImageWorkers, PooledImages
+from smg_trio.model.folder import ModelDir
+from smg_trio.model.image_workers import ImageWorkers, PooledImages, pooled_vision
 from smg_trio.model.vision import ImageProcessor, VisionRefusal
 from smg_trio.request.media_fetch import fetch_media
 from smg_trio.wire.data_uri import canonical_data_uri, data_uri_of, image_data, is_data_uri
@@ -206,6 +207,27 @@ def _time_left() -> float | None:
     killed past it, so a worker that never answers never holds its request's thread longer."""
     deadline = trio.current_effective_deadline()
     return None if deadline == float("inf") else max(0.0, deadline - trio.current_time())
+
+
+def image_inputs_by_model(
+    folders: Mapping[str, ModelDir],
+    limits: ImageLimits | None,
+    workers: ImageWorkers | None,
+    mm_device_do_normalize: bool | None,
+) -> dict[str, ImageInputs]:
+    """Each served model's image inputs (its processor, or why it has none), by the model's
+    key (`folders`: each key's model folder); one bound for all of them: the worker processes' count when
+    `workers` runs them, else threads. `mm_device_do_normalize`: the engines' setting
+    (docs/images.md §4.2; None: vLLM's default)."""
+    processing = trio.CapacityLimiter(
+        DEFAULT_PROCESSING_THREADS if workers is None else workers.size
+    )
+    return {
+        key: ImageInputs(
+            pooled_vision(folder, workers, mm_device_do_normalize), limits, limiter=processing
+        )
+        for key, folder in folders.items()
+    }
 
 
 @asynccontextmanager
