@@ -20,7 +20,8 @@ from msgspec import UNSET, UnsetType
 from smg_trio.core.logprobs import LogprobFormatter, TokenStrings, prompt_logprobs
 from smg_trio.core.openai_bodies import chat_completion, completion
 from smg_trio.core.plan import GeneratePlan
-from smg_trio.core.reasoning_tokens import reasoning_rule, reasoning_tokens
+from smg_trio.core.reasoning_progress import ReasoningProgress
+from smg_trio.core.reasoning_tokens import reasoning_rule
 from smg_trio.core.render import (
     ChatStreamRenderer,
     CompletionStreamRenderer,
@@ -52,6 +53,7 @@ class _OpenAIRenderer:
         "_prompt_strings",
         "_prompt_tokens",
         "_reasoning",
+        "_reasoning_so_far",
         "_tokenizer",
         "keeps_output_ids",
     )
@@ -71,6 +73,7 @@ class _OpenAIRenderer:
         # Continuous usage counts each choice's reasoning so far, as vLLM does.
         self._reasoning = reasoning_rule(plan) if self._continuous else None
         self._tokenizer = tokenizer
+        self._reasoning_so_far: dict[int, ReasoningProgress] = {}  # per choice, as it streams
         asked = plan.sampling.prompt_logprobs is not None
         self._prompt_strings = TokenStrings(tokenizer) if asked else None
         # Per streamed choice, its last sampled ids: a byte-level token's logprob string is
@@ -99,7 +102,13 @@ class _OpenAIRenderer:
         rule = self._reasoning
         if rule is None:
             return usage
-        count = 0 if choice is None else reasoning_tokens(rule, choice.counted_ids, self._tokenizer)
+        if choice is None:
+            count = 0
+        else:
+            progress = self._reasoning_so_far.get(index)
+            if progress is None:
+                progress = self._reasoning_so_far[index] = ReasoningProgress(rule, self._tokenizer)
+            count = progress.count(choice.counted_ids)
         return msgspec.structs.replace(
             usage, completion_tokens_details=CompletionTokensDetails(count)
         )

@@ -89,22 +89,22 @@ def _first_chars(tokenizer: TokenizerLike, segment: Sequence[int], text: str) ->
     return counts
 
 
-class _MarkedReasoning:
+class MarkedReasoning:
     """qwen3's rule over one choice's ids (see the module's docstring)."""
 
-    __slots__ = ("_dropped", "_id_markers", "_text_markers", "_tokenizer", "count", "reasoning")
+    __slots__ = ("_dropped", "_text_markers", "_tokenizer", "count", "id_markers", "reasoning")
 
     def __init__(self, tokenizer: TokenizerLike, dropped: frozenset[int]) -> None:
         self._tokenizer = tokenizer
         self._dropped = dropped
-        self._id_markers: dict[int, str] = {}
+        self.id_markers: dict[int, str] = {}
         self._text_markers: list[str] = []
         for marker in (THINK_START, THINK_END, TOOL_CALL_START):
             token = single_token(tokenizer, marker)
             if token is None:
                 self._text_markers.append(marker)
             else:
-                self._id_markers[token] = marker
+                self.id_markers[token] = marker
         self.count = 0
         self.reasoning = True
 
@@ -114,13 +114,13 @@ class _MarkedReasoning:
         for token in ids:
             if not self.reasoning:
                 break
-            marker = self._id_markers.get(token)
+            marker = self.id_markers.get(token)
             if marker is None and token not in self._dropped:
                 segment.append(token)
                 continue
             self._segment(segment)
             segment = []
-            self._marker(marker)
+            self.mark(marker)
         self._segment(segment)
         return self.count
 
@@ -135,11 +135,11 @@ class _MarkedReasoning:
             if not self.reasoning:
                 break
             delta = detokenizer.step(token)
-            marker = self._id_markers.get(token)
+            marker = self.id_markers.get(token)
             if marker is not None or token in self._dropped:
-                self._scan("".join(text), counts)
+                self.scan("".join(text), counts)
                 text, counts = [], []
-                self._marker(marker)
+                self.mark(marker)
                 continue
             if not delta:
                 continue
@@ -148,10 +148,10 @@ class _MarkedReasoning:
             credited[max(0, delta.find(alone) if alone else 0)] = 1
             text.append(delta)
             counts += credited
-        self._scan("".join(text), counts)
+        self.scan("".join(text), counts)
         return self.count
 
-    def _marker(self, marker: str | None) -> None:
+    def mark(self, marker: str | None) -> None:
         if marker is not None and marker != THINK_START:
             self.reasoning = False
 
@@ -159,9 +159,9 @@ class _MarkedReasoning:
         """Ids between id markers and special tokens, decoded together."""
         if segment and self.reasoning:
             text = self._tokenizer.decode(segment, skip_special_tokens=False)
-            self._scan(text, _first_chars(self._tokenizer, segment, text))
+            self.scan(text, _first_chars(self._tokenizer, segment, text))
 
-    def _scan(self, text: str, counts: Sequence[int]) -> None:
+    def scan(self, text: str, counts: Sequence[int]) -> None:
         """`text` (with the tokens credited to each character): its text markers found."""
         position = 0
         while self.reasoning and text:
@@ -172,14 +172,14 @@ class _MarkedReasoning:
             at, marker = min(found)
             self.count += sum(counts[position:at])
             position = at + len(marker)
-            self._marker(marker)
+            self.mark(marker)
 
 
 def _qwen3(ids: Sequence[int], tokenizer: TokenizerLike, rule: ReasoningCount) -> int:
     if not rule.thinking:
         return 0
     dropped = tokenizer.special_token_ids if rule.special_ids is None else rule.special_ids
-    counter = _MarkedReasoning(tokenizer, dropped)
+    counter = MarkedReasoning(tokenizer, dropped)
     if rule.streamed:
         return counter.run_streamed(ids, skip_special_tokens=rule.skip_special_tokens)
     return counter.run(ids)
@@ -203,7 +203,7 @@ def harmony_reasoning(ids: Sequence[int], tokenizer: TokenizerLike) -> int:
     for token in ids:
         if header is not None:
             if token == marks["message"]:
-                counted = _reasoning_header(tokenizer.decode(header, skip_special_tokens=False))
+                counted = reasoning_header(tokenizer.decode(header, skip_special_tokens=False))
                 header = None
             else:
                 header.append(token)
@@ -214,7 +214,7 @@ def harmony_reasoning(ids: Sequence[int], tokenizer: TokenizerLike) -> int:
     return count
 
 
-def _reasoning_header(header: str) -> bool:
+def reasoning_header(header: str) -> bool:
     """A header (`assistant<|channel|>analysis`, `… to=functions.f <|constrain|>json`) whose
     message is reasoning."""
     if "<|channel|>" not in header:
